@@ -1,0 +1,59 @@
+# Sparrow's front door: `make demo` and `make test` install dependencies, build, and run.
+BUILD       ?= build
+BUILD_ASAN  ?= build-asan
+BUILD_FUZZ  ?= build-fuzz
+JOBS        ?= $(shell nproc)
+FUZZ_SECONDS ?= 30
+CMAKE_FLAGS ?=
+SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' 2>/dev/null)
+
+.PHONY: all deps build test demo asan fuzz format format-check docs bench tidy clean
+
+all: build
+
+deps:
+	@if [ -z "$$SPARROW_SKIP_DEPS" ]; then scripts/install-deps.sh; fi
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
+
+demo: build
+	scripts/demo.sh $(BUILD)/sparrow
+
+# The tests again under AddressSanitizer + UndefinedBehaviorSanitizer (clang; CUDA off).
+asan: deps
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+	    -DSPARROW_SANITIZE=address,undefined -DSPARROW_CUDA=off -DSPARROW_BENCH=OFF
+	cmake --build $(BUILD_ASAN) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    ctest --test-dir $(BUILD_ASAN) --output-on-failure -j $(JOBS) --timeout 900
+
+# Builds every libFuzzer target (clang) and fuzzes each for FUZZ_SECONDS.
+fuzz: deps
+	cmake -S . -B $(BUILD_FUZZ) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+	    -DSPARROW_FUZZ=ON -DSPARROW_SANITIZE=address,undefined -DSPARROW_CUDA=off \
+	    -DSPARROW_BENCH=OFF -DSPARROW_TESTS=ON
+	cmake --build $(BUILD_FUZZ) -j $(JOBS)
+	scripts/run-fuzzers.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
+
+format:
+	clang-format -i $(SOURCES)
+
+format-check:
+	clang-format --dry-run -Werror $(SOURCES)
+
+docs: build
+	cmake --build $(BUILD) --target config-doc
+
+bench: build
+	bench/run_all.sh $(BUILD)
+
+tidy: build
+	clang-tidy -p $(BUILD) --quiet $(filter %.c,$(SOURCES))
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)

@@ -1,0 +1,23 @@
+# Decides whether the trainer's CUDA backend is built: SPARROW_CUDA=auto finds nvcc on PATH or in
+# CUDA's default install location; on requires it; off skips it.
+set(SPARROW_HAVE_CUDA OFF)
+if(NOT SPARROW_CUDA STREQUAL "off")
+    if(NOT CMAKE_CUDA_COMPILER)
+        find_program(SPARROW_NVCC nvcc PATHS /usr/local/cuda/bin NO_CACHE)
+        if(SPARROW_NVCC)
+            set(CMAKE_CUDA_COMPILER "${SPARROW_NVCC}")
+        endif()
+    endif()
+    if(CMAKE_CUDA_COMPILER)
+        if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+            # Ampere and Hopper; CUDA 13 no longer builds for pre-Turing parts.
+            set(CMAKE_CUDA_ARCHITECTURES 80 90)
+        endif()
+        enable_language(CUDA)
+        find_package(CUDAToolkit REQUIRED)
+        set(SPARROW_HAVE_CUDA ON)
+    elseif(SPARROW_CUDA STREQUAL "on")
+        message(FATAL_ERROR "SPARROW_CUDA=on but nvcc was not found (PATH, /usr/local/cuda/bin)")
+    endif()
+endif()
+message(STATUS "Sparrow CUDA backend: ${SPARROW_HAVE_CUDA}")

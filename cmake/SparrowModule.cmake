@@ -1,0 +1,45 @@
+# Helpers that give every module, test and fuzz target the same shape.
+
+# spw_add_module(<name> [DEPS <targets>...]): static library sparrow_<name> from <name>/src/*.c with
+# public headers in <name>/include; src/ stays private to the module.
+function(spw_add_module name)
+    cmake_parse_arguments(ARG "" "" "DEPS;SOURCES" ${ARGN})
+    file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.c)
+    add_library(sparrow_${name} STATIC ${srcs} ${ARG_SOURCES})
+    target_include_directories(sparrow_${name}
+        PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include
+        PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+    target_link_libraries(sparrow_${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# spw_add_unit_test(<name> SOURCES <files> LIBS <targets> [LABELS <labels>] [TIMEOUT <s>])
+function(spw_add_unit_test name)
+    cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+    add_executable(${name} ${ARG_SOURCES})
+    target_link_libraries(${name} PRIVATE ${ARG_LIBS} PkgConfig::CMOCKA)
+    add_test(NAME ${name} COMMAND ${name})
+    if(NOT ARG_TIMEOUT)
+        set(ARG_TIMEOUT 60)
+    endif()
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "unit;${ARG_LABELS}")
+endfunction()
+
+# spw_add_fuzz_target(<name> SOURCE <file> LIBS <targets> [DEFINES <defs>]): a libFuzzer target
+# when SPARROW_FUZZ is on; always a replay binary that ctest runs over tests/fuzz/corpus/<name>.
+function(spw_add_fuzz_target name)
+    cmake_parse_arguments(ARG "" "SOURCE" "LIBS;DEFINES" ${ARGN})
+    set(corpus ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/${name})
+    add_executable(${name}_replay ${ARG_SOURCE} ${PROJECT_SOURCE_DIR}/tests/fuzz/replay_main.c)
+    target_link_libraries(${name}_replay PRIVATE ${ARG_LIBS})
+    target_compile_definitions(${name}_replay PRIVATE ${ARG_DEFINES})
+    add_test(NAME ${name}_corpus COMMAND ${name}_replay ${corpus})
+    set_tests_properties(${name}_corpus PROPERTIES TIMEOUT 120 LABELS "fuzz")
+    if(SPARROW_FUZZ)
+        add_executable(${name} ${ARG_SOURCE})
+        target_compile_options(${name} PRIVATE -fsanitize=fuzzer)
+        target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+        target_link_libraries(${name} PRIVATE ${ARG_LIBS})
+        target_compile_definitions(${name} PRIVATE ${ARG_DEFINES})
+        set_property(GLOBAL APPEND PROPERTY SPARROW_FUZZ_TARGETS ${name})
+    endif()
+endfunction()

@@ -1,0 +1,131 @@
+/* Configuration: one property table per role that validates, dumps and documents itself. */
+#ifndef SPARROW_CONFIG_H
+#define SPARROW_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sparrow/err.h"
+
+/*
+ * Precedence, lowest first: the table's defaults < a configuration file (`key = value` lines,
+ * `#` comments) < environment variables < `--set key=value` arguments. The environment name of a
+ * property is SPARROW_ followed by the name upper-cased with '.' and '-' turned into '_'
+ * (pserver.memory.mb -> SPARROW_PSERVER_MEMORY_MB).
+ *
+ * A property whose name ends in ".*" (for example "kafka.*") is a pass-through prefix: any key
+ * under it is accepted as a string and handed on unchanged (to librdkafka, RocksDB, ...); the
+ * environment cannot set pass-through keys (their names are not recoverable from variable names),
+ * the file and --set can.
+ */
+
+enum spw_config_type {
+    SPW_CONFIG_BOOL,   /* true|false|1|0|yes|no|on|off */
+    SPW_CONFIG_INT,    /* int64, full-consumption parse, within [min, max] */
+    SPW_CONFIG_DOUBLE, /* finite double within [min, max] */
+    SPW_CONFIG_STRING, /* any text (max = maximum length when > 0) */
+    SPW_CONFIG_ENUM,   /* one of `choices` ("a|b|c"); a choice "name:" takes a suffix, "ssp:4" */
+    SPW_CONFIG_DURATION_MS, /* "250ms", "5s", "2m", "1h" or plain milliseconds, within [min, max] */
+    SPW_CONFIG_PASSTHROUGH, /* name ends in ".*": any key under the prefix, as a string */
+};
+
+/* One row of a property table. Tables are static const arrays owned by their module. */
+struct spw_config_prop {
+    const char *name;        /* dotted, lower case: "pserver.memory.mb" */
+    enum spw_config_type type;
+    const char *def;         /* default as text (NULL: unset; required is checked by the role) */
+    double min, max;         /* range for INT, DOUBLE, DURATION_MS; max length for STRING */
+    const char *choices;     /* ENUM only: "none|inverse|exp:|drop:" */
+    const char *desc;        /* one sentence for --help, --dump-config and CONFIGURATION.md */
+};
+
+/* A set of values for one table. Not thread-safe while being set; read-only use from many
+ * threads after loading is safe. */
+typedef struct spw_config spw_config_t;
+
+/* Creates a configuration holding every default of props (which must outlive it). Returns NULL
+ * and fills errstr when a default fails its own validation (a bug in the table). */
+spw_config_t *spw_config_new(const struct spw_config_prop *props, size_t n_props, char *errstr,
+                             size_t errstr_size);
+
+/* Frees cfg and its strings. NULL is a no-op. */
+void spw_config_destroy(spw_config_t *cfg);
+
+/* Validates and sets one property. On error returns SPW_ERR_INVALID (malformed value, out of
+ * range) or SPW_ERR_NOT_FOUND (unknown key), writes a message naming the key and the allowed
+ * values into errstr, and leaves cfg unchanged. */
+spw_err_t spw_config_set(spw_config_t *cfg, const char *key, const char *value, char *errstr,
+                         size_t errstr_size);
+
+/* Applies a `key = value` file; the first bad line stops it with an error naming file:line. */
+spw_err_t spw_config_load_file(spw_config_t *cfg, const char *path, char *errstr,
+                               size_t errstr_size);
+
+/* Applies SPARROW_* variables from envp (NULL-terminated "NAME=value" strings, e.g. environ)
+ * that name a property of this table; others are ignored. */
+spw_err_t spw_config_load_env(spw_config_t *cfg, char *const *envp, char *errstr,
+                              size_t errstr_size);
+
+/* Applies the layers in precedence order: file (may be NULL) < envp (may be NULL) < sets (n
+ * "key=value" strings). */
+spw_err_t spw_config_load(spw_config_t *cfg, const char *file, char *const *envp,
+                          const char *const *sets, size_t n_sets, char *errstr,
+                          size_t errstr_size);
+
+/* Typed getters. The key must name a property of the matching type (asserted): a wrong key is a
+ * bug, not an input error. Strings are owned by cfg and valid until it changes. */
+bool spw_config_bool(const spw_config_t *cfg, const char *key);
+int64_t spw_config_int(const spw_config_t *cfg, const char *key);
+double spw_config_double(const spw_config_t *cfg, const char *key);
+const char *spw_config_str(const spw_config_t *cfg, const char *key); /* STRING, ENUM; NULL unset */
+int64_t spw_config_duration_ms(const spw_config_t *cfg, const char *key);
+
+/* Calls fn for every pass-through key under prefix ("kafka.") with the key less the prefix. Stops
+ * at and returns the first non-zero return of fn. */
+int spw_config_foreach_passthrough(const spw_config_t *cfg, const char *prefix,
+                                   int (*fn)(const char *key, const char *value, void *opaque),
+                                   void *opaque);
+
+/* Writes every effective value as `key = value` lines (a valid configuration file), each with
+ * its source (default, file, env, set) as a comment. */
+void spw_config_dump(const spw_config_t *cfg, FILE *out);
+
+/* Writes the table as a Markdown section (heading `title`) for docs/CONFIGURATION.md. */
+void spw_config_doc_markdown(const struct spw_config_prop *props, size_t n_props,
+                             const char *title, FILE *out);
+
+/* Writes the table as `--help` text (name, type, default, range, description). */
+void spw_config_doc_help(const struct spw_config_prop *props, size_t n_props, FILE *out);
+
+/* Parses a whole string as an int64 / finite double (no trailing garbage, no overflow).
+ * Returns SPW_OK or SPW_ERR_INVALID. */
+spw_err_t spw_parse_int64(const char *text, int64_t *out);
+spw_err_t spw_parse_double(const char *text, double *out);
+
+/* ---- command-line front end shared by every subcommand ---- */
+
+/* A flag that is shorthand for one property: {"--n", "gen.n"} makes `--n 5` and `--n=5` mean
+ * `--set gen.n=5`. */
+struct spw_cli_alias {
+    const char *flag;
+    const char *key;
+};
+
+struct spw_cli_result {
+    bool help;        /* --help or -h was given */
+    bool dump_config; /* --dump-config was given */
+};
+
+/*
+ * Loads cfg from argv[1..argc) and envp with the documented precedence. Understands
+ * `--config FILE`, `--set key=value` (repeatable), `--dump-config`, `--help`/`-h`, and the
+ * aliases (each `--flag value` or `--flag=value`). Later --set/aliases win over earlier ones.
+ * Anything else is an error naming the argument. Writes flags seen into *res.
+ */
+spw_err_t spw_cli_load(spw_config_t *cfg, int argc, char **argv,
+                       const struct spw_cli_alias *aliases, size_t n_aliases, char *const *envp,
+                       struct spw_cli_result *res, char *errstr, size_t errstr_size);
+
+#endif

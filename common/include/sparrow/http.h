@@ -1,0 +1,50 @@
+/* The HTTP endpoint every role starts: /metrics, /healthz, /readyz, plus routes a role adds. */
+#ifndef SPARROW_HTTP_H
+#define SPARROW_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparrow/err.h"
+#include "sparrow/metrics.h"
+
+typedef struct spw_http spw_http_t;
+
+/* A response a route handler fills. body is malloc'd and freed by the endpoint after sending. */
+struct spw_http_response {
+    int status;               /* HTTP status; 200 when left 0 */
+    const char *content_type; /* static string; "text/plain; charset=utf-8" when NULL */
+    char *body;               /* malloc'd; NULL for an empty body */
+    size_t body_len;
+};
+
+/* A route handler: method ("GET", "POST"), path (without query), request body (NULL when empty;
+ * at most the configured maximum), and the response to fill. Called from libmicrohttpd's
+ * internal threads: it must be thread-safe. */
+typedef void (*spw_http_handler_fn)(void *opaque, const char *method, const char *path,
+                                    const char *body, size_t body_len,
+                                    struct spw_http_response *resp);
+
+/* Starts an HTTP server on addr:port (addr "0.0.0.0" or "127.0.0.1"; port 0 picks a free port,
+ * see spw_http_port) serving /metrics from metrics (borrowed; must outlive the endpoint),
+ * /healthz (200 while the process runs) and /readyz (200 once spw_http_set_ready(true)).
+ * Bodies above max_body bytes get 413. Returns NULL and fills errstr on failure. */
+spw_http_t *spw_http_start(const char *addr, uint16_t port, spw_metrics_t *metrics,
+                           size_t max_body, char *errstr, size_t errstr_size);
+
+/* Adds a route: requests whose path starts with prefix go to fn. Call before traffic arrives
+ * (routes are read without a lock). At most 16 routes. */
+spw_err_t spw_http_route_add(spw_http_t *http, const char *prefix, spw_http_handler_fn fn,
+                             void *opaque);
+
+/* Sets readiness (and an optional reason shown by /readyz when not ready). Thread-safe. */
+void spw_http_set_ready(spw_http_t *http, bool ready, const char *reason);
+
+/* The bound port (useful after port 0). */
+uint16_t spw_http_port(const spw_http_t *http);
+
+/* Stops the server and frees it. NULL is a no-op. */
+void spw_http_stop(spw_http_t *http);
+
+#endif

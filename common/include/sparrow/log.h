@@ -1,0 +1,65 @@
+/* Logging: one line per event on stderr, `ts level role msg key=value ...`. */
+#ifndef SPARROW_LOG_H
+#define SPARROW_LOG_H
+
+#include <stdint.h>
+
+enum spw_log_level {
+    SPW_LOG_ERROR = 0,
+    SPW_LOG_WARN = 1,
+    SPW_LOG_INFO = 2,
+    SPW_LOG_DEBUG = 3,
+};
+
+/* The current threshold; messages above it are not formatted. Read without a lock: a level change
+ * reaches other threads on their next call. */
+extern volatile int spw_log_threshold;
+
+/* Sets the role printed on every line (copied, at most 31 bytes) and the threshold. Call from the
+ * main thread before other threads start. */
+void spw_log_init(const char *role, enum spw_log_level level);
+
+/* Parses "error|warn|info|debug" into *level. Returns 0 or SPW_ERR_INVALID. */
+int spw_log_level_parse(const char *text, enum spw_log_level *level);
+
+/* Writes one line: `2026-11-29T13:29:32.123Z INFO role msg key=value...`. kv_fmt formats the
+ * key=value part (may be NULL). The line is written with one write(2), so lines from several
+ * threads do not interleave. Thread-safe. Prefer the SPW_LOG_* macros, which check the level first. */
+void spw_log_write(enum spw_log_level level, const char *msg, const char *kv_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Per-call-site state of a rate-limited log statement. */
+struct spw_log_ratelimit {
+    uint64_t next_ns;    /* earliest time of the next line */
+    uint64_t suppressed; /* lines dropped since the last one written */
+};
+
+/* True when a rate-limited line may be written now (at most one per interval_ms per call site);
+ * *suppressed receives the count of lines dropped since the previous one. Thread-safe (a race can
+ * let two lines through, never more). */
+int spw_log_ratelimit_pass(struct spw_log_ratelimit *rl, uint64_t interval_ms,
+                           uint64_t *suppressed);
+
+#define SPW_LOG(level, msg, ...)                                                                   \
+    do {                                                                                           \
+        if ((int)(level) <= spw_log_threshold)                                                     \
+            spw_log_write((level), (msg), __VA_ARGS__);                                            \
+    } while (0)
+
+#define SPW_ERROR(msg, ...) SPW_LOG(SPW_LOG_ERROR, msg, __VA_ARGS__)
+#define SPW_WARN(msg, ...)  SPW_LOG(SPW_LOG_WARN, msg, __VA_ARGS__)
+#define SPW_INFO(msg, ...)  SPW_LOG(SPW_LOG_INFO, msg, __VA_ARGS__)
+#define SPW_DEBUG(msg, ...) SPW_LOG(SPW_LOG_DEBUG, msg, __VA_ARGS__)
+
+/* Logs at most once per interval_ms from this call site; the line carries suppressed=N. */
+#define SPW_LOG_RATELIMITED(level, interval_ms, msg, kv_fmt, ...)                                  \
+    do {                                                                                           \
+        static struct spw_log_ratelimit spw__rl;                                                   \
+        uint64_t spw__sup;                                                                         \
+        if ((int)(level) <= spw_log_threshold &&                                                   \
+            spw_log_ratelimit_pass(&spw__rl, (interval_ms), &spw__sup))                            \
+            spw_log_write((level), (msg), kv_fmt " suppressed=%llu", __VA_ARGS__,                  \
+                          (unsigned long long)spw__sup);                                           \
+    } while (0)
+
+#endif

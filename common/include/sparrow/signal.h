@@ -1,0 +1,21 @@
+/* SIGTERM/SIGINT handling: a flag that long-running loops observe. */
+#ifndef SPARROW_SIGNAL_H
+#define SPARROW_SIGNAL_H
+
+#include <stdbool.h>
+
+/* Installs handlers for SIGTERM and SIGINT that set the stop flag, and ignores SIGPIPE.
+ * Call once from the main thread before starting other threads. */
+void spw_signal_install(void);
+
+/* True once SIGTERM or SIGINT arrived or spw_signal_request_stop() was called. Thread-safe,
+ * async-signal-safe. */
+bool spw_signal_stop_requested(void);
+
+/* Sets the stop flag as a signal would (tests, fatal errors in one thread). Thread-safe. */
+void spw_signal_request_stop(void);
+
+/* Clears the stop flag (tests only). */
+void spw_signal_reset(void);
+
+#endif

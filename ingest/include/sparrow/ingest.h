@@ -1,0 +1,130 @@
+/* Ingest: parsers for the raw event formats, validation against named limits, and a reader that
+ * streams examples from a file with every bad record reported by position and reason. */
+#ifndef SPARROW_INGEST_H
+#define SPARROW_INGEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparrow/arena.h"
+#include "sparrow/err.h"
+#include "sparrow/sparrow.pb-c.h"
+
+enum spw_format {
+    SPW_FORMAT_PB,     /* length-delimited sparrow.Example */
+    SPW_FORMAT_JSON,   /* JSON lines (DESIGN.md §2) */
+    SPW_FORMAT_CRITEO, /* label \t I1..I13 \t C1..C26 */
+};
+
+/* "pb" | "json" | "criteo" -> format. SPW_ERR_INVALID for anything else. */
+spw_err_t spw_format_parse(const char *name, enum spw_format *out);
+const char *spw_format_name(enum spw_format format);
+
+/* Why a record was refused; each has a name for dead-letter headers and metric labels. */
+enum spw_reject_reason {
+    SPW_REJECT_NONE = 0,
+    SPW_REJECT_UNDECODABLE,     /* not valid pb / JSON / TSV */
+    SPW_REJECT_BAD_LABEL,       /* missing, non-finite or outside [0,1] (when binary) */
+    SPW_REJECT_TOO_MANY_FEATURES,
+    SPW_REJECT_BAD_FIELD,       /* field id above the limit, unknown name with a strict schema */
+    SPW_REJECT_NONFINITE_WEIGHT,
+    SPW_REJECT_OVERSIZED,       /* record above max_record_bytes */
+    SPW_REJECT__COUNT
+};
+
+/* "undecodable", "bad_label", "too_many_features", "bad_field", "nonfinite_weight", "oversized". */
+const char *spw_reject_reason_name(enum spw_reject_reason reason);
+
+/* Named limits every parser enforces. */
+struct spw_ingest_limits {
+    uint32_t max_features;    /* features per example */
+    uint32_t max_field_id;    /* largest accepted field id (<= SPW_FIELD_ID_MAX) */
+    size_t max_record_bytes;  /* one line or one pb record */
+    bool binary_label;        /* labels must be 0 or 1 (else any finite float) */
+};
+
+/* max_features 4096, max_field_id SPW_FIELD_ID_MAX, max_record_bytes 1 MiB, binary labels. */
+void spw_ingest_limits_default(struct spw_ingest_limits *limits);
+
+/* Field names -> ids for JSON input. Without a schema (NULL), spw_hash_field_name() maps names.
+ * Opaque; read-only after loading, so safe to share between threads. */
+typedef struct spw_schema spw_schema_t;
+
+/* Loads `name = id` lines (`#` comments). strict: names absent from the file are rejected
+ * (SPW_REJECT_BAD_FIELD) instead of hashed. NULL with errstr (naming file:line) on error. */
+spw_schema_t *spw_schema_load(const char *path, bool strict, char *errstr, size_t errstr_size);
+void spw_schema_destroy(spw_schema_t *schema);
+
+/* Result of parsing one record. */
+struct spw_parse_error {
+    enum spw_reject_reason reason;
+    char message[160];        /* human-readable detail: "feature \"hour\": weight is NaN" */
+};
+
+/*
+ * Parsers. Each parses one record into an Example allocated from arena (valid until reset),
+ * validates it against limits (spw_ingest_validate), and returns SPW_OK, or SPW_ERR_INVALID with
+ * err filled. They never read past len and accept input that is not NUL-terminated.
+ *
+ * Keys are spw_hash_key(field, raw value bytes). JSON: the value's text for strings, the number's
+ * literal text for numbers (so "13" and 13 give one key); the optional "weight" object gives
+ * per-feature weights; "id" and "ts" are optional; "oracle_p" is accepted. Criteo: integer
+ * columns I1..I13 are bucketed with spw_hash_criteo_bucket and hashed as the bucket's decimal
+ * text; categorical columns hashed as their text; empty values skipped; field ids are
+ * spw_hash_field_name("I1".."I13", "C1".."C26").
+ */
+spw_err_t spw_parse_json_line(const char *line, size_t len, const spw_schema_t *schema,
+                              const struct spw_ingest_limits *limits, spw_arena_t *arena,
+                              Sparrow__Example **out, struct spw_parse_error *err);
+spw_err_t spw_parse_criteo_line(const char *line, size_t len,
+                                const struct spw_ingest_limits *limits, spw_arena_t *arena,
+                                Sparrow__Example **out, struct spw_parse_error *err);
+/* One pb Example's bytes (without the length prefix). */
+spw_err_t spw_parse_pb_example(const void *data, size_t len,
+                               const struct spw_ingest_limits *limits, spw_arena_t *arena,
+                               Sparrow__Example **out, struct spw_parse_error *err);
+
+/* Checks a decoded Example against limits: label, feature count, field ids, finite weights,
+ * consistent array lengths. SPW_OK or SPW_ERR_INVALID with err filled. */
+spw_err_t spw_ingest_validate(const Sparrow__Example *ex, const struct spw_ingest_limits *limits,
+                              struct spw_parse_error *err);
+
+/* The field id the Criteo reader gives column col (0 = I1 .. 12 = I13, 13 = C1 .. 38 = C26). */
+uint32_t spw_criteo_field_id(unsigned col);
+
+/* A file reader over one of the formats. Owned by one thread. */
+typedef struct spw_reader spw_reader_t;
+
+/* Opens path ("-" for stdin) in format. schema may be NULL (borrowed; must outlive the reader).
+ * NULL with errstr on failure. */
+spw_reader_t *spw_reader_open(const char *path, enum spw_format format,
+                              const struct spw_ingest_limits *limits, const spw_schema_t *schema,
+                              char *errstr, size_t errstr_size);
+
+/* Closes the file and frees the reader. NULL is a no-op. */
+void spw_reader_close(spw_reader_t *reader);
+
+/*
+ * Reads the next record into an Example from arena. Returns SPW_OK, SPW_ERR_EOF at the end, or
+ * SPW_ERR_INVALID for a bad record: err says why and spw_reader_position() where (the caller
+ * logs or dead-letters it and calls again: the reader has moved past the record). SPW_ERR_TOO_BIG
+ * for a pb length prefix beyond the limit, after which a pb stream cannot continue (the next call
+ * returns SPW_ERR_EOF); an oversized text line is skipped and reported as SPW_ERR_INVALID with
+ * reason OVERSIZED. SPW_ERR_IO on a read error.
+ */
+spw_err_t spw_reader_next(spw_reader_t *reader, spw_arena_t *arena, Sparrow__Example **out,
+                          struct spw_parse_error *err);
+
+/* Where the last record started: "line 12" for text formats, "record 7 at byte 1234" for pb.
+ * Owned by the reader; valid until the next call. */
+const char *spw_reader_position(const spw_reader_t *reader);
+
+/* Raw bytes of the last record (for dead-letter routing). Valid until the next call. */
+const void *spw_reader_raw(const spw_reader_t *reader, size_t *len);
+
+/* Records read, bad records seen. */
+uint64_t spw_reader_records(const spw_reader_t *reader);
+uint64_t spw_reader_rejected(const spw_reader_t *reader);
+
+#endif

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian package that Sparrow's build, tests, fuzzers and benchmarks need.
+# Idempotent: packages already present are left as they are; apt-get only.
+set -euo pipefail
+
+packages=(
+    build-essential cmake make pkg-config git
+    clang llvm libclang-rt-14-dev clang-format clang-tidy
+    librdkafka-dev librocksdb-dev
+    libprotobuf-c-dev protobuf-c-compiler
+    libcmocka-dev libzmq3-dev libmicrohttpd-dev
+    libxxhash-dev libjson-c-dev
+    kcat prometheus
+    gnuplot-nox time procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages present"
+    exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

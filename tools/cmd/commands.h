@@ -1,0 +1,21 @@
+/* The subcommands of the `sparrow` executable. Each role's main lives in its module's cmd/ file. */
+#ifndef SPARROW_TOOLS_COMMANDS_H
+#define SPARROW_TOOLS_COMMANDS_H
+
+#include <stddef.h>
+
+#include "sparrow/config.h"
+
+struct spw_command {
+    const char *name;
+    const char *summary;
+    /* argv[0] is the command's name; returns the process exit code. */
+    int (*main)(int argc, char **argv);
+    /* The command's property table (documented in docs/CONFIGURATION.md); NULL when none. */
+    const struct spw_config_prop *props;
+    const size_t *n_props;
+};
+
+int spw_gen_main(int argc, char **argv);
+
+#endif
