@@ -1,0 +1,458 @@
+/* The HTTP endpoint (libmicrohttpd): /metrics, /healthz, /readyz and the routes a role adds. */
+#include "sparrow/http.h"
+#include "sparrow/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+/*
+ * Threads: libmicrohttpd runs one listening thread and one thread per connection
+ * (MHD_USE_THREAD_PER_CONNECTION, poll() rather than select() so that descriptors above
+ * FD_SETSIZE work). The connection limit bounds the threads, the per-connection timeout frees
+ * threads that idle clients hold, and the memory limit bounds the request line and headers;
+ * libmicrohttpd answers malformed requests itself (400, 413 for huge headers, ...).
+ *
+ * Bodies: libmicrohttpd hands the body to the access handler in pieces; a route's body is
+ * collected into one buffer of at most max_body bytes. A declared Content-Length above max_body
+ * gets 413 before any of the body is read; a chunked body that grows past max_body is discarded
+ * as it arrives (never buffered) and answered 413 at its end, or the connection is closed when
+ * the client keeps sending far beyond the limit.
+ */
+
+#define HTTP_MAX_ROUTES      16
+#define HTTP_MAX_PREFIX      128
+#define HTTP_CONN_LIMIT      64          /* concurrent connections (each one a thread) */
+#define HTTP_CONN_TIMEOUT_S  10          /* idle seconds before a connection is closed */
+#define HTTP_CONN_MEMORY     (32 * 1024) /* request line + headers + read buffer per connection */
+#define HTTP_DISCARD_SLACK   (1u << 20) /* bytes of an oversized chunked body read before closing */
+#define HTTP_READY_REASON    256
+#define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+#define TEXT_CONTENT_TYPE    "text/plain; charset=utf-8"
+
+struct route {
+    char prefix[HTTP_MAX_PREFIX];
+    size_t prefix_len;
+    spw_http_handler_fn fn;
+    void *opaque;
+};
+
+struct spw_http {
+    struct MHD_Daemon *daemon;
+    spw_metrics_t *metrics; /* borrowed */
+    size_t max_body;
+    uint16_t port;
+
+    /* Slots [0, n_routes) are immutable once published by the release store of n_routes. */
+    struct route routes[HTTP_MAX_ROUTES];
+    _Atomic size_t n_routes;
+
+    pthread_mutex_t ready_lock; /* guards ready_reason */
+    _Atomic bool ready;
+    char ready_reason[HTTP_READY_REASON];
+};
+
+enum target {
+    TARGET_METRICS,
+    TARGET_HEALTHZ,
+    TARGET_READYZ,
+    TARGET_ROUTE,
+};
+
+/* Per-request state (MHD's con_cls), freed by on_completed. */
+struct request {
+    enum target target;
+    const struct route *route;
+    bool responded; /* a response is queued; ignore whatever still arrives */
+    bool too_big;   /* the body passed max_body: discarding the rest */
+    size_t discarded;
+    char *body;
+    size_t len;
+    size_t cap;
+};
+
+/* ---- responses ------------------------------------------------------------------------------- */
+
+/* Queues status with body and content type. mode: PERSISTENT for static text, MUST_COPY for a
+ * stack buffer, MUST_FREE to hand a malloc'd body over (freed here when that fails). */
+static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *ctype,
+                               char *body, size_t len, enum MHD_ResponseMemoryMode mode,
+                               const char *allow)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, mode);
+    if (!resp) {
+        if (mode == MHD_RESPMEM_MUST_FREE)
+            free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype ? ctype : TEXT_CONTENT_TYPE);
+    if (allow)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    enum MHD_Result ret = MHD_queue_response(conn, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result respond_text(struct request *req, struct MHD_Connection *conn,
+                                    unsigned status, const char *text, const char *allow)
+{
+    req->responded = true;
+    return respond(conn, status, TEXT_CONTENT_TYPE, (char *)text, strlen(text),
+                   MHD_RESPMEM_PERSISTENT, allow);
+}
+
+static enum MHD_Result serve_metrics(struct spw_http *http, struct MHD_Connection *conn)
+{
+    size_t len = 0;
+    char *body = NULL;
+    if (http->metrics) {
+        body = spw_metrics_render(http->metrics, &len);
+        if (!body)
+            return respond(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, TEXT_CONTENT_TYPE,
+                           (char *)"out of memory\n", 14, MHD_RESPMEM_PERSISTENT, NULL);
+    }
+    if (!body) /* no registry: an empty exposition */
+        return respond(conn, MHD_HTTP_OK, METRICS_CONTENT_TYPE, (char *)"", 0,
+                       MHD_RESPMEM_PERSISTENT, NULL);
+    return respond(conn, MHD_HTTP_OK, METRICS_CONTENT_TYPE, body, len, MHD_RESPMEM_MUST_FREE, NULL);
+}
+
+static enum MHD_Result serve_readyz(struct spw_http *http, struct MHD_Connection *conn)
+{
+    char text[HTTP_READY_REASON + 16];
+    unsigned status;
+    pthread_mutex_lock(&http->ready_lock);
+    if (atomic_load(&http->ready)) {
+        status = MHD_HTTP_OK;
+        snprintf(text, sizeof(text), "ready\n");
+    } else {
+        status = MHD_HTTP_SERVICE_UNAVAILABLE;
+        snprintf(text, sizeof(text), "%s\n",
+                 http->ready_reason[0] ? http->ready_reason : "not ready");
+    }
+    pthread_mutex_unlock(&http->ready_lock);
+    return respond(conn, status, TEXT_CONTENT_TYPE, text, strlen(text), MHD_RESPMEM_MUST_COPY,
+                   NULL);
+}
+
+static enum MHD_Result serve_route(struct request *req, struct MHD_Connection *conn,
+                                   const char *method, const char *url)
+{
+    struct spw_http_response resp = {0};
+    req->route->fn(req->route->opaque, method, url, req->len ? req->body : NULL, req->len, &resp);
+    int status = resp.status ? resp.status : MHD_HTTP_OK;
+    if (status < 100 || status > 599) {
+        SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 10000, "http: handler returned an invalid status",
+                            "path=%s status=%d", req->route->prefix, status);
+        free(resp.body);
+        return respond(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, TEXT_CONTENT_TYPE,
+                       (char *)"internal error\n", 15, MHD_RESPMEM_PERSISTENT, NULL);
+    }
+    if (!resp.body || resp.body_len == 0) {
+        free(resp.body); /* whether libmicrohttpd frees an empty MUST_FREE buffer is unclear */
+        return respond(conn, (unsigned)status, resp.content_type, (char *)"", 0,
+                       MHD_RESPMEM_PERSISTENT, NULL);
+    }
+    return respond(conn, (unsigned)status, resp.content_type, resp.body, resp.body_len,
+                   MHD_RESPMEM_MUST_FREE, NULL);
+}
+
+/* ---- request handling ------------------------------------------------------------------------ */
+
+/* The route with the longest prefix of path, or NULL. */
+static const struct route *route_find(struct spw_http *http, const char *path)
+{
+    size_t n = atomic_load_explicit(&http->n_routes, memory_order_acquire);
+    const struct route *best = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const struct route *r = &http->routes[i];
+        if (strncmp(path, r->prefix, r->prefix_len) == 0 &&
+            (!best || r->prefix_len > best->prefix_len))
+            best = r;
+    }
+    return best;
+}
+
+/* Strict decimal parse of a Content-Length value; false when it is not one. */
+static bool parse_length(const char *text, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (!text || !*text)
+        return false;
+    for (const char *p = text; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        if (v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* Decides what a new request gets; queues the answer at once for errors found from the headers. */
+static enum MHD_Result on_headers(struct spw_http *http, struct request *req,
+                                  struct MHD_Connection *conn, const char *url, const char *method)
+{
+    static const struct {
+        const char *path;
+        enum target target;
+    } builtins[] = {
+        {"/metrics", TARGET_METRICS},
+        {"/healthz", TARGET_HEALTHZ},
+        {"/readyz", TARGET_READYZ},
+    };
+    bool builtin = false;
+    for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++) {
+        if (strcmp(url, builtins[i].path) == 0) {
+            req->target = builtins[i].target;
+            builtin = true;
+            break;
+        }
+    }
+    if (builtin) {
+        if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+            return respond_text(req, conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n",
+                                "GET, HEAD");
+    } else {
+        req->route = route_find(http, url);
+        if (!req->route)
+            return respond_text(req, conn, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
+        req->target = TARGET_ROUTE;
+    }
+
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    uint64_t declared;
+    if (cl && parse_length(cl, &declared) && declared > http->max_body)
+        return respond_text(req, conn, MHD_HTTP_CONTENT_TOO_LARGE, "body too large\n", NULL);
+    return MHD_YES;
+}
+
+/* Takes one piece of the body: kept for routes while within max_body, else counted and dropped. */
+static enum MHD_Result on_body(struct spw_http *http, struct request *req, const char *data,
+                               size_t size)
+{
+    if (!req->too_big && size > http->max_body - req->len) {
+        req->too_big = true;
+        free(req->body);
+        req->body = NULL;
+        req->len = req->cap = 0;
+    }
+    if (req->too_big) {
+        req->discarded += size;
+        size_t slack = http->max_body > HTTP_DISCARD_SLACK ? http->max_body : HTTP_DISCARD_SLACK;
+        return req->discarded > slack ? MHD_NO : MHD_YES;
+    }
+    if (req->target != TARGET_ROUTE) {
+        req->len += size; /* built-ins ignore bodies; count them against the limit only */
+        return MHD_YES;
+    }
+    if (req->len + size + 1 > req->cap) {
+        size_t cap = req->cap ? req->cap : 1024;
+        while (cap < req->len + size + 1)
+            cap *= 2;
+        if (cap > http->max_body + 1)
+            cap = http->max_body + 1;
+        char *body = realloc(req->body, cap);
+        if (!body)
+            return MHD_NO;
+        req->body = body;
+        req->cap = cap;
+    }
+    memcpy(req->body + req->len, data, size);
+    req->len += size;
+    req->body[req->len] = '\0'; /* handlers may treat a text body as a string */
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    struct spw_http *http = cls;
+    struct request *req = *con_cls;
+    (void)version;
+
+    if (!req) {
+        req = calloc(1, sizeof(*req));
+        if (!req)
+            return MHD_NO;
+        *con_cls = req;
+        return on_headers(http, req, conn, url, method);
+    }
+    if (*upload_data_size > 0) {
+        size_t size = *upload_data_size;
+        *upload_data_size = 0;
+        if (req->responded)
+            return MHD_YES;
+        return on_body(http, req, upload_data, size);
+    }
+    if (req->responded)
+        return MHD_YES;
+    req->responded = true;
+    if (req->too_big)
+        return respond(conn, MHD_HTTP_CONTENT_TOO_LARGE, TEXT_CONTENT_TYPE,
+                       (char *)"body too large\n", 15, MHD_RESPMEM_PERSISTENT, NULL);
+    switch (req->target) {
+    case TARGET_METRICS:
+        return serve_metrics(http, conn);
+    case TARGET_HEALTHZ:
+        return respond(conn, MHD_HTTP_OK, TEXT_CONTENT_TYPE, (char *)"ok\n", 3,
+                       MHD_RESPMEM_PERSISTENT, NULL);
+    case TARGET_READYZ:
+        return serve_readyz(http, conn);
+    case TARGET_ROUTE:
+        return serve_route(req, conn, method, url);
+    }
+    return MHD_NO;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct request *req = *con_cls;
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (req) {
+        free(req->body);
+        free(req);
+        *con_cls = NULL;
+    }
+}
+
+/* libmicrohttpd's error log, routed to ours (rate-limited: clients can provoke it). */
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char text[512];
+    (void)cls;
+    vsnprintf(text, sizeof(text), fmt, ap);
+    size_t n = strlen(text);
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+        text[--n] = '\0';
+    SPW_LOG_RATELIMITED(SPW_LOG_WARN, 10000, "http: libmicrohttpd", "detail=\"%s\"", text);
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------- */
+
+spw_http_t *spw_http_start(const char *addr, uint16_t port, spw_metrics_t *metrics, size_t max_body,
+                           char *errstr, size_t errstr_size)
+{
+    struct sockaddr_in sin;
+    struct sockaddr_in6 sin6;
+    struct sockaddr *sa;
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                         MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+
+    memset(&sin, 0, sizeof(sin));
+    memset(&sin6, 0, sizeof(sin6));
+    if (inet_pton(AF_INET, addr, &sin.sin_addr) == 1) {
+        sin.sin_family = AF_INET;
+        sin.sin_port = htons(port);
+        sa = (struct sockaddr *)&sin;
+    } else if (inet_pton(AF_INET6, addr, &sin6.sin6_addr) == 1) {
+        sin6.sin6_family = AF_INET6;
+        sin6.sin6_port = htons(port);
+        sa = (struct sockaddr *)&sin6;
+        flags |= MHD_USE_IPv6;
+    } else {
+        snprintf(errstr, errstr_size, "http: invalid listen address \"%s\"", addr);
+        return NULL;
+    }
+
+    struct spw_http *http = calloc(1, sizeof(*http));
+    if (!http) {
+        snprintf(errstr, errstr_size, "http: out of memory");
+        return NULL;
+    }
+    http->metrics = metrics;
+    http->max_body = max_body;
+    atomic_init(&http->n_routes, 0);
+    atomic_init(&http->ready, false);
+    if (pthread_mutex_init(&http->ready_lock, NULL) != 0) {
+        snprintf(errstr, errstr_size, "http: cannot create a mutex");
+        goto out_free_http;
+    }
+
+    errno = 0;
+    /* clang-format off */
+    http->daemon = MHD_start_daemon(
+        flags, port, NULL, NULL, on_request, http,
+        /* first, so that every message of the daemon goes through it */
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, http,
+        MHD_OPTION_SOCK_ADDR, sa,
+        /* RFC 7230 strictness: e.g. HTTP/1.1 without Host gets 400 */
+        MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_CONN_LIMIT,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_CONN_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, http,
+        MHD_OPTION_END);
+    /* clang-format on */
+    if (!http->daemon) {
+        int err = errno;
+        snprintf(errstr, errstr_size, "http: cannot listen on %s:%u: %s", addr, (unsigned)port,
+                 err ? strerror(err) : "libmicrohttpd failed to start");
+        goto out_destroy_lock;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(http->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    http->port = info && info->port ? info->port : port;
+    return http;
+
+out_destroy_lock:
+    pthread_mutex_destroy(&http->ready_lock);
+out_free_http:
+    free(http);
+    return NULL;
+}
+
+/* Safe against requests being served (a slot is filled before n_routes publishes it), not against
+ * another spw_http_route_add running at the same time. */
+spw_err_t spw_http_route_add(spw_http_t *http, const char *prefix, spw_http_handler_fn fn,
+                             void *opaque)
+{
+    size_t len = strlen(prefix);
+    if (len == 0 || len >= HTTP_MAX_PREFIX || prefix[0] != '/' || !fn)
+        return SPW_ERR_INVALID;
+    size_t n = atomic_load_explicit(&http->n_routes, memory_order_relaxed);
+    if (n >= HTTP_MAX_ROUTES)
+        return SPW_ERR_TOO_BIG;
+    struct route *r = &http->routes[n];
+    memcpy(r->prefix, prefix, len + 1);
+    r->prefix_len = len;
+    r->fn = fn;
+    r->opaque = opaque;
+    atomic_store_explicit(&http->n_routes, n + 1, memory_order_release);
+    return SPW_OK;
+}
+
+void spw_http_set_ready(spw_http_t *http, bool ready, const char *reason)
+{
+    pthread_mutex_lock(&http->ready_lock);
+    snprintf(http->ready_reason, sizeof(http->ready_reason), "%s", reason ? reason : "");
+    atomic_store(&http->ready, ready);
+    pthread_mutex_unlock(&http->ready_lock);
+}
+
+uint16_t spw_http_port(const spw_http_t *http)
+{
+    return http->port;
+}
+
+void spw_http_stop(spw_http_t *http)
+{
+    if (!http)
+        return;
+    MHD_stop_daemon(http->daemon);
+    pthread_mutex_destroy(&http->ready_lock);
+    free(http);
+}
