@@ -19,7 +19,21 @@
  * under it is accepted as a string and handed on unchanged (to librdkafka, RocksDB, ...); the
  * environment cannot set pass-through keys (their names are not recoverable from variable names),
  * the file and --set can.
+ *
+ * Every layer trims spaces and tabs around keys and values, and rejects values that hold control
+ * characters other than tab (so that --dump-config always writes a file that loads back). In a
+ * file, a line whose first non-blank character is '#' is a comment; '#' inside a value is kept,
+ * and values are taken literally (no quotes, no escapes). The layering functions below apply in
+ * the order they are called; spw_config_load and spw_cli_load call them in precedence order.
+ * Each of them either applies all of its input or, on error, leaves cfg unchanged.
  */
+
+/* Limits on configuration input (files, environment and arguments all come from outside). */
+#define SPW_CONFIG_KEY_MAX         255     /* bytes in a key */
+#define SPW_CONFIG_VALUE_MAX       16384   /* bytes in a value */
+#define SPW_CONFIG_LINE_MAX        32768   /* bytes in one line of a file */
+#define SPW_CONFIG_FILE_MAX        1048576 /* bytes in a configuration file (1 MiB) */
+#define SPW_CONFIG_PASSTHROUGH_MAX 1024    /* distinct pass-through keys */
 
 enum spw_config_type {
     SPW_CONFIG_BOOL,   /* true|false|1|0|yes|no|on|off */
@@ -59,9 +73,16 @@ void spw_config_destroy(spw_config_t *cfg);
 spw_err_t spw_config_set(spw_config_t *cfg, const char *key, const char *value, char *errstr,
                          size_t errstr_size);
 
-/* Applies a `key = value` file; the first bad line stops it with an error naming file:line. */
+/* Applies a `key = value` file; the first bad line stops it with an error naming file:line.
+ * Files larger than SPW_CONFIG_FILE_MAX or with lines longer than SPW_CONFIG_LINE_MAX are
+ * refused (SPW_ERR_TOO_BIG); a file that cannot be read gives SPW_ERR_NOT_FOUND or SPW_ERR_IO. */
 spw_err_t spw_config_load_file(spw_config_t *cfg, const char *path, char *errstr,
                                size_t errstr_size);
+
+/* Like spw_config_load_file for len bytes of file text at data (not NUL-terminated), which need
+ * not outlive the call; name is used in messages ("name:line: ..."). */
+spw_err_t spw_config_load_buffer(spw_config_t *cfg, const char *name, const void *data, size_t len,
+                                 char *errstr, size_t errstr_size);
 
 /* Applies SPARROW_* variables from envp (NULL-terminated "NAME=value" strings, e.g. environ)
  * that name a property of this table; others are ignored. */
@@ -82,6 +103,10 @@ double spw_config_double(const spw_config_t *cfg, const char *key);
 const char *spw_config_str(const spw_config_t *cfg, const char *key); /* STRING, ENUM; NULL unset */
 int64_t spw_config_duration_ms(const spw_config_t *cfg, const char *key);
 
+/* True when the property key (any type but pass-through; asserted) has a value: a non-NULL
+ * default or one set by a layer. The typed getters return 0/false for unset numbers. */
+bool spw_config_is_set(const spw_config_t *cfg, const char *key);
+
 /* Calls fn for every pass-through key under prefix ("kafka.") with the key less the prefix. Stops
  * at and returns the first non-zero return of fn. */
 int spw_config_foreach_passthrough(const spw_config_t *cfg, const char *prefix,
@@ -92,11 +117,13 @@ int spw_config_foreach_passthrough(const spw_config_t *cfg, const char *prefix,
  * its source (default, file, env, set) as a comment. */
 void spw_config_dump(const spw_config_t *cfg, FILE *out);
 
-/* Writes the table as a Markdown section (heading `title`) for docs/CONFIGURATION.md. */
+/* Writes the table as a Markdown section (heading `title`) for docs/CONFIGURATION.md: a table
+ * of property, type, default, range or choices, environment variable and description. */
 void spw_config_doc_markdown(const struct spw_config_prop *props, size_t n_props,
                              const char *title, FILE *out);
 
-/* Writes the table as `--help` text (name, type, default, range, description). */
+/* Writes the table as `--help` text (name, type, default, range, description): one aligned line
+ * per property followed by its description, indented and wrapped at 100 columns. */
 void spw_config_doc_help(const struct spw_config_prop *props, size_t n_props, FILE *out);
 
 /* Parses a whole string as an int64 / finite double (no trailing garbage, no overflow).
@@ -123,6 +150,9 @@ struct spw_cli_result {
  * `--config FILE`, `--set key=value` (repeatable), `--dump-config`, `--help`/`-h`, and the
  * aliases (each `--flag value` or `--flag=value`). Later --set/aliases win over earlier ones.
  * Anything else is an error naming the argument. Writes flags seen into *res.
+ * --help/-h stops at once: SPW_OK with res->help set and cfg unchanged (help works even when the
+ * file or environment is broken). --config may appear once. A flag whose value is missing (last
+ * argument, or the next argument starts with "--") is an error. On error cfg is unchanged.
  */
 spw_err_t spw_cli_load(spw_config_t *cfg, int argc, char **argv,
                        const struct spw_cli_alias *aliases, size_t n_aliases, char *const *envp,
