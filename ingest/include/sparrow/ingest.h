@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "sparrow/arena.h"
 #include "sparrow/err.h"
@@ -56,6 +57,11 @@ typedef struct spw_schema spw_schema_t;
 spw_schema_t *spw_schema_load(const char *path, bool strict, char *errstr, size_t errstr_size);
 void spw_schema_destroy(spw_schema_t *schema);
 
+/* The field id of name (len bytes) under schema: the schema's id, else (schema NULL or not strict)
+ * spw_hash_field_name(). SPW_ERR_NOT_FOUND when a strict schema lacks the name. Thread-safe. */
+spw_err_t spw_schema_field_id(const spw_schema_t *schema, const char *name, size_t len,
+                              uint32_t *id);
+
 /* Result of parsing one record. */
 struct spw_parse_error {
     enum spw_reject_reason reason;
@@ -65,11 +71,15 @@ struct spw_parse_error {
 /*
  * Parsers. Each parses one record into an Example allocated from arena (valid until reset),
  * validates it against limits (spw_ingest_validate), and returns SPW_OK, or SPW_ERR_INVALID with
- * err filled. They never read past len and accept input that is not NUL-terminated.
+ * err filled (*out NULL), or SPW_ERR_NOMEM when the arena's budget runs out. They never read past
+ * len and accept input that is not NUL-terminated. Thread-safe given distinct arenas.
  *
  * Keys are spw_hash_key(field, raw value bytes). JSON: the value's text for strings, the number's
  * literal text for numbers (so "13" and 13 give one key); the optional "weight" object gives
- * per-feature weights; "id" and "ts" are optional; "oracle_p" is accepted. Criteo: integer
+ * per-feature weights; "id" and "ts" are optional; "oracle_p" is accepted. Also (parse_json.c
+ * has the full table): a bool value is hashed as "true"/"false", null adds no feature, an array
+ * adds one feature per element; integers are re-printed in decimal (so -0 is hashed as "0");
+ * a weight for a name absent from "features" is BAD_FIELD. Criteo: integer
  * columns I1..I13 are bucketed with spw_hash_criteo_bucket and hashed as the bucket's decimal
  * text; categorical columns hashed as their text; empty values skipped; field ids are
  * spw_hash_field_name("I1".."I13", "C1".."C26").
@@ -102,6 +112,14 @@ spw_reader_t *spw_reader_open(const char *path, enum spw_format format,
                               const struct spw_ingest_limits *limits, const spw_schema_t *schema,
                               char *errstr, size_t errstr_size);
 
+/* Like spw_reader_open over an open stream (borrowed: the reader never closes it; it must outlive
+ * the reader). Reads with fread, so a slow pipe delivers records a buffer at a time; prefer
+ * spw_reader_open for files and stdin (read(2): records arrive as soon as they are written). */
+spw_reader_t *spw_reader_open_stream(FILE *stream, enum spw_format format,
+                                     const struct spw_ingest_limits *limits,
+                                     const spw_schema_t *schema, char *errstr,
+                                     size_t errstr_size);
+
 /* Closes the file and frees the reader. NULL is a no-op. */
 void spw_reader_close(spw_reader_t *reader);
 
@@ -110,8 +128,11 @@ void spw_reader_close(spw_reader_t *reader);
  * SPW_ERR_INVALID for a bad record: err says why and spw_reader_position() where (the caller
  * logs or dead-letters it and calls again: the reader has moved past the record). SPW_ERR_TOO_BIG
  * for a pb length prefix beyond the limit, after which a pb stream cannot continue (the next call
- * returns SPW_ERR_EOF); an oversized text line is skipped and reported as SPW_ERR_INVALID with
- * reason OVERSIZED. SPW_ERR_IO on a read error.
+ * returns SPW_ERR_EOF); a malformed or truncated prefix and a truncated last record are
+ * SPW_ERR_INVALID (UNDECODABLE) and likewise end the stream. An oversized text line is skipped
+ * (never buffered whole) and reported as SPW_ERR_INVALID with reason OVERSIZED. Empty lines are
+ * skipped and are not records. SPW_ERR_IO on a read error (sticky); SPW_ERR_NOMEM when the arena
+ * or the record buffer cannot grow. The reader's buffer is bounded by max_record_bytes.
  */
 spw_err_t spw_reader_next(spw_reader_t *reader, spw_arena_t *arena, Sparrow__Example **out,
                           struct spw_parse_error *err);
@@ -120,10 +141,12 @@ spw_err_t spw_reader_next(spw_reader_t *reader, spw_arena_t *arena, Sparrow__Exa
  * Owned by the reader; valid until the next call. */
 const char *spw_reader_position(const spw_reader_t *reader);
 
-/* Raw bytes of the last record (for dead-letter routing). Valid until the next call. */
+/* Raw bytes of the last record (for dead-letter routing): the line without its newline, or the
+ * pb message without its prefix. Empty (NULL, 0) for an oversized record, which is not kept, and
+ * after SPW_ERR_EOF. Valid until the next call. */
 const void *spw_reader_raw(const spw_reader_t *reader, size_t *len);
 
-/* Records read, bad records seen. */
+/* Records read (good and bad; blank lines are not records), and of them the bad ones. */
 uint64_t spw_reader_records(const spw_reader_t *reader);
 uint64_t spw_reader_rejected(const spw_reader_t *reader);
 

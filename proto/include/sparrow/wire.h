@@ -18,11 +18,28 @@
  *   the message's own consistency (SPW_ERR_INVALID): block lengths are multiples of their element
  *   size and agree with each other, Example's weights are empty or as many as its keys, fields
  *   as many as keys. An undecodable buffer is SPW_ERR_INVALID. Nothing is allocated with malloc.
+ *   The arena running out of budget is SPW_ERR_NOMEM. On any failure *out is untouched and the
+ *   arena may hold partial allocations until its next reset.
+ * - What each unpacker checks beyond decoding: row widths (dim) are 1..SPW_WIRE_MAX_DIM; a push
+ *   has keys n x 8, versions n x 4 and grads n x dim x (fp16 ? 2 : 4) bytes; a pull request
+ *   keys n x 8; a pull reply versions n x 4 and values n x dim x 4; a model update either is a
+ *   tombstone without weights or has dim x 4 bytes of weights; a manifest has shard_count >= 1
+ *   entries naming each shard 0..shard_count-1 once; partitions are >= 0. A Request or
+ *   CoordMessage without a body still decodes, so that the receiver can read its version and
+ *   answer VERSION or MALFORMED itself. Key order, finiteness, versions and enum values are the
+ *   receiver's to judge. Absent strings are NULL; a string holding a NUL byte reads as cut there.
  * - Pack functions write into a caller buffer grown with realloc (struct spw_wire_buf).
  * - All functions are thread-safe given distinct arenas and buffers.
  */
 
 #define SPW_WIRE_DEFAULT_MAX_FRAME (64u << 20) /* 64 MiB */
+
+/* Widest row (floats per key) a message may carry; unpackers reject a larger dim. */
+#define SPW_WIRE_MAX_DIM 4096u
+
+/* Frames above this are SPW_ERR_TOO_BIG whatever max_len says: protobuf-c 1.4 keeps member
+ * lengths in `unsigned`. */
+#define SPW_WIRE_HARD_MAX_FRAME (1u << 30) /* 1 GiB */
 
 /* A growable output buffer. Initialise with {0}; free data with free(). */
 struct spw_wire_buf {
@@ -61,13 +78,17 @@ spw_err_t spw_wire_unpack_manifest(const void *data, size_t len, size_t max_len,
 
 /* Reads one varint length prefix from data[0..len): on success *msg_len is the message length,
  * *prefix_len the prefix's bytes. SPW_ERR_EOF when len == 0; SPW_ERR_INVALID for a truncated or
- * over-long varint; SPW_ERR_TOO_BIG when the length exceeds max_len. */
+ * over-long varint; SPW_ERR_TOO_BIG when the length exceeds max_len (both outputs are set
+ * then too, so that a caller holding the whole buffer may skip the message). */
 spw_err_t spw_wire_read_varint_prefix(const uint8_t *data, size_t len, size_t max_len,
                                       size_t *msg_len, size_t *prefix_len);
 
 /* Reads one length-delimited message's bytes from a stream into *buf (grown as needed; reused
  * across calls). SPW_ERR_EOF at a clean end; SPW_ERR_INVALID for a truncated prefix or message;
- * SPW_ERR_TOO_BIG when the prefix exceeds max_len (the stream cannot be resynchronised then). */
+ * SPW_ERR_TOO_BIG when the prefix exceeds max_len (the stream cannot be resynchronised then).
+ * On success buf->len is the message's length (the previous contents are replaced; data may stay
+ * NULL for an empty message); SPW_ERR_IO when the stream reports a read error. Memory grows with
+ * the bytes actually read, not with what a prefix claims. */
 spw_err_t spw_wire_read_delimited(FILE *in, size_t max_len, struct spw_wire_buf *buf);
 
 /* Views over packed little-endian blocks. Each checks that block->len is exactly n elements
@@ -76,6 +97,14 @@ spw_err_t spw_wire_read_delimited(FILE *in, size_t max_len, struct spw_wire_buf 
 spw_err_t spw_wire_block_u64(const ProtobufCBinaryData *block, size_t n, const uint64_t **out);
 spw_err_t spw_wire_block_u32(const ProtobufCBinaryData *block, size_t n, const uint32_t **out);
 spw_err_t spw_wire_block_f32(const ProtobufCBinaryData *block, size_t n, const float **out);
+/* The same for f16 gradients (raw IEEE half bits; see spw_wire_f16_to_f32_n). */
+spw_err_t spw_wire_block_u16(const ProtobufCBinaryData *block, size_t n, const uint16_t **out);
+
+/* Copies a block of exactly n elem_size-byte elements into dst (caller storage of n * elem_size
+ * bytes), for callers that need their own copy or hold a block whose bytes did not come from an
+ * unpacker (a view refuses a misaligned block with SPW_ERR_INVALID). */
+spw_err_t spw_wire_block_copy(const ProtobufCBinaryData *block, size_t elem_size, size_t n,
+                              void *dst);
 
 /* Element count of a block of elem_size-byte elements; SPW_ERR_INVALID when len is not a
  * multiple. */
@@ -84,5 +113,10 @@ spw_err_t spw_wire_block_count(const ProtobufCBinaryData *block, size_t elem_siz
 /* IEEE half <-> single conversions for fp16 gradients (round to nearest even; inf/nan kept). */
 uint16_t spw_wire_f32_to_f16(float f);
 float spw_wire_f16_to_f32(uint16_t h);
+
+/* Converts n values between arrays (same rounding as the scalar functions). src and dst must
+ * not overlap. */
+void spw_wire_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
+void spw_wire_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 
 #endif

@@ -1,0 +1,185 @@
+/* Views over packed little-endian number blocks, and IEEE half <-> single conversion. */
+#include "sparrow/wire.h"
+
+#include <stdalign.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Blocks are little-endian on the wire and viewed in place: a big-endian host would need a
+ * byte-swapping copy, which these views cannot give. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "wire blocks assume a little-endian host");
+
+/*
+ * Alignment. protobuf-c 1.4 copies every `bytes` field into memory from the allocator, and the
+ * unpackers' allocator is the arena, whose allocations are 16-byte aligned; so a block from an
+ * unpacker is always aligned for u64/f32 and a view is a plain pointer cast. A block built some
+ * other way (pointing into a ZeroMQ frame at an odd offset, say) may not be. Reading through a
+ * misaligned pointer is undefined behaviour even where the CPU tolerates it (UBSan reports it,
+ * and the compiler may vectorise on the assumption), and the view has no storage to copy into:
+ * so a misaligned block is refused with SPW_ERR_INVALID at run time, in every build, and callers
+ * holding such blocks use spw_wire_block_copy into their own storage.
+ */
+
+/* What an empty block views: a valid, aligned, non-NULL address (callers may memcpy 0 bytes
+ * from it, which a NULL pointer would make undefined). */
+static const _Alignas(16) uint8_t empty_block[16];
+
+static spw_err_t view(const ProtobufCBinaryData *block, size_t elem_size, size_t align, size_t n,
+                      const void **out)
+{
+    size_t want;
+    if (__builtin_mul_overflow(n, elem_size, &want) || block->len != want)
+        return SPW_ERR_INVALID;
+    if (want == 0) {
+        *out = empty_block;
+        return SPW_OK;
+    }
+    if ((uintptr_t)block->data % align != 0)
+        return SPW_ERR_INVALID;
+    *out = block->data;
+    return SPW_OK;
+}
+
+spw_err_t spw_wire_block_u64(const ProtobufCBinaryData *block, size_t n, const uint64_t **out)
+{
+    const void *p;
+    spw_err_t rc = view(block, sizeof(uint64_t), alignof(uint64_t), n, &p);
+    if (rc == SPW_OK)
+        *out = p;
+    return rc;
+}
+
+spw_err_t spw_wire_block_u32(const ProtobufCBinaryData *block, size_t n, const uint32_t **out)
+{
+    const void *p;
+    spw_err_t rc = view(block, sizeof(uint32_t), alignof(uint32_t), n, &p);
+    if (rc == SPW_OK)
+        *out = p;
+    return rc;
+}
+
+spw_err_t spw_wire_block_f32(const ProtobufCBinaryData *block, size_t n, const float **out)
+{
+    _Static_assert(sizeof(float) == 4, "f32 blocks need a 4-byte float");
+    const void *p;
+    spw_err_t rc = view(block, sizeof(float), alignof(float), n, &p);
+    if (rc == SPW_OK)
+        *out = p;
+    return rc;
+}
+
+spw_err_t spw_wire_block_u16(const ProtobufCBinaryData *block, size_t n, const uint16_t **out)
+{
+    const void *p;
+    spw_err_t rc = view(block, sizeof(uint16_t), alignof(uint16_t), n, &p);
+    if (rc == SPW_OK)
+        *out = p;
+    return rc;
+}
+
+spw_err_t spw_wire_block_copy(const ProtobufCBinaryData *block, size_t elem_size, size_t n,
+                              void *dst)
+{
+    size_t want;
+    if (__builtin_mul_overflow(n, elem_size, &want) || block->len != want)
+        return SPW_ERR_INVALID;
+    if (want)
+        memcpy(dst, block->data, want);
+    return SPW_OK;
+}
+
+spw_err_t spw_wire_block_count(const ProtobufCBinaryData *block, size_t elem_size, size_t *n)
+{
+    if (block->len % elem_size != 0)
+        return SPW_ERR_INVALID;
+    *n = block->len / elem_size;
+    return SPW_OK;
+}
+
+/*
+ * IEEE 754 binary16: | sign 1 | exponent 5 (bias 15) | mantissa 10 |.
+ * Exponent 0 holds zero and subnormals (m * 2^-24); 31 holds inf (m == 0) and NaN.
+ * Integer arithmetic only, so that the result does not depend on the FPU's rounding mode or
+ * on flush-to-zero settings.
+ */
+
+static inline uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof(x));
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t a = x & 0x7fffffffu;
+
+    if (a >= 0x7f800000u) {
+        if (a == 0x7f800000u)
+            return sign | 0x7c00;
+        /* NaN: keep the payload's top bits and force the quiet bit, so it stays a NaN. */
+        return (uint16_t)(sign | 0x7e00 | ((a >> 13) & 0x3ff));
+    }
+    if (a >= 0x477ff000u) /* >= 65520: beyond halfway past 65504, rounds to inf */
+        return sign | 0x7c00;
+    if (a < 0x38800000u) {    /* below 2^-14: a subnormal half, or zero */
+        if (a <= 0x33000000u) /* <= 2^-25: zero (2^-25 itself is a tie, zero is even) */
+            return sign;
+        uint32_t e = a >> 23; /* 102..112 */
+        uint32_t m = (a & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* value / 2^-24 = m >> shift; 14..24 */
+        uint32_t q = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++; /* may carry into 0x400, the smallest normal: still the right encoding */
+        return (uint16_t)(sign | q);
+    }
+    /* Normal: rebias the exponent, round the 13 dropped mantissa bits to nearest even; a carry
+     * out of the mantissa correctly bumps the exponent (up to inf). */
+    a -= (uint32_t)(127 - 15) << 23;
+    a += 0xfffu + ((a >> 13) & 1);
+    return (uint16_t)(sign | (a >> 13));
+}
+
+static inline float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t e = (h >> 10) & 0x1f;
+    uint32_t m = h & 0x3ff;
+    uint32_t x;
+    if (e == 0x1f) {
+        x = sign | 0x7f800000u | (m << 13);
+    } else if (e != 0) {
+        x = sign | ((e + 127 - 15) << 23) | (m << 13);
+    } else if (m == 0) {
+        x = sign;
+    } else {
+        /* Subnormal: normalise so that bit 10 is the implicit one. */
+        int shift = __builtin_clz(m) - 21; /* 1..10 */
+        m = (m << shift) & 0x3ff;
+        x = sign | ((uint32_t)(127 - 15 + 1 - shift) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &x, sizeof(f));
+    return f;
+}
+
+uint16_t spw_wire_f32_to_f16(float f)
+{
+    return f32_to_f16(f);
+}
+
+float spw_wire_f16_to_f32(uint16_t h)
+{
+    return f16_to_f32(h);
+}
+
+void spw_wire_f32_to_f16_n(const float *restrict src, uint16_t *restrict dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = f32_to_f16(src[i]);
+}
+
+void spw_wire_f16_to_f32_n(const uint16_t *restrict src, float *restrict dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = f16_to_f32(src[i]);
+}
