@@ -41,8 +41,8 @@ void spw_log_write(enum spw_log_level level, const char *msg, const char *kv_fmt
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s %s",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000L, level_names[level], log_role, msg);
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000000L, level_names[level], log_role, msg);
     if (n < 0)
         return;
     if ((size_t)n < sizeof(line) - 2 && kv_fmt && kv_fmt[0]) {
@@ -61,8 +61,7 @@ void spw_log_write(enum spw_log_level level, const char *msg, const char *kv_fmt
     (void)w;
 }
 
-int spw_log_ratelimit_pass(struct spw_log_ratelimit *rl, uint64_t interval_ms,
-                           uint64_t *suppressed)
+int spw_log_ratelimit_pass(struct spw_log_ratelimit *rl, uint64_t interval_ms, uint64_t *suppressed)
 {
     uint64_t now = spw_time_mono_ns();
     uint64_t next = __atomic_load_n(&rl->next_ns, __ATOMIC_RELAXED);

@@ -24,7 +24,7 @@ const char *spw_format_name(enum spw_format format)
 const char *spw_reject_reason_name(enum spw_reject_reason reason)
 {
     static const char *const names[SPW_REJECT__COUNT] = {
-        "none",     "undecodable",      "bad_label", "too_many_features",
+        "none",      "undecodable",      "bad_label", "too_many_features",
         "bad_field", "nonfinite_weight", "oversized",
     };
     return (unsigned)reason < SPW_REJECT__COUNT ? names[reason] : "unknown";

@@ -47,12 +47,12 @@ enum spw_config_type {
 
 /* One row of a property table. Tables are static const arrays owned by their module. */
 struct spw_config_prop {
-    const char *name;        /* dotted, lower case: "pserver.memory.mb" */
+    const char *name; /* dotted, lower case: "pserver.memory.mb" */
     enum spw_config_type type;
-    const char *def;         /* default as text (NULL: unset; required is checked by the role) */
-    double min, max;         /* range for INT, DOUBLE, DURATION_MS; max length for STRING */
-    const char *choices;     /* ENUM only: "none|inverse|exp:|drop:" */
-    const char *desc;        /* one sentence for --help, --dump-config and CONFIGURATION.md */
+    const char *def;     /* default as text (NULL: unset; required is checked by the role) */
+    double min, max;     /* range for INT, DOUBLE, DURATION_MS; max length for STRING */
+    const char *choices; /* ENUM only: "none|inverse|exp:|drop:" */
+    const char *desc;    /* one sentence for --help, --dump-config and CONFIGURATION.md */
 };
 
 /* A set of values for one table. Not thread-safe while being set; read-only use from many
@@ -92,8 +92,7 @@ spw_err_t spw_config_load_env(spw_config_t *cfg, char *const *envp, char *errstr
 /* Applies the layers in precedence order: file (may be NULL) < envp (may be NULL) < sets (n
  * "key=value" strings). */
 spw_err_t spw_config_load(spw_config_t *cfg, const char *file, char *const *envp,
-                          const char *const *sets, size_t n_sets, char *errstr,
-                          size_t errstr_size);
+                          const char *const *sets, size_t n_sets, char *errstr, size_t errstr_size);
 
 /* Typed getters. The key must name a property of the matching type (asserted): a wrong key is a
  * bug, not an input error. Strings are owned by cfg and valid until it changes. */
@@ -119,8 +118,8 @@ void spw_config_dump(const spw_config_t *cfg, FILE *out);
 
 /* Writes the table as a Markdown section (heading `title`) for docs/CONFIGURATION.md: a table
  * of property, type, default, range or choices, environment variable and description. */
-void spw_config_doc_markdown(const struct spw_config_prop *props, size_t n_props,
-                             const char *title, FILE *out);
+void spw_config_doc_markdown(const struct spw_config_prop *props, size_t n_props, const char *title,
+                             FILE *out);
 
 /* Writes the table as `--help` text (name, type, default, range, description): one aligned line
  * per property followed by its description, indented and wrapped at 100 columns. */

@@ -13,23 +13,23 @@
 
 typedef int spw_err_t;
 
-#define SPW_OK           0
-#define SPW_ERR_INVALID  (-1)  /* malformed input or argument out of range */
-#define SPW_ERR_NOMEM    (-2)  /* allocation failed or a memory budget is exhausted */
-#define SPW_ERR_IO       (-3)  /* file or socket I/O failed */
-#define SPW_ERR_TOO_BIG  (-4)  /* input larger than its configured limit */
-#define SPW_ERR_NOT_FOUND (-5) /* the requested key, file or name does not exist */
-#define SPW_ERR_EXISTS   (-6)  /* the thing to create exists already */
-#define SPW_ERR_TIMEOUT  (-7)  /* a deadline passed */
-#define SPW_ERR_VERSION  (-8)  /* unsupported protocol or format version */
-#define SPW_ERR_CORRUPT  (-9)  /* stored data fails its checksum or structure checks */
-#define SPW_ERR_STATE    (-10) /* the call is not valid in the object's current state */
-#define SPW_ERR_EOF      (-11) /* end of input (not a failure for stream readers) */
-#define SPW_ERR_KAFKA    (-12) /* librdkafka reported an error */
-#define SPW_ERR_STORE    (-13) /* RocksDB reported an error */
-#define SPW_ERR_RPC      (-14) /* ZeroMQ transport error */
-#define SPW_ERR_CUDA     (-15) /* CUDA runtime error or no device */
-#define SPW_ERR_STOPPED  (-16) /* shutdown was requested */
+#define SPW_OK              0
+#define SPW_ERR_INVALID     (-1)  /* malformed input or argument out of range */
+#define SPW_ERR_NOMEM       (-2)  /* allocation failed or a memory budget is exhausted */
+#define SPW_ERR_IO          (-3)  /* file or socket I/O failed */
+#define SPW_ERR_TOO_BIG     (-4)  /* input larger than its configured limit */
+#define SPW_ERR_NOT_FOUND   (-5)  /* the requested key, file or name does not exist */
+#define SPW_ERR_EXISTS      (-6)  /* the thing to create exists already */
+#define SPW_ERR_TIMEOUT     (-7)  /* a deadline passed */
+#define SPW_ERR_VERSION     (-8)  /* unsupported protocol or format version */
+#define SPW_ERR_CORRUPT     (-9)  /* stored data fails its checksum or structure checks */
+#define SPW_ERR_STATE       (-10) /* the call is not valid in the object's current state */
+#define SPW_ERR_EOF         (-11) /* end of input (not a failure for stream readers) */
+#define SPW_ERR_KAFKA       (-12) /* librdkafka reported an error */
+#define SPW_ERR_STORE       (-13) /* RocksDB reported an error */
+#define SPW_ERR_RPC         (-14) /* ZeroMQ transport error */
+#define SPW_ERR_CUDA        (-15) /* CUDA runtime error or no device */
+#define SPW_ERR_STOPPED     (-16) /* shutdown was requested */
 #define SPW_ERR_UNSUPPORTED (-17) /* feature not built in or not available */
 
 /* Static text for err (never NULL; unknown codes give "unknown error"). Thread-safe. */

@@ -10,12 +10,12 @@
 typedef struct spw_eval spw_eval_t;
 
 struct spw_eval_summary {
-    uint64_t count;      /* examples in scope */
-    double logloss;      /* mean binary cross-entropy (predictions clamped to [1e-7, 1-1e-7]) */
-    double auc;          /* ROC AUC; NaN when only one class is present */
-    double auc_err;      /* bound on |auc - exact auc| (0 for the exact window AUC) */
-    double ctr;          /* mean label */
-    double mean_p;       /* mean prediction */
+    uint64_t count; /* examples in scope */
+    double logloss; /* mean binary cross-entropy (predictions clamped to [1e-7, 1-1e-7]) */
+    double auc;     /* ROC AUC; NaN when only one class is present */
+    double auc_err; /* bound on |auc - exact auc| (0 for the exact window AUC) */
+    double ctr;     /* mean label */
+    double mean_p;  /* mean prediction */
 };
 
 /* Creates an evaluator with a sliding window of the last `window` examples (>= 1). Returns NULL

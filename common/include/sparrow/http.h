@@ -30,8 +30,8 @@ typedef void (*spw_http_handler_fn)(void *opaque, const char *method, const char
  * see spw_http_port) serving /metrics from metrics (borrowed; must outlive the endpoint),
  * /healthz (200 while the process runs) and /readyz (200 once spw_http_set_ready(true)).
  * Bodies above max_body bytes get 413. Returns NULL and fills errstr on failure. */
-spw_http_t *spw_http_start(const char *addr, uint16_t port, spw_metrics_t *metrics,
-                           size_t max_body, char *errstr, size_t errstr_size);
+spw_http_t *spw_http_start(const char *addr, uint16_t port, spw_metrics_t *metrics, size_t max_body,
+                           char *errstr, size_t errstr_size);
 
 /* Adds a route: requests whose path starts with prefix go to fn. Call before traffic arrives
  * (routes are read without a lock). At most 16 routes. */

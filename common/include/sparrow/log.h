@@ -24,7 +24,8 @@ int spw_log_level_parse(const char *text, enum spw_log_level *level);
 
 /* Writes one line: `2026-11-29T13:29:32.123Z INFO role msg key=value...`. kv_fmt formats the
  * key=value part (may be NULL). The line is written with one write(2), so lines from several
- * threads do not interleave. Thread-safe. Prefer the SPW_LOG_* macros, which check the level first. */
+ * threads do not interleave. Thread-safe. Prefer the SPW_LOG_* macros, which check the level first.
+ */
 void spw_log_write(enum spw_log_level level, const char *msg, const char *kv_fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

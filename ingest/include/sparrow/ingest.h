@@ -25,12 +25,12 @@ const char *spw_format_name(enum spw_format format);
 /* Why a record was refused; each has a name for dead-letter headers and metric labels. */
 enum spw_reject_reason {
     SPW_REJECT_NONE = 0,
-    SPW_REJECT_UNDECODABLE,     /* not valid pb / JSON / TSV */
-    SPW_REJECT_BAD_LABEL,       /* missing, non-finite or outside [0,1] (when binary) */
+    SPW_REJECT_UNDECODABLE, /* not valid pb / JSON / TSV */
+    SPW_REJECT_BAD_LABEL,   /* missing, non-finite or outside [0,1] (when binary) */
     SPW_REJECT_TOO_MANY_FEATURES,
-    SPW_REJECT_BAD_FIELD,       /* field id above the limit, unknown name with a strict schema */
+    SPW_REJECT_BAD_FIELD, /* field id above the limit, unknown name with a strict schema */
     SPW_REJECT_NONFINITE_WEIGHT,
-    SPW_REJECT_OVERSIZED,       /* record above max_record_bytes */
+    SPW_REJECT_OVERSIZED, /* record above max_record_bytes */
     SPW_REJECT__COUNT
 };
 
@@ -39,10 +39,10 @@ const char *spw_reject_reason_name(enum spw_reject_reason reason);
 
 /* Named limits every parser enforces. */
 struct spw_ingest_limits {
-    uint32_t max_features;    /* features per example */
-    uint32_t max_field_id;    /* largest accepted field id (<= SPW_FIELD_ID_MAX) */
-    size_t max_record_bytes;  /* one line or one pb record */
-    bool binary_label;        /* labels must be 0 or 1 (else any finite float) */
+    uint32_t max_features;   /* features per example */
+    uint32_t max_field_id;   /* largest accepted field id (<= SPW_FIELD_ID_MAX) */
+    size_t max_record_bytes; /* one line or one pb record */
+    bool binary_label;       /* labels must be 0 or 1 (else any finite float) */
 };
 
 /* max_features 4096, max_field_id SPW_FIELD_ID_MAX, max_record_bytes 1 MiB, binary labels. */
@@ -65,7 +65,7 @@ spw_err_t spw_schema_field_id(const spw_schema_t *schema, const char *name, size
 /* Result of parsing one record. */
 struct spw_parse_error {
     enum spw_reject_reason reason;
-    char message[160];        /* human-readable detail: "feature \"hour\": weight is NaN" */
+    char message[160]; /* human-readable detail: "feature \"hour\": weight is NaN" */
 };
 
 /*
@@ -91,9 +91,9 @@ spw_err_t spw_parse_criteo_line(const char *line, size_t len,
                                 const struct spw_ingest_limits *limits, spw_arena_t *arena,
                                 Sparrow__Example **out, struct spw_parse_error *err);
 /* One pb Example's bytes (without the length prefix). */
-spw_err_t spw_parse_pb_example(const void *data, size_t len,
-                               const struct spw_ingest_limits *limits, spw_arena_t *arena,
-                               Sparrow__Example **out, struct spw_parse_error *err);
+spw_err_t spw_parse_pb_example(const void *data, size_t len, const struct spw_ingest_limits *limits,
+                               spw_arena_t *arena, Sparrow__Example **out,
+                               struct spw_parse_error *err);
 
 /* Checks a decoded Example against limits: label, feature count, field ids, finite weights,
  * consistent array lengths. SPW_OK or SPW_ERR_INVALID with err filled. */
@@ -117,8 +117,7 @@ spw_reader_t *spw_reader_open(const char *path, enum spw_format format,
  * spw_reader_open for files and stdin (read(2): records arrive as soon as they are written). */
 spw_reader_t *spw_reader_open_stream(FILE *stream, enum spw_format format,
                                      const struct spw_ingest_limits *limits,
-                                     const spw_schema_t *schema, char *errstr,
-                                     size_t errstr_size);
+                                     const spw_schema_t *schema, char *errstr, size_t errstr_size);
 
 /* Closes the file and frees the reader. NULL is a no-op. */
 void spw_reader_close(spw_reader_t *reader);

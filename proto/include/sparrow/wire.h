@@ -61,20 +61,20 @@ spw_err_t spw_wire_pack(const ProtobufCMessage *msg, struct spw_wire_buf *buf);
 spw_err_t spw_wire_pack_delimited(const ProtobufCMessage *msg, struct spw_wire_buf *buf);
 
 /* Typed unpackers (see conventions). */
-spw_err_t spw_wire_unpack_example(const void *data, size_t len, size_t max_len,
-                                  spw_arena_t *arena, Sparrow__Example **out);
+spw_err_t spw_wire_unpack_example(const void *data, size_t len, size_t max_len, spw_arena_t *arena,
+                                  Sparrow__Example **out);
 spw_err_t spw_wire_unpack_example_batch(const void *data, size_t len, size_t max_len,
                                         spw_arena_t *arena, Sparrow__ExampleBatch **out);
-spw_err_t spw_wire_unpack_request(const void *data, size_t len, size_t max_len,
-                                  spw_arena_t *arena, Sparrow__Request **out);
+spw_err_t spw_wire_unpack_request(const void *data, size_t len, size_t max_len, spw_arena_t *arena,
+                                  Sparrow__Request **out);
 spw_err_t spw_wire_unpack_reply(const void *data, size_t len, size_t max_len, spw_arena_t *arena,
                                 Sparrow__Reply **out);
 spw_err_t spw_wire_unpack_coord(const void *data, size_t len, size_t max_len, spw_arena_t *arena,
                                 Sparrow__CoordMessage **out);
 spw_err_t spw_wire_unpack_model_update(const void *data, size_t len, size_t max_len,
                                        spw_arena_t *arena, Sparrow__ModelUpdate **out);
-spw_err_t spw_wire_unpack_manifest(const void *data, size_t len, size_t max_len,
-                                   spw_arena_t *arena, Sparrow__CheckpointManifest **out);
+spw_err_t spw_wire_unpack_manifest(const void *data, size_t len, size_t max_len, spw_arena_t *arena,
+                                   Sparrow__CheckpointManifest **out);
 
 /* Reads one varint length prefix from data[0..len): on success *msg_len is the message length,
  * *prefix_len the prefix's bytes. SPW_ERR_EOF when len == 0; SPW_ERR_INVALID for a truncated or
