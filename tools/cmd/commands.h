@@ -17,5 +17,9 @@ struct spw_command {
 };
 
 int spw_gen_main(int argc, char **argv);
+int spw_pserver_main(int argc, char **argv);
+/* The property table of `sparrow pserver` (pserver/src/ps_config.c). */
+extern const struct spw_config_prop spw_pserver_config_props[];
+extern const size_t spw_pserver_config_n_props;
 
 #endif

@@ -1,0 +1,523 @@
+/* pserver_bench: the shard's rates as ratios against baselines measured in the same run (issue 3):
+ * (a) flat-array Adagrad loop, (b) the row store, (c) RocksDB get+put alone, (d) ZeroMQ to a
+ * `sparrow pserver` process, (e) (b) with a model 10x the DRAM budget, (f) checkpoint vs dd, and
+ * resident memory per DRAM row. Zipf(1.1) keys, dim 16, Adagrad, 4096 keys per batch. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <rocksdb/c.h>
+#include <zmq.h>
+
+#include "ps_int.h"
+#include "sparrow/arena.h"
+#include "sparrow/hash.h"
+#include "sparrow/time.h"
+#include "sparrow/wire.h"
+
+#define DIM   16
+#define BATCH 4096
+
+struct opts {
+    uint64_t keys, e_keys;
+    int batches, c_batches, d_batches, e_batches;
+    const char *sparrow, *dir;
+};
+
+static double now_s(void)
+{
+    return (double)spw_time_mono_ns() / 1e9;
+}
+
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%lu %lu", &size, &res) != 2)
+            res = 0;
+        fclose(f);
+    }
+    return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Zipf(s) ranks 0..n-1 by inverse CDF over a table of n doubles. */
+struct zipf {
+    double *cdf;
+    uint64_t n;
+    uint64_t rng;
+};
+
+static void zipf_init(struct zipf *z, uint64_t n, double s, uint64_t seed)
+{
+    z->cdf = malloc(n * sizeof(double));
+    z->n = n;
+    z->rng = seed;
+    double sum = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        sum += pow((double)(i + 1), -s);
+        z->cdf[i] = sum;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        z->cdf[i] /= sum;
+}
+
+static uint64_t zipf_next(struct zipf *z)
+{
+    z->rng = z->rng * 6364136223846793005ull + 1442695040888963407ull;
+    double u = (double)(z->rng >> 11) * (1.0 / 9007199254740992.0);
+    uint64_t lo = 0, hi = z->n - 1;
+    while (lo < hi) {
+        uint64_t mid = (lo + hi) / 2;
+        if (z->cdf[mid] >= u)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Batches of BATCH distinct ranks drawn from the Zipf stream. */
+static uint32_t *make_batches(struct zipf *z, int n_batches)
+{
+    uint32_t *ranks = malloc((size_t)n_batches * BATCH * sizeof(uint32_t));
+    uint32_t cap = 1u << 14;
+    uint32_t *seen = malloc(cap * sizeof(uint32_t));
+    for (int b = 0; b < n_batches; b++) {
+        memset(seen, 0xff, cap * sizeof(uint32_t));
+        int n = 0;
+        while (n < BATCH) {
+            uint32_t r = (uint32_t)zipf_next(z);
+            uint32_t h = (uint32_t)(spw_hash_mix64(r) & (cap - 1));
+            bool dup = false;
+            while (seen[h] != UINT32_MAX) {
+                if (seen[h] == r) {
+                    dup = true;
+                    break;
+                }
+                h = (h + 1) & (cap - 1);
+            }
+            if (dup)
+                continue;
+            seen[h] = r;
+            ranks[(size_t)b * BATCH + n++] = r;
+        }
+    }
+    free(seen);
+    return ranks;
+}
+
+static float *make_grads(void)
+{
+    float *g = malloc(BATCH * DIM * sizeof(float));
+    for (int i = 0; i < BATCH * DIM; i++)
+        g[i] = (float)((i * 7919) % 1000 - 500) / 1000.0f;
+    return g;
+}
+
+static struct spw_ps_store_conf store_conf(const char *path, uint64_t memory)
+{
+    struct spw_ps_store_conf c = {0};
+    c.dim = DIM;
+    spw_ps_optim_conf_default(&c.optim);
+    c.penalty.kind = SPW_PS_PENALTY_INVERSE;
+    c.memory_bytes = memory;
+    c.db_path = path;
+    c.seed = 1;
+    return c;
+}
+
+/* (a) plain loop over a dense array. */
+static double bench_flat(const struct opts *o, const uint32_t *ranks, const float *g)
+{
+    float *w = calloc(o->keys * DIM, sizeof(float));
+    float *acc = calloc(o->keys * DIM, sizeof(float));
+    struct spw_ps_optim_conf oc;
+    spw_ps_optim_conf_default(&oc);
+    double t0 = now_s();
+    for (int b = 0; b < o->batches; b++)
+        for (int i = 0; i < BATCH; i++) {
+            size_t r = ranks[(size_t)b * BATCH + i];
+            spw_ps__row_apply(&oc, DIM, w + r * DIM, acc + r * DIM, g + (size_t)i * DIM, 1.0f);
+        }
+    double dt = now_s() - t0;
+    free(w);
+    free(acc);
+    return (double)o->batches * BATCH / dt;
+}
+
+/* Pushes n_batches batches into store; rows/s. */
+static double run_store(spw_ps_store_t *s, const uint32_t *ranks, int n_batches, const float *g)
+{
+    uint64_t *keys = malloc(BATCH * sizeof(uint64_t));
+    uint32_t *vers = calloc(BATCH, sizeof(uint32_t));
+    double t0 = now_s();
+    for (int b = 0; b < n_batches; b++) {
+        for (int i = 0; i < BATCH; i++)
+            keys[i] = spw_hash_mix64(ranks[(size_t)b * BATCH + i]);
+        if (spw_ps_store_push(s, keys, BATCH, g, NULL, NULL, NULL) != SPW_OK) {
+            fprintf(stderr, "push failed\n");
+            exit(1);
+        }
+    }
+    double dt = now_s() - t0;
+    free(keys);
+    free(vers);
+    return (double)n_batches * BATCH / dt;
+}
+
+/* (c) RocksDB get + put per update, same value layout. */
+static double bench_rocksdb(const struct opts *o, const uint32_t *ranks, const float *g)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/c-rocksdb", o->dir);
+    rocksdb_options_t *opts = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(opts, 1);
+    char *err = NULL;
+    rocksdb_t *db = rocksdb_open(opts, path, &err);
+    if (err) {
+        fprintf(stderr, "rocksdb: %s\n", err);
+        exit(1);
+    }
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_disable_WAL(wo, 1);
+    struct spw_ps_optim_conf oc;
+    spw_ps_optim_conf_default(&oc);
+    size_t vlen = 16 + 2 * DIM * sizeof(float);
+    char val[16 + 2 * DIM * sizeof(float)];
+    double t0 = now_s();
+    for (int b = 0; b < o->c_batches; b++)
+        for (int i = 0; i < BATCH; i++) {
+            char k[8];
+            spw_ps__key_encode(spw_hash_mix64(ranks[(size_t)b * BATCH + i]), k);
+            size_t got = 0;
+            char *v = rocksdb_get(db, ro, k, 8, &got, &err);
+            if (v && got == vlen)
+                memcpy(val, v, vlen);
+            else
+                memset(val, 0, vlen);
+            rocksdb_free(v);
+            float *w = (float *)(val + 16);
+            spw_ps__row_apply(&oc, DIM, w, w + DIM, g + (size_t)i * DIM, 1.0f);
+            rocksdb_put(db, wo, k, 8, val, vlen, &err);
+        }
+    double dt = now_s() - t0;
+    rocksdb_readoptions_destroy(ro);
+    rocksdb_writeoptions_destroy(wo);
+    rocksdb_close(db);
+    rocksdb_options_destroy(opts);
+    return (double)o->c_batches * BATCH / dt;
+}
+
+/* (d) through ZeroMQ to a sparrow pserver process; windowed, pre-packed messages. */
+static void bench_zmq(const struct opts *o, const uint32_t *ranks, const float *g,
+                      double *push_rate, double *pull_rate)
+{
+    *push_rate = *pull_rate = 0;
+    int port = 20000 + (int)(getpid() % 20000);
+    char ep[64], data[4096], mem[32];
+    snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", port);
+    snprintf(data, sizeof(data), "--data-dir=%s/d-pserver", o->dir);
+    snprintf(mem, sizeof(mem), "--memory-mb=%" PRIu64, o->keys * 256 / (1 << 20) + 64);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(o->sparrow, o->sparrow, "pserver", "--listen", ep, "--dim", "16", data, mem,
+              "--http-port", "0", "--log-level", "warn", (char *)NULL);
+        _exit(127);
+    }
+    void *ctx = zmq_ctx_new();
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0, timeout = 30000;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    zmq_connect(s, ep);
+    int nb = o->d_batches;
+    struct spw_wire_buf *push_msgs = calloc((size_t)nb, sizeof(*push_msgs));
+    struct spw_wire_buf *pull_msgs = calloc((size_t)nb, sizeof(*pull_msgs));
+    uint64_t *keys = malloc(BATCH * 8);
+    uint32_t *vers = calloc(BATCH, 4);
+    for (int b = 0; b < nb; b++) {
+        for (int i = 0; i < BATCH; i++)
+            keys[i] = spw_hash_mix64(ranks[(size_t)b * BATCH + i]);
+        Sparrow__PushRequest p = SPARROW__PUSH_REQUEST__INIT;
+        p.has_trainer_id = p.has_epoch = p.has_seq = p.has_dim = true;
+        p.trainer_id = 1;
+        p.epoch = 1;
+        p.seq = (uint64_t)b + 1;
+        p.dim = DIM;
+        p.has_keys = p.has_grads = p.has_versions = true;
+        p.keys.data = (uint8_t *)keys;
+        p.keys.len = BATCH * 8;
+        p.grads.data = (uint8_t *)g;
+        p.grads.len = BATCH * DIM * 4;
+        p.versions.data = (uint8_t *)vers;
+        p.versions.len = BATCH * 4;
+        Sparrow__Request req = SPARROW__REQUEST__INIT;
+        req.has_version = true;
+        req.version = 1;
+        req.body_case = SPARROW__REQUEST__BODY_PUSH;
+        req.push = &p;
+        spw_wire_pack(&req.base, &push_msgs[b]);
+        Sparrow__PullRequest pr = SPARROW__PULL_REQUEST__INIT;
+        pr.has_keys = true;
+        pr.keys.data = (uint8_t *)keys;
+        pr.keys.len = BATCH * 8;
+        req.body_case = SPARROW__REQUEST__BODY_PULL;
+        req.pull = &pr;
+        spw_wire_pack(&req.base, &pull_msgs[b]);
+    }
+    /* wait for the server */
+    Sparrow__HealthRequest hr = SPARROW__HEALTH_REQUEST__INIT;
+    Sparrow__Request hreq = SPARROW__REQUEST__INIT;
+    hreq.has_version = true;
+    hreq.version = 1;
+    hreq.body_case = SPARROW__REQUEST__BODY_HEALTH;
+    hreq.health = &hr;
+    struct spw_wire_buf hb = {0};
+    spw_wire_pack(&hreq.base, &hb);
+    zmq_send(s, hb.data, hb.len, 0);
+    char tmp[256];
+    if (zmq_recv(s, tmp, sizeof(tmp), 0) < 0) {
+        fprintf(stderr, "(d) pserver did not answer\n");
+        goto out_kill;
+    }
+    const int window = 8;
+    for (int phase = 0; phase < 2; phase++) {
+        struct spw_wire_buf *msgs = phase == 0 ? push_msgs : pull_msgs;
+        int sent = 0, got = 0;
+        double t0 = now_s();
+        while (got < nb) {
+            while (sent < nb && sent - got < window) {
+                zmq_send(s, msgs[sent].data, msgs[sent].len, 0);
+                sent++;
+            }
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, s, 0) < 0) {
+                fprintf(stderr, "(d) reply timeout\n");
+                zmq_msg_close(&m);
+                goto out_kill;
+            }
+            zmq_msg_close(&m);
+            got++;
+        }
+        double rate = (double)nb * BATCH / (now_s() - t0);
+        if (phase == 0)
+            *push_rate = rate;
+        else
+            *pull_rate = rate;
+    }
+out_kill:
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    for (int b = 0; b < nb; b++) {
+        free(push_msgs[b].data);
+        free(pull_msgs[b].data);
+    }
+    free(push_msgs);
+    free(pull_msgs);
+    free(hb.data);
+    free(keys);
+    free(vers);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+}
+
+static double bench_dd(const struct opts *o, uint64_t bytes)
+{
+    char cmd[8192];
+    uint64_t mb = bytes / (1 << 20) + 1;
+    snprintf(cmd, sizeof(cmd),
+             "dd if=/dev/zero of=%s/f-dd bs=1M count=%" PRIu64 " conv=fdatasync status=none",
+             o->dir, mb);
+    double t0 = now_s();
+    if (system(cmd) != 0)
+        return 0;
+    double dt = now_s() - t0;
+    snprintf(cmd, sizeof(cmd), "%s/f-dd", o->dir);
+    unlink(cmd);
+    return (double)(mb << 20) / dt;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: pserver_bench --sparrow PATH [--dir DIR] [--keys N] [--e-keys N]\n"
+            "                     [--batches N] [--c-batches N] [--d-batches N] [--e-batches N]\n"
+            "       full issue sizes: --keys 4000000 --e-keys 40000000 --batches 2000\n");
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.keys = 1000000,
+                     .e_keys = 4000000,
+                     .batches = 400,
+                     .c_batches = 25,
+                     .d_batches = 400,
+                     .e_batches = 200,
+                     .sparrow = NULL,
+                     .dir = NULL};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--sparrow"))
+            o.sparrow = v;
+        else if (!strcmp(k, "--dir"))
+            o.dir = v;
+        else if (!strcmp(k, "--keys"))
+            o.keys = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--e-keys"))
+            o.e_keys = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--batches"))
+            o.batches = atoi(v);
+        else if (!strcmp(k, "--c-batches"))
+            o.c_batches = atoi(v);
+        else if (!strcmp(k, "--d-batches"))
+            o.d_batches = atoi(v);
+        else if (!strcmp(k, "--e-batches"))
+            o.e_batches = atoi(v);
+        else {
+            usage();
+            return 2;
+        }
+    }
+    char tmpl[] = "/tmp/pserver_bench.XXXXXX";
+    if (!o.dir) {
+        o.dir = mkdtemp(tmpl);
+        if (!o.dir)
+            return 1;
+    }
+    if (o.keys < BATCH * 2 || o.e_keys < BATCH * 2) {
+        usage();
+        return 2;
+    }
+    printf("pserver_bench: Zipf(1.1), dim %d, Adagrad, %d keys/batch, keys %" PRIu64
+           ", e-keys %" PRIu64 "\n",
+           DIM, BATCH, o.keys, o.e_keys);
+    struct zipf z;
+    zipf_init(&z, o.keys, 1.1, 42);
+    int nb = o.batches > o.d_batches ? o.batches : o.d_batches;
+    uint32_t *ranks = make_batches(&z, nb);
+    float *g = make_grads();
+
+    double a = bench_flat(&o, ranks, g);
+    printf("(a) flat array Adagrad loop        %12.0f rows/s\n", a);
+
+    /* (b) plus the resident memory per DRAM row: every key gets a row first. */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/b-store", o.dir);
+    uint64_t budget = o.keys * 256 + (64u << 20);
+    struct spw_ps_store_conf sc = store_conf(path, budget);
+    char err[512];
+    uint64_t rss0 = rss_bytes();
+    spw_ps_store_t *s = spw_ps_store_open(&sc, err, sizeof(err));
+    if (!s) {
+        fprintf(stderr, "store: %s\n", err);
+        return 1;
+    }
+    {
+        uint64_t *keys = malloc(BATCH * 8);
+        for (uint64_t base = 0; base < o.keys; base += BATCH) {
+            size_t n = o.keys - base < BATCH ? o.keys - base : BATCH;
+            for (size_t i = 0; i < n; i++)
+                keys[i] = spw_hash_mix64(base + i);
+            spw_ps_store_push(s, keys, n, g, NULL, NULL, NULL);
+        }
+        free(keys);
+    }
+    uint64_t rss1 = rss_bytes();
+    struct spw_ps_store_stats st;
+    spw_ps_store_get_stats(s, &st);
+    double per_row = (double)(rss1 - rss0) / (double)st.rows_dram;
+    double payload = 2.0 * DIM * sizeof(float);
+    double b = run_store(s, ranks, o.batches, g);
+    printf("(b) row store, batched pushes      %12.0f rows/s   b/a = %.2f (target >= 0.5)\n", b,
+           b / a);
+    printf("    resident per DRAM row           %10.1f bytes   payload %.0f -> limit %.1f "
+           "(1.3 x payload + 24) %s\n",
+           per_row, payload, 1.3 * payload + 24, per_row <= 1.3 * payload + 24 ? "met" : "MISSED");
+
+    /* (f) checkpoint of the dirty rows vs dd writing as many bytes. */
+    {
+        uint64_t *keys = malloc(BATCH * 8);
+        for (uint64_t base = 0; base < o.keys; base += BATCH) { /* make every row dirty */
+            size_t n = o.keys - base < BATCH ? o.keys - base : BATCH;
+            for (size_t i = 0; i < n; i++)
+                keys[i] = spw_hash_mix64(base + i);
+            spw_ps_store_push(s, keys, n, g, NULL, NULL, NULL);
+        }
+        free(keys);
+        struct spw_ps_checkpoint_info info;
+        double t0 = now_s();
+        if (spw_ps_store_checkpoint(s, o.dir, 1, &info, err, sizeof(err)) != SPW_OK) {
+            fprintf(stderr, "checkpoint: %s\n", err);
+            return 1;
+        }
+        double dt = now_s() - t0;
+        double rate = (double)info.bytes / dt;
+        double dd = bench_dd(&o, info.bytes);
+        printf("(f) checkpoint of %" PRIu64 " dirty rows  %8.1f MB/s (%" PRIu64
+               " bytes, %.2f s)   dd %.1f MB/s   f/dd = %.2f (target >= 0.3)\n",
+               o.keys, rate / 1e6, info.bytes, dt, dd / 1e6, dd > 0 ? rate / dd : 0);
+    }
+    spw_ps_store_close(s);
+
+    double c = bench_rocksdb(&o, ranks, g);
+    printf("(c) RocksDB get+put per update     %12.0f rows/s   b/c = %.1f (target >= 20)\n", c,
+           b / c);
+
+    if (o.sparrow) {
+        double push_rate, pull_rate;
+        bench_zmq(&o, ranks, g, &push_rate, &pull_rate);
+        printf("(d) ZeroMQ push to sparrow pserver %12.0f rows/s   d/b = %.2f (target >= 0.25); "
+               "vs ps-lite 5.5M push: %.2f\n",
+               push_rate, push_rate / b, push_rate / 5.5e6);
+        printf("    ZeroMQ pull                    %12.0f rows/s   vs ps-lite 13M pull: %.2f\n",
+               pull_rate, pull_rate / 13e6);
+    } else {
+        printf("(d) skipped (no --sparrow PATH)\n");
+    }
+
+    /* (e) 10x the DRAM budget */
+    {
+        struct zipf ze;
+        zipf_init(&ze, o.e_keys, 1.1, 43);
+        uint32_t *er = make_batches(&ze, o.e_batches);
+        free(ze.cdf);
+        snprintf(path, sizeof(path), "%s/e-store", o.dir);
+        uint64_t model = o.e_keys * (SPW_PS_ROW_HDR + 2 * DIM * sizeof(float));
+        struct spw_ps_store_conf ec = store_conf(path, model / 10);
+        spw_ps_store_t *es = spw_ps_store_open(&ec, err, sizeof(err));
+        if (!es) {
+            fprintf(stderr, "store e: %s\n", err);
+            return 1;
+        }
+        /* every key gets a row, so the model is e_keys rows */
+        uint64_t *keys = malloc(BATCH * 8);
+        for (uint64_t base = 0; base < o.e_keys; base += BATCH) {
+            size_t n = o.e_keys - base < BATCH ? o.e_keys - base : BATCH;
+            for (size_t i = 0; i < n; i++)
+                keys[i] = spw_hash_mix64(base + i);
+            spw_ps_store_push(es, keys, n, g, NULL, NULL, NULL);
+        }
+        free(keys);
+        double e = run_store(es, er, o.e_batches, g);
+        spw_ps_store_get_stats(es, &st);
+        printf("(e) row store, model 10x DRAM      %12.0f rows/s   e/b = %.2f (target >= 0.1); "
+               "DRAM rows %" PRIu64 " of %" PRIu64 ", db reads %" PRIu64 "\n",
+               e, e / b, st.rows_dram, o.e_keys, st.db_reads);
+        spw_ps_store_close(es);
+        free(er);
+    }
+    spw_ps__rmtree(o.dir);
+    free(ranks);
+    free(g);
+    free(z.cdf);
+    return 0;
+}

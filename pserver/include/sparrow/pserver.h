@@ -1,0 +1,250 @@
+/* The parameter-server shard: row store (DRAM hot table over RocksDB), optimizers, staleness,
+ * admission/TTL, checkpoints, and the ZeroMQ server that serves trainers (DESIGN.md §3). */
+#ifndef SPARROW_PSERVER_H
+#define SPARROW_PSERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparrow/config.h"
+#include "sparrow/err.h"
+
+/*
+ * Conventions: pointers are non-NULL unless said otherwise; n counts keys; value and gradient
+ * blocks are n × dim floats in key order. A store is owned by one thread (the server's loop); none
+ * of its functions are thread-safe. The parsing helpers are pure and thread-safe.
+ */
+
+/* Largest row dimension a shard accepts (weights per key). */
+#define SPW_PS_MAX_DIM 1024
+
+enum spw_ps_optimizer {
+    SPW_PS_SGD = 0,
+    SPW_PS_ADAGRAD = 1,
+    SPW_PS_ADAM = 2,
+    SPW_PS_FTRL = 3,
+};
+
+enum spw_ps_penalty_kind {
+    SPW_PS_PENALTY_NONE = 0,    /* alpha = 1 */
+    SPW_PS_PENALTY_INVERSE = 1, /* alpha = 1 / (1 + tau) */
+    SPW_PS_PENALTY_EXP = 2,     /* alpha = beta^tau */
+    SPW_PS_PENALTY_DROP = 3,    /* alpha = 1 up to max_tau, update dropped above */
+};
+
+struct spw_ps_penalty {
+    enum spw_ps_penalty_kind kind;
+    double beta;      /* EXP: in (0, 1] */
+    uint32_t max_tau; /* DROP */
+};
+
+/* Parses "none", "inverse", "exp:<beta>" (0 < beta <= 1) or "drop:<max_tau>" (integer >= 0).
+ * SPW_ERR_INVALID for anything else. */
+spw_err_t spw_ps_penalty_parse(const char *text, struct spw_ps_penalty *out);
+
+/* The step scale for staleness tau; a negative result means "drop the update". */
+double spw_ps_penalty_alpha(const struct spw_ps_penalty *penalty, uint32_t tau);
+
+/* Parses "sgd|adagrad|adam|ftrl". SPW_ERR_INVALID otherwise. */
+spw_err_t spw_ps_optimizer_parse(const char *text, enum spw_ps_optimizer *out);
+const char *spw_ps_optimizer_name(enum spw_ps_optimizer opt);
+
+/* Optimizer hyper-parameters. The step is lr (× alpha(tau)); for FTRL lr is FTRL's alpha and the
+ * staleness scale multiplies the gradient (FTRL has no separate step). */
+struct spw_ps_optim_conf {
+    enum spw_ps_optimizer kind;
+    float lr;
+    float l2;         /* added to the gradient as l2·w (FTRL: its own l2 term) */
+    float clip_norm;  /* per-row gradient L2-norm clip; 0 disables */
+    float eps;        /* Adagrad / Adam denominator */
+    float beta1;      /* Adam */
+    float beta2;      /* Adam */
+    float ftrl_beta;  /* FTRL */
+    float ftrl_l1;    /* FTRL */
+    float init_scale; /* weights start uniform in [-init_scale, init_scale] from (key, seed) */
+};
+
+/* Fills conf with the defaults (Adagrad, lr 0.05, eps 1e-8, Adam 0.9/0.999, FTRL beta 1). */
+void spw_ps_optim_conf_default(struct spw_ps_optim_conf *conf);
+
+/* Floats of optimizer state per row after the weights: SGD 0, Adagrad dim, Adam 2·dim + 1 (the
+ * last holds the row's step as a u32), FTRL 2·dim (z, n). */
+size_t spw_ps_slot_floats(enum spw_ps_optimizer opt, uint32_t dim);
+
+/* ---- row store ---- */
+
+typedef struct spw_ps_store spw_ps_store_t;
+
+/* Called for every row evicted by TTL (key and its last version), e.g. to publish a tombstone. */
+typedef void (*spw_ps_evict_fn)(void *opaque, uint64_t key, uint32_t version);
+
+struct spw_ps_store_conf {
+    uint32_t shard;
+    uint32_t dim; /* 1..SPW_PS_MAX_DIM */
+    struct spw_ps_optim_conf optim;
+    struct spw_ps_penalty penalty;
+    uint64_t seed;               /* initialisation seed */
+    uint64_t memory_bytes;       /* DRAM budget for rows + index */
+    const char *db_path;         /* RocksDB directory (created) */
+    const char *rocksdb_options; /* passed to rocksdb_get_options_from_string; NULL: none */
+    uint32_t admit_min_count;    /* <= 1: every key is admitted on first touch */
+    uint32_t ttl_s;              /* 0: rows never expire */
+    spw_ps_evict_fn on_evict;    /* may be NULL */
+    void *evict_opaque;
+};
+
+/* Opens (creating) the store at conf->db_path. A database written with another dim or optimizer
+ * is refused. Strings in conf are copied. NULL with errstr on failure. */
+spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *errstr,
+                                  size_t errstr_size);
+
+/* Writes dirty rows to RocksDB and closes. NULL is a no-op. */
+void spw_ps_store_close(spw_ps_store_t *store);
+
+/* Sets the clock (seconds) used for last_update and TTL. Defaults to wall time at open. */
+void spw_ps_store_set_now(spw_ps_store_t *store, uint32_t now_s);
+
+/* Pull: writes n × dim weights into values and n versions into versions (may be NULL). Rows of
+ * unadmitted keys read as their initial value with version 0 and are not stored. keys need not be
+ * unique. SPW_ERR_STORE when RocksDB fails. */
+spw_err_t spw_ps_store_pull(spw_ps_store_t *store, const uint64_t *keys, size_t n, float *values,
+                            uint32_t *versions);
+
+struct spw_ps_push_result {
+    uint32_t applied;
+    uint32_t rejected;      /* a non-finite gradient value: the row is left unchanged */
+    uint32_t dropped_stale; /* penalty drop:<max_tau> exceeded */
+    uint32_t unadmitted;    /* key seen fewer than admit_min_count times: counted, not applied */
+};
+
+/* Push: applies n × dim gradients. versions (may be NULL: tau 0) are the versions each gradient was
+ * computed from; taus (may be NULL) receives each row's tau (0 for rows not applied). */
+spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t n,
+                            const float *grads, const uint32_t *versions, uint32_t *taus,
+                            struct spw_ps_push_result *res);
+
+/* A copy of one row for inspection: weights (dim) then slots (spw_ps_slot_floats). */
+struct spw_ps_row_copy {
+    uint32_t version;
+    uint32_t last_update;
+    uint32_t count;
+    float data[]; /* caller allocates dim + slot floats */
+};
+
+/* Copies the row of key into *out (caller-sized). SPW_ERR_NOT_FOUND when the key has no row.
+ * Does not change the row or its cache state (beyond loading it into DRAM). */
+spw_err_t spw_ps_store_get_row(spw_ps_store_t *store, uint64_t key, struct spw_ps_row_copy *out);
+
+/* Evicts rows not updated for ttl_s, at most max_rows per call (an incremental sweep over DRAM
+ * and RocksDB), calling on_evict for each. *evicted may be NULL. */
+spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *evicted);
+
+/* Writes every dirty DRAM row to RocksDB (batched). */
+spw_err_t spw_ps_store_flush(spw_ps_store_t *store);
+
+struct spw_ps_checkpoint_info {
+    uint64_t epoch;
+    uint64_t rows;  /* rows in the checkpoint */
+    uint64_t bytes; /* bytes of its files */
+    char path[4096];
+    char checksum[17]; /* hex xxh3-64 of the files */
+};
+
+/* Flushes dirty rows and writes a RocksDB checkpoint to <root>/checkpoints/<epoch>/shard-<i>
+ * with a CHECKSUM file; the directory appears atomically (renamed from a temporary one). On
+ * failure nothing of it is left and earlier checkpoints are untouched. SPW_ERR_EXISTS when that
+ * epoch's checkpoint is present, SPW_ERR_IO / SPW_ERR_STORE with errstr on I/O failure. */
+spw_err_t spw_ps_store_checkpoint(spw_ps_store_t *store, const char *root, uint64_t epoch,
+                                  struct spw_ps_checkpoint_info *info, char *errstr,
+                                  size_t errstr_size);
+
+/* Finds the newest checkpoint of shard under <root>/checkpoints whose CHECKSUM verifies
+ * (logging and skipping others) and replaces db_path's contents with it. SPW_ERR_NOT_FOUND when
+ * none verifies (db_path untouched). *epoch receives the restored epoch. */
+spw_err_t spw_ps_checkpoint_restore(const char *root, uint32_t shard, const char *db_path,
+                                    uint64_t *epoch, char *errstr, size_t errstr_size);
+
+/* Verifies one checkpoint directory against its CHECKSUM file: SPW_OK, SPW_ERR_CORRUPT,
+ * SPW_ERR_NOT_FOUND (no CHECKSUM) or SPW_ERR_IO. hex (may be NULL) receives the digest. */
+spw_err_t spw_ps_checkpoint_verify(const char *dir, char hex[17]);
+
+struct spw_ps_store_stats {
+    uint64_t rows_dram;
+    uint64_t rows_dram_max;
+    uint64_t rows_db_written; /* rows written to RocksDB (evictions and flushes) */
+    uint64_t bytes_dram;      /* slabs + index */
+    uint64_t db_reads;        /* rows read from RocksDB */
+    uint64_t db_misses;       /* keys not found in RocksDB either */
+    uint64_t evictions;       /* DRAM -> RocksDB */
+    uint64_t expired;         /* TTL evictions */
+    uint64_t admitted;
+    uint64_t pulls_unadmitted;
+    uint64_t rows_created;
+    uint64_t rows_pulled;
+    uint64_t rows_pushed;
+    uint64_t rejected_nonfinite;
+    uint64_t dropped_stale;
+    uint64_t unadmitted;
+    uint64_t row_bytes; /* bytes of one row in DRAM (header + floats) */
+};
+
+void spw_ps_store_get_stats(const spw_ps_store_t *store, struct spw_ps_store_stats *stats);
+
+/* Estimated number of rows on disk (RocksDB's estimate-num-keys). */
+uint64_t spw_ps_store_rows_on_disk(spw_ps_store_t *store);
+
+/* ---- the ZeroMQ server ---- */
+
+typedef struct spw_ps_server spw_ps_server_t;
+struct spw_metrics;
+struct spw_http;
+
+/* Largest number of trainers whose push sequence numbers a shard remembers (the least recently
+ * seen is forgotten beyond it) and the window of out-of-order seqs kept per trainer. */
+#define SPW_PS_DEDUP_TRAINERS 1024
+#define SPW_PS_DEDUP_WINDOW   64
+
+struct spw_ps_server_conf {
+    const char *listen;         /* ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:7000" */
+    uint32_t shards;            /* shard count (keys of other shards are refused) */
+    size_t max_frame;           /* largest request accepted, bytes */
+    const char *data_dir;       /* <data_dir>/db is the live RocksDB */
+    const char *checkpoint_dir; /* root of checkpoints/<epoch>/shard-<i>; NULL: data_dir */
+    bool restore;               /* open the newest valid checkpoint at start (else start empty) */
+    const char *curve_secret_key_file;      /* NULL: no CURVE */
+    const char *curve_allowed_clients_file; /* Z85 public keys, one per line; needed with CURVE */
+    uint32_t expire_batch;                  /* rows examined per TTL sweep step (every 100 ms) */
+    struct spw_ps_store_conf store;         /* db_path is ignored (derived from data_dir) */
+    struct spw_metrics *metrics;            /* borrowed; may be NULL */
+    struct spw_http *http;                  /* borrowed; readiness is reported to it; may be NULL */
+};
+
+/* Fills conf from a configuration of spw_pserver_config_props (strings borrowed from cfg, which
+ * must outlive conf). SPW_ERR_INVALID with errstr for values the table accepts but the shard does
+ * not (shard >= shards, a malformed penalty). metrics and http are left NULL. */
+spw_err_t spw_ps_server_conf_from_config(const spw_config_t *cfg, struct spw_ps_server_conf *conf,
+                                         char *errstr, size_t errstr_size);
+
+/* Restores (or creates) the shard's store, registers metrics, binds the socket. NULL with errstr
+ * on failure. Call from the thread that will run it. */
+spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *errstr,
+                                   size_t errstr_size);
+
+/* Serves requests until spw_signal_stop_requested() turns true (checked every 100 ms), then
+ * returns SPW_OK. Owns the store while running. */
+spw_err_t spw_ps_server_run(spw_ps_server_t *server);
+
+/* The endpoint actually bound (resolves a wildcard port). Owned by server. */
+const char *spw_ps_server_endpoint(const spw_ps_server_t *server);
+
+/* Flushes the store, closes the socket. NULL is a no-op. */
+void spw_ps_server_destroy(spw_ps_server_t *server);
+
+/* ---- the subcommand ---- */
+
+/* The property table of `sparrow pserver`. */
+extern const struct spw_config_prop spw_pserver_config_props[];
+extern const size_t spw_pserver_config_n_props;
+
+#endif

@@ -1,0 +1,385 @@
+/* Checkpoint files: the CHECKSUM of a checkpoint directory, verification, and restore of the newest
+ * valid checkpoint into a shard's RocksDB directory. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ps_int.h"
+#include "sparrow/log.h"
+
+/*
+ * CHECKSUM file (text, one line):  "xxh3-64 <16 hex digits>\n"
+ * The digest runs over every regular file of the directory except CHECKSUM, in byte order of
+ * name: name, NUL, size as 8 little-endian bytes, contents.
+ */
+#define CHECKSUM_NAME "CHECKSUM"
+#define MAX_FILES     4096
+
+bool spw_ps__path(char *out, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, size, fmt, ap);
+    va_end(ap);
+    return n >= 0 && (size_t)n < size;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Sorted names of regular files in dir (CHECKSUM excluded); caller frees names and array. */
+static spw_err_t list_files(const char *dir, char ***names_out, size_t *n_out)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? SPW_ERR_NOT_FOUND : SPW_ERR_IO;
+    char **names = NULL;
+    size_t n = 0;
+    spw_err_t ret = SPW_OK;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.' || strcmp(de->d_name, CHECKSUM_NAME) == 0)
+            continue;
+        if (n == MAX_FILES) {
+            ret = SPW_ERR_TOO_BIG;
+            break;
+        }
+        if (n % 64 == 0) {
+            char **nn = realloc(names, (n + 64) * sizeof(char *));
+            if (!nn) {
+                ret = SPW_ERR_NOMEM;
+                break;
+            }
+            names = nn;
+        }
+        names[n] = strdup(de->d_name);
+        if (!names[n]) {
+            ret = SPW_ERR_NOMEM;
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (ret) {
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        return ret;
+    }
+    if (n)
+        qsort(names, n, sizeof(char *), cmp_str);
+    *names_out = names;
+    *n_out = n;
+    return SPW_OK;
+}
+
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static spw_err_t digest_dir(const char *dir, uint64_t *digest, uint64_t *bytes)
+{
+    char **names;
+    size_t n;
+    spw_err_t ret = list_files(dir, &names, &n);
+    if (ret)
+        return ret;
+    XXH3_state_t *st = XXH3_createState();
+    char *buf = malloc(1 << 20);
+    if (!st || !buf) {
+        ret = SPW_ERR_NOMEM;
+        goto out_free;
+    }
+    XXH3_64bits_reset(st);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n && ret == SPW_OK; i++) {
+        char path[4096];
+        if (!spw_ps__path(path, sizeof(path), "%s/%s", dir, names[i])) {
+            ret = SPW_ERR_INVALID;
+            break;
+        }
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0) {
+            if (fd >= 0)
+                close(fd);
+            ret = SPW_ERR_IO;
+            break;
+        }
+        uint8_t size_le[8];
+        uint64_t size = (uint64_t)sb.st_size;
+        for (int b = 0; b < 8; b++)
+            size_le[b] = (uint8_t)(size >> (8 * b));
+        XXH3_64bits_update(st, names[i], strlen(names[i]) + 1);
+        XXH3_64bits_update(st, size_le, 8);
+        uint64_t got = 0;
+        for (;;) {
+            ssize_t r = read(fd, buf, 1 << 20);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0) {
+                ret = SPW_ERR_IO;
+                break;
+            }
+            if (r == 0)
+                break;
+            XXH3_64bits_update(st, buf, (size_t)r);
+            got += (uint64_t)r;
+        }
+        close(fd);
+        if (ret == SPW_OK && got != size)
+            ret = SPW_ERR_CORRUPT;
+        total += got;
+    }
+    *digest = XXH3_64bits_digest(st);
+    if (bytes)
+        *bytes = total;
+out_free:
+    free(buf);
+    if (st)
+        XXH3_freeState(st);
+    free_names(names, n);
+    return ret;
+}
+
+static spw_err_t fsync_path(const char *path, int flags)
+{
+    int fd = open(path, flags | O_CLOEXEC);
+    if (fd < 0)
+        return SPW_ERR_IO;
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? SPW_OK : SPW_ERR_IO;
+}
+
+spw_err_t spw_ps__checksum_dir(const char *dir, char hex[17], uint64_t *bytes)
+{
+    uint64_t digest;
+    spw_err_t ret = digest_dir(dir, &digest, bytes);
+    if (ret)
+        return ret;
+    snprintf(hex, 17, "%016" PRIx64, digest);
+    char path[4096];
+    if (!spw_ps__path(path, sizeof(path), "%s/%s", dir, CHECKSUM_NAME))
+        return SPW_ERR_INVALID;
+    FILE *f = fopen(path, "we");
+    if (!f)
+        return SPW_ERR_IO;
+    int ok = fprintf(f, "xxh3-64 %s\n", hex) > 0;
+    ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok &= fclose(f) == 0;
+    if (!ok)
+        return SPW_ERR_IO;
+    return fsync_path(dir, O_RDONLY | O_DIRECTORY);
+}
+
+spw_err_t spw_ps_checkpoint_verify(const char *dir, char hex[17])
+{
+    char path[4096];
+    if (!spw_ps__path(path, sizeof(path), "%s/%s", dir, CHECKSUM_NAME))
+        return SPW_ERR_INVALID;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return errno == ENOENT ? SPW_ERR_NOT_FOUND : SPW_ERR_IO;
+    char line[64] = {0};
+    char *got = fgets(line, sizeof(line), f);
+    fclose(f);
+    char want[17];
+    if (!got || strncmp(line, "xxh3-64 ", 8) != 0 || strlen(line) != 8 + 16 + 1 || line[24] != '\n')
+        return SPW_ERR_CORRUPT;
+    memcpy(want, line + 8, 16);
+    want[16] = '\0';
+    uint64_t digest;
+    spw_err_t ret = digest_dir(dir, &digest, NULL);
+    if (ret)
+        return ret;
+    char have[17];
+    snprintf(have, sizeof(have), "%016" PRIx64, digest);
+    if (strcmp(have, want) != 0)
+        return SPW_ERR_CORRUPT;
+    if (hex)
+        memcpy(hex, have, 17);
+    return SPW_OK;
+}
+
+void spw_ps__rmtree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        char sub[4096];
+        if (!spw_ps__path(sub, sizeof(sub), "%s/%s", path, de->d_name))
+            continue;
+        struct stat st;
+        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+            spw_ps__rmtree(sub);
+        else
+            unlink(sub);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+static spw_err_t copy_file(const char *src, const char *dst)
+{
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return SPW_ERR_IO;
+    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) {
+        close(in);
+        return SPW_ERR_IO;
+    }
+    spw_err_t ret = SPW_OK;
+    char buf[1 << 16];
+    for (;;) {
+        ssize_t r = read(in, buf, sizeof(buf));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r < 0)
+                ret = SPW_ERR_IO;
+            break;
+        }
+        for (ssize_t off = 0; off < r;) {
+            ssize_t w = write(out, buf + off, (size_t)(r - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                ret = SPW_ERR_IO;
+                break;
+            }
+            off += w;
+        }
+        if (ret)
+            break;
+    }
+    if (ret == SPW_OK && fsync(out) != 0)
+        ret = SPW_ERR_IO;
+    close(in);
+    if (close(out) != 0)
+        ret = SPW_ERR_IO;
+    return ret;
+}
+
+static int cmp_epoch_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : (x > y ? -1 : 0);
+}
+
+/* Replaces db_path by the files of checkpoint dir: SST files (immutable) hard-linked when on the
+ * same filesystem, everything else copied, so that the live database never writes into a
+ * checkpoint's files. */
+static spw_err_t install(const char *dir, const char *db_path)
+{
+    char **names;
+    size_t n;
+    spw_err_t ret = list_files(dir, &names, &n);
+    if (ret)
+        return ret;
+    spw_ps__rmtree(db_path);
+    if (mkdir(db_path, 0755) != 0) {
+        free_names(names, n);
+        return SPW_ERR_IO;
+    }
+    for (size_t i = 0; i < n && ret == SPW_OK; i++) {
+        char src[4096], dst[4096];
+        if (!spw_ps__path(src, sizeof(src), "%s/%s", dir, names[i]) ||
+            !spw_ps__path(dst, sizeof(dst), "%s/%s", db_path, names[i])) {
+            ret = SPW_ERR_INVALID;
+            break;
+        }
+        size_t len = strlen(names[i]);
+        bool sst = len > 4 && strcmp(names[i] + len - 4, ".sst") == 0;
+        if (sst && link(src, dst) == 0)
+            continue;
+        ret = copy_file(src, dst);
+    }
+    free_names(names, n);
+    if (ret == SPW_OK)
+        ret = fsync_path(db_path, O_RDONLY | O_DIRECTORY);
+    return ret;
+}
+
+spw_err_t spw_ps_checkpoint_restore(const char *root, uint32_t shard, const char *db_path,
+                                    uint64_t *epoch, char *errstr, size_t errstr_size)
+{
+    char base[4096];
+    DIR *d = spw_ps__path(base, sizeof(base), "%s/checkpoints", root) ? opendir(base) : NULL;
+    if (!d) {
+        snprintf(errstr, errstr_size, "no checkpoints under %s", base);
+        return SPW_ERR_NOT_FOUND;
+    }
+    uint64_t *epochs = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *s = de->d_name;
+        if (*s < '0' || *s > '9' || strlen(s) > 19)
+            continue;
+        char *end;
+        unsigned long long e = strtoull(s, &end, 10);
+        if (*end != '\0')
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            uint64_t *ne = realloc(epochs, cap * sizeof(uint64_t));
+            if (!ne) {
+                free(epochs);
+                closedir(d);
+                snprintf(errstr, errstr_size, "out of memory");
+                return SPW_ERR_NOMEM;
+            }
+            epochs = ne;
+        }
+        epochs[n++] = e;
+    }
+    closedir(d);
+    if (n)
+        qsort(epochs, n, sizeof(uint64_t), cmp_epoch_desc);
+    spw_err_t ret = SPW_ERR_NOT_FOUND;
+    snprintf(errstr, errstr_size, "no valid checkpoint of shard %u under %s", shard, base);
+    for (size_t i = 0; i < n; i++) {
+        char dir[4096];
+        struct stat st;
+        if (!spw_ps__path(dir, sizeof(dir), "%s/%" PRIu64 "/shard-%u", base, epochs[i], shard) ||
+            stat(dir, &st) != 0)
+            continue;
+        spw_err_t v = spw_ps_checkpoint_verify(dir, NULL);
+        if (v != SPW_OK) {
+            SPW_WARN("skipping checkpoint", "path=%s reason=\"%s\"", dir, spw_err_str(v));
+            continue;
+        }
+        ret = install(dir, db_path);
+        if (ret != SPW_OK) {
+            snprintf(errstr, errstr_size, "installing %s into %s: %s", dir, db_path,
+                     strerror(errno));
+            break;
+        }
+        *epoch = epochs[i];
+        SPW_INFO("restored checkpoint", "path=%s epoch=%" PRIu64, dir, epochs[i]);
+        break;
+    }
+    free(epochs);
+    return ret;
+}

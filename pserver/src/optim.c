@@ -1,0 +1,231 @@
+/* Optimizers applied on the shard (SGD, Adagrad, Adam, FTRL-Proximal), row initialisation and the
+ * staleness penalty. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps_int.h"
+#include "sparrow/hash.h"
+
+void spw_ps_optim_conf_default(struct spw_ps_optim_conf *conf)
+{
+    memset(conf, 0, sizeof(*conf));
+    conf->kind = SPW_PS_ADAGRAD;
+    conf->lr = 0.05f;
+    conf->eps = 1e-8f;
+    conf->beta1 = 0.9f;
+    conf->beta2 = 0.999f;
+    conf->ftrl_beta = 1.0f;
+    conf->init_scale = 0.01f;
+}
+
+size_t spw_ps_slot_floats(enum spw_ps_optimizer opt, uint32_t dim)
+{
+    switch (opt) {
+    case SPW_PS_SGD:
+        return 0;
+    case SPW_PS_ADAGRAD:
+        return dim;
+    case SPW_PS_ADAM:
+        return 2 * (size_t)dim + 1;
+    case SPW_PS_FTRL:
+        return 2 * (size_t)dim;
+    }
+    return 0;
+}
+
+spw_err_t spw_ps_optimizer_parse(const char *text, enum spw_ps_optimizer *out)
+{
+    static const char *const names[] = {"sgd", "adagrad", "adam", "ftrl"};
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(text, names[i]) == 0) {
+            *out = (enum spw_ps_optimizer)i;
+            return SPW_OK;
+        }
+    }
+    return SPW_ERR_INVALID;
+}
+
+const char *spw_ps_optimizer_name(enum spw_ps_optimizer opt)
+{
+    switch (opt) {
+    case SPW_PS_SGD:
+        return "sgd";
+    case SPW_PS_ADAGRAD:
+        return "adagrad";
+    case SPW_PS_ADAM:
+        return "adam";
+    case SPW_PS_FTRL:
+        return "ftrl";
+    }
+    return "?";
+}
+
+spw_err_t spw_ps_penalty_parse(const char *text, struct spw_ps_penalty *out)
+{
+    struct spw_ps_penalty p = {.kind = SPW_PS_PENALTY_NONE, .beta = 1.0, .max_tau = 0};
+    char *end;
+    if (strcmp(text, "none") == 0) {
+        p.kind = SPW_PS_PENALTY_NONE;
+    } else if (strcmp(text, "inverse") == 0) {
+        p.kind = SPW_PS_PENALTY_INVERSE;
+    } else if (strncmp(text, "exp:", 4) == 0) {
+        const char *num = text + 4;
+        if (*num == '\0')
+            return SPW_ERR_INVALID;
+        double beta = strtod(num, &end);
+        if (*end != '\0' || !isfinite(beta) || beta <= 0.0 || beta > 1.0)
+            return SPW_ERR_INVALID;
+        p.kind = SPW_PS_PENALTY_EXP;
+        p.beta = beta;
+    } else if (strncmp(text, "drop:", 5) == 0) {
+        const char *num = text + 5;
+        if (*num < '0' || *num > '9')
+            return SPW_ERR_INVALID;
+        unsigned long long v = strtoull(num, &end, 10);
+        if (*end != '\0' || v > UINT32_MAX)
+            return SPW_ERR_INVALID;
+        p.kind = SPW_PS_PENALTY_DROP;
+        p.max_tau = (uint32_t)v;
+    } else {
+        return SPW_ERR_INVALID;
+    }
+    *out = p;
+    return SPW_OK;
+}
+
+double spw_ps_penalty_alpha(const struct spw_ps_penalty *penalty, uint32_t tau)
+{
+    switch (penalty->kind) {
+    case SPW_PS_PENALTY_NONE:
+        return 1.0;
+    case SPW_PS_PENALTY_INVERSE:
+        return 1.0 / (1.0 + (double)tau);
+    case SPW_PS_PENALTY_EXP:
+        return pow(penalty->beta, (double)tau);
+    case SPW_PS_PENALTY_DROP:
+        return tau > penalty->max_tau ? -1.0 : 1.0;
+    }
+    return 1.0;
+}
+
+/* Uniform in [-1, 1) from 24 bits of a mixed hash of (key, seed, j). */
+static float init_uniform(uint64_t seed, uint64_t key, uint32_t j)
+{
+    uint64_t h = spw_hash_mix64(key ^ spw_hash_mix64(seed + 0x9e3779b97f4a7c15ull * (j + 1)));
+    return (float)(h >> 40) * (1.0f / 8388608.0f) - 1.0f;
+}
+
+void spw_ps__row_init(const struct spw_ps_optim_conf *conf, uint32_t dim, uint64_t seed,
+                      uint64_t key, float *data)
+{
+    size_t slots = spw_ps_slot_floats(conf->kind, dim);
+    for (uint32_t j = 0; j < dim; j++)
+        data[j] = conf->init_scale == 0.0f ? 0.0f : conf->init_scale * init_uniform(seed, key, j);
+    memset(data + dim, 0, slots * sizeof(float));
+    if (conf->kind == SPW_PS_FTRL) {
+        /* z such that FTRL's closed form at n = 0 gives back the initial weight:
+         * w = -(z - sgn(z)·l1) / (beta/alpha + l2). */
+        float *z = data + dim;
+        float d = conf->ftrl_beta / conf->lr + conf->l2;
+        for (uint32_t j = 0; j < dim; j++) {
+            float w = data[j];
+            z[j] = w > 0.0f ? -w * d - conf->ftrl_l1 : (w < 0.0f ? -w * d + conf->ftrl_l1 : 0.0f);
+        }
+    }
+}
+
+static void apply_sgd(uint32_t dim, float *restrict w, const float *restrict g, float lr)
+{
+    for (uint32_t j = 0; j < dim; j++)
+        w[j] -= lr * g[j];
+}
+
+static void apply_adagrad(uint32_t dim, float *restrict w, float *restrict acc,
+                          const float *restrict g, float lr, float eps)
+{
+    for (uint32_t j = 0; j < dim; j++) {
+        acc[j] += g[j] * g[j];
+        w[j] -= lr * g[j] / (sqrtf(acc[j]) + eps);
+    }
+}
+
+static void apply_adam(const struct spw_ps_optim_conf *conf, uint32_t dim, float *restrict w,
+                       float *restrict slots, const float *restrict g, float lr)
+{
+    float *restrict m = slots;
+    float *restrict v = slots + dim;
+    uint32_t step;
+    memcpy(&step, slots + 2 * (size_t)dim, sizeof(step));
+    step++;
+    memcpy(slots + 2 * (size_t)dim, &step, sizeof(step));
+    float b1 = conf->beta1, b2 = conf->beta2;
+    float c1 = 1.0f / (1.0f - powf(b1, (float)step));
+    float c2 = 1.0f / (1.0f - powf(b2, (float)step));
+    for (uint32_t j = 0; j < dim; j++) {
+        m[j] = b1 * m[j] + (1.0f - b1) * g[j];
+        v[j] = b2 * v[j] + (1.0f - b2) * g[j] * g[j];
+        w[j] -= lr * (m[j] * c1) / (sqrtf(v[j] * c2) + conf->eps);
+    }
+}
+
+static void apply_ftrl(const struct spw_ps_optim_conf *conf, uint32_t dim, float *restrict w,
+                       float *restrict slots, const float *restrict g)
+{
+    float *restrict z = slots;
+    float *restrict n = slots + dim;
+    float alpha = conf->lr, l1 = conf->ftrl_l1;
+    for (uint32_t j = 0; j < dim; j++) {
+        float n_new = n[j] + g[j] * g[j];
+        float sigma = (sqrtf(n_new) - sqrtf(n[j])) / alpha;
+        z[j] += g[j] - sigma * w[j];
+        n[j] = n_new;
+        float az = fabsf(z[j]);
+        if (az <= l1)
+            w[j] = 0.0f;
+        else
+            w[j] = -(z[j] - copysignf(l1, z[j])) /
+                   ((conf->ftrl_beta + sqrtf(n_new)) / alpha + conf->l2);
+    }
+}
+
+bool spw_ps__row_apply(const struct spw_ps_optim_conf *conf, uint32_t dim, float *w, float *slots,
+                       const float *g, float alpha)
+{
+    float buf[SPW_PS_MAX_DIM];
+    double norm2 = 0.0;
+    for (uint32_t j = 0; j < dim; j++) {
+        if (!isfinite(g[j]))
+            return false;
+        norm2 += (double)g[j] * g[j];
+    }
+    float scale = 1.0f;
+    if (conf->clip_norm > 0.0f && norm2 > (double)conf->clip_norm * conf->clip_norm)
+        scale = (float)(conf->clip_norm / sqrt(norm2));
+    /* FTRL has no step to scale: staleness scales its gradient; its l2 lives in the closed form. */
+    if (conf->kind == SPW_PS_FTRL) {
+        scale *= alpha;
+        for (uint32_t j = 0; j < dim; j++)
+            buf[j] = g[j] * scale;
+        apply_ftrl(conf, dim, w, slots, buf);
+        return true;
+    }
+    float l2 = conf->l2;
+    for (uint32_t j = 0; j < dim; j++)
+        buf[j] = g[j] * scale + l2 * w[j];
+    float lr = conf->lr * alpha;
+    switch (conf->kind) {
+    case SPW_PS_SGD:
+        apply_sgd(dim, w, buf, lr);
+        break;
+    case SPW_PS_ADAGRAD:
+        apply_adagrad(dim, w, slots, buf, lr, conf->eps);
+        break;
+    case SPW_PS_ADAM:
+        apply_adam(conf, dim, w, slots, buf, lr);
+        break;
+    case SPW_PS_FTRL:
+        break;
+    }
+    return true;
+}

@@ -1,0 +1,124 @@
+/* The property table of `sparrow pserver` and its translation into server settings. */
+#include <string.h>
+
+#include "ps_int.h"
+#include "sparrow/config.h"
+#include "sparrow/wire.h"
+
+const struct spw_config_prop spw_pserver_config_props[] = {
+    {"pserver.listen", SPW_CONFIG_STRING, "tcp://0.0.0.0:7000", 0, 1024, NULL,
+     "ZeroMQ endpoint the shard's ROUTER socket binds."},
+    {"pserver.shard", SPW_CONFIG_INT, "0", 0, 65535, NULL,
+     "This shard's index in 0..pserver.shards-1 (pserver-<i>)."},
+    {"pserver.shards", SPW_CONFIG_INT, "1", 1, 65536, NULL,
+     "Number of shards; keys of other shards are refused (jump hash of mix64(key))."},
+    {"pserver.dim", SPW_CONFIG_INT, "16", 1, SPW_PS_MAX_DIM, NULL,
+     "Floats per row (LR: 1, FM: 1 + k)."},
+    {"pserver.optimizer", SPW_CONFIG_ENUM, "adagrad", 0, 0, "sgd|adagrad|adam|ftrl",
+     "Optimizer applied on the shard."},
+    {"pserver.lr", SPW_CONFIG_DOUBLE, "0.05", 1e-9, 100, NULL, "Learning rate (FTRL: its alpha)."},
+    {"pserver.l2", SPW_CONFIG_DOUBLE, "0", 0, 1000, NULL,
+     "L2 regularisation added to the gradient as l2*w (FTRL: its l2 term)."},
+    {"pserver.clip_norm", SPW_CONFIG_DOUBLE, "0", 0, 1e12, NULL,
+     "Per-row gradient L2-norm clip; 0 disables."},
+    {"pserver.eps", SPW_CONFIG_DOUBLE, "1e-8", 0, 1, NULL, "Adagrad and Adam denominator epsilon."},
+    {"pserver.adam.beta1", SPW_CONFIG_DOUBLE, "0.9", 0, 0.999999, NULL, "Adam first-moment decay."},
+    {"pserver.adam.beta2", SPW_CONFIG_DOUBLE, "0.999", 0, 0.999999999, NULL,
+     "Adam second-moment decay."},
+    {"pserver.ftrl.beta", SPW_CONFIG_DOUBLE, "1", 0, 1e6, NULL, "FTRL-Proximal beta."},
+    {"pserver.ftrl.l1", SPW_CONFIG_DOUBLE, "0", 0, 1e6, NULL, "FTRL-Proximal L1 strength."},
+    {"pserver.init.scale", SPW_CONFIG_DOUBLE, "0.01", 0, 10, NULL,
+     "Rows start uniform in [-scale, scale], drawn from (key, pserver.seed)."},
+    {"pserver.seed", SPW_CONFIG_INT, "0", 0, 9.2e18, NULL, "Seed of the deterministic row init."},
+    {"pserver.memory.mb", SPW_CONFIG_INT, "1024", 1, 16777216, NULL,
+     "DRAM budget of the hot table (rows and index); colder rows live in RocksDB."},
+    {"pserver.data_dir", SPW_CONFIG_STRING, "data/pserver", 0, 4000, NULL,
+     "Directory of the shard's live RocksDB (<data_dir>/db)."},
+    {"pserver.checkpoint.dir", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "Root of checkpoints/<epoch>/shard-<i>; empty: pserver.data_dir."},
+    {"pserver.restore", SPW_CONFIG_BOOL, "true", 0, 0, NULL,
+     "Start from the newest valid checkpoint (or empty when none), never from a crashed live DB."},
+    {"pserver.staleness.penalty", SPW_CONFIG_ENUM, "inverse", 0, 0, "none|inverse|exp:|drop:",
+     "Step scale by staleness tau: none, inverse 1/(1+tau), exp:<beta> beta^tau, "
+     "drop:<max_tau>."},
+    {"pserver.admit.min_count", SPW_CONFIG_INT, "1", 0, 65535, NULL,
+     "Sightings (pushes) before a key gets a row; <= 1 admits every key."},
+    {"pserver.ttl", SPW_CONFIG_DURATION_MS, "0", 0, 3.2e12, NULL,
+     "Rows not updated for this long are evicted (tombstoned); 0 disables."},
+    {"pserver.ttl.sweep_rows", SPW_CONFIG_INT, "10000", 1, 1e9, NULL,
+     "Rows examined by each TTL sweep step (every 100 ms)."},
+    {"pserver.max_frame", SPW_CONFIG_INT, "33554432", 1024, SPW_WIRE_HARD_MAX_FRAME / 8, NULL,
+     "Largest request frame in bytes; larger ones are refused before decoding."},
+    {"pserver.http.addr", SPW_CONFIG_STRING, "0.0.0.0", 0, 64, NULL,
+     "Address of the /metrics, /healthz, /readyz endpoint."},
+    {"pserver.http.port", SPW_CONFIG_INT, "9100", 0, 65535, NULL,
+     "Port of the HTTP endpoint (0 picks a free port)."},
+    {"pserver.curve.secret_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "File with the shard's Z85 CURVE secret key; empty disables CurveZMQ."},
+    {"pserver.curve.allowed_clients_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "File of allowed client Z85 public keys, one per line (required with CURVE)."},
+    {"rocksdb.options", SPW_CONFIG_STRING, "", 0, 16384, NULL,
+     "RocksDB option string (rocksdb_get_options_from_string), e.g. "
+     "\"write_buffer_size=67108864;max_background_jobs=4\"."},
+    {"log.level", SPW_CONFIG_ENUM, "info", 0, 0, "error|warn|info|debug", "Log threshold."},
+};
+const size_t spw_pserver_config_n_props =
+    sizeof(spw_pserver_config_props) / sizeof(spw_pserver_config_props[0]);
+
+spw_err_t spw_ps_server_conf_from_config(const spw_config_t *cfg, struct spw_ps_server_conf *conf,
+                                         char *errstr, size_t errstr_size)
+{
+    memset(conf, 0, sizeof(*conf));
+    struct spw_ps_store_conf *sc = &conf->store;
+    conf->listen = spw_config_str(cfg, "pserver.listen");
+    conf->shards = (uint32_t)spw_config_int(cfg, "pserver.shards");
+    sc->shard = (uint32_t)spw_config_int(cfg, "pserver.shard");
+    if (sc->shard >= conf->shards) {
+        snprintf(errstr, errstr_size, "pserver.shard %u must be below pserver.shards %u", sc->shard,
+                 conf->shards);
+        return SPW_ERR_INVALID;
+    }
+    sc->dim = (uint32_t)spw_config_int(cfg, "pserver.dim");
+    spw_ps_optim_conf_default(&sc->optim);
+    if (spw_ps_optimizer_parse(spw_config_str(cfg, "pserver.optimizer"), &sc->optim.kind) !=
+        SPW_OK) {
+        snprintf(errstr, errstr_size, "pserver.optimizer: unknown");
+        return SPW_ERR_INVALID;
+    }
+    sc->optim.lr = (float)spw_config_double(cfg, "pserver.lr");
+    sc->optim.l2 = (float)spw_config_double(cfg, "pserver.l2");
+    sc->optim.clip_norm = (float)spw_config_double(cfg, "pserver.clip_norm");
+    sc->optim.eps = (float)spw_config_double(cfg, "pserver.eps");
+    sc->optim.beta1 = (float)spw_config_double(cfg, "pserver.adam.beta1");
+    sc->optim.beta2 = (float)spw_config_double(cfg, "pserver.adam.beta2");
+    sc->optim.ftrl_beta = (float)spw_config_double(cfg, "pserver.ftrl.beta");
+    sc->optim.ftrl_l1 = (float)spw_config_double(cfg, "pserver.ftrl.l1");
+    sc->optim.init_scale = (float)spw_config_double(cfg, "pserver.init.scale");
+    sc->seed = (uint64_t)spw_config_int(cfg, "pserver.seed");
+    sc->memory_bytes = (uint64_t)spw_config_int(cfg, "pserver.memory.mb") << 20;
+    const char *penalty = spw_config_str(cfg, "pserver.staleness.penalty");
+    if (spw_ps_penalty_parse(penalty, &sc->penalty) != SPW_OK) {
+        snprintf(errstr, errstr_size,
+                 "pserver.staleness.penalty '%s': want none, inverse, exp:<beta in (0,1]> or "
+                 "drop:<max_tau>",
+                 penalty);
+        return SPW_ERR_INVALID;
+    }
+    sc->admit_min_count = (uint32_t)spw_config_int(cfg, "pserver.admit.min_count");
+    sc->ttl_s = (uint32_t)(spw_config_duration_ms(cfg, "pserver.ttl") / 1000);
+    if (spw_config_duration_ms(cfg, "pserver.ttl") > 0 && sc->ttl_s == 0)
+        sc->ttl_s = 1;
+    sc->rocksdb_options = spw_config_str(cfg, "rocksdb.options");
+    conf->max_frame = (size_t)spw_config_int(cfg, "pserver.max_frame");
+    conf->data_dir = spw_config_str(cfg, "pserver.data_dir");
+    conf->checkpoint_dir = spw_config_str(cfg, "pserver.checkpoint.dir");
+    conf->restore = spw_config_bool(cfg, "pserver.restore");
+    conf->curve_secret_key_file = spw_config_str(cfg, "pserver.curve.secret_key_file");
+    conf->curve_allowed_clients_file = spw_config_str(cfg, "pserver.curve.allowed_clients_file");
+    conf->expire_batch = (uint32_t)spw_config_int(cfg, "pserver.ttl.sweep_rows");
+    if (!conf->data_dir || !conf->data_dir[0]) {
+        snprintf(errstr, errstr_size, "pserver.data_dir must not be empty");
+        return SPW_ERR_INVALID;
+    }
+    return SPW_OK;
+}

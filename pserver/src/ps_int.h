@@ -1,0 +1,93 @@
+/* Private declarations shared by the pserver module's files (not API). */
+#ifndef SPARROW_PS_INT_H
+#define SPARROW_PS_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparrow/pserver.h"
+
+/*
+ * A row in DRAM (and, less its key, the value stored in RocksDB):
+ *
+ *   offset  size        field
+ *   0       8           key          (DRAM only; RocksDB key is the 8-byte big-endian key)
+ *   8       4           version      applied updates, wraps
+ *   12      4           last_update  seconds
+ *   16      4           count        pushes that touched the row
+ *   20      4           flags        SPW_PS_ROW_* (DRAM only; stored as 0)
+ *   24      4·dim       weights
+ *   24+4dim 4·slots     optimizer state (spw_ps_slot_floats)
+ *
+ * The row stride is rounded up to 8 bytes.
+ */
+struct spw_ps_row {
+    uint64_t key;
+    uint32_t version;
+    uint32_t last_update;
+    uint32_t count;
+    uint32_t flags;
+    float data[];
+};
+
+#define SPW_PS_ROW_HDR      24u
+#define SPW_PS_ROW_DIRTY    1u /* changed since last written to RocksDB */
+#define SPW_PS_ROW_REF      2u /* touched since the clock hand last passed */
+#define SPW_PS_ROW_PIN      4u /* in use by the current request; not evictable */
+#define SPW_PS_DB_VALUE_OFF 8u /* RocksDB value = row bytes from here to the stride */
+
+/* Deterministic initial row (weights from (key, seed), slots consistent with them). */
+void spw_ps__row_init(const struct spw_ps_optim_conf *conf, uint32_t dim, uint64_t seed,
+                      uint64_t key, float *data);
+
+/* Applies one gradient row g (dim floats) with step scale alpha to weights w and slots.
+ * Returns false (row untouched) when g has a non-finite value. */
+bool spw_ps__row_apply(const struct spw_ps_optim_conf *conf, uint32_t dim, float *w, float *slots,
+                       const float *g, float alpha);
+
+/* Handles one request frame as if received from a peer, packing (not sending) the reply. For
+ * the fuzz target. */
+int spw_ps__server_handle_frame(spw_ps_server_t *srv, const void *data, size_t len);
+
+/* ---- count-min sketch (admission) ---- */
+struct spw_ps_sketch {
+    uint32_t width; /* power of two */
+    uint32_t depth;
+    uint16_t *cells; /* depth × width saturating counters */
+};
+
+spw_err_t spw_ps__sketch_init(struct spw_ps_sketch *sk, uint32_t width, uint32_t depth);
+void spw_ps__sketch_fini(struct spw_ps_sketch *sk);
+/* Adds one sighting of key and returns the new estimate. */
+uint32_t spw_ps__sketch_add(struct spw_ps_sketch *sk, uint64_t key);
+uint32_t spw_ps__sketch_get(const struct spw_ps_sketch *sk, uint64_t key);
+
+/* ---- checkpoint helpers ---- */
+/* Writes the CHECKSUM file of dir (over every other file's name and bytes). hex gets the digest,
+ * *bytes the bytes hashed. */
+spw_err_t spw_ps__checksum_dir(const char *dir, char hex[17], uint64_t *bytes);
+/* snprintf into a path buffer; false when the result does not fit. */
+bool spw_ps__path(char *out, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Removes a directory tree (best effort). */
+void spw_ps__rmtree(const char *path);
+
+/* Big-endian key encoding for RocksDB (ordered by key). */
+static inline void spw_ps__key_encode(uint64_t key, char out[8])
+{
+    for (int i = 7; i >= 0; i--) {
+        out[i] = (char)(key & 0xff);
+        key >>= 8;
+    }
+}
+
+static inline uint64_t spw_ps__key_decode(const char in[8])
+{
+    uint64_t key = 0;
+    for (int i = 0; i < 8; i++)
+        key = (key << 8) | (uint8_t)in[i];
+    return key;
+}
+
+#endif

@@ -1,0 +1,1100 @@
+/* The shard's ZeroMQ server: a ROUTER socket serving pull, push, stats, checkpoint and health
+ * requests (proto/sparrow.proto), push de-duplication, CurveZMQ with a ZAP allow-list, metrics and
+ * readiness. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <zmq.h>
+
+#include "ps_int.h"
+#include "sparrow/arena.h"
+#include "sparrow/hash.h"
+#include "sparrow/http.h"
+#include "sparrow/log.h"
+#include "sparrow/metrics.h"
+#include "sparrow/signal.h"
+#include "sparrow/time.h"
+#include "sparrow/wire.h"
+
+#define ZAP_ENDPOINT     "inproc://zeromq.zap.01"
+#define POLL_MS          100
+#define MAX_IDENTITY     256
+#define MAX_ALLOWED_KEYS 4096
+#define DISK_RECHECK_MS  2000
+#define DISK_FREE_MIN    (4u << 20) /* bytes free before a full disk counts as back */
+
+enum { ERRS = 8 };
+
+struct dedup_entry {
+    uint32_t trainer_id;
+    bool used;
+    uint64_t epoch;
+    uint64_t high;   /* highest seq applied */
+    uint64_t window; /* bit d: seq high - d applied */
+    uint64_t touched;
+};
+
+struct ps_metrics {
+    spw_counter_t *req[5]; /* pull push stats checkpoint health */
+    spw_counter_t *rows_pull, *rows_push;
+    spw_counter_t *errors[ERRS]; /* by Sparrow__ErrorCode */
+    spw_counter_t *dropped_frames;
+    spw_counter_t *rej_nonfinite, *rej_stale, *rej_unadmitted, *duplicates;
+    spw_counter_t *admitted, *evict_spill, *evict_ttl, *db_reads;
+    spw_counter_t *ckpt_ok, *ckpt_failed;
+    spw_histogram_t *staleness;
+    spw_gauge_t *rows_dram, *rows_disk, *bytes_dram, *rows_dram_max, *epoch;
+    spw_gauge_t *ckpt_seconds, *ckpt_bytes, *ready, *disk_full;
+};
+
+/* Owned by the thread that runs it. */
+struct spw_ps_server {
+    struct spw_ps_server_conf conf;
+    char *data_dir, *ckpt_dir, *db_path, endpoint[256];
+    spw_ps_store_t *store;
+    void *zctx, *sock, *zap;
+    spw_arena_t *arena;
+    spw_metrics_t *metrics;
+    bool own_metrics;
+    struct ps_metrics m;
+    struct spw_ps_store_stats last; /* store stats already added to the counters */
+    uint64_t epoch;
+    uint8_t (*allowed)[32];
+    size_t n_allowed;
+    struct dedup_entry *dedup;
+    uint64_t dedup_clock;
+    bool disk_full;
+    uint64_t disk_checked_ms;
+    uint64_t need_bytes;
+    float *f16_buf;
+    size_t f16_cap;
+    uint32_t *tau_buf;
+    size_t tau_cap;
+};
+
+static const char *const error_names[ERRS] = {"none",     "malformed",   "version",
+                                              "too_big",  "wrong_shard", "unavailable",
+                                              "internal", "unauthorized"};
+
+/* ---- metrics ---- */
+
+/* Registers every metric; false when one could not be (out of memory or a name clash). */
+static bool metrics_register(spw_ps_server_t *srv)
+{
+    spw_metrics_t *r = srv->metrics;
+    struct ps_metrics *m = &srv->m;
+    static const char *const types[5] = {"pull", "push", "stats", "checkpoint", "health"};
+    char labels[96];
+    for (int i = 0; i < 5; i++) {
+        snprintf(labels, sizeof(labels), "type=\"%s\"", types[i]);
+        m->req[i] = spw_metrics_counter_new(r, "sparrow_ps_requests_total",
+                                            "Requests served, by type.", labels);
+    }
+    m->rows_pull = spw_metrics_counter_new(r, "sparrow_ps_rows_total", "Rows pulled or pushed.",
+                                           "op=\"pull\"");
+    m->rows_push = spw_metrics_counter_new(r, "sparrow_ps_rows_total", "Rows pulled or pushed.",
+                                           "op=\"push\"");
+    for (int i = 1; i < ERRS; i++) {
+        snprintf(labels, sizeof(labels), "reason=\"%s\"", error_names[i]);
+        m->errors[i] =
+            spw_metrics_counter_new(r, "sparrow_ps_error_replies_total",
+                                    "Requests answered with an error, by reason.", labels);
+    }
+    m->dropped_frames = spw_metrics_counter_new(
+        r, "sparrow_ps_dropped_frames_total",
+        "Messages dropped without a reply (no routing identity, too many frames).", NULL);
+    const char *rej = "sparrow_ps_rejected_rows_total";
+    const char *rej_help = "Pushed rows not applied, by reason.";
+    m->rej_nonfinite = spw_metrics_counter_new(r, rej, rej_help, "reason=\"nonfinite\"");
+    m->rej_stale = spw_metrics_counter_new(r, rej, rej_help, "reason=\"stale\"");
+    m->rej_unadmitted = spw_metrics_counter_new(r, rej, rej_help, "reason=\"unadmitted\"");
+    m->duplicates =
+        spw_metrics_counter_new(r, "sparrow_ps_duplicate_pushes_total",
+                                "Pushes acknowledged without applying (seq seen).", NULL);
+    m->admitted = spw_metrics_counter_new(r, "sparrow_ps_admitted_total",
+                                          "Keys given a row after min_count sightings.", NULL);
+    m->evict_spill = spw_metrics_counter_new(r, "sparrow_ps_evictions_total",
+                                             "Rows evicted, by kind.", "kind=\"spill\"");
+    m->evict_ttl = spw_metrics_counter_new(r, "sparrow_ps_evictions_total",
+                                           "Rows evicted, by kind.", "kind=\"ttl\"");
+    m->db_reads = spw_metrics_counter_new(r, "sparrow_ps_db_reads_total",
+                                          "Rows read back from RocksDB.", NULL);
+    m->ckpt_ok = spw_metrics_counter_new(r, "sparrow_ps_checkpoints_total", "Checkpoints taken.",
+                                         "result=\"ok\"");
+    m->ckpt_failed = spw_metrics_counter_new(r, "sparrow_ps_checkpoints_total",
+                                             "Checkpoints taken.", "result=\"failed\"");
+    static const double bounds[] = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+    m->staleness = spw_metrics_histogram_new(r, "sparrow_ps_staleness",
+                                             "tau = version_now - version_pulled of pushed rows.",
+                                             NULL, bounds, sizeof(bounds) / sizeof(bounds[0]));
+    m->rows_dram = spw_metrics_gauge_new(r, "sparrow_ps_rows", "Rows by tier.", "tier=\"dram\"");
+    m->rows_disk = spw_metrics_gauge_new(r, "sparrow_ps_rows", "Rows by tier.", "tier=\"rocksdb\"");
+    m->rows_dram_max = spw_metrics_gauge_new(r, "sparrow_ps_rows_dram_capacity",
+                                             "Rows the DRAM budget holds.", NULL);
+    m->bytes_dram = spw_metrics_gauge_new(r, "sparrow_ps_memory_bytes",
+                                          "Bytes of the DRAM table (slabs and index).", NULL);
+    m->epoch = spw_metrics_gauge_new(r, "sparrow_ps_epoch", "Epoch of the last checkpoint.", NULL);
+    m->ckpt_seconds = spw_metrics_gauge_new(r, "sparrow_ps_checkpoint_seconds",
+                                            "Duration of the last checkpoint.", NULL);
+    m->ckpt_bytes = spw_metrics_gauge_new(r, "sparrow_ps_checkpoint_bytes",
+                                          "Bytes of the last checkpoint.", NULL);
+    m->ready = spw_metrics_gauge_new(r, "sparrow_ps_ready", "1 when the shard is ready.", NULL);
+    m->disk_full = spw_metrics_gauge_new(
+        r, "sparrow_ps_disk_full", "1 while the last checkpoint failed for lack of space.", NULL);
+    /* Every member is a handle pointer (errors[0] is unused: ERROR_NONE is not an error). */
+    m->errors[0] = m->errors[1];
+    void *const *handles = (void *const *)m;
+    for (size_t i = 0; i < sizeof(*m) / sizeof(void *); i++)
+        if (!handles[i])
+            return false;
+    return true;
+}
+
+static void counter_add(spw_counter_t *c, uint64_t now, uint64_t before)
+{
+    if (c && now > before)
+        spw_counter_add(c, now - before);
+}
+
+static void metrics_sync(spw_ps_server_t *srv)
+{
+    struct spw_ps_store_stats st;
+    spw_ps_store_get_stats(srv->store, &st);
+    struct ps_metrics *m = &srv->m;
+    counter_add(m->rows_pull, st.rows_pulled, srv->last.rows_pulled);
+    counter_add(m->rows_push, st.rows_pushed, srv->last.rows_pushed);
+    counter_add(m->rej_nonfinite, st.rejected_nonfinite, srv->last.rejected_nonfinite);
+    counter_add(m->rej_stale, st.dropped_stale, srv->last.dropped_stale);
+    counter_add(m->rej_unadmitted, st.unadmitted, srv->last.unadmitted);
+    counter_add(m->admitted, st.admitted, srv->last.admitted);
+    counter_add(m->evict_spill, st.evictions, srv->last.evictions);
+    counter_add(m->evict_ttl, st.expired, srv->last.expired);
+    counter_add(m->db_reads, st.db_reads, srv->last.db_reads);
+    srv->last = st;
+    if (m->rows_dram)
+        spw_gauge_set(m->rows_dram, (double)st.rows_dram);
+    if (m->rows_dram_max)
+        spw_gauge_set(m->rows_dram_max, (double)st.rows_dram_max);
+    if (m->bytes_dram)
+        spw_gauge_set(m->bytes_dram, (double)st.bytes_dram);
+    if (m->rows_disk)
+        spw_gauge_set(m->rows_disk, (double)spw_ps_store_rows_on_disk(srv->store));
+}
+
+static void set_ready(spw_ps_server_t *srv, bool ready, const char *reason)
+{
+    if (srv->m.ready)
+        spw_gauge_set(srv->m.ready, ready ? 1.0 : 0.0);
+    if (srv->conf.http)
+        spw_http_set_ready(srv->conf.http, ready, reason);
+}
+
+/* ---- replies ---- */
+
+/* Where a reply goes: the ROUTER identity, and whether the peer is a REQ socket that expects the
+ * empty delimiter frame. */
+struct peer {
+    zmq_msg_t *ident;
+    bool delim;
+};
+
+/* Sends identity + reply. Failures are counted (the peer may be gone). */
+static void send_reply(spw_ps_server_t *srv, struct peer *peer, Sparrow__Reply *reply)
+{
+    size_t len = protobuf_c_message_get_packed_size(&reply->base);
+    zmq_msg_t body;
+    if (zmq_msg_init_size(&body, len) != 0) {
+        spw_counter_inc(srv->m.dropped_frames);
+        return;
+    }
+    protobuf_c_message_pack(&reply->base, zmq_msg_data(&body));
+    if (!peer->ident) { /* spw_ps__server_handle_frame: packed, not sent */
+        zmq_msg_close(&body);
+        return;
+    }
+    bool ok = zmq_msg_send(peer->ident, srv->sock, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0;
+    if (ok && peer->delim)
+        ok = zmq_send(srv->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0;
+    if (ok)
+        ok = zmq_msg_send(&body, srv->sock, ZMQ_DONTWAIT) >= 0;
+    if (!ok) {
+        zmq_msg_close(&body);
+        spw_counter_inc(srv->m.dropped_frames);
+    }
+}
+
+static void send_error(spw_ps_server_t *srv, struct peer *peer, uint64_t request_id,
+                       Sparrow__ErrorCode code, const char *msg)
+{
+    Sparrow__Reply reply = SPARROW__REPLY__INIT;
+    reply.has_version = true;
+    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    reply.has_request_id = true;
+    reply.request_id = request_id;
+    reply.has_error = true;
+    reply.error = code;
+    reply.error_message = (char *)msg;
+    if ((int)code > 0 && (int)code < ERRS)
+        spw_counter_inc(srv->m.errors[code]);
+    send_reply(srv, peer, &reply);
+}
+
+/* ---- push de-duplication ---- */
+
+/* True when (trainer, epoch, seq) was applied already (or is too old to tell). */
+static struct dedup_entry *dedup_find(spw_ps_server_t *srv, uint32_t trainer_id, bool create)
+{
+    struct dedup_entry *lru = &srv->dedup[0];
+    for (size_t i = 0; i < SPW_PS_DEDUP_TRAINERS; i++) {
+        struct dedup_entry *e = &srv->dedup[i];
+        if (e->used && e->trainer_id == trainer_id)
+            return e;
+        if (!e->used || (lru->used && e->touched < lru->touched))
+            lru = e;
+    }
+    if (!create)
+        return NULL;
+    if (lru->used)
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 10000, "dedup table full, forgetting a trainer",
+                            "trainer_id=%u", lru->trainer_id);
+    memset(lru, 0, sizeof(*lru));
+    lru->used = true;
+    lru->trainer_id = trainer_id;
+    return lru;
+}
+
+static bool dedup_seen(const struct dedup_entry *e, uint64_t epoch, uint64_t seq)
+{
+    if (e->window == 0)
+        return false; /* fresh entry */
+    if (epoch != e->epoch)
+        return epoch < e->epoch;
+    if (seq > e->high)
+        return false;
+    uint64_t d = e->high - seq;
+    return d >= SPW_PS_DEDUP_WINDOW || (e->window >> d) & 1;
+}
+
+static void dedup_mark(spw_ps_server_t *srv, struct dedup_entry *e, uint64_t epoch, uint64_t seq)
+{
+    e->touched = ++srv->dedup_clock;
+    if (e->window == 0 || epoch > e->epoch) {
+        e->epoch = epoch;
+        e->high = seq;
+        e->window = 1;
+        return;
+    }
+    if (seq > e->high) {
+        uint64_t shift = seq - e->high;
+        e->window = shift >= 64 ? 0 : e->window << shift;
+        e->window |= 1;
+        e->high = seq;
+    } else {
+        e->window |= 1ull << (e->high - seq);
+    }
+}
+
+/* ---- handlers ---- */
+
+static bool keys_in_shard(const spw_ps_server_t *srv, const uint64_t *keys, size_t n)
+{
+    if (srv->conf.shards <= 1)
+        return true;
+    for (size_t i = 0; i < n; i++)
+        if (spw_hash_shard(keys[i], srv->conf.shards) != srv->conf.store.shard)
+            return false;
+    return true;
+}
+
+static void handle_pull(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
+{
+    const Sparrow__PullRequest *pull = req->pull;
+    size_t n;
+    const uint64_t *keys = NULL;
+    if (spw_wire_block_count(&pull->keys, 8, &n) != SPW_OK ||
+        (n > 0 && spw_wire_block_u64(&pull->keys, n, &keys) != SPW_OK)) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
+                   "keys block is not n x u64");
+        return;
+    }
+    if (!keys_in_shard(srv, keys, n)) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_WRONG_SHARD,
+                   "a key belongs to another shard");
+        return;
+    }
+    uint32_t dim = srv->conf.store.dim;
+    size_t vbytes = n * dim * sizeof(float);
+    if (vbytes / dim / sizeof(float) != n || vbytes > srv->conf.max_frame * 4) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_TOO_BIG,
+                   "reply would exceed the frame limit");
+        return;
+    }
+    float *values = n ? spw_arena_alloc(srv->arena, vbytes) : NULL;
+    uint32_t *versions = n ? spw_arena_alloc(srv->arena, n * sizeof(uint32_t)) : NULL;
+    if (n && (!values || !versions)) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_TOO_BIG,
+                   "request too large for the reply arena");
+        return;
+    }
+    spw_err_t err = n ? spw_ps_store_pull(srv->store, keys, n, values, versions) : SPW_OK;
+    if (err) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_INTERNAL,
+                   spw_err_str(err));
+        return;
+    }
+    Sparrow__PullReply pr = SPARROW__PULL_REPLY__INIT;
+    pr.has_dim = true;
+    pr.dim = dim;
+    pr.has_values = true;
+    pr.values.data = (uint8_t *)values;
+    pr.values.len = vbytes;
+    pr.has_versions = true;
+    pr.versions.data = (uint8_t *)versions;
+    pr.versions.len = n * sizeof(uint32_t);
+    Sparrow__Reply reply = SPARROW__REPLY__INIT;
+    reply.has_version = true;
+    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    reply.has_request_id = true;
+    reply.request_id = req->request_id;
+    reply.body_case = SPARROW__REPLY__BODY_PULL;
+    reply.pull = &pr;
+    spw_counter_inc(srv->m.req[0]);
+    send_reply(srv, peer, &reply);
+}
+
+static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
+{
+    const Sparrow__PushRequest *push = req->push;
+    uint32_t dim = srv->conf.store.dim;
+    if (push->dim != dim) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "dim %u, shard has %u", push->dim, dim);
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED, msg);
+        return;
+    }
+    size_t n = push->keys.len / 8; /* the wire module checked every block's length */
+    const uint64_t *keys = NULL;
+    const uint32_t *versions = NULL;
+    const float *grads = NULL;
+    if (n > 0) {
+        if (spw_wire_block_u64(&push->keys, n, &keys) != SPW_OK ||
+            spw_wire_block_u32(&push->versions, n, &versions) != SPW_OK) {
+            send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
+                       "keys/versions blocks");
+            return;
+        }
+        if (push->fp16) {
+            const uint16_t *half;
+            if (spw_wire_block_u16(&push->grads, n * dim, &half) != SPW_OK) {
+                send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
+                           "grads block");
+                return;
+            }
+            float *f = spw_arena_alloc(srv->arena, n * dim * sizeof(float));
+            if (!f) {
+                send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_TOO_BIG,
+                           "request too large for the arena");
+                return;
+            }
+            spw_wire_f16_to_f32_n(half, f, n * dim);
+            grads = f;
+        } else if (spw_wire_block_f32(&push->grads, n * dim, &grads) != SPW_OK) {
+            send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
+                       "grads block");
+            return;
+        }
+    }
+    if (!keys_in_shard(srv, keys, n)) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_WRONG_SHARD,
+                   "a key belongs to another shard");
+        return;
+    }
+    Sparrow__PushAck ack = SPARROW__PUSH_ACK__INIT;
+    ack.has_seq = true;
+    ack.seq = push->seq;
+    struct dedup_entry *e = dedup_find(srv, push->trainer_id, true);
+    if (dedup_seen(e, push->epoch, push->seq)) {
+        e->touched = ++srv->dedup_clock;
+        ack.has_duplicate = true;
+        ack.duplicate = true;
+        spw_counter_inc(srv->m.duplicates);
+    } else {
+        uint32_t *taus = n ? spw_arena_alloc(srv->arena, n * sizeof(uint32_t)) : NULL;
+        struct spw_ps_push_result res = {0};
+        spw_err_t err =
+            n ? spw_ps_store_push(srv->store, keys, n, grads, versions, taus, &res) : SPW_OK;
+        if (err) {
+            send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_INTERNAL,
+                       spw_err_str(err));
+            return;
+        }
+        dedup_mark(srv, e, push->epoch, push->seq);
+        if (taus && srv->m.staleness)
+            for (size_t i = 0; i < n; i++)
+                spw_histogram_observe(srv->m.staleness, (double)taus[i]);
+        ack.has_applied = true;
+        ack.applied = res.applied;
+        ack.has_rejected = true;
+        ack.rejected = res.rejected;
+        ack.has_dropped_stale = true;
+        ack.dropped_stale = res.dropped_stale;
+    }
+    Sparrow__Reply reply = SPARROW__REPLY__INIT;
+    reply.has_version = true;
+    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    reply.has_request_id = true;
+    reply.request_id = req->request_id;
+    reply.body_case = SPARROW__REPLY__BODY_PUSH;
+    reply.push = &ack;
+    spw_counter_inc(srv->m.req[1]);
+    send_reply(srv, peer, &reply);
+}
+
+static void handle_stats(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
+{
+    struct spw_ps_store_stats st;
+    spw_ps_store_get_stats(srv->store, &st);
+    Sparrow__StatsReply sr = SPARROW__STATS_REPLY__INIT;
+    sr.has_shard = sr.has_rows_dram = sr.has_rows_total = sr.has_pulls = sr.has_pushes = true;
+    sr.has_bytes_dram = sr.has_epoch = true;
+    sr.shard = srv->conf.store.shard;
+    sr.rows_dram = st.rows_dram;
+    sr.rows_total = spw_ps_store_rows_on_disk(srv->store) + st.rows_dram;
+    sr.pulls = st.rows_pulled;
+    sr.pushes = st.rows_pushed;
+    sr.bytes_dram = st.bytes_dram;
+    sr.epoch = srv->epoch;
+    Sparrow__Reply reply = SPARROW__REPLY__INIT;
+    reply.has_version = true;
+    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    reply.has_request_id = true;
+    reply.request_id = req->request_id;
+    reply.body_case = SPARROW__REPLY__BODY_STATS;
+    reply.stats = &sr;
+    spw_counter_inc(srv->m.req[2]);
+    send_reply(srv, peer, &reply);
+}
+
+static bool is_enospc(const char *msg)
+{
+    return strstr(msg, "No space left") != NULL || strstr(msg, "NoSpace") != NULL ||
+           strstr(msg, "ENOSPC") != NULL;
+}
+
+static void handle_checkpoint(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
+{
+    const Sparrow__CheckpointRequest *cr = req->checkpoint;
+    /* The directory is configuration, not something a peer may choose. */
+    if (cr->dir && cr->dir[0] && strcmp(cr->dir, srv->ckpt_dir) != 0) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
+                   "checkpoint dir differs from the shard's configured directory");
+        return;
+    }
+    if (!cr->has_epoch || cr->epoch == 0) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
+                   "checkpoint epoch must be >= 1");
+        return;
+    }
+    uint64_t t0 = spw_time_mono_ns();
+    struct spw_ps_checkpoint_info info;
+    char err[1024] = "";
+    spw_err_t rc =
+        spw_ps_store_checkpoint(srv->store, srv->ckpt_dir, cr->epoch, &info, err, sizeof(err));
+    double secs = (double)(spw_time_mono_ns() - t0) / 1e9;
+    if (rc != SPW_OK) {
+        spw_counter_inc(srv->m.ckpt_failed);
+        bool full = is_enospc(err);
+        SPW_ERROR("checkpoint failed", "epoch=%" PRIu64 " disk_full=%d err=\"%s\"", cr->epoch,
+                  (int)full, err);
+        if (full) {
+            srv->disk_full = true;
+            srv->disk_checked_ms = spw_time_mono_ms();
+            if (srv->m.disk_full)
+                spw_gauge_set(srv->m.disk_full, 1.0);
+            set_ready(srv, false, "disk full: checkpoints failing");
+        }
+        send_error(srv, peer, req->request_id,
+                   rc == SPW_ERR_EXISTS ? SPARROW__ERROR_CODE__ERROR_MALFORMED
+                                        : SPARROW__ERROR_CODE__ERROR_UNAVAILABLE,
+                   err);
+        return;
+    }
+    srv->epoch = cr->epoch;
+    srv->need_bytes = info.bytes;
+    if (srv->disk_full) {
+        srv->disk_full = false;
+        if (srv->m.disk_full)
+            spw_gauge_set(srv->m.disk_full, 0.0);
+        set_ready(srv, true, NULL);
+    }
+    spw_counter_inc(srv->m.ckpt_ok);
+    if (srv->m.ckpt_seconds)
+        spw_gauge_set(srv->m.ckpt_seconds, secs);
+    if (srv->m.ckpt_bytes)
+        spw_gauge_set(srv->m.ckpt_bytes, (double)info.bytes);
+    if (srv->m.epoch)
+        spw_gauge_set(srv->m.epoch, (double)cr->epoch);
+    SPW_INFO("checkpoint written",
+             "epoch=%" PRIu64 " path=%s rows=%" PRIu64 " bytes=%" PRIu64 " seconds=%.3f", cr->epoch,
+             info.path, info.rows, info.bytes, secs);
+    Sparrow__CheckpointReply ck = SPARROW__CHECKPOINT_REPLY__INIT;
+    ck.has_epoch = ck.has_rows = true;
+    ck.epoch = cr->epoch;
+    ck.rows = info.rows;
+    ck.path = info.path;
+    ck.checksum = info.checksum;
+    Sparrow__Reply reply = SPARROW__REPLY__INIT;
+    reply.has_version = true;
+    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    reply.has_request_id = true;
+    reply.request_id = req->request_id;
+    reply.body_case = SPARROW__REPLY__BODY_CHECKPOINT;
+    reply.checkpoint = &ck;
+    spw_counter_inc(srv->m.req[3]);
+    send_reply(srv, peer, &reply);
+}
+
+static void handle_health(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
+{
+    Sparrow__HealthReply hr = SPARROW__HEALTH_REPLY__INIT;
+    hr.has_ready = true;
+    hr.ready = !srv->disk_full;
+    hr.state = srv->disk_full ? "disk_full" : "serving";
+    Sparrow__Reply reply = SPARROW__REPLY__INIT;
+    reply.has_version = true;
+    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    reply.has_request_id = true;
+    reply.request_id = req->request_id;
+    reply.body_case = SPARROW__REPLY__BODY_HEALTH;
+    reply.health = &hr;
+    spw_counter_inc(srv->m.req[4]);
+    send_reply(srv, peer, &reply);
+}
+
+static void handle_body(spw_ps_server_t *srv, struct peer *peer, zmq_msg_t *body)
+{
+    size_t len = zmq_msg_size(body);
+    if (len > srv->conf.max_frame) {
+        send_error(srv, peer, 0, SPARROW__ERROR_CODE__ERROR_TOO_BIG,
+                   "frame above pserver.max_frame");
+        return;
+    }
+    Sparrow__Request *req = NULL;
+    spw_arena_reset(srv->arena);
+    spw_err_t err =
+        spw_wire_unpack_request(zmq_msg_data(body), len, srv->conf.max_frame, srv->arena, &req);
+    if (err == SPW_ERR_TOO_BIG || err == SPW_ERR_NOMEM) {
+        send_error(srv, peer, 0, SPARROW__ERROR_CODE__ERROR_TOO_BIG, "request too large");
+        return;
+    }
+    if (err != SPW_OK) {
+        send_error(srv, peer, 0, SPARROW__ERROR_CODE__ERROR_MALFORMED, "undecodable request");
+        return;
+    }
+    if (!req->has_version || req->version != SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_VERSION,
+                   "unsupported protocol version (this shard speaks 1)");
+        return;
+    }
+    switch (req->body_case) {
+    case SPARROW__REQUEST__BODY_PULL:
+        handle_pull(srv, peer, req);
+        break;
+    case SPARROW__REQUEST__BODY_PUSH:
+        handle_push(srv, peer, req);
+        break;
+    case SPARROW__REQUEST__BODY_STATS:
+        handle_stats(srv, peer, req);
+        break;
+    case SPARROW__REQUEST__BODY_CHECKPOINT:
+        handle_checkpoint(srv, peer, req);
+        break;
+    case SPARROW__REQUEST__BODY_HEALTH:
+        handle_health(srv, peer, req);
+        break;
+    default:
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
+                   "request without a body");
+        break;
+    }
+}
+
+int spw_ps__server_handle_frame(spw_ps_server_t *srv, const void *data, size_t len)
+{
+    zmq_msg_t body;
+    if (zmq_msg_init_size(&body, len) != 0)
+        return -1;
+    if (len)
+        memcpy(zmq_msg_data(&body), data, len);
+    struct peer peer = {NULL, false};
+    handle_body(srv, &peer, &body);
+    zmq_msg_close(&body);
+    return 0;
+}
+
+/* Reads one message: [identity, body] (DEALER) or [identity, empty, body] (REQ); anything else
+ * is answered MALFORMED when it has an identity and a last frame, and dropped (counted) when it
+ * has no body at all. */
+static void serve_one(spw_ps_server_t *srv)
+{
+    zmq_msg_t ident, body;
+    zmq_msg_init(&ident);
+    zmq_msg_init(&body);
+    if (zmq_msg_recv(&ident, srv->sock, ZMQ_DONTWAIT) < 0)
+        goto out_close;
+    bool more = zmq_msg_more(&ident);
+    /* Keep the last frame as the body; remember whether the first after the identity was empty. */
+    int frames = 0;
+    bool first_empty = false;
+    while (more) {
+        zmq_msg_t tmp;
+        zmq_msg_init(&tmp);
+        if (zmq_msg_recv(&tmp, srv->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&tmp);
+            break;
+        }
+        frames++;
+        more = zmq_msg_more(&tmp);
+        if (frames == 1)
+            first_empty = zmq_msg_size(&tmp) == 0;
+        zmq_msg_close(&body);
+        zmq_msg_init(&body);
+        zmq_msg_move(&body, &tmp);
+        zmq_msg_close(&tmp);
+    }
+    if (frames == 0 || zmq_msg_size(&ident) > MAX_IDENTITY) {
+        spw_counter_inc(srv->m.dropped_frames);
+        goto out_close;
+    }
+    struct peer peer = {&ident, false};
+    if (frames == 2 && first_empty) {
+        peer.delim = true;
+    } else if (frames >= 2) {
+        send_error(srv, &peer, 0, SPARROW__ERROR_CODE__ERROR_MALFORMED,
+                   "expected [body] or [empty, body] after the identity");
+        goto out_close;
+    }
+    handle_body(srv, &peer, &body);
+out_close:
+    zmq_msg_close(&ident);
+    zmq_msg_close(&body);
+}
+
+/* ---- CurveZMQ ---- */
+
+/* Extracts the 40-character Z85 key of a line: the text between double quotes when there are
+ * any (zcert files: `secret-key = "..."`), else the trimmed line. */
+static bool line_key(char *line, char out[41])
+{
+    char *s = line, *e;
+    char *q = strchr(line, '"');
+    if (q) {
+        s = q + 1;
+        e = strchr(s, '"');
+        if (!e)
+            return false;
+    } else {
+        while (*s == ' ' || *s == '\t')
+            s++;
+        e = s + strlen(s);
+        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+    }
+    if (e - s != 40)
+        return false;
+    memcpy(out, s, 40);
+    out[40] = '\0';
+    return true;
+}
+
+static bool skip_line(const char *line)
+{
+    while (*line == ' ' || *line == '\t')
+        line++;
+    return *line == '#' || *line == '\n' || *line == '\r' || *line == '\0' ||
+           strncmp(line, "metadata", 8) == 0 || strncmp(line, "curve", 5) == 0;
+}
+
+static spw_err_t load_secret_key(const char *path, uint8_t key[32], char *errstr,
+                                 size_t errstr_size)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(errstr, errstr_size, "%s: %s", path, strerror(errno));
+        return SPW_ERR_NOT_FOUND;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+        SPW_WARN("secret key file readable by group or others", "path=%s", path);
+    char line[512], z85[41];
+    bool found = false, any = false;
+    while (fgets(line, sizeof(line), f)) {
+        if (skip_line(line))
+            continue;
+        bool is_secret = strstr(line, "secret-key") != NULL;
+        bool is_public = strstr(line, "public-key") != NULL;
+        if (is_public)
+            continue;
+        if (line_key(line, z85) && (is_secret || !any)) {
+            found = true;
+            if (is_secret)
+                break;
+        }
+        any = true;
+    }
+    fclose(f);
+    if (!found || !zmq_z85_decode(key, z85)) {
+        snprintf(errstr, errstr_size, "%s: no 40-character Z85 secret key", path);
+        return SPW_ERR_INVALID;
+    }
+    return SPW_OK;
+}
+
+static spw_err_t load_allowed(spw_ps_server_t *srv, const char *path, char *errstr,
+                              size_t errstr_size)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(errstr, errstr_size, "%s: %s", path, strerror(errno));
+        return SPW_ERR_NOT_FOUND;
+    }
+    srv->allowed = calloc(MAX_ALLOWED_KEYS, 32);
+    if (!srv->allowed) {
+        fclose(f);
+        snprintf(errstr, errstr_size, "out of memory");
+        return SPW_ERR_NOMEM;
+    }
+    char line[512], z85[41];
+    int lineno = 0;
+    spw_err_t ret = SPW_OK;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        if (skip_line(line) || strstr(line, "secret-key"))
+            continue;
+        if (srv->n_allowed == MAX_ALLOWED_KEYS) {
+            snprintf(errstr, errstr_size, "%s: more than %d keys", path, MAX_ALLOWED_KEYS);
+            ret = SPW_ERR_TOO_BIG;
+            break;
+        }
+        if (!line_key(line, z85) || !zmq_z85_decode(srv->allowed[srv->n_allowed], z85)) {
+            snprintf(errstr, errstr_size, "%s:%d: not a 40-character Z85 public key", path, lineno);
+            ret = SPW_ERR_INVALID;
+            break;
+        }
+        srv->n_allowed++;
+    }
+    fclose(f);
+    return ret;
+}
+
+/* Answers one ZAP request (RFC 27): 200 for a CURVE client key on the allow-list, else 400. */
+static void handle_zap(spw_ps_server_t *srv)
+{
+    zmq_msg_t f[7];
+    int n = 0;
+    bool more = true;
+    while (more) {
+        zmq_msg_t tmp;
+        zmq_msg_init(&tmp);
+        if (zmq_msg_recv(&tmp, srv->zap, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&tmp);
+            break;
+        }
+        more = zmq_msg_more(&tmp);
+        if (n < 7) {
+            zmq_msg_init(&f[n]);
+            zmq_msg_move(&f[n], &tmp);
+            n++;
+        }
+        zmq_msg_close(&tmp);
+    }
+    if (n < 6) {
+        for (int i = 0; i < n; i++)
+            zmq_msg_close(&f[i]);
+        return;
+    }
+    bool ok = false;
+    if (n == 7 && zmq_msg_size(&f[5]) == 5 && memcmp(zmq_msg_data(&f[5]), "CURVE", 5) == 0 &&
+        zmq_msg_size(&f[6]) == 32) {
+        for (size_t i = 0; i < srv->n_allowed && !ok; i++)
+            ok = memcmp(srv->allowed[i], zmq_msg_data(&f[6]), 32) == 0;
+    }
+    if (!ok) {
+        spw_counter_inc(srv->m.errors[SPARROW__ERROR_CODE__ERROR_UNAUTHORIZED]);
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "client refused by ZAP", "address=%.*s",
+                            (int)(zmq_msg_size(&f[3]) > 64 ? 64 : zmq_msg_size(&f[3])),
+                            (const char *)zmq_msg_data(&f[3]));
+    }
+    /* version, request id, status code, status text, user id, metadata */
+    zmq_send(srv->zap, "1.0", 3, ZMQ_SNDMORE);
+    zmq_send(srv->zap, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), ZMQ_SNDMORE);
+    zmq_send(srv->zap, ok ? "200" : "400", 3, ZMQ_SNDMORE);
+    const char *text = ok ? "OK" : "client key not allowed";
+    zmq_send(srv->zap, text, strlen(text), ZMQ_SNDMORE);
+    zmq_send(srv->zap, "", 0, ZMQ_SNDMORE);
+    zmq_send(srv->zap, "", 0, 0);
+    for (int i = 0; i < n; i++)
+        zmq_msg_close(&f[i]);
+}
+
+/* ---- lifecycle ---- */
+
+static spw_err_t mkdir_p(const char *path)
+{
+    char buf[4096];
+    if (!spw_ps__path(buf, sizeof(buf), "%s", path))
+        return SPW_ERR_INVALID;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return SPW_ERR_IO;
+            *p = '/';
+        }
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return SPW_ERR_IO;
+    return SPW_OK;
+}
+
+spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *errstr,
+                                   size_t errstr_size)
+{
+    spw_ps_server_t *srv = calloc(1, sizeof(*srv));
+    if (!srv) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    srv->conf = *conf;
+    srv->conf.listen = NULL;
+    srv->conf.data_dir = srv->conf.checkpoint_dir = NULL;
+    srv->conf.curve_secret_key_file = srv->conf.curve_allowed_clients_file = NULL;
+    if (srv->conf.shards == 0)
+        srv->conf.shards = 1;
+    if (srv->conf.max_frame == 0)
+        srv->conf.max_frame = SPW_WIRE_DEFAULT_MAX_FRAME;
+    if (srv->conf.store.shard >= srv->conf.shards) {
+        snprintf(errstr, errstr_size, "shard %u outside 0..%u", srv->conf.store.shard,
+                 srv->conf.shards - 1);
+        goto out_destroy;
+    }
+    srv->data_dir = strdup(conf->data_dir);
+    srv->ckpt_dir = strdup(conf->checkpoint_dir && conf->checkpoint_dir[0] ? conf->checkpoint_dir
+                                                                           : conf->data_dir);
+    srv->db_path = malloc(strlen(conf->data_dir) + 4);
+    srv->dedup = calloc(SPW_PS_DEDUP_TRAINERS, sizeof(*srv->dedup));
+    if (!srv->data_dir || !srv->ckpt_dir || !srv->db_path || !srv->dedup) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto out_destroy;
+    }
+    sprintf(srv->db_path, "%s/db", conf->data_dir);
+    if (mkdir_p(srv->data_dir) != SPW_OK) {
+        snprintf(errstr, errstr_size, "mkdir %s: %s", srv->data_dir, strerror(errno));
+        goto out_destroy;
+    }
+    srv->metrics = conf->metrics;
+    if (!srv->metrics) {
+        srv->metrics = spw_metrics_new();
+        srv->own_metrics = true;
+        if (!srv->metrics) {
+            snprintf(errstr, errstr_size, "out of memory");
+            goto out_destroy;
+        }
+    }
+    if (!metrics_register(srv)) {
+        snprintf(errstr, errstr_size, "registering metrics failed");
+        goto out_destroy;
+    }
+    set_ready(srv, false, "restoring");
+
+    if (conf->restore) {
+        uint64_t epoch = 0;
+        spw_err_t rc = spw_ps_checkpoint_restore(srv->ckpt_dir, conf->store.shard, srv->db_path,
+                                                 &epoch, errstr, errstr_size);
+        if (rc == SPW_OK) {
+            srv->epoch = epoch;
+        } else if (rc == SPW_ERR_NOT_FOUND) {
+            /* Without a checkpoint the consistent state is the empty model (trainers replay
+             * from the beginning); a live database left by a crash is not consistent. */
+            struct stat st;
+            if (stat(srv->db_path, &st) == 0)
+                SPW_WARN("no valid checkpoint, starting empty", "removed=%s", srv->db_path);
+            spw_ps__rmtree(srv->db_path);
+        } else {
+            goto out_destroy;
+        }
+        errstr[0] = '\0';
+    }
+    if (srv->m.epoch)
+        spw_gauge_set(srv->m.epoch, (double)srv->epoch);
+    struct spw_ps_store_conf sc = conf->store;
+    sc.db_path = srv->db_path;
+    srv->store = spw_ps_store_open(&sc, errstr, errstr_size);
+    if (!srv->store)
+        goto out_destroy;
+    spw_ps_store_set_now(srv->store, (uint32_t)(spw_time_wall_ms() / 1000));
+    srv->arena = spw_arena_new(1u << 20, srv->conf.max_frame * 6 + (1u << 20));
+    srv->zctx = zmq_ctx_new();
+    if (!srv->arena || !srv->zctx) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto out_destroy;
+    }
+    uint8_t secret[32];
+    bool curve = conf->curve_secret_key_file && conf->curve_secret_key_file[0];
+    if (curve) {
+        if (!conf->curve_allowed_clients_file || !conf->curve_allowed_clients_file[0]) {
+            snprintf(errstr, errstr_size,
+                     "pserver.curve.allowed_clients_file is required with a secret key");
+            goto out_destroy;
+        }
+        if (load_secret_key(conf->curve_secret_key_file, secret, errstr, errstr_size) ||
+            load_allowed(srv, conf->curve_allowed_clients_file, errstr, errstr_size))
+            goto out_destroy;
+        srv->zap = zmq_socket(srv->zctx, ZMQ_REP);
+        int linger = 0;
+        if (!srv->zap || zmq_setsockopt(srv->zap, ZMQ_LINGER, &linger, sizeof(linger)) != 0 ||
+            zmq_bind(srv->zap, ZAP_ENDPOINT) != 0) {
+            snprintf(errstr, errstr_size, "ZAP handler: %s", zmq_strerror(zmq_errno()));
+            goto out_destroy;
+        }
+    }
+    srv->sock = zmq_socket(srv->zctx, ZMQ_ROUTER);
+    if (!srv->sock) {
+        snprintf(errstr, errstr_size, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        goto out_destroy;
+    }
+    /* Frames far above the limit are cut off by ZeroMQ (the peer is disconnected); frames just
+     * above it reach us and get a TOO_BIG reply. */
+    int64_t maxmsg = (int64_t)srv->conf.max_frame * 2;
+    int linger = 0, one = 1;
+    zmq_setsockopt(srv->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    zmq_setsockopt(srv->sock, ZMQ_LINGER, &linger, sizeof(linger));
+    if (curve) {
+        zmq_setsockopt(srv->sock, ZMQ_ZAP_DOMAIN, "sparrow", 7);
+        zmq_setsockopt(srv->sock, ZMQ_CURVE_SERVER, &one, sizeof(one));
+        if (zmq_setsockopt(srv->sock, ZMQ_CURVE_SECRETKEY, secret, 32) != 0) {
+            snprintf(errstr, errstr_size, "CURVE: %s", zmq_strerror(zmq_errno()));
+            goto out_destroy;
+        }
+        char pub[41], sec[41];
+        zmq_z85_encode(sec, secret, 32);
+        if (zmq_curve_public(pub, sec) == 0)
+            SPW_INFO("curve enabled", "server_public_key=%s allowed_clients=%zu", pub,
+                     srv->n_allowed);
+        memset(secret, 0, sizeof(secret));
+        memset(sec, 0, sizeof(sec));
+    }
+    if (zmq_bind(srv->sock, conf->listen) != 0) {
+        snprintf(errstr, errstr_size, "bind %s: %s", conf->listen, zmq_strerror(zmq_errno()));
+        goto out_destroy;
+    }
+    size_t ep_len = sizeof(srv->endpoint);
+    if (zmq_getsockopt(srv->sock, ZMQ_LAST_ENDPOINT, srv->endpoint, &ep_len) != 0)
+        snprintf(srv->endpoint, sizeof(srv->endpoint), "%s", conf->listen);
+    metrics_sync(srv);
+    set_ready(srv, true, NULL);
+    SPW_INFO("pserver listening",
+             "endpoint=%s shard=%u shards=%u dim=%u optimizer=%s epoch=%" PRIu64, srv->endpoint,
+             conf->store.shard, srv->conf.shards, conf->store.dim,
+             spw_ps_optimizer_name(conf->store.optim.kind), srv->epoch);
+    return srv;
+
+out_destroy:
+    spw_ps_server_destroy(srv);
+    return NULL;
+}
+
+const char *spw_ps_server_endpoint(const spw_ps_server_t *server)
+{
+    return server->endpoint;
+}
+
+static void housekeeping(spw_ps_server_t *srv)
+{
+    spw_ps_store_set_now(srv->store, (uint32_t)(spw_time_wall_ms() / 1000));
+    if (srv->conf.store.ttl_s > 0) {
+        size_t n = 0;
+        spw_err_t err = spw_ps_store_expire(
+            srv->store, srv->conf.expire_batch ? srv->conf.expire_batch : 10000, &n);
+        if (err)
+            SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 10000, "ttl sweep failed", "err=\"%s\"",
+                                spw_err_str(err));
+    }
+    if (srv->disk_full && spw_time_mono_ms() - srv->disk_checked_ms >= DISK_RECHECK_MS) {
+        srv->disk_checked_ms = spw_time_mono_ms();
+        struct statvfs vfs;
+        uint64_t need = srv->need_bytes > DISK_FREE_MIN ? srv->need_bytes : DISK_FREE_MIN;
+        if (statvfs(srv->ckpt_dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize >= need) {
+            srv->disk_full = false;
+            if (srv->m.disk_full)
+                spw_gauge_set(srv->m.disk_full, 0.0);
+            set_ready(srv, true, NULL);
+            SPW_INFO("disk space is back", "dir=%s free=%llu", srv->ckpt_dir,
+                     (unsigned long long)vfs.f_bavail * vfs.f_frsize);
+        }
+    }
+    metrics_sync(srv);
+}
+
+spw_err_t spw_ps_server_run(spw_ps_server_t *srv)
+{
+    uint64_t next_housekeeping = spw_time_mono_ms() + POLL_MS;
+    while (!spw_signal_stop_requested()) {
+        zmq_pollitem_t items[2] = {{srv->sock, 0, ZMQ_POLLIN, 0}, {srv->zap, 0, ZMQ_POLLIN, 0}};
+        int rc = zmq_poll(items, srv->zap ? 2 : 1, POLL_MS);
+        if (rc < 0) {
+            if (zmq_errno() == EINTR)
+                continue;
+            SPW_ERROR("zmq_poll failed", "err=\"%s\"", zmq_strerror(zmq_errno()));
+            return SPW_ERR_RPC;
+        }
+        if (srv->zap && (items[1].revents & ZMQ_POLLIN))
+            handle_zap(srv);
+        if (items[0].revents & ZMQ_POLLIN) {
+            /* Drain a bounded burst before looking at the clock again. */
+            for (int i = 0; i < 256; i++) {
+                int events = 0;
+                size_t elen = sizeof(events);
+                if (zmq_getsockopt(srv->sock, ZMQ_EVENTS, &events, &elen) != 0 ||
+                    !(events & ZMQ_POLLIN))
+                    break;
+                serve_one(srv);
+            }
+        }
+        uint64_t now = spw_time_mono_ms();
+        if (now >= next_housekeeping) {
+            housekeeping(srv);
+            next_housekeeping = now + POLL_MS;
+        }
+    }
+    SPW_INFO("pserver stopping", "endpoint=%s", srv->endpoint);
+    return SPW_OK;
+}
+
+void spw_ps_server_destroy(spw_ps_server_t *srv)
+{
+    if (!srv)
+        return;
+    if (srv->conf.http)
+        spw_http_set_ready(srv->conf.http, false, "stopping");
+    if (srv->sock)
+        zmq_close(srv->sock);
+    if (srv->zap)
+        zmq_close(srv->zap);
+    if (srv->zctx)
+        zmq_ctx_term(srv->zctx);
+    spw_ps_store_close(srv->store);
+    spw_arena_destroy(srv->arena);
+    if (srv->own_metrics)
+        spw_metrics_destroy(srv->metrics);
+    free(srv->allowed);
+    free(srv->dedup);
+    free(srv->data_dir);
+    free(srv->ckpt_dir);
+    free(srv->db_path);
+    free(srv);
+}

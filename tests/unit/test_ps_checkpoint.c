@@ -1,0 +1,245 @@
+/* Unit tests of shard checkpoints: snapshot, restore bit-identical, corrupt/incomplete skipped,
+ * existing epoch refused, failure leaves earlier checkpoints intact. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ps_int.h"
+
+enum { DIM = 4, NKEYS = 3000, ROWF = DIM * 3 + 1 };
+
+static char g_dir[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(g_dir, sizeof(g_dir), "/tmp/test_ps_ckpt.XXXXXX");
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    spw_ps__rmtree(g_dir);
+    return 0;
+}
+
+static struct spw_ps_store_conf conf_at(const char *path)
+{
+    struct spw_ps_store_conf c = {0};
+    c.shard = 2;
+    c.dim = DIM;
+    spw_ps_optim_conf_default(&c.optim);
+    c.optim.kind = SPW_PS_ADAM;
+    c.penalty.kind = SPW_PS_PENALTY_INVERSE;
+    c.seed = 3;
+    c.memory_bytes = 64 * 1024; /* part of the model in RocksDB, part dirty in DRAM */
+    c.db_path = path;
+    return c;
+}
+
+static spw_ps_store_t *open_at(const char *path)
+{
+    char err[256] = "";
+    struct spw_ps_store_conf c = conf_at(path);
+    spw_ps_store_t *s = spw_ps_store_open(&c, err, sizeof(err));
+    if (!s)
+        fail_msg("open %s: %s", path, err);
+    return s;
+}
+
+static void train(spw_ps_store_t *s, uint64_t seed, int rounds)
+{
+    enum { B = 256 };
+    uint64_t keys[B];
+    float grads[B * DIM], vals[B * DIM];
+    uint32_t ver[B];
+    uint64_t rng = seed;
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < B; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            keys[i] = (rng >> 33) % NKEYS;
+            for (int j = 0; j < DIM; j++)
+                grads[i * DIM + j] = (float)((int)((rng >> (8 * j)) & 0xff) - 128) / 64.0f;
+        }
+        assert_int_equal(spw_ps_store_pull(s, keys, B, vals, ver), SPW_OK);
+        if (r % 2)
+            ver[0] -= 1; /* some staleness */
+        assert_int_equal(spw_ps_store_push(s, keys, B, grads, ver, NULL, NULL), SPW_OK);
+    }
+}
+
+/* Every row of a and b equal (bit for bit, with versions and optimizer slots). */
+static void assert_same_rows(spw_ps_store_t *a, spw_ps_store_t *b)
+{
+    size_t sz = sizeof(struct spw_ps_row_copy) + ROWF * sizeof(float);
+    struct spw_ps_row_copy *ra = malloc(sz), *rb = malloc(sz);
+    for (uint64_t k = 0; k < NKEYS; k++) {
+        spw_err_t ea = spw_ps_store_get_row(a, k, ra);
+        assert_int_equal(ea, spw_ps_store_get_row(b, k, rb));
+        if (ea == SPW_OK) {
+            assert_int_equal(ra->version, rb->version);
+            assert_int_equal(ra->count, rb->count);
+            assert_memory_equal(ra->data, rb->data, ROWF * sizeof(float));
+        }
+    }
+    free(ra);
+    free(rb);
+}
+
+static void test_ps_checkpoint_restore_bit_identical(void **state)
+{
+    (void)state;
+    char live[128], ref[128], restored[128];
+    snprintf(live, sizeof(live), "%s/live", g_dir);
+    snprintf(ref, sizeof(ref), "%s/ref", g_dir);
+    snprintf(restored, sizeof(restored), "%s/restored", g_dir);
+    spw_ps_store_t *s = open_at(live);
+    train(s, 1, 40);
+    struct spw_ps_checkpoint_info info;
+    char err[512] = "";
+    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 1, &info, err, sizeof(err)), SPW_OK);
+    assert_int_equal(strlen(info.checksum), 16);
+    assert_non_null(strstr(info.path, "/checkpoints/1/shard-2"));
+    assert_true(info.bytes > 0);
+    assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_OK);
+    /* The same epoch twice is refused. */
+    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 1, NULL, err, sizeof(err)), SPW_ERR_EXISTS);
+
+    /* Restore into a fresh directory; the restored shard and the live one continue identically. */
+    uint64_t epoch = 0;
+    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 2, restored, &epoch, err, sizeof(err)),
+                     SPW_OK);
+    assert_int_equal(epoch, 1);
+    spw_ps_store_t *r = open_at(restored);
+    assert_same_rows(s, r);
+    train(s, 99, 20);
+    train(r, 99, 20);
+    assert_same_rows(s, r);
+    spw_ps_store_close(r);
+    spw_ps_store_close(s);
+    (void)ref;
+}
+
+static void corrupt_one_file(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *de;
+    char path[8192] = "";
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len > 4 && strcmp(de->d_name + len - 4, ".sst") == 0) {
+            snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+            break;
+        }
+    }
+    closedir(d);
+    assert_true(path[0] != '\0');
+    /* Checkpoint SSTs are hard links to the live database's: write a copy, not in place. */
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    assert_true(n > 100);
+    buf[n / 2] ^= 0x5a;
+    unlink(path);
+    f = fopen(path, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+}
+
+static void test_ps_checkpoint_corrupt_and_incomplete_skipped(void **state)
+{
+    (void)state;
+    char live[128], restored[128], path[8192];
+    snprintf(live, sizeof(live), "%s/live", g_dir);
+    snprintf(restored, sizeof(restored), "%s/restored", g_dir);
+    spw_ps_store_t *s = open_at(live);
+    train(s, 5, 20);
+    char err[512] = "";
+    struct spw_ps_checkpoint_info info;
+    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 3, &info, err, sizeof(err)), SPW_OK);
+    /* Reference copy of epoch 3's rows. */
+    char ref[128];
+    snprintf(ref, sizeof(ref), "%s/ref", g_dir);
+    uint64_t epoch = 0;
+    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 2, ref, &epoch, err, sizeof(err)), SPW_OK);
+    assert_int_equal(epoch, 3);
+    train(s, 6, 20);
+    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 4, &info, err, sizeof(err)), SPW_OK);
+    corrupt_one_file(info.path);
+    assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_ERR_CORRUPT);
+    train(s, 7, 5);
+    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 5, &info, err, sizeof(err)), SPW_OK);
+    snprintf(path, sizeof(path), "%s/CHECKSUM", info.path);
+    assert_int_equal(unlink(path), 0); /* incomplete: no checksum */
+    assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_ERR_NOT_FOUND);
+    /* A stray temporary directory and a non-numeric entry are ignored. */
+    snprintf(path, sizeof(path), "%s/checkpoints/9/.shard-2.tmp", g_dir);
+    assert_int_equal(mkdir(path, 0755) == 0 || 1, 1);
+    snprintf(path, sizeof(path), "%s/checkpoints/junk", g_dir);
+    mkdir(path, 0755);
+
+    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 2, restored, &epoch, err, sizeof(err)),
+                     SPW_OK);
+    assert_int_equal(epoch, 3);
+    spw_ps_store_t *r = open_at(restored), *e3 = open_at(ref);
+    assert_same_rows(r, e3);
+    spw_ps_store_close(e3);
+    spw_ps_store_close(r);
+    spw_ps_store_close(s);
+    /* A shard with no checkpoint at all. */
+    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 7, restored, &epoch, err, sizeof(err)),
+                     SPW_ERR_NOT_FOUND);
+}
+
+static void test_ps_checkpoint_failure_leaves_previous(void **state)
+{
+    (void)state;
+    char live[128], bad_root[128], restored[128];
+    snprintf(live, sizeof(live), "%s/live", g_dir);
+    snprintf(restored, sizeof(restored), "%s/restored", g_dir);
+    spw_ps_store_t *s = open_at(live);
+    train(s, 11, 10);
+    char err[512] = "";
+    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 1, NULL, err, sizeof(err)), SPW_OK);
+    /* A root whose checkpoints/ is a file cannot take a checkpoint. */
+    snprintf(bad_root, sizeof(bad_root), "%s/badroot", g_dir);
+    mkdir(bad_root, 0755);
+    char f[256];
+    snprintf(f, sizeof(f), "%s/checkpoints", bad_root);
+    FILE *fp = fopen(f, "w");
+    fclose(fp);
+    assert_int_not_equal(spw_ps_store_checkpoint(s, bad_root, 2, NULL, err, sizeof(err)), SPW_OK);
+    assert_true(err[0] != '\0');
+    /* The store keeps serving and the previous checkpoint still restores. */
+    train(s, 12, 2);
+    uint64_t epoch = 0;
+    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 2, restored, &epoch, err, sizeof(err)),
+                     SPW_OK);
+    assert_int_equal(epoch, 1);
+    spw_ps_store_close(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ps_checkpoint_restore_bit_identical, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_checkpoint_corrupt_and_incomplete_skipped, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ps_checkpoint_failure_leaves_previous, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

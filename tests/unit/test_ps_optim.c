@@ -1,0 +1,220 @@
+/* Unit tests of the shard's optimizers, clipping, L2, row init and staleness penalties, against
+ * hand-computed values. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "ps_int.h"
+
+#define TOL 1e-6
+
+static struct spw_ps_optim_conf conf_of(enum spw_ps_optimizer kind, float lr)
+{
+    struct spw_ps_optim_conf c;
+    spw_ps_optim_conf_default(&c);
+    c.kind = kind;
+    c.lr = lr;
+    return c;
+}
+
+static void test_ps_optim_sgd(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_SGD, 0.1f);
+    float w[2] = {1.0f, -2.0f};
+    float g[2] = {0.5f, 1.0f};
+    assert_true(spw_ps__row_apply(&c, 2, w, NULL, g, 1.0f));
+    assert_float_equal(w[0], 0.95, TOL);
+    assert_float_equal(w[1], -2.1, TOL);
+}
+
+static void test_ps_optim_sgd_l2(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_SGD, 0.1f);
+    c.l2 = 0.1f;
+    float w[2] = {1.0f, -2.0f};
+    float g[2] = {0.5f, 1.0f};
+    /* g' = g + l2·w = (0.6, 0.8) */
+    assert_true(spw_ps__row_apply(&c, 2, w, NULL, g, 1.0f));
+    assert_float_equal(w[0], 0.94, TOL);
+    assert_float_equal(w[1], -2.08, TOL);
+}
+
+static void test_ps_optim_clip(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_SGD, 1.0f);
+    c.clip_norm = 1.0f;
+    float w[2] = {0.0f, 0.0f};
+    float g[2] = {3.0f, 4.0f}; /* norm 5 -> scaled to (0.6, 0.8) */
+    assert_true(spw_ps__row_apply(&c, 2, w, NULL, g, 1.0f));
+    assert_float_equal(w[0], -0.6, TOL);
+    assert_float_equal(w[1], -0.8, TOL);
+    /* Below the clip norm the gradient is untouched. */
+    float g2[2] = {0.3f, 0.4f};
+    assert_true(spw_ps__row_apply(&c, 2, w, NULL, g2, 1.0f));
+    assert_float_equal(w[0], -0.9, TOL);
+    assert_float_equal(w[1], -1.2, TOL);
+}
+
+static void test_ps_optim_adagrad(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_ADAGRAD, 0.1f);
+    float w[1] = {1.0f}, acc[1] = {0.0f}, g[1] = {2.0f};
+    assert_true(spw_ps__row_apply(&c, 1, w, acc, g, 1.0f));
+    assert_float_equal(acc[0], 4.0, TOL);
+    assert_float_equal(w[0], 0.9, TOL); /* 1 - 0.1·2/2 */
+    assert_true(spw_ps__row_apply(&c, 1, w, acc, g, 1.0f));
+    assert_float_equal(acc[0], 8.0, TOL);
+    assert_float_equal(w[0], 0.8292893218813453, TOL); /* 0.9 - 0.2/sqrt(8) */
+}
+
+static void test_ps_optim_adam(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_ADAM, 0.1f);
+    float w[1] = {0.0f}, slots[3] = {0};
+    float g1[1] = {1.0f}, g2[1] = {2.0f};
+    assert_true(spw_ps__row_apply(&c, 1, w, slots, g1, 1.0f));
+    assert_float_equal(w[0], -0.1, TOL);
+    assert_true(spw_ps__row_apply(&c, 1, w, slots, g2, 1.0f));
+    assert_float_equal(slots[0], 0.29, TOL);     /* m */
+    assert_float_equal(slots[1], 0.004999, TOL); /* v */
+    uint32_t step;
+    memcpy(&step, &slots[2], sizeof(step));
+    assert_int_equal(step, 2);
+    assert_float_equal(w[0], -0.1965182009718337, TOL);
+}
+
+static void test_ps_optim_ftrl(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_FTRL, 0.1f);
+    c.ftrl_beta = 1.0f;
+    c.ftrl_l1 = 0.5f;
+    float w[1] = {0.0f}, slots[2] = {0};
+    float g1[1] = {1.0f}, g2[1] = {-0.5f};
+    assert_true(spw_ps__row_apply(&c, 1, w, slots, g1, 1.0f));
+    assert_float_equal(slots[0], 1.0, TOL); /* z */
+    assert_float_equal(slots[1], 1.0, TOL); /* n */
+    assert_float_equal(w[0], -0.025, TOL);
+    assert_true(spw_ps__row_apply(&c, 1, w, slots, g2, 1.0f));
+    assert_float_equal(slots[0], 0.5295084971874737, TOL);
+    assert_float_equal(slots[1], 1.25, TOL);
+    assert_float_equal(w[0], -0.0013932022500210309, TOL);
+    /* |z| <= l1 makes the weight exactly zero. */
+    float w3[1] = {0.0f}, s3[2] = {0}, g3[1] = {0.4f};
+    assert_true(spw_ps__row_apply(&c, 1, w3, s3, g3, 1.0f));
+    assert_true(w3[0] == 0.0f);
+}
+
+static void test_ps_optim_ftrl_init_consistent(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_FTRL, 0.1f);
+    c.ftrl_l1 = 0.2f;
+    c.l2 = 0.3f;
+    c.init_scale = 0.5f;
+    float data[4 * 3];
+    spw_ps__row_init(&c, 4, 7, 12345, data);
+    float before[4];
+    memcpy(before, data, sizeof(before));
+    float zero[4] = {0};
+    assert_true(spw_ps__row_apply(&c, 4, data, data + 4, zero, 1.0f));
+    for (int j = 0; j < 4; j++)
+        assert_float_equal(data[j], before[j], 1e-6);
+}
+
+static void test_ps_optim_init_deterministic(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_ADAGRAD, 0.1f);
+    float a[16 * 2], b[16 * 2], d[16 * 2];
+    spw_ps__row_init(&c, 16, 42, 99, a);
+    spw_ps__row_init(&c, 16, 42, 99, b);
+    spw_ps__row_init(&c, 16, 43, 99, d);
+    assert_memory_equal(a, b, sizeof(a));
+    assert_memory_not_equal(a, d, 16 * sizeof(float));
+    for (int j = 0; j < 16; j++) {
+        assert_true(fabsf(a[j]) <= c.init_scale);
+        assert_true(a[16 + j] == 0.0f); /* accumulator */
+    }
+}
+
+static void test_ps_optim_nonfinite_rejected(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_ADAGRAD, 0.1f);
+    float w[2] = {1.0f, 2.0f}, acc[2] = {0.5f, 0.5f};
+    float g_nan[2] = {0.1f, NAN}, g_inf[2] = {INFINITY, 0.1f};
+    assert_false(spw_ps__row_apply(&c, 2, w, acc, g_nan, 1.0f));
+    assert_false(spw_ps__row_apply(&c, 2, w, acc, g_inf, 1.0f));
+    assert_true(w[0] == 1.0f && w[1] == 2.0f && acc[0] == 0.5f && acc[1] == 0.5f);
+}
+
+static void test_ps_optim_staleness_scales_step(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_SGD, 1.0f);
+    float w[1] = {0.0f}, g[1] = {1.0f};
+    assert_true(spw_ps__row_apply(&c, 1, w, NULL, g, 0.25f));
+    assert_float_equal(w[0], -0.25, TOL);
+}
+
+static void test_ps_optim_penalty_values(void **state)
+{
+    (void)state;
+    struct spw_ps_penalty p;
+    assert_int_equal(spw_ps_penalty_parse("none", &p), SPW_OK);
+    assert_float_equal(spw_ps_penalty_alpha(&p, 7), 1.0, TOL);
+    assert_int_equal(spw_ps_penalty_parse("inverse", &p), SPW_OK);
+    assert_float_equal(spw_ps_penalty_alpha(&p, 0), 1.0, TOL);
+    assert_float_equal(spw_ps_penalty_alpha(&p, 3), 0.25, TOL);
+    assert_int_equal(spw_ps_penalty_parse("exp:0.5", &p), SPW_OK);
+    assert_float_equal(spw_ps_penalty_alpha(&p, 3), 0.125, TOL);
+    assert_float_equal(spw_ps_penalty_alpha(&p, 0), 1.0, TOL);
+    assert_int_equal(spw_ps_penalty_parse("drop:2", &p), SPW_OK);
+    assert_float_equal(spw_ps_penalty_alpha(&p, 2), 1.0, TOL);
+    assert_true(spw_ps_penalty_alpha(&p, 3) < 0.0);
+}
+
+static void test_ps_optim_penalty_parse_rejects(void **state)
+{
+    (void)state;
+    struct spw_ps_penalty p;
+    const char *bad[] = {"",        "inv",      "exp:",  "exp:0",  "exp:1.5", "exp:-1",
+                         "exp:nan", "exp:0.5x", "drop:", "drop:x", "drop:-1", "drop:99999999999",
+                         "none "};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(spw_ps_penalty_parse(bad[i], &p), SPW_ERR_INVALID);
+    enum spw_ps_optimizer o;
+    assert_int_equal(spw_ps_optimizer_parse("ftrl", &o), SPW_OK);
+    assert_int_equal(o, SPW_PS_FTRL);
+    assert_int_equal(spw_ps_optimizer_parse("adamw", &o), SPW_ERR_INVALID);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ps_optim_sgd),
+        cmocka_unit_test(test_ps_optim_sgd_l2),
+        cmocka_unit_test(test_ps_optim_clip),
+        cmocka_unit_test(test_ps_optim_adagrad),
+        cmocka_unit_test(test_ps_optim_adam),
+        cmocka_unit_test(test_ps_optim_ftrl),
+        cmocka_unit_test(test_ps_optim_ftrl_init_consistent),
+        cmocka_unit_test(test_ps_optim_init_deterministic),
+        cmocka_unit_test(test_ps_optim_nonfinite_rejected),
+        cmocka_unit_test(test_ps_optim_staleness_scales_step),
+        cmocka_unit_test(test_ps_optim_penalty_values),
+        cmocka_unit_test(test_ps_optim_penalty_parse_rejects),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,504 @@
+/* Unit tests of the shard's ZeroMQ server, run in a thread of the test: pull/push round trips,
+ * duplicate seqs, error replies for malformed, truncated, oversized and wrong-version frames
+ * while a well-behaved client is served, wrong shard, checkpoint and CurveZMQ rejection. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "ps_int.h"
+#include "sparrow/hash.h"
+#include "sparrow/signal.h"
+#include "sparrow/wire.h"
+
+enum { DIM = 4 };
+
+struct env {
+    char dir[64];
+    spw_ps_server_t *srv;
+    pthread_t thread;
+    void *ctx;
+    void *client;
+    char endpoint[256];
+    char server_pub[41];
+    char client_pub[41], client_sec[41];
+};
+
+static void *run_server(void *arg)
+{
+    spw_ps_server_run(arg);
+    return NULL;
+}
+
+static struct spw_ps_server_conf server_conf(struct env *e, const char *dir)
+{
+    struct spw_ps_server_conf c = {0};
+    c.listen = "tcp://127.0.0.1:*";
+    c.shards = 1;
+    c.max_frame = 64 * 1024;
+    c.data_dir = dir;
+    c.restore = true;
+    c.store.dim = DIM;
+    spw_ps_optim_conf_default(&c.store.optim);
+    c.store.optim.kind = SPW_PS_SGD;
+    c.store.optim.lr = 1.0f;
+    c.store.optim.init_scale = 0.0f;
+    c.store.penalty.kind = SPW_PS_PENALTY_NONE;
+    c.store.memory_bytes = 4u << 20;
+    (void)e;
+    return c;
+}
+
+static void start(struct env *e, const struct spw_ps_server_conf *c)
+{
+    char err[512] = "";
+    spw_signal_reset();
+    e->srv = spw_ps_server_new(c, err, sizeof(err));
+    if (!e->srv)
+        fail_msg("server: %s", err);
+    snprintf(e->endpoint, sizeof(e->endpoint), "%s", spw_ps_server_endpoint(e->srv));
+    assert_int_equal(pthread_create(&e->thread, NULL, run_server, e->srv), 0);
+    e->ctx = zmq_ctx_new();
+}
+
+static void *connect_dealer(struct env *e, const char *server_pub, const char *pub, const char *sec)
+{
+    void *s = zmq_socket(e->ctx, ZMQ_DEALER);
+    int linger = 0, timeout = 3000;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    if (server_pub) {
+        zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_pub, 40);
+        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, pub, 40);
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, sec, 40);
+    }
+    assert_int_equal(zmq_connect(s, e->endpoint), 0);
+    return s;
+}
+
+static void stop(struct env *e)
+{
+    spw_signal_request_stop();
+    pthread_join(e->thread, NULL);
+    spw_ps_server_destroy(e->srv);
+    if (e->client)
+        zmq_close(e->client);
+    e->client = NULL;
+    zmq_ctx_term(e->ctx);
+    spw_signal_reset();
+}
+
+static int setup(void **state)
+{
+    struct env *e = calloc(1, sizeof(*e));
+    snprintf(e->dir, sizeof(e->dir), "/tmp/test_ps_server.XXXXXX");
+    if (!mkdtemp(e->dir))
+        return -1;
+    *state = e;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct env *e = *state;
+    spw_ps__rmtree(e->dir);
+    free(e);
+    return 0;
+}
+
+static void send_raw(void *s, const void *data, size_t len)
+{
+    assert_true(zmq_send(s, data, len, 0) >= 0);
+}
+
+/* Receives one reply; NULL on timeout. Decoded through arena. */
+static Sparrow__Reply *recv_reply(void *s, spw_arena_t *arena)
+{
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, s, 0) < 0) {
+        zmq_msg_close(&msg);
+        return NULL;
+    }
+    Sparrow__Reply *r = NULL;
+    spw_err_t err =
+        spw_wire_unpack_reply(zmq_msg_data(&msg), zmq_msg_size(&msg), 1u << 26, arena, &r);
+    zmq_msg_close(&msg);
+    assert_int_equal(err, SPW_OK);
+    return r;
+}
+
+static void send_request(void *s, Sparrow__Request *req)
+{
+    struct spw_wire_buf buf = {0};
+    assert_int_equal(spw_wire_pack(&req->base, &buf), SPW_OK);
+    send_raw(s, buf.data, buf.len);
+    free(buf.data);
+}
+
+static Sparrow__Reply *pull(void *s, spw_arena_t *arena, const uint64_t *keys, size_t n,
+                            uint64_t id)
+{
+    Sparrow__PullRequest pr = SPARROW__PULL_REQUEST__INIT;
+    pr.has_keys = true;
+    pr.keys.data = (uint8_t *)keys;
+    pr.keys.len = n * 8;
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    req.has_version = req.has_request_id = true;
+    req.version = 1;
+    req.request_id = id;
+    req.body_case = SPARROW__REQUEST__BODY_PULL;
+    req.pull = &pr;
+    send_request(s, &req);
+    return recv_reply(s, arena);
+}
+
+static Sparrow__Reply *push(void *s, spw_arena_t *arena, uint32_t trainer, uint64_t epoch,
+                            uint64_t seq, const uint64_t *keys, size_t n, const float *grads,
+                            const uint32_t *versions)
+{
+    Sparrow__PushRequest p = SPARROW__PUSH_REQUEST__INIT;
+    p.has_trainer_id = p.has_epoch = p.has_seq = p.has_dim = true;
+    p.trainer_id = trainer;
+    p.epoch = epoch;
+    p.seq = seq;
+    p.dim = DIM;
+    p.has_keys = p.has_grads = p.has_versions = true;
+    p.keys.data = (uint8_t *)keys;
+    p.keys.len = n * 8;
+    p.grads.data = (uint8_t *)grads;
+    p.grads.len = n * DIM * 4;
+    p.versions.data = (uint8_t *)versions;
+    p.versions.len = n * 4;
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    req.has_version = req.has_request_id = true;
+    req.version = 1;
+    req.request_id = seq;
+    req.body_case = SPARROW__REQUEST__BODY_PUSH;
+    req.push = &p;
+    send_request(s, &req);
+    return recv_reply(s, arena);
+}
+
+static void test_ps_server_pull_push_dedup(void **state)
+{
+    struct env *e = *state;
+    struct spw_ps_server_conf c = server_conf(e, e->dir);
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    uint64_t keys[2] = {10, 20};
+    float g[2 * DIM] = {1, 1, 1, 1, 2, 2, 2, 2};
+    uint32_t v[2] = {0, 0};
+    Sparrow__Reply *r = push(e->client, arena, 1, 1, 5, keys, 2, g, v);
+    assert_non_null(r);
+    assert_int_equal(r->body_case, SPARROW__REPLY__BODY_PUSH);
+    assert_int_equal(r->push->applied, 2);
+    assert_false(r->push->duplicate);
+    /* The same seq again: acknowledged as duplicate, not applied. */
+    r = push(e->client, arena, 1, 1, 5, keys, 2, g, v);
+    assert_true(r->push->has_duplicate && r->push->duplicate);
+    /* An older seq inside the window, not yet seen: applied. */
+    r = push(e->client, arena, 1, 1, 3, keys, 1, g, v);
+    assert_int_equal(r->push->applied, 1);
+    assert_false(r->push->duplicate);
+    r = push(e->client, arena, 1, 1, 3, keys, 1, g, v);
+    assert_true(r->push->duplicate);
+    /* Another trainer's seq 5 is its own. */
+    r = push(e->client, arena, 2, 1, 5, keys + 1, 1, g + DIM, v);
+    assert_int_equal(r->push->applied, 1);
+    r = pull(e->client, arena, keys, 2, 77);
+    assert_int_equal(r->body_case, SPARROW__REPLY__BODY_PULL);
+    assert_int_equal(r->request_id, 77);
+    assert_int_equal(r->pull->dim, DIM);
+    assert_int_equal(r->pull->values.len, 2 * DIM * 4);
+    float vals[2 * DIM];
+    uint32_t vers[2];
+    memcpy(vals, r->pull->values.data, sizeof(vals));
+    memcpy(vers, r->pull->versions.data, sizeof(vers));
+    assert_float_equal(vals[0], -2.0, 1e-6);   /* two applied pushes of 1 on key 10 */
+    assert_float_equal(vals[DIM], -4.0, 1e-6); /* 2 (seq 5) + 2 (trainer 2) on key 20 */
+    assert_int_equal(vers[0], 2);
+    assert_int_equal(vers[1], 2);
+    spw_arena_destroy(arena);
+    stop(e);
+}
+
+static void expect_error(void *s, spw_arena_t *arena, Sparrow__ErrorCode code)
+{
+    Sparrow__Reply *r = recv_reply(s, arena);
+    assert_non_null(r);
+    assert_true(r->has_error);
+    assert_int_equal(r->error, code);
+    assert_non_null(r->error_message);
+}
+
+static void test_ps_server_bad_frames_answered(void **state)
+{
+    struct env *e = *state;
+    struct spw_ps_server_conf c = server_conf(e, e->dir);
+    start(e, &c);
+    void *bad = connect_dealer(e, NULL, NULL, NULL);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    uint64_t key = 1;
+    float g[DIM] = {1, 1, 1, 1};
+    uint32_t v = 0;
+
+    /* garbage */
+    send_raw(bad, "\xff\xff\xff\xff\xff", 5);
+    expect_error(bad, arena, SPARROW__ERROR_CODE__ERROR_MALFORMED);
+    /* a well-behaved client is served in between */
+    assert_non_null(pull(e->client, arena, &key, 1, 1));
+    /* truncated: a valid push cut in half */
+    Sparrow__PushRequest p = SPARROW__PUSH_REQUEST__INIT;
+    p.has_trainer_id = p.has_seq = p.has_dim = p.has_keys = p.has_grads = p.has_versions = true;
+    p.dim = DIM;
+    p.keys.data = (uint8_t *)&key;
+    p.keys.len = 8;
+    p.grads.data = (uint8_t *)g;
+    p.grads.len = sizeof(g);
+    p.versions.data = (uint8_t *)&v;
+    p.versions.len = 4;
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    req.has_version = true;
+    req.version = 1;
+    req.body_case = SPARROW__REQUEST__BODY_PUSH;
+    req.push = &p;
+    struct spw_wire_buf buf = {0};
+    assert_int_equal(spw_wire_pack(&req.base, &buf), SPW_OK);
+    send_raw(bad, buf.data, buf.len / 2);
+    expect_error(bad, arena, SPARROW__ERROR_CODE__ERROR_MALFORMED);
+    /* inconsistent blocks: grads for 2 rows, 1 key */
+    float g2[2 * DIM] = {0};
+    p.grads.data = (uint8_t *)g2;
+    p.grads.len = sizeof(g2);
+    buf.len = 0;
+    assert_int_equal(spw_wire_pack(&req.base, &buf), SPW_OK);
+    send_raw(bad, buf.data, buf.len);
+    expect_error(bad, arena, SPARROW__ERROR_CODE__ERROR_MALFORMED);
+    /* wrong dim */
+    p.grads.data = (uint8_t *)g;
+    p.grads.len = 2 * sizeof(float);
+    p.dim = 2;
+    buf.len = 0;
+    assert_int_equal(spw_wire_pack(&req.base, &buf), SPW_OK);
+    send_raw(bad, buf.data, buf.len);
+    expect_error(bad, arena, SPARROW__ERROR_CODE__ERROR_MALFORMED);
+    /* wrong version */
+    p.dim = DIM;
+    p.grads.len = sizeof(g);
+    req.version = 7;
+    buf.len = 0;
+    assert_int_equal(spw_wire_pack(&req.base, &buf), SPW_OK);
+    send_raw(bad, buf.data, buf.len);
+    expect_error(bad, arena, SPARROW__ERROR_CODE__ERROR_VERSION);
+    /* no version at all */
+    req.has_version = false;
+    buf.len = 0;
+    assert_int_equal(spw_wire_pack(&req.base, &buf), SPW_OK);
+    send_raw(bad, buf.data, buf.len);
+    expect_error(bad, arena, SPARROW__ERROR_CODE__ERROR_VERSION);
+    /* empty frame */
+    send_raw(bad, "", 0);
+    expect_error(bad, arena, SPARROW__ERROR_CODE__ERROR_VERSION);
+    /* oversized, just above the limit: TOO_BIG reply */
+    size_t big = c.max_frame + 100;
+    uint8_t *huge = calloc(1, big);
+    send_raw(bad, huge, big);
+    expect_error(bad, arena, SPARROW__ERROR_CODE__ERROR_TOO_BIG);
+    /* far above the limit: ZeroMQ drops the connection; the server goes on */
+    void *worse = connect_dealer(e, NULL, NULL, NULL);
+    uint8_t *huger = calloc(1, c.max_frame * 3);
+    send_raw(worse, huger, c.max_frame * 3);
+    /* three frames after the identity */
+    zmq_send(bad, "a", 1, ZMQ_SNDMORE);
+    zmq_send(bad, "b", 1, ZMQ_SNDMORE);
+    zmq_send(bad, "c", 1, 0);
+    expect_error(bad, arena, SPARROW__ERROR_CODE__ERROR_MALFORMED);
+    /* request without a body */
+    Sparrow__Request empty = SPARROW__REQUEST__INIT;
+    empty.has_version = true;
+    empty.version = 1;
+    buf.len = 0;
+    assert_int_equal(spw_wire_pack(&empty.base, &buf), SPW_OK);
+    send_raw(bad, buf.data, buf.len);
+    expect_error(bad, arena, SPARROW__ERROR_CODE__ERROR_MALFORMED);
+    /* the well-behaved client is still served, and nothing bad was applied */
+    Sparrow__Reply *r = push(e->client, arena, 9, 1, 1, &key, 1, g, &v);
+    assert_int_equal(r->push->applied, 1);
+    r = pull(e->client, arena, &key, 1, 2);
+    uint32_t ver;
+    memcpy(&ver, r->pull->versions.data, 4);
+    assert_int_equal(ver, 1);
+    free(huge);
+    free(huger);
+    free(buf.data);
+    zmq_close(worse);
+    zmq_close(bad);
+    spw_arena_destroy(arena);
+    stop(e);
+}
+
+static void test_ps_server_wrong_shard_and_rpc_checkpoint(void **state)
+{
+    struct env *e = *state;
+    struct spw_ps_server_conf c = server_conf(e, e->dir);
+    c.shards = 4;
+    c.store.shard = 1;
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    uint64_t mine = 0, other = 0;
+    for (uint64_t k = 1; !mine || !other; k++) {
+        if (spw_hash_shard(k, 4) == 1)
+            mine = mine ? mine : k;
+        else
+            other = other ? other : k;
+    }
+    Sparrow__Reply *r = pull(e->client, arena, &other, 1, 1);
+    assert_true(r->has_error);
+    assert_int_equal(r->error, SPARROW__ERROR_CODE__ERROR_WRONG_SHARD);
+    float g[DIM] = {1, 2, 3, 4};
+    uint32_t v = 0;
+    r = push(e->client, arena, 1, 1, 1, &mine, 1, g, &v);
+    assert_int_equal(r->push->applied, 1);
+    /* checkpoint through the protocol */
+    Sparrow__CheckpointRequest cr = SPARROW__CHECKPOINT_REQUEST__INIT;
+    cr.has_epoch = true;
+    cr.epoch = 3;
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    req.has_version = true;
+    req.version = 1;
+    req.body_case = SPARROW__REQUEST__BODY_CHECKPOINT;
+    req.checkpoint = &cr;
+    send_request(e->client, &req);
+    r = recv_reply(e->client, arena);
+    assert_false(r->has_error && r->error != 0);
+    assert_int_equal(r->body_case, SPARROW__REPLY__BODY_CHECKPOINT);
+    assert_non_null(strstr(r->checkpoint->path, "checkpoints/3/shard-1"));
+    assert_int_equal(spw_ps_checkpoint_verify(r->checkpoint->path, NULL), SPW_OK);
+    /* a directory chosen by the peer is refused */
+    cr.epoch = 4;
+    cr.dir = "/etc";
+    send_request(e->client, &req);
+    expect_error(e->client, arena, SPARROW__ERROR_CODE__ERROR_MALFORMED);
+    /* stats and health */
+    Sparrow__StatsRequest sreq = SPARROW__STATS_REQUEST__INIT;
+    req.body_case = SPARROW__REQUEST__BODY_STATS;
+    req.stats = &sreq;
+    send_request(e->client, &req);
+    r = recv_reply(e->client, arena);
+    assert_int_equal(r->body_case, SPARROW__REPLY__BODY_STATS);
+    assert_int_equal(r->stats->shard, 1);
+    assert_int_equal(r->stats->epoch, 3);
+    Sparrow__HealthRequest hreq = SPARROW__HEALTH_REQUEST__INIT;
+    req.body_case = SPARROW__REQUEST__BODY_HEALTH;
+    req.health = &hreq;
+    send_request(e->client, &req);
+    r = recv_reply(e->client, arena);
+    assert_true(r->health->ready);
+    spw_arena_destroy(arena);
+    stop(e);
+
+    /* A restart restores epoch 3 with the pushed row. */
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    arena = spw_arena_new(0, 0);
+    r = pull(e->client, arena, &mine, 1, 1);
+    float vals[DIM];
+    memcpy(vals, r->pull->values.data, sizeof(vals));
+    assert_float_equal(vals[3], -4.0, 1e-6);
+    spw_arena_destroy(arena);
+    stop(e);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_ps_server_curve_rejects_unknown_clients(void **state)
+{
+    struct env *e = *state;
+    char server_pub[41], server_sec[41], good_pub[41], good_sec[41], bad_pub[41], bad_sec[41];
+    assert_int_equal(zmq_curve_keypair(server_pub, server_sec), 0);
+    assert_int_equal(zmq_curve_keypair(good_pub, good_sec), 0);
+    assert_int_equal(zmq_curve_keypair(bad_pub, bad_sec), 0);
+    char keyfile[128], allowfile[128], text[256];
+    snprintf(keyfile, sizeof(keyfile), "%s/server.key", e->dir);
+    snprintf(allowfile, sizeof(allowfile), "%s/allowed", e->dir);
+    snprintf(text, sizeof(text), "# server secret\n%s\n", server_sec);
+    write_file(keyfile, text);
+    snprintf(text, sizeof(text), "# trainers\n%s\n", good_pub);
+    write_file(allowfile, text);
+    char data[128];
+    snprintf(data, sizeof(data), "%s/data", e->dir);
+    struct spw_ps_server_conf c = server_conf(e, data);
+    c.curve_secret_key_file = keyfile;
+    c.curve_allowed_clients_file = allowfile;
+    start(e, &c);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    uint64_t key = 5;
+    float g[DIM] = {1, 1, 1, 1};
+    uint32_t v = 0;
+    /* an unlisted key, and plain text, get nothing */
+    void *bad = connect_dealer(e, server_pub, bad_pub, bad_sec);
+    assert_null(push(bad, arena, 1, 1, 1, &key, 1, g, &v));
+    void *plain = connect_dealer(e, NULL, NULL, NULL);
+    assert_null(pull(plain, arena, &key, 1, 1));
+    /* the listed client is served, and the refused push was not applied */
+    e->client = connect_dealer(e, server_pub, good_pub, good_sec);
+    Sparrow__Reply *r = pull(e->client, arena, &key, 1, 1);
+    assert_non_null(r);
+    uint32_t ver;
+    memcpy(&ver, r->pull->versions.data, 4);
+    assert_int_equal(ver, 0);
+    zmq_close(bad);
+    zmq_close(plain);
+    spw_arena_destroy(arena);
+    stop(e);
+}
+
+static void test_ps_server_req_socket_envelope(void **state)
+{
+    struct env *e = *state;
+    struct spw_ps_server_conf c = server_conf(e, e->dir);
+    start(e, &c);
+    e->client = zmq_socket(e->ctx, ZMQ_REQ);
+    int linger = 0, timeout = 3000;
+    zmq_setsockopt(e->client, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(e->client, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    assert_int_equal(zmq_connect(e->client, e->endpoint), 0);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    uint64_t key = 3;
+    Sparrow__Reply *r = pull(e->client, arena, &key, 1, 9);
+    assert_non_null(r);
+    assert_int_equal(r->request_id, 9);
+    spw_arena_destroy(arena);
+    stop(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ps_server_pull_push_dedup, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_server_bad_frames_answered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_server_wrong_shard_and_rpc_checkpoint, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ps_server_curve_rejects_unknown_clients, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ps_server_req_socket_envelope, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,363 @@
+/* Unit tests of the row store: pull/push through the store, staleness, spill to RocksDB and
+ * read-back, admission, TTL, persistence. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps_int.h"
+
+struct fixture {
+    char dir[64];
+    int n_db;
+};
+
+static int setup(void **state)
+{
+    struct fixture *fx = calloc(1, sizeof(*fx));
+    snprintf(fx->dir, sizeof(fx->dir), "/tmp/test_ps_store.XXXXXX");
+    if (!mkdtemp(fx->dir))
+        return -1;
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *fx = *state;
+    spw_ps__rmtree(fx->dir);
+    free(fx);
+    return 0;
+}
+
+static struct spw_ps_store_conf base_conf(struct fixture *fx, char *path, size_t path_size,
+                                          enum spw_ps_optimizer opt, uint32_t dim)
+{
+    snprintf(path, path_size, "%s/db%d", fx->dir, fx->n_db++);
+    struct spw_ps_store_conf c = {0};
+    c.dim = dim;
+    spw_ps_optim_conf_default(&c.optim);
+    c.optim.kind = opt;
+    c.penalty.kind = SPW_PS_PENALTY_NONE;
+    c.seed = 7;
+    c.memory_bytes = 16u << 20;
+    c.db_path = path;
+    return c;
+}
+
+static spw_ps_store_t *open_ok(const struct spw_ps_store_conf *c)
+{
+    char err[256] = "";
+    spw_ps_store_t *s = spw_ps_store_open(c, err, sizeof(err));
+    if (!s)
+        fail_msg("open: %s", err);
+    return s;
+}
+
+static void test_ps_store_pull_init_deterministic(void **state)
+{
+    struct fixture *fx = *state;
+    char p1[128], p2[128];
+    struct spw_ps_store_conf c1 = base_conf(fx, p1, sizeof(p1), SPW_PS_ADAGRAD, 8);
+    struct spw_ps_store_conf c2 = base_conf(fx, p2, sizeof(p2), SPW_PS_ADAGRAD, 8);
+    spw_ps_store_t *a = open_ok(&c1), *b = open_ok(&c2);
+    uint64_t keys[3] = {1, 2, 0xffffffffffffffffull};
+    float va[24], vb[24];
+    uint32_t ver[3] = {9, 9, 9};
+    assert_int_equal(spw_ps_store_pull(a, keys, 3, va, ver), SPW_OK);
+    assert_int_equal(spw_ps_store_pull(b, keys, 3, vb, NULL), SPW_OK);
+    assert_memory_equal(va, vb, sizeof(va));
+    assert_int_equal(ver[0], 0);
+    assert_memory_not_equal(va, va + 8, 8 * sizeof(float));
+    float init[8 * 2];
+    spw_ps__row_init(&c1.optim, 8, 7, 2, init);
+    assert_memory_equal(va + 8, init, 8 * sizeof(float));
+    spw_ps_store_close(a);
+    spw_ps_store_close(b);
+}
+
+static void test_ps_store_push_versions_and_staleness(void **state)
+{
+    struct fixture *fx = *state;
+    char p[128];
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_SGD, 1);
+    c.optim.lr = 1.0f;
+    c.optim.init_scale = 0.0f;
+    c.penalty.kind = SPW_PS_PENALTY_INVERSE;
+    spw_ps_store_t *s = open_ok(&c);
+    uint64_t key = 5;
+    float g = 1.0f, w;
+    uint32_t v0 = 0, tau = 99, ver;
+    struct spw_ps_push_result r;
+    assert_int_equal(spw_ps_store_push(s, &key, 1, &g, &v0, &tau, &r), SPW_OK);
+    assert_int_equal(r.applied, 1);
+    assert_int_equal(tau, 0);
+    /* Pushed again from version 0: tau = 1, inverse penalty halves the step. */
+    assert_int_equal(spw_ps_store_push(s, &key, 1, &g, &v0, &tau, &r), SPW_OK);
+    assert_int_equal(tau, 1);
+    assert_int_equal(spw_ps_store_pull(s, &key, 1, &w, &ver), SPW_OK);
+    assert_float_equal(w, -1.5, 1e-6);
+    assert_int_equal(ver, 2);
+    /* A repeated key in one push is applied twice, in order. */
+    uint64_t keys2[2] = {5, 5};
+    float g2[2] = {1.0f, 1.0f};
+    uint32_t vv[2] = {2, 2};
+    assert_int_equal(spw_ps_store_push(s, keys2, 2, g2, vv, NULL, &r), SPW_OK);
+    assert_int_equal(r.applied, 2);
+    assert_int_equal(spw_ps_store_pull(s, &key, 1, &w, &ver), SPW_OK);
+    assert_float_equal(w, -1.5 - 1.0 - 0.5, 1e-6);
+    assert_int_equal(ver, 4);
+    spw_ps_store_close(s);
+}
+
+static void test_ps_store_penalties_through_store(void **state)
+{
+    struct fixture *fx = *state;
+    const char *specs[] = {"none", "inverse", "exp:0.5", "drop:2"};
+    const double want[] = {-1.0, -0.25, -0.125, 0.0}; /* tau = 3 */
+    for (int i = 0; i < 4; i++) {
+        char p[128];
+        struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_SGD, 1);
+        c.optim.lr = 1.0f;
+        c.optim.init_scale = 0.0f;
+        assert_int_equal(spw_ps_penalty_parse(specs[i], &c.penalty), SPW_OK);
+        spw_ps_store_t *s = open_ok(&c);
+        uint64_t key = 1;
+        float zero = 0.0f, one = 1.0f, w;
+        for (uint32_t v = 0; v < 3; v++) /* three fresh updates of 0 bring the version to 3 */
+            assert_int_equal(spw_ps_store_push(s, &key, 1, &zero, &v, NULL, NULL), SPW_OK);
+        uint32_t pulled = 0, tau = 0;
+        struct spw_ps_push_result r;
+        assert_int_equal(spw_ps_store_push(s, &key, 1, &one, &pulled, &tau, &r), SPW_OK);
+        assert_int_equal(tau, 3);
+        assert_int_equal(r.dropped_stale, i == 3 ? 1 : 0);
+        assert_int_equal(spw_ps_store_pull(s, &key, 1, &w, NULL), SPW_OK);
+        assert_float_equal(w, want[i], 1e-6);
+        spw_ps_store_close(s);
+    }
+}
+
+static void test_ps_store_nonfinite_rejected(void **state)
+{
+    struct fixture *fx = *state;
+    char p[128];
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, 2);
+    spw_ps_store_t *s = open_ok(&c);
+    uint64_t keys[2] = {10, 11};
+    float before[4], after[4];
+    assert_int_equal(spw_ps_store_pull(s, keys, 2, before, NULL), SPW_OK);
+    float g[4] = {NAN, 1.0f, 0.5f, 0.5f};
+    struct spw_ps_push_result r;
+    assert_int_equal(spw_ps_store_push(s, keys, 2, g, NULL, NULL, &r), SPW_OK);
+    assert_int_equal(r.rejected, 1);
+    assert_int_equal(r.applied, 1);
+    uint32_t ver[2];
+    assert_int_equal(spw_ps_store_pull(s, keys, 2, after, ver), SPW_OK);
+    assert_memory_equal(before, after, 2 * sizeof(float));
+    assert_int_equal(ver[0], 0);
+    assert_int_equal(ver[1], 1);
+    struct spw_ps_store_stats st;
+    spw_ps_store_get_stats(s, &st);
+    assert_int_equal(st.rejected_nonfinite, 1);
+    spw_ps_store_close(s);
+}
+
+/* Applies the same pseudo-random pushes to a store whose DRAM holds a fraction of the keys and to
+ * one that holds all of them; every row must be bit-identical. */
+static void test_ps_store_spill_readback_identical(void **state)
+{
+    struct fixture *fx = *state;
+    char p1[128], p2[128];
+    const uint32_t dim = 4, n_keys = 20000;
+    struct spw_ps_store_conf small = base_conf(fx, p1, sizeof(p1), SPW_PS_ADAM, dim);
+    small.memory_bytes = 200 * 1024; /* ~1/10 of the model */
+    struct spw_ps_store_conf big = base_conf(fx, p2, sizeof(p2), SPW_PS_ADAM, dim);
+    spw_ps_store_t *a = open_ok(&small), *b = open_ok(&big);
+    struct spw_ps_store_stats st;
+    spw_ps_store_get_stats(a, &st);
+    assert_true(st.rows_dram_max * 5 < n_keys);
+    enum { BATCH = 512 };
+    uint64_t keys[BATCH];
+    float grads[BATCH * 4], va[BATCH * 4], vb[BATCH * 4];
+    uint32_t vera[BATCH], verb[BATCH];
+    uint64_t rng = 1;
+    for (int round = 0; round < 120; round++) {
+        for (int i = 0; i < BATCH; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            keys[i] = (rng >> 33) % n_keys;
+            for (uint32_t j = 0; j < dim; j++)
+                grads[i * dim + j] = (float)((int)((rng >> (j * 8)) & 0xff) - 128) / 128.0f;
+        }
+        assert_int_equal(spw_ps_store_pull(a, keys, BATCH, va, vera), SPW_OK);
+        assert_int_equal(spw_ps_store_pull(b, keys, BATCH, vb, verb), SPW_OK);
+        assert_memory_equal(va, vb, sizeof(va));
+        assert_memory_equal(vera, verb, sizeof(vera));
+        assert_int_equal(spw_ps_store_push(a, keys, BATCH, grads, vera, NULL, NULL), SPW_OK);
+        assert_int_equal(spw_ps_store_push(b, keys, BATCH, grads, verb, NULL, NULL), SPW_OK);
+    }
+    spw_ps_store_get_stats(a, &st);
+    assert_true(st.evictions > 0);
+    assert_true(st.db_reads > 0);
+    assert_true(st.rows_dram <= st.rows_dram_max);
+    size_t sz = sizeof(struct spw_ps_row_copy) + (dim + 2 * dim + 1) * sizeof(float);
+    struct spw_ps_row_copy *ra = malloc(sz), *rb = malloc(sz);
+    int found = 0;
+    for (uint64_t k = 0; k < n_keys; k++) {
+        spw_err_t ea = spw_ps_store_get_row(a, k, ra);
+        spw_err_t eb = spw_ps_store_get_row(b, k, rb);
+        assert_int_equal(ea, eb);
+        if (ea == SPW_OK) {
+            found++;
+            assert_int_equal(ra->version, rb->version);
+            assert_int_equal(ra->count, rb->count);
+            assert_memory_equal(ra->data, rb->data, (dim * 3 + 1) * sizeof(float));
+        }
+    }
+    assert_true(found > (int)n_keys / 2);
+    free(ra);
+    free(rb);
+    spw_ps_store_close(a);
+    spw_ps_store_close(b);
+}
+
+static void test_ps_store_admission(void **state)
+{
+    struct fixture *fx = *state;
+    char p[128];
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_SGD, 2);
+    c.admit_min_count = 3;
+    c.optim.lr = 1.0f;
+    spw_ps_store_t *s = open_ok(&c);
+    uint64_t key = 77;
+    float init[2], v[2], g[2] = {1.0f, 1.0f};
+    spw_ps__row_init(&c.optim, 2, 7, key, init);
+    uint32_t ver = 5;
+    assert_int_equal(spw_ps_store_pull(s, &key, 1, v, &ver), SPW_OK);
+    assert_memory_equal(v, init, sizeof(v));
+    assert_int_equal(ver, 0);
+    size_t sz = sizeof(struct spw_ps_row_copy) + 2 * sizeof(float);
+    struct spw_ps_row_copy *row = malloc(sz);
+    assert_int_equal(spw_ps_store_get_row(s, key, row), SPW_ERR_NOT_FOUND);
+    struct spw_ps_push_result r;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(spw_ps_store_push(s, &key, 1, g, NULL, NULL, &r), SPW_OK);
+        assert_int_equal(r.unadmitted, 1);
+        assert_int_equal(r.applied, 0);
+    }
+    assert_int_equal(spw_ps_store_get_row(s, key, row), SPW_ERR_NOT_FOUND);
+    assert_int_equal(spw_ps_store_push(s, &key, 1, g, NULL, NULL, &r), SPW_OK);
+    assert_int_equal(r.applied, 1);
+    assert_int_equal(spw_ps_store_get_row(s, key, row), SPW_OK);
+    assert_int_equal(row->version, 1);
+    assert_float_equal(row->data[0], init[0] - 1.0f, 1e-6);
+    free(row);
+    spw_ps_store_close(s);
+}
+
+struct evicted {
+    uint64_t keys[64];
+    int n;
+};
+
+static void on_evict(void *opaque, uint64_t key, uint32_t version)
+{
+    struct evicted *ev = opaque;
+    (void)version;
+    if (ev->n < 64)
+        ev->keys[ev->n++] = key;
+}
+
+static bool has_key(const struct evicted *ev, uint64_t key)
+{
+    for (int i = 0; i < ev->n; i++)
+        if (ev->keys[i] == key)
+            return true;
+    return false;
+}
+
+static void test_ps_store_ttl(void **state)
+{
+    struct fixture *fx = *state;
+    char p[128];
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_SGD, 4);
+    c.ttl_s = 10;
+    c.memory_bytes = 16 * 1024; /* ~100 rows: most keys live in RocksDB */
+    struct evicted ev = {0};
+    c.on_evict = on_evict;
+    c.evict_opaque = &ev;
+    spw_ps_store_t *s = open_ok(&c);
+    float g[4] = {1, 1, 1, 1};
+    spw_ps_store_set_now(s, 1000);
+    for (uint64_t k = 0; k < 20; k++) /* old rows 0..19 */
+        assert_int_equal(spw_ps_store_push(s, &k, 1, g, NULL, NULL, NULL), SPW_OK);
+    spw_ps_store_set_now(s, 1005);
+    for (uint64_t k = 1000; k < 2000; k++) /* newer rows push the old ones out of DRAM */
+        assert_int_equal(spw_ps_store_push(s, &k, 1, g, NULL, NULL, NULL), SPW_OK);
+    uint64_t hot = 3; /* a row updated recently stays */
+    assert_int_equal(spw_ps_store_push(s, &hot, 1, g, NULL, NULL, NULL), SPW_OK);
+    struct spw_ps_store_stats st;
+    spw_ps_store_get_stats(s, &st);
+    assert_true(st.evictions > 0);
+    spw_ps_store_set_now(s, 1012);
+    size_t total = 0, n;
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(spw_ps_store_expire(s, 1000, &n), SPW_OK);
+        total += n;
+    }
+    assert_int_equal(total, 19);
+    assert_int_equal(ev.n, 19);
+    size_t sz = sizeof(struct spw_ps_row_copy) + 4 * sizeof(float);
+    struct spw_ps_row_copy *row = malloc(sz);
+    for (uint64_t k = 0; k < 20; k++) {
+        assert_int_equal(has_key(&ev, k), k != hot);
+        assert_int_equal(spw_ps_store_get_row(s, k, row), k == hot ? SPW_OK : SPW_ERR_NOT_FOUND);
+    }
+    assert_int_equal(spw_ps_store_get_row(s, 1500, row), SPW_OK);
+    free(row);
+    spw_ps_store_close(s);
+}
+
+static void test_ps_store_reopen_persists_and_checks_layout(void **state)
+{
+    struct fixture *fx = *state;
+    char p[128];
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_FTRL, 3);
+    spw_ps_store_t *s = open_ok(&c);
+    uint64_t key = 42;
+    float g[3] = {0.1f, -0.2f, 0.3f}, before[3], after[3];
+    assert_int_equal(spw_ps_store_push(s, &key, 1, g, NULL, NULL, NULL), SPW_OK);
+    assert_int_equal(spw_ps_store_pull(s, &key, 1, before, NULL), SPW_OK);
+    spw_ps_store_close(s);
+    s = open_ok(&c);
+    uint32_t ver;
+    assert_int_equal(spw_ps_store_pull(s, &key, 1, after, &ver), SPW_OK);
+    assert_memory_equal(before, after, sizeof(before));
+    assert_int_equal(ver, 1);
+    spw_ps_store_close(s);
+    c.dim = 4;
+    char err[256] = "";
+    assert_null(spw_ps_store_open(&c, err, sizeof(err)));
+    assert_non_null(strstr(err, "dim=3"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ps_store_pull_init_deterministic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_store_push_versions_and_staleness, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_store_penalties_through_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_store_nonfinite_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_store_spill_readback_identical, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_store_admission, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_store_ttl, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_store_reopen_persists_and_checks_layout, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
