@@ -1,0 +1,215 @@
+/* `sparrow gen`: writes the synthetic click stream (DESIGN.md §2) to a file or stdout. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "sparrow/config.h"
+#include "sparrow/eval.h"
+#include "sparrow/log.h"
+#include "sparrow/signal.h"
+#include "sparrow/time.h"
+#include "sparrow/tools.h"
+
+extern char **environ;
+
+/* Output is handed to the writer thread in blocks of about this size (one write(2) each). */
+#define GEN_FLUSH_BYTES (1u << 20)
+/* Examples between checks of the stop flag and the progress clock. */
+#define GEN_CHECK_EVERY 4096
+#define GEN_PROGRESS_MS 10000
+
+static const struct spw_cli_alias aliases[] = {
+    {"--n", "gen.n"},
+    {"--seed", "gen.seed"},
+    {"--fields", "gen.fields"},
+    {"--latent-dim", "gen.latent_dim"},
+    {"--vocab-min", "gen.vocab.min"},
+    {"--vocab-max", "gen.vocab.max"},
+    {"--zipf", "gen.zipf"},
+    {"--ctr", "gen.ctr"},
+    {"--signal", "gen.signal"},
+    {"--drift", "gen.drift"},
+    {"--new-values", "gen.new_values"},
+    {"--format", "gen.format"},
+    {"--out", "gen.out"},
+    {"--start-ms", "gen.start_ms"},
+    {"--rate", "gen.rate"},
+    {"--log-level", "log.level"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: sparrow gen [--n N] [--seed S] [--fields F] [--latent-dim K] [--drift D]\n"
+            "                   [--format pb|json|criteo] [--out -|FILE] [--ctr C] [--signal X]\n"
+            "                   [--zipf A] [--vocab-min V] [--vocab-max V] [--new-values R]\n"
+            "                   [--start-ms MS] [--rate R] [--log-level L]\n"
+            "                   [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
+            "Writes a synthetic click stream drawn from a planted factorization machine: Zipf\n"
+            "vocabularies per field, a calibrated base CTR, optional drift and new values. Each\n"
+            "example carries oracle_p, the true click probability. The output is a function of\n"
+            "the seed alone. A summary (CTR, Bayes-optimal logloss and AUC, rate) ends on stderr.\n"
+            "Each flag is shorthand for the property in the table below.\n\n"
+            "properties:\n");
+    spw_config_doc_help(spw_gen_config_props, spw_gen_config_n_props, out);
+}
+
+/* Loads the configuration; returns -1 to go on, else the exit code. */
+static int load_config(spw_config_t *cfg, int argc, char **argv)
+{
+    char errstr[512];
+    struct spw_cli_result res = {0};
+    spw_err_t err = spw_cli_load(cfg, argc, argv, aliases, sizeof(aliases) / sizeof(aliases[0]),
+                                 environ, &res, errstr, sizeof(errstr));
+    if (err != SPW_OK) {
+        fprintf(stderr, "sparrow gen: %s\n(sparrow gen --help lists the options)\n", errstr);
+        return 2;
+    }
+    if (res.help) {
+        usage(stdout);
+        return 0;
+    }
+    if (res.dump_config) {
+        spw_config_dump(cfg, stdout);
+        return 0;
+    }
+    return -1;
+}
+
+int spw_gen_main(int argc, char **argv)
+{
+    char errstr[512];
+    int rc = 1;
+    spw_config_t *cfg =
+        spw_config_new(spw_gen_config_props, spw_gen_config_n_props, errstr, sizeof(errstr));
+    if (!cfg) {
+        fprintf(stderr, "sparrow gen: %s\n", errstr);
+        return 1;
+    }
+    int early = load_config(cfg, argc, argv);
+    if (early >= 0) {
+        rc = early;
+        goto out_destroy_cfg;
+    }
+    enum spw_log_level level = SPW_LOG_INFO;
+    spw_log_level_parse(spw_config_str(cfg, "log.level"), &level);
+    spw_log_init("gen", level);
+
+    struct spw_gen_params params;
+    spw_gen_params_from_config(cfg, &params);
+    enum spw_format format;
+    if (spw_format_parse(spw_config_str(cfg, "gen.format"), &format) != SPW_OK) {
+        SPW_ERROR("bad format", "format=%s", spw_config_str(cfg, "gen.format"));
+        rc = 2;
+        goto out_destroy_cfg;
+    }
+    spw_gen_t *gen = spw_gen_new(&params, errstr, sizeof(errstr));
+    if (!gen) {
+        SPW_ERROR("invalid configuration", "error=\"%s\"", errstr);
+        rc = 2;
+        goto out_destroy_cfg;
+    }
+    if (spw_gen_check_format(gen, format, errstr, sizeof(errstr)) != SPW_OK) {
+        SPW_ERROR("invalid configuration", "error=\"%s\"", errstr);
+        rc = 2;
+        goto out_destroy_gen;
+    }
+    spw_eval_t *ev = spw_eval_new(1);
+    if (!ev) {
+        SPW_ERROR("out of memory", "%s", "");
+        goto out_destroy_gen;
+    }
+    const char *path = spw_config_str(cfg, "gen.out");
+    bool to_stdout = strcmp(path, "-") == 0;
+    int fd = to_stdout ? STDOUT_FILENO : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        SPW_ERROR("cannot open output", "path=%s error=\"%s\"", path, strerror(errno));
+        goto out_destroy_eval;
+    }
+    spw_signal_install(); /* before the writer thread starts */
+    spw_gen_output_t *out = spw_gen_output_start(fd, GEN_FLUSH_BYTES, errstr, sizeof(errstr));
+    if (!out) {
+        SPW_ERROR("cannot start the output", "error=\"%s\"", errstr);
+        goto out_close_fd;
+    }
+    SPW_INFO("gen start",
+             "n=%llu seed=%llu fields=%u latent_dim=%u format=%s out=%s ctr=%g signal=%g "
+             "drift=%g new_values=%g bias=%.6f",
+             (unsigned long long)params.n, (unsigned long long)params.seed, params.fields,
+             params.latent_dim, spw_format_name(format), path, params.ctr, params.signal,
+             params.drift, params.new_values, spw_gen_bias(gen, 0));
+
+    uint64_t t0 = spw_time_mono_ns(), next_progress = spw_time_mono_ms() + GEN_PROGRESS_MS;
+    uint64_t written = 0, submitted = 0;
+    bool stopped = false;
+    spw_err_t err = SPW_OK;
+    struct spw_wire_buf *buf = spw_gen_output_buf(out);
+    while (params.n == 0 || written < params.n) {
+        if (written % GEN_CHECK_EVERY == 0) {
+            if (spw_signal_stop_requested()) {
+                stopped = true;
+                break;
+            }
+            if (spw_time_mono_ms() >= next_progress) {
+                next_progress += GEN_PROGRESS_MS;
+                SPW_INFO("gen progress", "examples=%llu bytes=%llu", (unsigned long long)written,
+                         (unsigned long long)(submitted + buf->len));
+            }
+        }
+        const struct spw_gen_example *ex = spw_gen_next(gen);
+        err = spw_gen_encode(gen, ex, format, buf);
+        if (err != SPW_OK)
+            break;
+        spw_eval_add(ev, ex->oracle_p, ex->label);
+        written++;
+        if (buf->len >= GEN_FLUSH_BYTES) {
+            submitted += buf->len;
+            err = spw_gen_output_submit(out, &buf);
+            if (err != SPW_OK)
+                break;
+        }
+    }
+    uint64_t bytes = 0;
+    int io_errno = 0;
+    spw_err_t out_err = spw_gen_output_finish(out, &bytes, &io_errno);
+    if (err == SPW_OK)
+        err = out_err;
+    if (!to_stdout && close(fd) != 0 && err == SPW_OK) {
+        io_errno = errno;
+        err = SPW_ERR_IO;
+    }
+    double seconds = (double)(spw_time_mono_ns() - t0) / 1e9;
+
+    if (err == SPW_ERR_STOPPED) {
+        SPW_INFO("output closed by its reader", "out=%s", path);
+        stopped = true;
+    } else if (err != SPW_OK) {
+        SPW_ERROR("write failed", "out=%s error=\"%s\"", path,
+                  err == SPW_ERR_IO ? strerror(io_errno) : spw_err_str(err));
+        goto out_destroy_eval;
+    }
+    struct spw_eval_summary sum;
+    spw_eval_cumulative(ev, &sum);
+    SPW_INFO("gen done",
+             "examples=%llu ctr=%.5f mean_p=%.5f bayes_logloss=%.5f bayes_auc=%.5f "
+             "auc_err=%.1e bytes=%llu seconds=%.3f examples_per_s=%.0f stopped=%d",
+             (unsigned long long)written, sum.ctr, sum.mean_p, sum.logloss, sum.auc, sum.auc_err,
+             (unsigned long long)bytes, seconds, seconds > 0 ? (double)written / seconds : 0.0,
+             stopped ? 1 : 0);
+    rc = 0;
+    goto out_destroy_eval;
+
+out_close_fd:
+    if (!to_stdout)
+        close(fd);
+out_destroy_eval:
+    spw_eval_destroy(ev);
+out_destroy_gen:
+    spw_gen_destroy(gen);
+out_destroy_cfg:
+    spw_config_destroy(cfg);
+    return rc;
+}
