@@ -1,11 +1,10 @@
 // CUDA backend: gather of embedding rows on the device. Only trainer/cuda/ includes CUDA headers.
 #include <cuda_runtime.h>
 
-extern "C" {
-#include "sparrow/trainer.h"
-}
+#include "trainer_cuda.h"
 
-namespace {
+namespace
+{
 
 // One thread per output element; a bad index raises *bad instead of reading out of bounds.
 __global__ void gather_rows_kernel(const float *rows, size_t n_rows, uint32_t dim,
@@ -75,7 +74,8 @@ extern "C" spw_err_t spw_cuda_gather_rows(const float *rows, size_t n_rows, uint
         cudaMalloc(&d.out, out_bytes) != cudaSuccess ||
         cudaMalloc(&d.bad, sizeof(int)) != cudaSuccess)
         return SPW_ERR_CUDA;
-    if (cudaMemcpyAsync(d.rows, rows, rows_bytes, cudaMemcpyHostToDevice, d.stream) != cudaSuccess ||
+    if (cudaMemcpyAsync(d.rows, rows, rows_bytes, cudaMemcpyHostToDevice, d.stream) !=
+            cudaSuccess ||
         cudaMemcpyAsync(d.idx, idx, n * sizeof(uint32_t), cudaMemcpyHostToDevice, d.stream) !=
             cudaSuccess ||
         cudaMemsetAsync(d.bad, 0, sizeof(int), d.stream) != cudaSuccess)

@@ -1,5 +1,6 @@
-/* trainer: the worker of DESIGN.md §4. For now, the backend operations shared by the CPU oracle
- * and the CUDA backend; device pointers never appear in this header. */
+/* trainer: the worker of DESIGN.md §4 — batches, LR/FM models on the CPU and CUDA backends, top-k
+ * compression with error feedback, progressive validation and a single-process reference loop.
+ * Device pointers never appear in this header. */
 #ifndef SPARROW_TRAINER_H
 #define SPARROW_TRAINER_H
 
@@ -7,17 +8,145 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sparrow/config.h"
+#include "sparrow/eval.h"
 #include "sparrow/err.h"
+#include "sparrow/ingest.h"
+#include "sparrow/sparrow.pb-c.h"
+
+/*
+ * Conventions (in addition to err.h's):
+ * - A row is the parameters of one key: LR has dim 1 ([w]); FM has dim 1 + k ([w, v_1..v_k]).
+ *   Blocks of rows and of gradients are n × dim floats, row-major, in the order of their keys.
+ * - The model's global bias is the weight w of the reserved key SPW_TRN_BIAS_KEY (0), kept as
+ *   an ordinary row of width dim on the parameter server (its latent part is never read and
+ *   always gets a zero gradient). Every non-empty batch holds it as unique key 0. A real feature
+ *   whose 64-bit hash happens to be 0 shares that row (a collision, accepted like any other).
+ * - Loss: the mean logloss over a micro-batch, divided by acc_steps, so that the gradients of
+ *   acc_steps micro-batches of B examples sum to the gradient of one batch of acc_steps × B.
+ *   Labels may be soft (any value in [0,1]).
+ * - Objects are owned by one thread at a time (none is internally locked) unless a function
+ *   says otherwise. Nothing allocates per batch in steady state: buffers grow to the largest
+ *   batch seen and are reused.
+ */
+
+/* The reserved key whose row's w is the global bias. */
+#define SPW_TRN_BIAS_KEY 0ull
+/* Largest FM latent dimension (dim = 1 + k stays far below SPW_WIRE_MAX_DIM). */
+#define SPW_TRN_MAX_LATENT 256u
+/* Most feature occurrences one batch may hold (indices are 32-bit). */
+#define SPW_TRN_BATCH_MAX_OCC (1u << 30)
+/* Bytes a pushed row costs beyond its values: key (u64) and version (u32). */
+#define SPW_TRN_PUSH_ROW_OVERHEAD 12u
+
+/* ---- models ---- */
+
+enum spw_model_kind {
+    SPW_MODEL_LR = 0, /* logistic regression: p = sigmoid(b + sum_i x_i w_i) */
+    SPW_MODEL_FM = 1, /* factorization machine: adds 0.5 * sum_f ((sum_i x_i v_if)^2 -
+                         sum_i x_i^2 v_if^2) */
+};
+
+struct spw_model {
+    enum spw_model_kind kind;
+    uint32_t latent_dim; /* k (0 for LR) */
+    uint32_t dim;        /* floats per row: 1 (LR) or 1 + k (FM) */
+};
+
+/* Fills *model. FM needs 1 <= latent_dim <= SPW_TRN_MAX_LATENT; LR ignores latent_dim (sets 0).
+ * SPW_ERR_INVALID otherwise. */
+spw_err_t spw_model_init(struct spw_model *model, enum spw_model_kind kind, uint32_t latent_dim);
+
+/* "lr" | "fm" -> kind; SPW_ERR_INVALID for anything else. */
+spw_err_t spw_model_kind_parse(const char *text, enum spw_model_kind *out);
+const char *spw_model_kind_name(enum spw_model_kind kind);
+
+/* ---- batches ---- */
+
+/*
+ * A mini-batch with its keys de-duplicated: the unique key list (bias first) and, per feature
+ * occurrence, an index into it and a weight. Examples keep their label, oracle_p (NaN when
+ * absent) and event time. Capacity grows geometrically when a batch is larger than any before
+ * and is kept across spw_batch_reset; the key index uses generation stamps, so reset is O(1).
+ */
+typedef struct spw_batch spw_batch_t;
+
+/* Creates an empty batch sized for about examples_hint examples of features_hint features (0s
+ * are fine; it grows). NULL with errstr when out of memory. */
+spw_batch_t *spw_batch_new(size_t examples_hint, size_t features_hint, char *errstr,
+                           size_t errstr_size);
+
+/* Frees batch. NULL is a no-op. */
+void spw_batch_destroy(spw_batch_t *batch);
+
+/* Empties batch, keeping its capacity. */
+void spw_batch_reset(spw_batch_t *batch);
+
+/*
+ * Appends one example with n features (keys[i], weights[i]; weights NULL: all 1). oracle_p is
+ * NaN when unknown. The arrays are copied. SPW_ERR_INVALID for a non-finite label or weight,
+ * SPW_ERR_TOO_BIG when the batch would exceed SPW_TRN_BATCH_MAX_OCC occurrences, SPW_ERR_NOMEM
+ * when it cannot grow; on any error the batch is unchanged.
+ */
+spw_err_t spw_batch_add(spw_batch_t *batch, float label, float oracle_p, int64_t event_time_ms,
+                        size_t n, const uint64_t *keys, const float *weights);
+
+/* Appends a decoded Example (borrowed; nothing of it is kept). Besides spw_batch_add's errors,
+ * SPW_ERR_INVALID when the label is missing or weights are neither empty nor one per key. */
+spw_err_t spw_batch_add_example(spw_batch_t *batch, const Sparrow__Example *ex);
+
+/* Sizes: examples, unique keys (bias included once the batch is non-empty), occurrences. */
+size_t spw_batch_examples(const spw_batch_t *batch);
+size_t spw_batch_unique(const spw_batch_t *batch);
+size_t spw_batch_occurrences(const spw_batch_t *batch);
+
+/* Views valid until the batch changes. keys: the unique keys (keys[0] = SPW_TRN_BIAS_KEY);
+ * labels and oracle: one per example (oracle NaN when absent). */
+const uint64_t *spw_batch_keys(const spw_batch_t *batch);
+const float *spw_batch_labels(const spw_batch_t *batch);
+const float *spw_batch_oracle(const spw_batch_t *batch);
+
+/* Example i's occurrences: *idx (indices into the unique keys) and *weights, count returned. */
+size_t spw_batch_example_features(const spw_batch_t *batch, size_t i, const uint32_t **idx,
+                                  const float **weights);
+
+/* Newest event time among the examples (INT64_MIN when none had one). */
+int64_t spw_batch_max_event_time(const spw_batch_t *batch);
+
+/* ---- CPU backend (the oracle). Pure functions of their inputs; thread-safe. ---- */
 
 /*
  * Gather: out[i*dim .. (i+1)*dim) = rows[idx[i]*dim .. (idx[i]+1)*dim) for i < n. This is how a
  * batch's feature occurrences pick their embedding rows out of the block of unique pulled rows.
  * Every idx[i] must be < n_rows (asserted on the CPU; checked on the GPU, see below).
  */
-
-/* CPU backend (the oracle). Pure function of its inputs; thread-safe. */
 void spw_cpu_gather_rows(const float *rows, size_t n_rows, uint32_t dim, const uint32_t *idx,
                          size_t n, float *out);
+
+/* Forward: preds[i] = p of example i given rows (spw_batch_unique × model->dim, in the order of
+ * spw_batch_keys). Returns the summed logloss of the batch (computed from the logit, stable). */
+double spw_cpu_forward(const struct spw_model *model, const spw_batch_t *batch, const float *rows,
+                       float *preds);
+
+/* Forward and backward: preds as above; grads (unique × dim, overwritten) receives the gradient
+ * of grad_scale × the summed logloss (pass 1 / (examples × acc_steps) for the convention above),
+ * reduced over duplicate keys. Returns the summed logloss (unscaled). */
+double spw_cpu_forward_backward(const struct spw_model *model, const spw_batch_t *batch,
+                                const float *rows, float grad_scale, float *preds, float *grads);
+
+/* norms[r] = L2 norm of grads row r (n rows of dim; summed in double, rounded once). */
+void spw_cpu_row_norms(const float *grads, size_t n, uint32_t dim, float *norms);
+
+/*
+ * Top-k selection: selected[r] = 1 for the m rows of largest norm, 0 for the others (n < 2^32).
+ * Ties go to the lower row index; NaN ranks above every number and a norm <= 0 ranks as 0, so
+ * the selected set is unique and equal on every backend. scratch: n u64 of caller storage.
+ * Introselect (quickselect with a sort fallback): O(n) expected, never a full sort of n.
+ */
+void spw_cpu_topk_select(const float *norms, size_t n, size_t m, uint64_t *scratch,
+                         uint8_t *selected);
+
+/* ---- CUDA availability and the standalone gather ---- */
 
 /* True when this build has the CUDA backend (nvcc was found at configure time). */
 bool spw_cuda_built(void);
@@ -30,7 +159,268 @@ int spw_cuda_device_count(void);
  * SPW_ERR_CUDA when no device is usable or a CUDA call fails, SPW_ERR_INVALID when an index is
  * out of range (found by the kernel; out is then unspecified). Thread-safe (each call uses its
  * own stream and buffers). */
-spw_err_t spw_cuda_gather_rows(const float *rows, size_t n_rows, uint32_t dim,
-                               const uint32_t *idx, size_t n, float *out);
+spw_err_t spw_cuda_gather_rows(const float *rows, size_t n_rows, uint32_t dim, const uint32_t *idx,
+                               size_t n, float *out);
+
+/* ---- backends (trainer.backend = cpu | cuda | auto) ---- */
+
+enum spw_backend_kind {
+    SPW_BACKEND_CPU = 0,
+    SPW_BACKEND_CUDA = 1,
+    SPW_BACKEND_AUTO = 2, /* CUDA when built and a device is usable, else CPU */
+};
+
+/* "cpu" | "cuda" | "auto" -> kind; SPW_ERR_INVALID otherwise. */
+spw_err_t spw_backend_kind_parse(const char *text, enum spw_backend_kind *out);
+const char *spw_backend_kind_name(enum spw_backend_kind kind);
+
+/*
+ * A compute backend for one model: the CPU oracle or the CUDA backend (device 0, its own stream
+ * and device buffers that grow to the largest batch and are reused). Every function takes and
+ * returns host memory; the CUDA backend copies in and out. One owner thread.
+ */
+typedef struct spw_backend spw_backend_t;
+
+/* Creates a backend of kind want for model (copied). SPW_BACKEND_CUDA fails (NULL, errstr) when
+ * the backend is not built or no device is usable; AUTO then gives the CPU backend. */
+spw_backend_t *spw_backend_new(enum spw_backend_kind want, const struct spw_model *model,
+                               char *errstr, size_t errstr_size);
+
+/* Frees be (and its device buffers). NULL is a no-op. */
+void spw_backend_destroy(spw_backend_t *be);
+
+/* The kind in use: CPU or CUDA, never AUTO. */
+enum spw_backend_kind spw_backend_kind(const spw_backend_t *be);
+
+/* The model be computes. */
+const struct spw_model *spw_backend_model(const spw_backend_t *be);
+
+/* spw_cpu_forward / spw_cpu_forward_backward on be; *loss_sum (may be NULL) gets the summed
+ * logloss. SPW_ERR_CUDA or SPW_ERR_NOMEM on a device or staging failure (outputs unspecified).
+ * The CUDA results equal the CPU's to float rounding (same summation order, no fused
+ * multiply-add). */
+spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const float *rows,
+                              float *preds, double *loss_sum);
+spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *batch,
+                                       const float *rows, float grad_scale, float *preds,
+                                       float *grads, double *loss_sum);
+
+/* spw_cpu_row_norms over rows of the model's dim. */
+spw_err_t spw_backend_row_norms(spw_backend_t *be, const float *grads, size_t n, float *norms);
+
+/* spw_cpu_topk_select (the same selected set), with scratch owned by be. */
+spw_err_t spw_backend_topk_select(spw_backend_t *be, const float *norms, size_t n, size_t m,
+                                  uint8_t *selected);
+
+/* ---- gradient accumulation over micro-batches ---- */
+
+/*
+ * Sums per-key gradient rows over acc_steps micro-batches (keys differ between micro-batches).
+ * Rows keep first-seen order; each row's version is the smallest it was added with (the oldest
+ * pull its gradient depends on).
+ */
+typedef struct spw_grad_acc spw_grad_acc_t;
+
+/* Creates an accumulator of rows of dim floats. NULL with errstr when out of memory. */
+spw_grad_acc_t *spw_grad_acc_new(uint32_t dim, char *errstr, size_t errstr_size);
+void spw_grad_acc_destroy(spw_grad_acc_t *acc);
+
+/* Adds n rows (keys unique within the call; grads n × dim; versions NULL means 0). Copies.
+ * SPW_ERR_NOMEM when it cannot grow (acc unchanged). */
+spw_err_t spw_grad_acc_add(spw_grad_acc_t *acc, const uint64_t *keys, const float *grads,
+                           const uint32_t *versions, size_t n);
+
+/* Rows held, and views of them valid until the next add or reset. grads is writable so that it
+ * can be handed to spw_topk_compress without a copy. */
+size_t spw_grad_acc_rows(const spw_grad_acc_t *acc);
+const uint64_t *spw_grad_acc_keys(const spw_grad_acc_t *acc);
+float *spw_grad_acc_grads(spw_grad_acc_t *acc);
+const uint32_t *spw_grad_acc_versions(const spw_grad_acc_t *acc);
+
+/* Empties acc, keeping its capacity (O(1) for the key index). */
+void spw_grad_acc_reset(spw_grad_acc_t *acc);
+
+/* ---- top-k compression with error feedback ---- */
+
+struct spw_topk_conf {
+    uint32_t dim;             /* floats per row */
+    double ratio;             /* fraction of a step's rows sent, in (0, 1]; 1 sends every row */
+    bool error_feedback;      /* keep unsent rows as residuals (false: discard them) */
+    bool fp16;                /* values travel as IEEE half */
+    size_t residual_max_rows; /* bound of the residual table (0: no residual can be kept, so
+                                 every row is sent at once) */
+};
+
+/* The rows to push: views owned by the compressor, valid until its next compress or flush.
+ * Keys are unique. values is what the server will apply: when fp16 is set, the f32 decoding of
+ * values_f16 (the wire block); values_f16 is NULL otherwise. */
+struct spw_push_set {
+    size_t n;
+    uint32_t dim;
+    bool fp16;
+    const uint64_t *keys;
+    const uint32_t *versions;
+    const float *values;
+    const uint16_t *values_f16;
+};
+
+struct spw_topk_stats {
+    uint64_t steps;          /* compress calls */
+    uint64_t rows_in;        /* rows offered */
+    uint64_t rows_sent;      /* rows pushed, by every path */
+    uint64_t rows_selected;  /* of which chosen by top-k */
+    uint64_t rows_forced;    /* of which residuals sent because the table was full */
+    uint64_t rows_flushed;   /* of which residuals sent by spw_topk_flush */
+    uint64_t rows_kept;      /* unsent rows stored as residual */
+    uint64_t rows_discarded; /* unsent rows thrown away (error feedback off) */
+    uint64_t rows_dropped;   /* residuals removed by spw_topk_drop */
+    uint64_t bytes_sent;     /* SPW_TRN_PUSH_ROW_OVERHEAD + dim × (2 | 4) per row sent */
+    uint64_t bytes_dense;    /* what rows_in would cost as fp32 without compression */
+    size_t residual_rows;    /* rows in the residual table now */
+};
+
+/*
+ * Top-k compressor. Per step: add each row's residual, keep the ceil(ratio × n) rows of largest
+ * gradient norm, and (with error feedback) store the rest as residuals; when the table is full
+ * the oldest residuals are sent instead of being dropped. Conserves the gradient: over any
+ * sequence of steps, sent + residual = computed (to float rounding).
+ */
+typedef struct spw_topk spw_topk_t;
+
+/* Creates a compressor. be (borrowed, may be NULL for the CPU functions) computes norms and the
+ * selection. NULL with errstr for an invalid conf or when out of memory. */
+spw_topk_t *spw_topk_new(const struct spw_topk_conf *conf, spw_backend_t *be, char *errstr,
+                         size_t errstr_size);
+void spw_topk_destroy(spw_topk_t *tk);
+
+/*
+ * Compresses one step of n rows (keys unique; versions NULL means 0). grads is used in place:
+ * on return it holds gradient + residual. Fills *out. SPW_ERR_NOMEM when a buffer cannot grow
+ * (the residual table may then hold fewer rows: the step should be treated as failed).
+ */
+spw_err_t spw_topk_compress(spw_topk_t *tk, const uint64_t *keys, float *grads,
+                            const uint32_t *versions, size_t n, struct spw_push_set *out);
+
+/* Moves every residual into *out (oldest first) and empties the table (checkpoints use it). */
+spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out);
+
+/* Forgets the residual of key (the server evicted its row). True when there was one. */
+bool spw_topk_drop(spw_topk_t *tk, uint64_t key);
+
+/* The residual of key copied into out (dim floats); false when there is none. For tests and
+ * inspection. */
+bool spw_topk_residual(const spw_topk_t *tk, uint64_t key, float *out);
+
+/* Counters since creation. compression ratio = bytes_dense / bytes_sent. */
+void spw_topk_get_stats(const spw_topk_t *tk, struct spw_topk_stats *out);
+
+/* ---- progressive validation ---- */
+
+/* Scores seen before training: the model's logloss/AUC over a window and cumulatively, and the
+ * same for oracle_p (the Bayes-optimal predictor) over the examples that carry it. */
+typedef struct spw_pv spw_pv_t;
+
+struct spw_pv_report {
+    uint64_t examples;        /* scored */
+    uint64_t oracle_examples; /* of which carried oracle_p */
+    struct spw_eval_summary window, cumulative;
+    struct spw_eval_summary oracle_window, oracle_cumulative; /* count 0: no oracle_p seen */
+    double const_window;     /* logloss of the best constant on the window: H(window ctr) */
+    double const_cumulative; /* the same over everything */
+};
+
+spw_pv_t *spw_pv_new(size_t window, char *errstr, size_t errstr_size);
+void spw_pv_destroy(spw_pv_t *pv);
+
+/* Adds n scored examples (oracle may be NULL; NaN entries mean absent). */
+void spw_pv_add(spw_pv_t *pv, const float *preds, const float *labels, const float *oracle,
+                size_t n);
+
+/* Fills *out (the window AUC sorts the window: call every few seconds, not per batch). */
+void spw_pv_report(spw_pv_t *pv, struct spw_pv_report *out);
+
+/* ---- configuration (trainer.*) ---- */
+
+/* The trainer's property table. */
+extern const struct spw_config_prop spw_trainer_config_props[];
+extern const size_t spw_trainer_config_n_props;
+
+enum spw_ref_optimizer {
+    SPW_REF_SGD = 0,
+    SPW_REF_ADAGRAD = 1,
+};
+
+/* The trainer.* settings the compute core uses. */
+struct spw_trainer_params {
+    struct spw_model model;
+    enum spw_backend_kind backend;
+    uint32_t batch;            /* examples per micro-batch */
+    uint32_t acc_steps;        /* micro-batches per step */
+    bool compress;             /* false when topk.ratio is 1 and fp16 is off: push rows as is */
+    struct spw_topk_conf topk; /* dim filled from the model */
+    size_t eval_window;
+    /* the local (reference) optimizer; with parameter servers the shard's settings apply */
+    enum spw_ref_optimizer optimizer;
+    float lr;
+    float eps;
+    float init_scale;
+    uint64_t seed;
+};
+
+/* The table's defaults (FM k=8, batch 1024, ...), as a fresh configuration would give. */
+void spw_trainer_params_default(struct spw_trainer_params *params);
+
+/* Reads cfg (a configuration of spw_trainer_config_props). SPW_ERR_INVALID with errstr for a
+ * cross-property error (none today beyond the table's ranges). */
+spw_err_t spw_trainer_params_from_config(const spw_config_t *cfg, struct spw_trainer_params *params,
+                                         char *errstr, size_t errstr_size);
+
+/* ---- the single-process reference trainer ---- */
+
+/*
+ * Baseline (a) of the trainer benchmark and the reference of the tests: every row in an
+ * in-memory table (initialised from (key, seed) exactly like a parameter-server shard's), the
+ * optimizer applied locally (SGD or Adagrad, as the shard applies them), with the same batching,
+ * accumulation, compression and progressive validation as the distributed trainer. Rows are
+ * never evicted: memory grows with the vocabulary.
+ */
+typedef struct spw_ref spw_ref_t;
+
+struct spw_ref_counts {
+    uint64_t examples; /* trained on */
+    uint64_t rejected; /* bad input records skipped */
+    uint64_t batches;  /* micro-batches */
+    uint64_t steps;    /* optimizer steps (each acc_steps micro-batches) */
+};
+
+/* Creates a reference trainer (params copied). NULL with errstr on invalid params or OOM. */
+spw_ref_t *spw_ref_new(const struct spw_trainer_params *params, char *errstr, size_t errstr_size);
+void spw_ref_destroy(spw_ref_t *ref);
+
+/* Scores (progressive validation), then trains on one micro-batch; every acc_steps micro-batches
+ * the accumulated gradient is compressed (when configured) and applied. */
+spw_err_t spw_ref_train_batch(spw_ref_t *ref, const spw_batch_t *batch);
+
+/*
+ * Reads examples from reader in micro-batches of params.batch and trains on them, up to
+ * max_examples (0: to the end). Bad records are counted and skipped. Returns SPW_OK at the end
+ * or the limit, SPW_ERR_IO on a read error, or a training error.
+ */
+spw_err_t spw_ref_train_reader(spw_ref_t *ref, spw_reader_t *reader, uint64_t max_examples);
+
+/* Applies a pending partial accumulation and every residual (end of a run, or a checkpoint). */
+spw_err_t spw_ref_flush(spw_ref_t *ref);
+
+/* The row of key (dim floats, valid until the next training call), NULL when never touched. */
+const float *spw_ref_row(const spw_ref_t *ref, uint64_t key);
+size_t spw_ref_rows(const spw_ref_t *ref);
+
+void spw_ref_get_counts(const spw_ref_t *ref, struct spw_ref_counts *out);
+/* The progressive validation of everything trained on so far. */
+void spw_ref_report(spw_ref_t *ref, struct spw_pv_report *out);
+/* Compression counters (zero when compression is off). */
+void spw_ref_topk_stats(const spw_ref_t *ref, struct spw_topk_stats *out);
+/* The backend kind in use. */
+enum spw_backend_kind spw_ref_backend(const spw_ref_t *ref);
 
 #endif

@@ -1,0 +1,185 @@
+/* The CUDA kernels' per-item code, run on the host by the backend's emulation, against the CPU
+ * oracle: bit-for-bit equal predictions, gradients, norms and top-k sets. Needs no device (the
+ * device itself is tested by test_cuda_model); built with the CUDA backend. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sparrow/tools.h"
+#include "sparrow/trainer.h"
+#include "trainer_cuda.h"
+#include "trainer_int.h"
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t x = *s;
+    x ^= x >> 31;
+    return x * 0x9e3779b97f4a7c15ull;
+}
+
+static float rng_uniform(uint64_t *s, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rng_next(s) >> 40) / (float)(1u << 24);
+}
+
+static spw_batch_t *gen_batch(size_t n, spw_gen_t *gen)
+{
+    char errstr[256];
+    spw_batch_t *batch = spw_batch_new(n, 39, errstr, sizeof(errstr));
+    assert_non_null(batch);
+    for (size_t i = 0; i < n; i++) {
+        const struct spw_gen_example *ex = spw_gen_next(gen);
+        assert_int_equal(spw_batch_add(batch, ex->label, ex->oracle_p, ex->event_time_ms,
+                                       ex->n_features, ex->keys, NULL),
+                         SPW_OK);
+    }
+    return batch;
+}
+
+/* Tiny vocabulary (key 0 included: a real feature on the bias row), weights, soft labels,
+ * empty examples. */
+static spw_batch_t *dup_batch(size_t n, uint64_t seed)
+{
+    char errstr[256];
+    spw_batch_t *batch = spw_batch_new(n, 12, errstr, sizeof(errstr));
+    assert_non_null(batch);
+    uint64_t keys[40];
+    float w[40];
+    for (size_t i = 0; i < n; i++) {
+        size_t nf = rng_next(&seed) % 40;
+        for (size_t j = 0; j < nf; j++) {
+            keys[j] = rng_next(&seed) % 50;
+            w[j] = rng_uniform(&seed, -2.0f, 2.0f);
+        }
+        assert_int_equal(spw_batch_add(batch, rng_uniform(&seed, 0, 1), NAN, 0, nf, keys, w),
+                         SPW_OK);
+    }
+    return batch;
+}
+
+static void compare(const struct spw_model *model, const spw_batch_t *batch, uint64_t seed)
+{
+    size_t n = spw_batch_examples(batch), nu = spw_batch_unique(batch), nv = nu * model->dim;
+    float *rows = malloc(nv * 4 + 4), *pc = malloc(n * 4 + 4), *pe = malloc(n * 4 + 4);
+    float *gc = malloc(nv * 4 + 4), *ge = malloc(nv * 4 + 4);
+    uint32_t *row_start = malloc((nu + 1) * 4), *row_occ = malloc(batch->n_occ * 4 + 4);
+    assert_true(rows && pc && pe && gc && ge && row_start && row_occ);
+    for (size_t i = 0; i < nv; i++)
+        rows[i] = rng_uniform(&seed, -0.4f, 0.4f);
+    spw_trn__batch_row_csr(batch, row_start, row_occ);
+    struct spw_trn__cuda_batch cb = {.n = batch->n,
+                                     .n_occ = batch->n_occ,
+                                     .n_uniq = batch->n_uniq,
+                                     .offsets = batch->offsets,
+                                     .occ_idx = batch->occ_idx,
+                                     .occ_w = batch->occ_w,
+                                     .occ_ex = batch->occ_ex,
+                                     .labels = batch->labels,
+                                     .row_start = row_start,
+                                     .row_occ = row_occ};
+    const float scale = 1.0f / (float)(n ? n : 1);
+    double lc = spw_cpu_forward_backward(model, batch, rows, scale, pc, gc), le = -1;
+    assert_int_equal(
+        spw_trn__cuda_emulate_forward(model->latent_dim, model->dim, &cb, rows, scale, pe, ge, &le),
+        SPW_OK);
+    assert_memory_equal(pc, pe, n * sizeof(float));
+    assert_memory_equal(gc, ge, nv * sizeof(float));
+    assert_true(lc == le);
+
+    float *nc = malloc(nv * 4 + 4), *ne = malloc(nv * 4 + 4);
+    uint8_t *sc = malloc(nu + 1), *se = malloc(nu + 1);
+    uint64_t *scratch = malloc(nu * 8 + 8);
+    assert_true(nc && ne && sc && se && scratch);
+    spw_cpu_row_norms(gc, nu, model->dim, nc);
+    spw_trn__cuda_emulate_row_norms(gc, nu, model->dim, ne);
+    assert_memory_equal(nc, ne, nu * sizeof(float));
+    const size_t ms[] = {0, 1, nu / 10, nu / 2, nu};
+    for (size_t j = 0; j < sizeof(ms) / sizeof(ms[0]); j++) {
+        spw_cpu_topk_select(nc, nu, ms[j], scratch, sc);
+        assert_int_equal(spw_trn__cuda_emulate_topk_select(nc, nu, ms[j], se), SPW_OK);
+        assert_memory_equal(sc, se, nu);
+    }
+    free(rows);
+    free(pc);
+    free(pe);
+    free(gc);
+    free(ge);
+    free(row_start);
+    free(row_occ);
+    free(nc);
+    free(ne);
+    free(sc);
+    free(se);
+    free(scratch);
+}
+
+static void test_cuda_emulated_kernels_match_cpu(void **state)
+{
+    (void)state;
+    char errstr[256];
+    struct spw_gen_params gp;
+    spw_gen_params_default(&gp);
+    gp.seed = 17;
+    spw_gen_t *gen = spw_gen_new(&gp, errstr, sizeof(errstr));
+    assert_non_null(gen);
+    const uint32_t ks[] = {0, 1, 4, 16, 33, 64};
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
+        struct spw_model model;
+        assert_int_equal(spw_model_init(&model, ks[i] ? SPW_MODEL_FM : SPW_MODEL_LR, ks[i]),
+                         SPW_OK);
+        spw_batch_t *batch = gen_batch(1000, gen);
+        compare(&model, batch, 3 + i);
+        spw_batch_destroy(batch);
+        batch = dup_batch(500, 11 + i);
+        compare(&model, batch, 5 + i);
+        spw_batch_reset(batch);
+        compare(&model, batch, 6);
+        spw_batch_destroy(batch);
+    }
+    spw_gen_destroy(gen);
+}
+
+/* Large selections with ties, NaN and sorted input. */
+static void test_cuda_emulated_topk_matches_cpu(void **state)
+{
+    (void)state;
+    const size_t n = 100000;
+    float *norms = malloc(n * sizeof(float));
+    uint8_t *sc = malloc(n), *se = malloc(n);
+    uint64_t *scratch = malloc(n * sizeof(uint64_t)), s = 5;
+    assert_true(norms && sc && se && scratch);
+    for (int trial = 0; trial < 3; trial++) {
+        for (size_t r = 0; r < n; r++)
+            norms[r] = trial == 0   ? rng_uniform(&s, 0, 10)
+                       : trial == 1 ? (float)(rng_next(&s) % 4)
+                                    : (float)r;
+        norms[7] = NAN;
+        norms[9] = -1.0f;
+        const size_t ms[] = {1, 3, n / 100, n / 3, n - 1};
+        for (size_t j = 0; j < sizeof(ms) / sizeof(ms[0]); j++) {
+            spw_cpu_topk_select(norms, n, ms[j], scratch, sc);
+            assert_int_equal(spw_trn__cuda_emulate_topk_select(norms, n, ms[j], se), SPW_OK);
+            assert_memory_equal(sc, se, n);
+        }
+    }
+    free(norms);
+    free(sc);
+    free(se);
+    free(scratch);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cuda_emulated_kernels_match_cpu),
+        cmocka_unit_test(test_cuda_emulated_topk_matches_cpu),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

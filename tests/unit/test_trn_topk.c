@@ -1,0 +1,412 @@
+/* Unit tests of top-k compression with error feedback, its residual table, and gradient
+ * accumulation. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sparrow/trainer.h"
+#include "sparrow/wire.h"
+
+#define DIM 3
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t x = *s;
+    x ^= x >> 31;
+    return x * 0x9e3779b97f4a7c15ull;
+}
+
+static float rng_uniform(uint64_t *s, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rng_next(s) >> 40) / (float)(1u << 24);
+}
+
+static spw_topk_t *new_topk(double ratio, bool ef, bool fp16, size_t max_rows)
+{
+    char errstr[256];
+    struct spw_topk_conf conf = {.dim = DIM,
+                                 .ratio = ratio,
+                                 .error_feedback = ef,
+                                 .fp16 = fp16,
+                                 .residual_max_rows = max_rows};
+    spw_topk_t *tk = spw_topk_new(&conf, NULL, errstr, sizeof(errstr));
+    if (!tk)
+        fail_msg("spw_topk_new: %s", errstr);
+    return tk;
+}
+
+/* Index of key in a push set, or -1. */
+static long find_key(const struct spw_push_set *set, uint64_t key)
+{
+    for (size_t i = 0; i < set->n; i++)
+        if (set->keys[i] == key)
+            return (long)i;
+    return -1;
+}
+
+static void test_trn_topk_ratio_one_sends_everything_unchanged(void **state)
+{
+    (void)state;
+    spw_topk_t *tk = new_topk(1.0, true, false, 100);
+    const uint64_t keys[4] = {1, 2, 3, 4};
+    float grads[4 * DIM], copy[4 * DIM];
+    const uint32_t versions[4] = {7, 8, 9, 10};
+    uint64_t s = 1;
+    for (int i = 0; i < 4 * DIM; i++)
+        grads[i] = copy[i] = rng_uniform(&s, -1, 1);
+    struct spw_push_set set;
+    assert_int_equal(spw_topk_compress(tk, keys, grads, versions, 4, &set), SPW_OK);
+    assert_int_equal(set.n, 4);
+    assert_memory_equal(set.keys, keys, sizeof(keys));
+    assert_memory_equal(set.versions, versions, sizeof(versions));
+    assert_memory_equal(set.values, copy, sizeof(copy));
+    assert_null(set.values_f16);
+    struct spw_topk_stats st;
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.residual_rows, 0);
+    assert_int_equal(st.bytes_sent, st.bytes_dense);
+    assert_int_equal(st.bytes_sent, 4 * (SPW_TRN_PUSH_ROW_OVERHEAD + 4 * DIM));
+    spw_topk_destroy(tk);
+}
+
+static void test_trn_topk_keeps_largest_and_feeds_back(void **state)
+{
+    (void)state;
+    spw_topk_t *tk = new_topk(0.5, true, false, 100);
+    const uint64_t keys[4] = {10, 20, 30, 40};
+    float grads[4 * DIM] = {1, 0, 0, /**/ 0, 3, 0, /**/ 0, 0, 0.5f, /**/ 2, 2, 2};
+    struct spw_push_set set;
+    assert_int_equal(spw_topk_compress(tk, keys, grads, NULL, 4, &set), SPW_OK);
+    assert_int_equal(set.n, 2);
+    assert_true(find_key(&set, 20) >= 0 && find_key(&set, 40) >= 0);
+    float res[DIM];
+    assert_true(spw_topk_residual(tk, 10, res));
+    assert_true(res[0] == 1.0f && res[1] == 0.0f);
+    assert_true(spw_topk_residual(tk, 30, res));
+    assert_false(spw_topk_residual(tk, 20, res));
+
+    /* Next step: key 10's small new gradient plus its residual now outranks key 50's. */
+    const uint64_t keys2[2] = {10, 50};
+    float grads2[2 * DIM] = {0.75f, 0, 0, /**/ 1.5f, 0, 0};
+    assert_int_equal(spw_topk_compress(tk, keys2, grads2, NULL, 2, &set), SPW_OK);
+    assert_int_equal(set.n, 1);
+    assert_true(set.keys[0] == 10);
+    assert_true(set.values[0] == 1.75f);
+    assert_false(spw_topk_residual(tk, 10, res));
+    assert_true(spw_topk_residual(tk, 50, res) && res[0] == 1.5f);
+
+    struct spw_topk_stats st;
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.steps, 2);
+    assert_int_equal(st.rows_in, 6);
+    assert_int_equal(st.rows_sent, 3);
+    assert_int_equal(st.rows_selected, 3);
+    assert_int_equal(st.residual_rows, 2); /* 30 and 50 */
+    assert_true(st.bytes_dense == 2 * st.bytes_sent);
+    spw_topk_destroy(tk);
+}
+
+/*
+ * Over random steps with overlapping keys, for every key: sum of everything sent plus its
+ * residual equals the sum of everything computed. Runs with a table large enough and with one
+ * small enough that residuals are forced out, and ends with a flush (sent must then equal
+ * computed).
+ */
+static void check_conservation(size_t max_rows, double ratio)
+{
+    enum { VOCAB = 200, STEPS = 60, ROWS = 50 };
+    spw_topk_t *tk = new_topk(ratio, true, false, max_rows);
+    double computed[VOCAB][DIM] = {{0}}, sent[VOCAB][DIM] = {{0}};
+    uint64_t s = 99 + max_rows;
+    uint64_t keys[ROWS];
+    float grads[ROWS * DIM];
+    struct spw_push_set set;
+    for (int step = 0; step < STEPS; step++) {
+        size_t n = 1 + rng_next(&s) % ROWS;
+        for (size_t r = 0; r < n; r++) {
+            bool dup;
+            do { /* unique keys within a step */
+                keys[r] = rng_next(&s) % VOCAB;
+                dup = false;
+                for (size_t q = 0; q < r; q++)
+                    dup |= keys[q] == keys[r];
+            } while (dup);
+            for (int d = 0; d < DIM; d++) {
+                grads[r * DIM + d] = rng_uniform(&s, -1, 1);
+                computed[keys[r]][d] += grads[r * DIM + d];
+            }
+        }
+        assert_int_equal(spw_topk_compress(tk, keys, grads, NULL, n, &set), SPW_OK);
+        for (size_t i = 0; i < set.n; i++) {
+            assert_int_equal(find_key(&set, set.keys[i]), (long)i); /* unique */
+            for (int d = 0; d < DIM; d++)
+                sent[set.keys[i]][d] += set.values[i * DIM + d];
+        }
+        struct spw_topk_stats st;
+        spw_topk_get_stats(tk, &st);
+        assert_true(st.residual_rows <= max_rows);
+    }
+    size_t residuals = 0;
+    for (int k = 0; k < VOCAB; k++) {
+        float res[DIM] = {0, 0, 0};
+        residuals += spw_topk_residual(tk, (uint64_t)k, res);
+        for (int d = 0; d < DIM; d++)
+            assert_float_equal(sent[k][d] + res[d], computed[k][d], 1e-4);
+    }
+    struct spw_topk_stats st;
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.residual_rows, residuals);
+    if (max_rows < 20)
+        assert_true(st.rows_forced > 0);
+    assert_int_equal(st.rows_sent, st.rows_selected + st.rows_forced);
+
+    assert_int_equal(spw_topk_flush(tk, &set), SPW_OK);
+    assert_int_equal(set.n, residuals);
+    for (size_t i = 0; i < set.n; i++)
+        for (int d = 0; d < DIM; d++)
+            sent[set.keys[i]][d] += set.values[i * DIM + d];
+    for (int k = 0; k < VOCAB; k++)
+        for (int d = 0; d < DIM; d++)
+            assert_float_equal(sent[k][d], computed[k][d], 1e-4);
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.residual_rows, 0);
+    spw_topk_destroy(tk);
+}
+
+static void test_trn_topk_error_feedback_conserves_gradient(void **state)
+{
+    (void)state;
+    check_conservation(100000, 0.1);
+    check_conservation(100000, 0.5);
+    check_conservation(7, 0.1);  /* residuals forced out by the bound */
+    check_conservation(0, 0.25); /* no room at all: every row is sent at once */
+}
+
+/* When the table is full, the residual whose key was computed longest ago is sent. */
+static void test_trn_topk_full_table_sends_oldest(void **state)
+{
+    (void)state;
+    spw_topk_t *tk = new_topk(0.5, true, false, 2);
+    float g[2 * DIM];
+    struct spw_push_set set;
+    const uint64_t a[2] = {1, 2}; /* 2 sent (larger), 1 kept */
+    float ga[2 * DIM] = {1, 0, 0, 5, 0, 0};
+    assert_int_equal(spw_topk_compress(tk, a, ga, NULL, 2, &set), SPW_OK);
+    const uint64_t b[2] = {3, 4}; /* 4 sent, 3 kept: table {1, 3} */
+    float gb[2 * DIM] = {1, 0, 0, 5, 0, 0};
+    assert_int_equal(spw_topk_compress(tk, b, gb, NULL, 2, &set), SPW_OK);
+    const uint64_t c[2] = {5, 6}; /* 6 sent, 5 kept: 1 (oldest) forced out */
+    float gc[2 * DIM] = {1, 0, 0, 5, 0, 0};
+    memcpy(g, gc, sizeof(g));
+    assert_int_equal(spw_topk_compress(tk, c, g, NULL, 2, &set), SPW_OK);
+    assert_int_equal(set.n, 2);
+    assert_true(set.keys[0] == 6 && set.keys[1] == 1);
+    float res[DIM];
+    assert_false(spw_topk_residual(tk, 1, res));
+    assert_true(spw_topk_residual(tk, 3, res));
+    assert_true(spw_topk_residual(tk, 5, res));
+
+    /* Touching 3 makes it the newest; the next overflow sends 5. */
+    const uint64_t d[2] = {3, 7};
+    float gd[2 * DIM] = {0.125f, 0, 0, 5, 0, 0};
+    assert_int_equal(spw_topk_compress(tk, d, gd, NULL, 2, &set), SPW_OK);
+    assert_int_equal(set.n, 1); /* 7 sent; 3 re-kept, table {5, 3} */
+    const uint64_t e[2] = {8, 9};
+    float ge[2 * DIM] = {1, 0, 0, 5, 0, 0};
+    assert_int_equal(spw_topk_compress(tk, e, ge, NULL, 2, &set), SPW_OK);
+    assert_int_equal(set.n, 2);
+    assert_true(set.keys[1] == 5);
+
+    struct spw_topk_stats st;
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.rows_forced, 2);
+    spw_topk_destroy(tk);
+}
+
+static void test_trn_topk_flush_and_drop(void **state)
+{
+    (void)state;
+    spw_topk_t *tk = new_topk(0.25, true, false, 100);
+    const uint64_t keys[4] = {1, 2, 3, 4};
+    float grads[4 * DIM] = {1, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0, 0};
+    const uint32_t versions[4] = {11, 12, 13, 14};
+    struct spw_push_set set;
+    assert_int_equal(spw_topk_compress(tk, keys, grads, versions, 4, &set), SPW_OK);
+    assert_int_equal(set.n, 1);
+    assert_true(set.keys[0] == 4 && set.versions[0] == 14);
+    assert_true(spw_topk_drop(tk, 2));
+    assert_false(spw_topk_drop(tk, 2));
+    assert_false(spw_topk_drop(tk, 4));
+    assert_int_equal(spw_topk_flush(tk, &set), SPW_OK);
+    assert_int_equal(set.n, 2);
+    assert_true(set.keys[0] == 1 && set.values[0] == 1.0f && set.versions[0] == 11);
+    assert_true(set.keys[1] == 3 && set.values[DIM] == 3.0f && set.versions[1] == 13);
+    assert_int_equal(spw_topk_flush(tk, &set), SPW_OK);
+    assert_int_equal(set.n, 0);
+    struct spw_topk_stats st;
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.rows_dropped, 1);
+    assert_int_equal(st.rows_flushed, 2);
+    /* the table is usable after a flush */
+    assert_int_equal(spw_topk_compress(tk, keys, grads, NULL, 4, &set), SPW_OK);
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.residual_rows, 3);
+    spw_topk_destroy(tk);
+}
+
+static void test_trn_topk_without_error_feedback_discards(void **state)
+{
+    (void)state;
+    spw_topk_t *tk = new_topk(0.5, false, false, 100);
+    const uint64_t keys[4] = {1, 2, 3, 4};
+    float grads[4 * DIM] = {1, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0, 0};
+    struct spw_push_set set;
+    assert_int_equal(spw_topk_compress(tk, keys, grads, NULL, 4, &set), SPW_OK);
+    assert_int_equal(set.n, 2);
+    float res[DIM];
+    assert_false(spw_topk_residual(tk, 1, res));
+    struct spw_topk_stats st;
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.rows_discarded, 2);
+    assert_int_equal(st.residual_rows, 0);
+    assert_int_equal(spw_topk_flush(tk, &set), SPW_OK);
+    assert_int_equal(set.n, 0);
+    spw_topk_destroy(tk);
+}
+
+static void test_trn_topk_fp16_values_are_what_the_server_decodes(void **state)
+{
+    (void)state;
+    spw_topk_t *tk = new_topk(1.0, true, true, 100);
+    const uint64_t keys[2] = {1, 2};
+    float grads[2 * DIM] = {0.1f, 1.0f / 3.0f, -2.0e-3f, 65504.0f, 1e-8f, -7.25f};
+    float orig[2 * DIM];
+    memcpy(orig, grads, sizeof(orig));
+    struct spw_push_set set;
+    assert_int_equal(spw_topk_compress(tk, keys, grads, NULL, 2, &set), SPW_OK);
+    assert_true(set.fp16);
+    assert_non_null(set.values_f16);
+    for (int i = 0; i < 2 * DIM; i++) {
+        assert_int_equal(set.values_f16[i], spw_wire_f32_to_f16(orig[i]));
+        assert_true(set.values[i] == spw_wire_f16_to_f32(set.values_f16[i]));
+        assert_float_equal(set.values[i], orig[i], fabs(orig[i]) * 1e-3 + 1e-7);
+    }
+    assert_true(set.values[2 * DIM - 1] == -7.25f); /* exact in half */
+    struct spw_topk_stats st;
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.bytes_sent, 2 * (SPW_TRN_PUSH_ROW_OVERHEAD + 2 * DIM));
+    spw_topk_destroy(tk);
+}
+
+static void test_trn_topk_rejects_bad_conf(void **state)
+{
+    (void)state;
+    char errstr[256];
+    struct spw_topk_conf conf = {.dim = DIM, .ratio = 0.0, .residual_max_rows = 1};
+    assert_null(spw_topk_new(&conf, NULL, errstr, sizeof(errstr)));
+    conf.ratio = 1.5;
+    assert_null(spw_topk_new(&conf, NULL, errstr, sizeof(errstr)));
+    conf.ratio = NAN;
+    assert_null(spw_topk_new(&conf, NULL, errstr, sizeof(errstr)));
+    conf.ratio = 0.5;
+    conf.dim = 0;
+    assert_null(spw_topk_new(&conf, NULL, errstr, sizeof(errstr)));
+    /* a backend of another width */
+    struct spw_model model;
+    assert_int_equal(spw_model_init(&model, SPW_MODEL_FM, 8), SPW_OK);
+    spw_backend_t *be = spw_backend_new(SPW_BACKEND_CPU, &model, errstr, sizeof(errstr));
+    assert_non_null(be);
+    conf.dim = DIM;
+    assert_null(spw_topk_new(&conf, be, errstr, sizeof(errstr)));
+    spw_backend_destroy(be);
+    spw_topk_destroy(NULL);
+}
+
+/* A compressor that selects with a backend behaves like one that uses the CPU functions. */
+static void test_trn_topk_backend_selection_matches_cpu(void **state)
+{
+    (void)state;
+    char errstr[256];
+    struct spw_model model;
+    assert_int_equal(spw_model_init(&model, SPW_MODEL_FM, DIM - 1), SPW_OK);
+    spw_backend_t *be = spw_backend_new(SPW_BACKEND_AUTO, &model, errstr, sizeof(errstr));
+    assert_non_null(be);
+    struct spw_topk_conf conf = {
+        .dim = DIM, .ratio = 0.3, .error_feedback = true, .residual_max_rows = 1000};
+    spw_topk_t *a = spw_topk_new(&conf, be, errstr, sizeof(errstr));
+    spw_topk_t *b = spw_topk_new(&conf, NULL, errstr, sizeof(errstr));
+    assert_non_null(a);
+    assert_non_null(b);
+    uint64_t s = 3, keys[100];
+    float ga[100 * DIM], gb[100 * DIM];
+    for (int step = 0; step < 20; step++) {
+        for (int r = 0; r < 100; r++)
+            keys[r] = (uint64_t)(step * 37 + r);
+        for (int i = 0; i < 100 * DIM; i++)
+            ga[i] = gb[i] = rng_uniform(&s, -1, 1);
+        struct spw_push_set sa, sb;
+        assert_int_equal(spw_topk_compress(a, keys, ga, NULL, 100, &sa), SPW_OK);
+        assert_int_equal(spw_topk_compress(b, keys, gb, NULL, 100, &sb), SPW_OK);
+        assert_int_equal(sa.n, sb.n);
+        assert_memory_equal(sa.keys, sb.keys, sa.n * sizeof(uint64_t));
+        assert_memory_equal(sa.values, sb.values, sa.n * DIM * sizeof(float));
+    }
+    spw_topk_destroy(a);
+    spw_topk_destroy(b);
+    spw_backend_destroy(be);
+}
+
+static void test_trn_topk_grad_acc_sums_rows(void **state)
+{
+    (void)state;
+    char errstr[256];
+    spw_grad_acc_t *acc = spw_grad_acc_new(2, errstr, sizeof(errstr));
+    assert_non_null(acc);
+    const uint64_t k1[2] = {5, 6};
+    const float g1[4] = {1, 2, 3, 4};
+    const uint32_t v1[2] = {10, 3};
+    const uint64_t k2[2] = {6, 7};
+    const float g2[4] = {0.5f, 0.25f, -1, -2};
+    const uint32_t v2[2] = {2, 9};
+    assert_int_equal(spw_grad_acc_add(acc, k1, g1, v1, 2), SPW_OK);
+    assert_int_equal(spw_grad_acc_add(acc, k2, g2, v2, 2), SPW_OK);
+    assert_int_equal(spw_grad_acc_rows(acc), 3);
+    const uint64_t want_k[3] = {5, 6, 7};
+    const float want_g[6] = {1, 2, 3.5f, 4.25f, -1, -2};
+    const uint32_t want_v[3] = {10, 2, 9};
+    assert_memory_equal(spw_grad_acc_keys(acc), want_k, sizeof(want_k));
+    assert_memory_equal(spw_grad_acc_grads(acc), want_g, sizeof(want_g));
+    assert_memory_equal(spw_grad_acc_versions(acc), want_v, sizeof(want_v));
+    spw_grad_acc_reset(acc);
+    assert_int_equal(spw_grad_acc_rows(acc), 0);
+    assert_int_equal(spw_grad_acc_add(acc, k2, g2, NULL, 2), SPW_OK);
+    assert_int_equal(spw_grad_acc_rows(acc), 2);
+    assert_true(spw_grad_acc_keys(acc)[0] == 6 && spw_grad_acc_grads(acc)[0] == 0.5f);
+    assert_int_equal(spw_grad_acc_versions(acc)[0], 0);
+    spw_grad_acc_destroy(acc);
+    spw_grad_acc_destroy(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trn_topk_ratio_one_sends_everything_unchanged),
+        cmocka_unit_test(test_trn_topk_keeps_largest_and_feeds_back),
+        cmocka_unit_test(test_trn_topk_error_feedback_conserves_gradient),
+        cmocka_unit_test(test_trn_topk_full_table_sends_oldest),
+        cmocka_unit_test(test_trn_topk_flush_and_drop),
+        cmocka_unit_test(test_trn_topk_without_error_feedback_discards),
+        cmocka_unit_test(test_trn_topk_fp16_values_are_what_the_server_decodes),
+        cmocka_unit_test(test_trn_topk_rejects_bad_conf),
+        cmocka_unit_test(test_trn_topk_backend_selection_matches_cpu),
+        cmocka_unit_test(test_trn_topk_grad_acc_sums_rows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

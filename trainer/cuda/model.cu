@@ -1,0 +1,600 @@
+// CUDA backend: LR/FM forward and backward, per-row gradient norms and top-k selection on the
+// device, behind the host-pointer functions of src/trainer_cuda.h.
+//
+// The kernels repeat the CPU oracle's arithmetic (src/model_cpu.c) operation for operation, and
+// the library is built with --fmad=false, so that the two agree to rounding:
+// - forward: one warp per example; lane f sums s_f and q_f over the example's occurrences in
+//   order; lane 0 sums the linear term in order, then the per-f terms s_f^2 - q_f in order;
+//   the sigmoid and the loss are computed in double from the float logit;
+// - backward: one warp per unique row; lane d walks the row's occurrences in ascending order (a
+//   stable counting sort made on the host), which is the order in which the CPU's scatter-add
+//   reaches that row; the bias row adds the per-example sum last, as the CPU does;
+// - norms: a double sum per row, rounded once; top-k: the same 64-bit rank keys as the CPU
+//   (norm bits, then lower index first) and an exact radix select of the m-th largest.
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <new>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer_cuda.h"
+
+namespace
+{
+
+constexpr unsigned kWarp = 32;
+constexpr unsigned kWarpsPerBlock = 4;
+constexpr unsigned kWarpThreads = kWarp * kWarpsPerBlock;
+constexpr unsigned kThreads = 256;
+constexpr size_t kMaxBlocks = 65535;
+constexpr size_t kHistBlocks = 1024;
+
+// A device buffer that grows (at least doubling) and is reused.
+template <typename T> struct dbuf {
+    T *p = nullptr;
+    size_t cap = 0;
+
+    cudaError_t reserve(size_t n)
+    {
+        if (n == 0)
+            n = 1;
+        if (n <= cap)
+            return cudaSuccess;
+        size_t c = cap ? cap : 256;
+        while (c < n)
+            c *= 2;
+        cudaFree(p);
+        p = nullptr;
+        cap = 0;
+        cudaError_t err = cudaMalloc(&p, c * sizeof(T));
+        if (err == cudaSuccess)
+            cap = c;
+        return err;
+    }
+
+    ~dbuf()
+    {
+        cudaFree(p);
+    }
+};
+
+size_t blocks_for(size_t items, size_t per_block, size_t max_blocks)
+{
+    size_t b = (items + per_block - 1) / per_block;
+    if (b < 1)
+        b = 1;
+    return b < max_blocks ? b : max_blocks;
+}
+
+// ---- per-item code, shared by the kernels and by the host emulation below ----
+
+__host__ __device__ inline double logloss_from_logit(float z, float y)
+{
+    double zd = z;
+    return fmax(zd, 0.0) + log1p(exp(-fabs(zd))) - (double)y * zd;
+}
+
+__host__ __device__ inline float sigmoid_from_logit(float z)
+{
+    return (float)(1.0 / (1.0 + exp(-(double)z)));
+}
+
+__host__ __device__ inline uint32_t float_bits(float x)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof(bits));
+    return bits;
+#endif
+}
+
+struct fwd_args {
+    size_t n;
+    uint32_t k, dim;
+    const uint32_t *off, *occ_idx;
+    const float *occ_w, *rows, *labels;
+    float grad_scale;
+    float *S, *preds, *dz;
+    double *loss;
+};
+
+// Phase 1 of example i for one lane: s_f and q_f over the occurrences in order, for f = lane,
+// lane + 32, ...; t[f] = s_f^2 - q_f.
+__host__ __device__ inline void forward_lane(const fwd_args &a, size_t i, unsigned lane, float *t)
+{
+    const uint32_t beg = a.off[i], end = a.off[i + 1];
+    for (uint32_t f = lane; f < a.k; f += kWarp) {
+        float s = 0.0f, q = 0.0f;
+        for (uint32_t o = beg; o < end; o++) {
+            const float vx = a.rows[(size_t)a.occ_idx[o] * a.dim + 1 + f] * a.occ_w[o];
+            s += vx;
+            q += vx * vx;
+        }
+        a.S[i * a.k + f] = s;
+        t[f] = s * s - q;
+    }
+}
+
+// Phase 2 of example i (lane 0): the linear term and the sum of t in order, then p, loss, dz.
+__host__ __device__ inline void forward_finish(const fwd_args &a, size_t i, const float *t)
+{
+    const uint32_t beg = a.off[i], end = a.off[i + 1];
+    float lin = a.rows[0];
+    for (uint32_t o = beg; o < end; o++)
+        lin += a.rows[(size_t)a.occ_idx[o] * a.dim] * a.occ_w[o];
+    float inter = 0.0f;
+    for (uint32_t f = 0; f < a.k; f++)
+        inter += t[f];
+    const float z = lin + 0.5f * inter;
+    const float y = a.labels[i];
+    const float p = sigmoid_from_logit(z);
+    a.preds[i] = p;
+    a.loss[i] = logloss_from_logit(z, y);
+    a.dz[i] = (p - y) * a.grad_scale;
+}
+
+struct bwd_args {
+    size_t n, n_uniq;
+    uint32_t k, dim;
+    const uint32_t *row_start, *row_occ, *occ_ex;
+    const float *occ_w, *rows, *S, *dz;
+    float *grads;
+};
+
+// Gradient element d of unique row u: its occurrences in ascending order; the bias row (u = 0)
+// adds the per-example sum last.
+__host__ __device__ inline void backward_elem(const bwd_args &a, size_t u, uint32_t d)
+{
+    const uint32_t beg = a.row_start[u], end = a.row_start[u + 1];
+    float acc = 0.0f;
+    if (d == 0) {
+        for (uint32_t j = beg; j < end; j++) {
+            const uint32_t o = a.row_occ[j];
+            const float dzx = a.dz[a.occ_ex[o]] * a.occ_w[o];
+            acc += dzx;
+        }
+        if (u == 0) {
+            float bias = 0.0f;
+            for (size_t i = 0; i < a.n; i++)
+                bias += a.dz[i];
+            acc += bias;
+        }
+    } else {
+        const uint32_t f = d - 1;
+        const float v = a.rows[u * a.dim + d];
+        for (uint32_t j = beg; j < end; j++) {
+            const uint32_t o = a.row_occ[j];
+            const uint32_t i = a.occ_ex[o];
+            const float x = a.occ_w[o];
+            const float dzx = a.dz[i] * x;
+            acc += dzx * (a.S[(size_t)i * a.k + f] - x * v);
+        }
+    }
+    a.grads[u * a.dim + d] = acc;
+}
+
+__host__ __device__ inline float row_norm(const float *grads, size_t r, uint32_t dim)
+{
+    const float *g = grads + r * dim;
+    double sum = 0.0;
+    for (uint32_t j = 0; j < dim; j++)
+        sum += (double)g[j] * (double)g[j];
+    return (float)sqrt(sum);
+}
+
+// The CPU's rank_key (src/model_cpu.c): norm bits (NaN above +inf, <= 0 as 0), lower index first.
+__host__ __device__ inline unsigned long long rank_key(float x, size_t r)
+{
+    uint32_t bits;
+    if (x > 0.0f)
+        bits = float_bits(x);
+    else
+        bits = x != x ? 0x7f800001u : 0u;
+    return ((unsigned long long)bits << 32) | (unsigned long long)(0xffffffffu - (uint32_t)r);
+}
+
+// Radix select state: [0] prefix of the m-th largest key found so far, [1] mask of its known
+// bits, [2] its rank among the keys that share the prefix (1 = the largest). Picks the digit of
+// this pass (shift) that holds the wanted rank, then clears the histogram for the next pass.
+__host__ __device__ inline void pick_digit(unsigned int *hist, unsigned long long *state, int shift)
+{
+    const unsigned long long remaining = state[2];
+    unsigned long long above = 0;
+    for (int d = 255; d >= 0; d--) {
+        const unsigned long long c = hist[d];
+        if (above + c >= remaining) {
+            state[0] |= (unsigned long long)d << shift;
+            state[1] |= 0xffull << shift;
+            state[2] = remaining - above;
+            break;
+        }
+        above += c;
+    }
+    for (int d = 0; d < 256; d++)
+        hist[d] = 0;
+}
+
+// ---- kernels ----
+
+// One warp per example; shared memory holds each warp's t for lane 0's ordered sum.
+__global__ void forward_kernel(fwd_args a)
+{
+    extern __shared__ float shared[];
+    const unsigned lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    float *t = shared + (size_t)warp * a.k;
+    for (size_t i = (size_t)blockIdx.x * kWarpsPerBlock + warp; i < a.n;
+         i += (size_t)gridDim.x * kWarpsPerBlock) {
+        forward_lane(a, i, lane, t);
+        __syncwarp();
+        if (lane == 0)
+            forward_finish(a, i, t);
+        __syncwarp();
+    }
+}
+
+// One warp per unique row; lane d computes elements d, d + 32, ...
+__global__ void backward_kernel(bwd_args a)
+{
+    const unsigned lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    for (size_t u = (size_t)blockIdx.x * kWarpsPerBlock + warp; u < a.n_uniq;
+         u += (size_t)gridDim.x * kWarpsPerBlock)
+        for (uint32_t d = lane; d < a.dim; d += kWarp)
+            backward_elem(a, u, d);
+}
+
+__global__ void norms_kernel(const float *__restrict__ grads, size_t n, uint32_t dim,
+                             float *__restrict__ norms)
+{
+    for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < n;
+         r += (size_t)gridDim.x * blockDim.x)
+        norms[r] = row_norm(grads, r, dim);
+}
+
+__global__ void rank_keys_kernel(const float *__restrict__ norms, size_t n,
+                                 unsigned long long *__restrict__ keys)
+{
+    for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < n;
+         r += (size_t)gridDim.x * blockDim.x)
+        keys[r] = rank_key(norms[r], r);
+}
+
+__global__ void hist_kernel(const unsigned long long *__restrict__ keys, size_t n,
+                            const unsigned long long *__restrict__ state, int shift,
+                            unsigned int *__restrict__ hist)
+{
+    __shared__ unsigned int h[256];
+    for (unsigned t = threadIdx.x; t < 256; t += blockDim.x)
+        h[t] = 0;
+    __syncthreads();
+    const unsigned long long prefix = state[0], mask = state[1];
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const unsigned long long key = keys[i];
+        if ((key & mask) == prefix)
+            atomicAdd(&h[(key >> shift) & 0xffu], 1u);
+    }
+    __syncthreads();
+    for (unsigned t = threadIdx.x; t < 256; t += blockDim.x)
+        if (h[t])
+            atomicAdd(&hist[t], h[t]);
+}
+
+__global__ void pick_kernel(unsigned int *__restrict__ hist, unsigned long long *__restrict__ state,
+                            int shift)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        pick_digit(hist, state, shift);
+}
+
+__global__ void flags_kernel(const unsigned long long *__restrict__ keys, size_t n,
+                             const unsigned long long *__restrict__ state,
+                             uint8_t *__restrict__ flags)
+{
+    const unsigned long long threshold = state[0];
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        flags[i] = keys[i] >= threshold ? 1 : 0;
+}
+
+} // namespace
+
+struct spw_trn__cuda {
+    int device = 0;
+    cudaStream_t stream = nullptr;
+    dbuf<uint32_t> offsets, occ_idx, occ_ex, row_start, row_occ;
+    dbuf<float> occ_w, labels, rows, preds, dz, S, grads, norms;
+    dbuf<double> loss;
+    dbuf<unsigned long long> keys, state;
+    dbuf<unsigned int> hist;
+    dbuf<uint8_t> flags;
+    double *host_loss = nullptr;
+    size_t host_loss_cap = 0;
+
+    ~spw_trn__cuda()
+    {
+        free(host_loss);
+        if (stream)
+            cudaStreamDestroy(stream);
+    }
+};
+
+// Converts a failed CUDA call into SPW_ERR_CUDA. Work queued before the failure may still be
+// copying into the caller's buffers: wait for the stream before returning (errors cleared).
+#define CU_TRY(call)                                                                               \
+    do {                                                                                           \
+        if ((call) != cudaSuccess) {                                                               \
+            cudaGetLastError();                                                                    \
+            cudaStreamSynchronize(cu->stream);                                                     \
+            cudaGetLastError();                                                                    \
+            return SPW_ERR_CUDA;                                                                   \
+        }                                                                                          \
+    } while (0)
+
+extern "C" struct spw_trn__cuda *spw_trn__cuda_new(int device, char *errstr, size_t errstr_size)
+{
+    spw_trn__cuda *cu = new (std::nothrow) spw_trn__cuda;
+    if (!cu) {
+        snprintf(errstr, errstr_size, "cuda: out of memory");
+        return nullptr;
+    }
+    cu->device = device;
+    cudaError_t err = cudaSetDevice(device);
+    if (err == cudaSuccess)
+        err = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking);
+    if (err != cudaSuccess) {
+        snprintf(errstr, errstr_size, "cuda: device %d: %s", device, cudaGetErrorString(err));
+        cudaGetLastError();
+        delete cu;
+        return nullptr;
+    }
+    return cu;
+}
+
+extern "C" void spw_trn__cuda_destroy(struct spw_trn__cuda *cu)
+{
+    if (cu) {
+        cudaSetDevice(cu->device);
+        delete cu;
+    }
+}
+
+extern "C" spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k, uint32_t dim,
+                                           const struct spw_trn__cuda_batch *batch,
+                                           const float *rows, float grad_scale, float *preds,
+                                           float *grads, double *loss_sum)
+{
+    const size_t n = batch->n, n_occ = batch->n_occ, n_uniq = batch->n_uniq;
+    *loss_sum = 0.0;
+    if (n == 0)
+        return SPW_OK;
+    if (cu->host_loss_cap < n) {
+        double *p = (double *)realloc(cu->host_loss, n * sizeof(double));
+        if (!p)
+            return SPW_ERR_NOMEM;
+        cu->host_loss = p;
+        cu->host_loss_cap = n;
+    }
+    cudaStream_t st = cu->stream;
+    CU_TRY(cudaSetDevice(cu->device));
+    CU_TRY(cu->offsets.reserve(n + 1));
+    CU_TRY(cu->occ_idx.reserve(n_occ));
+    CU_TRY(cu->occ_w.reserve(n_occ));
+    CU_TRY(cu->labels.reserve(n));
+    CU_TRY(cu->rows.reserve(n_uniq * dim));
+    CU_TRY(cu->preds.reserve(n));
+    CU_TRY(cu->dz.reserve(n));
+    CU_TRY(cu->loss.reserve(n));
+    CU_TRY(cu->S.reserve(n * k));
+    CU_TRY(cudaMemcpyAsync(cu->offsets.p, batch->offsets, (n + 1) * sizeof(uint32_t),
+                           cudaMemcpyHostToDevice, st));
+    CU_TRY(cudaMemcpyAsync(cu->occ_idx.p, batch->occ_idx, n_occ * sizeof(uint32_t),
+                           cudaMemcpyHostToDevice, st));
+    CU_TRY(cudaMemcpyAsync(cu->occ_w.p, batch->occ_w, n_occ * sizeof(float), cudaMemcpyHostToDevice,
+                           st));
+    CU_TRY(cudaMemcpyAsync(cu->labels.p, batch->labels, n * sizeof(float), cudaMemcpyHostToDevice,
+                           st));
+    CU_TRY(cudaMemcpyAsync(cu->rows.p, rows, n_uniq * dim * sizeof(float), cudaMemcpyHostToDevice,
+                           st));
+
+    const size_t fwd_blocks = blocks_for(n, kWarpsPerBlock, kMaxBlocks);
+    const size_t shared = (size_t)kWarpsPerBlock * k * sizeof(float);
+    const fwd_args fa = {n,           k,          dim,          cu->offsets.p, cu->occ_idx.p,
+                         cu->occ_w.p, cu->rows.p, cu->labels.p, grad_scale,    cu->S.p,
+                         cu->preds.p, cu->dz.p,   cu->loss.p};
+    forward_kernel<<<(unsigned)fwd_blocks, kWarpThreads, shared, st>>>(fa);
+    CU_TRY(cudaGetLastError());
+
+    if (grads) {
+        CU_TRY(cu->occ_ex.reserve(n_occ));
+        CU_TRY(cu->row_start.reserve(n_uniq + 1));
+        CU_TRY(cu->row_occ.reserve(n_occ));
+        CU_TRY(cu->grads.reserve(n_uniq * dim));
+        CU_TRY(cudaMemcpyAsync(cu->occ_ex.p, batch->occ_ex, n_occ * sizeof(uint32_t),
+                               cudaMemcpyHostToDevice, st));
+        CU_TRY(cudaMemcpyAsync(cu->row_start.p, batch->row_start, (n_uniq + 1) * sizeof(uint32_t),
+                               cudaMemcpyHostToDevice, st));
+        CU_TRY(cudaMemcpyAsync(cu->row_occ.p, batch->row_occ, n_occ * sizeof(uint32_t),
+                               cudaMemcpyHostToDevice, st));
+        const size_t bwd_blocks = blocks_for(n_uniq, kWarpsPerBlock, kMaxBlocks);
+        const bwd_args ba = {n,
+                             n_uniq,
+                             k,
+                             dim,
+                             cu->row_start.p,
+                             cu->row_occ.p,
+                             cu->occ_ex.p,
+                             cu->occ_w.p,
+                             cu->rows.p,
+                             cu->S.p,
+                             cu->dz.p,
+                             cu->grads.p};
+        backward_kernel<<<(unsigned)bwd_blocks, kWarpThreads, 0, st>>>(ba);
+        CU_TRY(cudaGetLastError());
+        CU_TRY(cudaMemcpyAsync(grads, cu->grads.p, n_uniq * dim * sizeof(float),
+                               cudaMemcpyDeviceToHost, st));
+    }
+    CU_TRY(cudaMemcpyAsync(preds, cu->preds.p, n * sizeof(float), cudaMemcpyDeviceToHost, st));
+    CU_TRY(
+        cudaMemcpyAsync(cu->host_loss, cu->loss.p, n * sizeof(double), cudaMemcpyDeviceToHost, st));
+    CU_TRY(cudaStreamSynchronize(st));
+    double sum = 0.0; // in example order, as the CPU sums
+    for (size_t i = 0; i < n; i++)
+        sum += cu->host_loss[i];
+    *loss_sum = sum;
+    return SPW_OK;
+}
+
+extern "C" spw_err_t spw_trn__cuda_row_norms(struct spw_trn__cuda *cu, const float *grads, size_t n,
+                                             uint32_t dim, float *norms)
+{
+    if (n == 0)
+        return SPW_OK;
+    cudaStream_t st = cu->stream;
+    CU_TRY(cudaSetDevice(cu->device));
+    CU_TRY(cu->grads.reserve(n * dim));
+    CU_TRY(cu->norms.reserve(n));
+    CU_TRY(
+        cudaMemcpyAsync(cu->grads.p, grads, n * dim * sizeof(float), cudaMemcpyHostToDevice, st));
+    norms_kernel<<<(unsigned)blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, st>>>(
+        cu->grads.p, n, dim, cu->norms.p);
+    CU_TRY(cudaGetLastError());
+    CU_TRY(cudaMemcpyAsync(norms, cu->norms.p, n * sizeof(float), cudaMemcpyDeviceToHost, st));
+    CU_TRY(cudaStreamSynchronize(st));
+    return SPW_OK;
+}
+
+extern "C" spw_err_t spw_trn__cuda_topk_select(struct spw_trn__cuda *cu, const float *norms,
+                                               size_t n, size_t m, uint8_t *selected)
+{
+    if (m >= n || m == 0) {
+        memset(selected, m ? 1 : 0, n);
+        return SPW_OK;
+    }
+    cudaStream_t st = cu->stream;
+    CU_TRY(cudaSetDevice(cu->device));
+    CU_TRY(cu->norms.reserve(n));
+    CU_TRY(cu->keys.reserve(n));
+    CU_TRY(cu->flags.reserve(n));
+    CU_TRY(cu->state.reserve(3));
+    CU_TRY(cu->hist.reserve(256));
+    const unsigned long long init[3] = {0ull, 0ull, (unsigned long long)m};
+    CU_TRY(cudaMemcpyAsync(cu->norms.p, norms, n * sizeof(float), cudaMemcpyHostToDevice, st));
+    CU_TRY(cudaMemcpyAsync(cu->state.p, init, sizeof(init), cudaMemcpyHostToDevice, st));
+    CU_TRY(cudaMemsetAsync(cu->hist.p, 0, 256 * sizeof(unsigned int), st));
+    const unsigned blocks = (unsigned)blocks_for(n, kThreads, kHistBlocks);
+    rank_keys_kernel<<<blocks, kThreads, 0, st>>>(cu->norms.p, n, cu->keys.p);
+    CU_TRY(cudaGetLastError());
+    for (int pass = 0; pass < 8; pass++) {
+        const int shift = 56 - 8 * pass;
+        hist_kernel<<<blocks, kThreads, 0, st>>>(cu->keys.p, n, cu->state.p, shift, cu->hist.p);
+        pick_kernel<<<1, 1, 0, st>>>(cu->hist.p, cu->state.p, shift);
+    }
+    CU_TRY(cudaGetLastError());
+    flags_kernel<<<blocks, kThreads, 0, st>>>(cu->keys.p, n, cu->state.p, cu->flags.p);
+    CU_TRY(cudaGetLastError());
+    CU_TRY(cudaMemcpyAsync(selected, cu->flags.p, n, cudaMemcpyDeviceToHost, st));
+    CU_TRY(cudaStreamSynchronize(st));
+    return SPW_OK;
+}
+
+// ---- host emulation: the kernels' per-item code run sequentially (lanes in order, phase 1 of
+// every lane before phase 2, as the warp synchronisation orders them), so that their arithmetic
+// and indexing are tested against the CPU oracle on machines without a device ----
+
+extern "C" spw_err_t spw_trn__cuda_emulate_forward(uint32_t k, uint32_t dim,
+                                                   const struct spw_trn__cuda_batch *batch,
+                                                   const float *rows, float grad_scale,
+                                                   float *preds, float *grads, double *loss_sum)
+{
+    const size_t n = batch->n;
+    float *S = (float *)malloc((n * k + 1) * sizeof(float));
+    float *dz = (float *)malloc((n + 1) * sizeof(float));
+    double *loss = (double *)malloc((n + 1) * sizeof(double));
+    float *t = (float *)malloc((k + 1) * sizeof(float));
+    spw_err_t err = SPW_ERR_NOMEM;
+    if (S && dz && loss && t) {
+        const fwd_args fa = {n,
+                             k,
+                             dim,
+                             batch->offsets,
+                             batch->occ_idx,
+                             batch->occ_w,
+                             rows,
+                             batch->labels,
+                             grad_scale,
+                             S,
+                             preds,
+                             dz,
+                             loss};
+        for (size_t i = 0; i < n; i++) {
+            for (unsigned lane = 0; lane < kWarp; lane++)
+                forward_lane(fa, i, lane, t);
+            forward_finish(fa, i, t);
+        }
+        if (grads) {
+            const bwd_args ba = {n,
+                                 batch->n_uniq,
+                                 k,
+                                 dim,
+                                 batch->row_start,
+                                 batch->row_occ,
+                                 batch->occ_ex,
+                                 batch->occ_w,
+                                 rows,
+                                 S,
+                                 dz,
+                                 grads};
+            for (size_t u = 0; u < batch->n_uniq; u++)
+                for (uint32_t d = 0; d < dim; d++)
+                    backward_elem(ba, u, d);
+        }
+        double sum = 0.0;
+        for (size_t i = 0; i < n; i++)
+            sum += loss[i];
+        *loss_sum = sum;
+        err = SPW_OK;
+    }
+    free(S);
+    free(dz);
+    free(loss);
+    free(t);
+    return err;
+}
+
+extern "C" void spw_trn__cuda_emulate_row_norms(const float *grads, size_t n, uint32_t dim,
+                                                float *norms)
+{
+    for (size_t r = 0; r < n; r++)
+        norms[r] = row_norm(grads, r, dim);
+}
+
+extern "C" spw_err_t spw_trn__cuda_emulate_topk_select(const float *norms, size_t n, size_t m,
+                                                       uint8_t *selected)
+{
+    if (m >= n || m == 0) {
+        memset(selected, m ? 1 : 0, n);
+        return SPW_OK;
+    }
+    unsigned long long *keys = (unsigned long long *)malloc(n * sizeof(*keys));
+    if (!keys)
+        return SPW_ERR_NOMEM;
+    unsigned long long state[3] = {0ull, 0ull, (unsigned long long)m};
+    unsigned int hist[256] = {0};
+    for (size_t r = 0; r < n; r++)
+        keys[r] = rank_key(norms[r], r);
+    for (int pass = 0; pass < 8; pass++) {
+        const int shift = 56 - 8 * pass;
+        for (size_t i = 0; i < n; i++)
+            if ((keys[i] & state[1]) == state[0])
+                hist[(keys[i] >> shift) & 0xffu]++;
+        pick_digit(hist, state, shift);
+    }
+    for (size_t i = 0; i < n; i++)
+        selected[i] = keys[i] >= state[0] ? 1 : 0;
+    free(keys);
+    return SPW_OK;
+}

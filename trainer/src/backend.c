@@ -1,0 +1,181 @@
+/* trainer: backend selection (cpu | cuda | auto) and dispatch to the CPU oracle or the CUDA
+ * backend. */
+#include "trainer_cuda.h"
+#include "trainer_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct spw_backend {
+    enum spw_backend_kind kind; /* CPU or CUDA */
+    struct spw_model model;
+    struct spw_trn__cuda *cu; /* CUDA only */
+    uint64_t *scratch;        /* CPU top-k */
+    size_t cap_scratch;
+    uint32_t *row_start, *row_occ; /* CUDA staging of the per-row occurrence lists */
+    size_t cap_row_start, cap_row_occ;
+};
+
+spw_err_t spw_backend_kind_parse(const char *text, enum spw_backend_kind *out)
+{
+    if (strcmp(text, "cpu") == 0)
+        *out = SPW_BACKEND_CPU;
+    else if (strcmp(text, "cuda") == 0)
+        *out = SPW_BACKEND_CUDA;
+    else if (strcmp(text, "auto") == 0)
+        *out = SPW_BACKEND_AUTO;
+    else
+        return SPW_ERR_INVALID;
+    return SPW_OK;
+}
+
+const char *spw_backend_kind_name(enum spw_backend_kind kind)
+{
+    switch (kind) {
+    case SPW_BACKEND_CPU:
+        return "cpu";
+    case SPW_BACKEND_CUDA:
+        return "cuda";
+    case SPW_BACKEND_AUTO:
+        return "auto";
+    }
+    return "?";
+}
+
+spw_backend_t *spw_backend_new(enum spw_backend_kind want, const struct spw_model *model,
+                               char *errstr, size_t errstr_size)
+{
+    spw_backend_t *be = calloc(1, sizeof(*be));
+    if (!be) {
+        snprintf(errstr, errstr_size, "backend: out of memory");
+        return NULL;
+    }
+    be->model = *model;
+    be->kind = SPW_BACKEND_CPU;
+    if (want == SPW_BACKEND_CPU)
+        return be;
+    if (!spw_cuda_built()) {
+        if (want == SPW_BACKEND_AUTO)
+            return be;
+        snprintf(errstr, errstr_size,
+                 "backend: cuda requested but this build has no CUDA backend (nvcc not found)");
+        goto out_free_be;
+    }
+    if (spw_cuda_device_count() < 1) {
+        if (want == SPW_BACKEND_AUTO)
+            return be;
+        snprintf(errstr, errstr_size, "backend: cuda requested but no CUDA device is usable");
+        goto out_free_be;
+    }
+    char cuda_err[256] = "";
+    be->cu = spw_trn__cuda_new(0, cuda_err, sizeof(cuda_err));
+    if (!be->cu) {
+        if (want == SPW_BACKEND_AUTO)
+            return be;
+        snprintf(errstr, errstr_size, "backend: %s", cuda_err);
+        goto out_free_be;
+    }
+    be->kind = SPW_BACKEND_CUDA;
+    return be;
+
+out_free_be:
+    free(be);
+    return NULL;
+}
+
+void spw_backend_destroy(spw_backend_t *be)
+{
+    if (!be)
+        return;
+    spw_trn__cuda_destroy(be->cu);
+    free(be->scratch);
+    free(be->row_start);
+    free(be->row_occ);
+    free(be);
+}
+
+enum spw_backend_kind spw_backend_kind(const spw_backend_t *be)
+{
+    return be->kind;
+}
+
+const struct spw_model *spw_backend_model(const spw_backend_t *be)
+{
+    return &be->model;
+}
+
+static spw_err_t cuda_run(spw_backend_t *be, const spw_batch_t *batch, const float *rows,
+                          float grad_scale, float *preds, float *grads, double *loss_sum)
+{
+    struct spw_trn__cuda_batch cb = {
+        .n = batch->n,
+        .n_occ = batch->n_occ,
+        .n_uniq = batch->n_uniq,
+        .offsets = batch->offsets,
+        .occ_idx = batch->occ_idx,
+        .occ_w = batch->occ_w,
+        .occ_ex = batch->occ_ex,
+        .labels = batch->labels,
+    };
+    if (grads) {
+        if (spw_trn__grow((void **)&be->row_start, &be->cap_row_start, batch->n_uniq + 1,
+                          sizeof(uint32_t)) ||
+            spw_trn__grow((void **)&be->row_occ, &be->cap_row_occ, batch->n_occ + 1,
+                          sizeof(uint32_t)))
+            return SPW_ERR_NOMEM;
+        spw_trn__batch_row_csr(batch, be->row_start, be->row_occ);
+        cb.row_start = be->row_start;
+        cb.row_occ = be->row_occ;
+    }
+    double loss = 0.0;
+    spw_err_t err = spw_trn__cuda_forward(be->cu, be->model.latent_dim, be->model.dim, &cb, rows,
+                                          grad_scale, preds, grads, &loss);
+    if (!err && loss_sum)
+        *loss_sum = loss;
+    return err;
+}
+
+spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const float *rows,
+                              float *preds, double *loss_sum)
+{
+    if (be->kind == SPW_BACKEND_CUDA)
+        return cuda_run(be, batch, rows, 0.0f, preds, NULL, loss_sum);
+    double loss = spw_cpu_forward(&be->model, batch, rows, preds);
+    if (loss_sum)
+        *loss_sum = loss;
+    return SPW_OK;
+}
+
+spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *batch,
+                                       const float *rows, float grad_scale, float *preds,
+                                       float *grads, double *loss_sum)
+{
+    if (be->kind == SPW_BACKEND_CUDA)
+        return cuda_run(be, batch, rows, grad_scale, preds, grads, loss_sum);
+    double loss = spw_cpu_forward_backward(&be->model, batch, rows, grad_scale, preds, grads);
+    if (loss_sum)
+        *loss_sum = loss;
+    return SPW_OK;
+}
+
+spw_err_t spw_backend_row_norms(spw_backend_t *be, const float *grads, size_t n, float *norms)
+{
+    if (be->kind == SPW_BACKEND_CUDA)
+        return spw_trn__cuda_row_norms(be->cu, grads, n, be->model.dim, norms);
+    spw_cpu_row_norms(grads, n, be->model.dim, norms);
+    return SPW_OK;
+}
+
+spw_err_t spw_backend_topk_select(spw_backend_t *be, const float *norms, size_t n, size_t m,
+                                  uint8_t *selected)
+{
+    if (n >= UINT32_MAX)
+        return SPW_ERR_TOO_BIG;
+    if (be->kind == SPW_BACKEND_CUDA)
+        return spw_trn__cuda_topk_select(be->cu, norms, n, m, selected);
+    if (spw_trn__grow((void **)&be->scratch, &be->cap_scratch, n, sizeof(uint64_t)))
+        return SPW_ERR_NOMEM;
+    spw_cpu_topk_select(norms, n, m, be->scratch, selected);
+    return SPW_OK;
+}

@@ -1,0 +1,336 @@
+/* trainer: top-k compression of gradient rows with error feedback and a bounded residual table. */
+#include "trainer_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sparrow/wire.h"
+
+/*
+ * The residual table is a pool of slots (key, dim floats, version) linked oldest to newest, plus a
+ * key index. A step first takes every residual of its keys out of the table (the row becomes
+ * gradient + residual), and puts the unsent rows back as the newest, so "oldest" means "longest
+ * since its key was last computed". The pool grows to residual_max_rows and is then reused.
+ */
+struct spw_topk {
+    struct spw_topk_conf conf;
+    spw_backend_t *be; /* borrowed; NULL: CPU functions */
+    struct spw_topk_stats stats;
+
+    /* per-step scratch */
+    float *norms;
+    uint8_t *selected;
+    uint64_t *scratch;
+    size_t cap_norms, cap_selected, cap_scratch;
+
+    /* the push set */
+    size_t out_n;
+    uint64_t *out_keys;
+    uint32_t *out_versions;
+    float *out_values;
+    uint16_t *out_f16;
+    size_t cap_out_keys, cap_out_versions, cap_out_values, cap_out_f16;
+
+    /* residual table */
+    struct spw_trn__keyidx index; /* key -> slot */
+    uint64_t *res_keys;
+    float *res_values;
+    uint32_t *res_versions;
+    uint32_t *prev, *next; /* age list; SPW_TRN__NONE ends it; next also links the free list */
+    size_t pool_cap;       /* slots allocated */
+    size_t pool_used;      /* slots ever handed out (the rest are fresh) */
+    size_t count;          /* live residuals */
+    uint32_t head, tail;   /* oldest, newest */
+    uint32_t free_head;
+};
+
+spw_topk_t *spw_topk_new(const struct spw_topk_conf *conf, spw_backend_t *be, char *errstr,
+                         size_t errstr_size)
+{
+    if (conf->dim < 1 || conf->dim > SPW_TRN_MAX_LATENT + 1 || !(conf->ratio > 0.0) ||
+        conf->ratio > 1.0 || conf->residual_max_rows >= UINT32_MAX) {
+        snprintf(errstr, errstr_size,
+                 "topk: invalid configuration (dim %u, ratio %g, residual max rows %zu)", conf->dim,
+                 conf->ratio, conf->residual_max_rows);
+        return NULL;
+    }
+    if (be && spw_backend_model(be)->dim != conf->dim) {
+        snprintf(errstr, errstr_size, "topk: backend rows have dim %u, compressor %u",
+                 spw_backend_model(be)->dim, conf->dim);
+        return NULL;
+    }
+    spw_topk_t *tk = calloc(1, sizeof(*tk));
+    if (!tk) {
+        snprintf(errstr, errstr_size, "topk: out of memory");
+        return NULL;
+    }
+    tk->conf = *conf;
+    tk->be = be;
+    spw_trn__keyidx_init(&tk->index);
+    tk->head = tk->tail = tk->free_head = SPW_TRN__NONE;
+    return tk;
+}
+
+void spw_topk_destroy(spw_topk_t *tk)
+{
+    if (!tk)
+        return;
+    free(tk->norms);
+    free(tk->selected);
+    free(tk->scratch);
+    free(tk->out_keys);
+    free(tk->out_versions);
+    free(tk->out_values);
+    free(tk->out_f16);
+    spw_trn__keyidx_fini(&tk->index);
+    free(tk->res_keys);
+    free(tk->res_values);
+    free(tk->res_versions);
+    free(tk->prev);
+    free(tk->next);
+    free(tk);
+}
+
+static spw_err_t reserve_out(spw_topk_t *tk, size_t n)
+{
+    size_t dim = tk->conf.dim;
+    if (spw_trn__grow((void **)&tk->out_keys, &tk->cap_out_keys, n, sizeof(uint64_t)) ||
+        spw_trn__grow((void **)&tk->out_versions, &tk->cap_out_versions, n, sizeof(uint32_t)) ||
+        spw_trn__grow((void **)&tk->out_values, &tk->cap_out_values, n * dim, sizeof(float)) ||
+        (tk->conf.fp16 &&
+         spw_trn__grow((void **)&tk->out_f16, &tk->cap_out_f16, n * dim, sizeof(uint16_t))))
+        return SPW_ERR_NOMEM;
+    return SPW_OK;
+}
+
+static void append_out(spw_topk_t *tk, uint64_t key, const float *values, uint32_t version)
+{
+    size_t i = tk->out_n++;
+    tk->out_keys[i] = key;
+    tk->out_versions[i] = version;
+    memcpy(tk->out_values + i * tk->conf.dim, values, tk->conf.dim * sizeof(float));
+}
+
+/* Packs the push set's values to fp16 (when configured) and fills *out and the byte counters. */
+static void finish_out(spw_topk_t *tk, struct spw_push_set *out)
+{
+    size_t dim = tk->conf.dim, vals = tk->out_n * dim;
+    if (tk->conf.fp16 && vals) {
+        /* The server applies the decoded halves: values must say exactly that. */
+        spw_wire_f32_to_f16_n(tk->out_values, tk->out_f16, vals);
+        spw_wire_f16_to_f32_n(tk->out_f16, tk->out_values, vals);
+    }
+    tk->stats.rows_sent += tk->out_n;
+    tk->stats.bytes_sent +=
+        tk->out_n * (SPW_TRN_PUSH_ROW_OVERHEAD + dim * (tk->conf.fp16 ? 2u : 4u));
+    tk->stats.residual_rows = tk->count;
+    *out = (struct spw_push_set){
+        .n = tk->out_n,
+        .dim = tk->conf.dim,
+        .fp16 = tk->conf.fp16,
+        .keys = tk->out_keys,
+        .versions = tk->out_versions,
+        .values = tk->out_values,
+        .values_f16 = tk->conf.fp16 ? tk->out_f16 : NULL,
+    };
+}
+
+static void unlink_slot(spw_topk_t *tk, uint32_t slot)
+{
+    uint32_t p = tk->prev[slot], n = tk->next[slot];
+    if (p != SPW_TRN__NONE)
+        tk->next[p] = n;
+    else
+        tk->head = n;
+    if (n != SPW_TRN__NONE)
+        tk->prev[n] = p;
+    else
+        tk->tail = p;
+    tk->next[slot] = tk->free_head;
+    tk->free_head = slot;
+    tk->count--;
+}
+
+/* A free slot, growing the pool up to residual_max_rows; SPW_TRN__NONE when out of memory. */
+static uint32_t take_slot(spw_topk_t *tk)
+{
+    if (tk->free_head != SPW_TRN__NONE) {
+        uint32_t slot = tk->free_head;
+        tk->free_head = tk->next[slot];
+        return slot;
+    }
+    if (tk->pool_used == tk->pool_cap) {
+        size_t max = tk->conf.residual_max_rows, cap = tk->pool_cap * 2;
+        if (cap < 1024)
+            cap = 1024;
+        if (cap > max)
+            cap = max;
+        size_t c1 = tk->pool_cap, c2 = tk->pool_cap, c3 = tk->pool_cap, c4 = tk->pool_cap;
+        size_t c5 = tk->pool_cap * tk->conf.dim;
+        if (spw_trn__grow((void **)&tk->res_keys, &c1, cap, sizeof(uint64_t)) ||
+            spw_trn__grow((void **)&tk->res_versions, &c2, cap, sizeof(uint32_t)) ||
+            spw_trn__grow((void **)&tk->prev, &c3, cap, sizeof(uint32_t)) ||
+            spw_trn__grow((void **)&tk->next, &c4, cap, sizeof(uint32_t)) ||
+            spw_trn__grow((void **)&tk->res_values, &c5, cap * tk->conf.dim, sizeof(float)))
+            return SPW_TRN__NONE;
+        /* spw_trn__grow may round up; the pool counts what every array holds. */
+        tk->pool_cap = cap;
+    }
+    return (uint32_t)tk->pool_used++;
+}
+
+/* Stores an unsent row as the newest residual, first sending the oldest when the table is full
+ * (the push set has room: reserve_out covered every row of the step). */
+static spw_err_t keep_residual(spw_topk_t *tk, uint64_t key, const float *values, uint32_t version)
+{
+    const size_t dim = tk->conf.dim;
+    if (tk->conf.residual_max_rows == 0) {
+        append_out(tk, key, values, version);
+        tk->stats.rows_forced++;
+        return SPW_OK;
+    }
+    if (tk->count == tk->conf.residual_max_rows) {
+        uint32_t old = tk->head;
+        append_out(tk, tk->res_keys[old], tk->res_values + (size_t)old * dim,
+                   tk->res_versions[old]);
+        tk->stats.rows_forced++;
+        spw_trn__keyidx_remove(&tk->index, tk->res_keys[old]);
+        unlink_slot(tk, old);
+    }
+    uint32_t slot = take_slot(tk);
+    if (slot == SPW_TRN__NONE)
+        return SPW_ERR_NOMEM;
+    tk->res_keys[slot] = key;
+    tk->res_versions[slot] = version;
+    memcpy(tk->res_values + (size_t)slot * dim, values, dim * sizeof(float));
+    tk->prev[slot] = tk->tail;
+    tk->next[slot] = SPW_TRN__NONE;
+    if (tk->tail != SPW_TRN__NONE)
+        tk->next[tk->tail] = slot;
+    else
+        tk->head = slot;
+    tk->tail = slot;
+    tk->count++;
+    bool inserted;
+    spw_trn__keyidx_upsert(&tk->index, key, slot, &inserted);
+    tk->stats.rows_kept++;
+    return SPW_OK;
+}
+
+spw_err_t spw_topk_compress(spw_topk_t *tk, const uint64_t *keys, float *grads,
+                            const uint32_t *versions, size_t n, struct spw_push_set *out)
+{
+    const size_t dim = tk->conf.dim;
+    const bool ef = tk->conf.error_feedback;
+    spw_err_t err;
+    if (n >= UINT32_MAX)
+        return SPW_ERR_TOO_BIG;
+    size_t index_need = tk->count + n;
+    if (index_need > tk->conf.residual_max_rows)
+        index_need = tk->conf.residual_max_rows;
+    if (spw_trn__grow((void **)&tk->norms, &tk->cap_norms, n, sizeof(float)) ||
+        spw_trn__grow((void **)&tk->selected, &tk->cap_selected, n, sizeof(uint8_t)) ||
+        (!tk->be && spw_trn__grow((void **)&tk->scratch, &tk->cap_scratch, n, sizeof(uint64_t))) ||
+        reserve_out(tk, 2 * n) || (ef && spw_trn__keyidx_reserve(&tk->index, index_need)))
+        return SPW_ERR_NOMEM;
+
+    tk->stats.steps++;
+    tk->stats.rows_in += n;
+    tk->stats.bytes_dense += n * (SPW_TRN_PUSH_ROW_OVERHEAD + 4u * dim);
+    tk->out_n = 0;
+
+    /* Error feedback: fold each key's residual into its row and free the slot. */
+    if (ef && tk->count) {
+        for (size_t r = 0; r < n; r++) {
+            uint32_t slot = spw_trn__keyidx_remove(&tk->index, keys[r]);
+            if (slot == SPW_TRN__NONE)
+                continue;
+            float *g = grads + r * dim;
+            const float *res = tk->res_values + (size_t)slot * dim;
+            for (size_t j = 0; j < dim; j++)
+                g[j] += res[j];
+            unlink_slot(tk, slot);
+        }
+    }
+
+    size_t m = n;
+    if (tk->conf.ratio < 1.0 && n > 0) {
+        double want = ceil(tk->conf.ratio * (double)n - 1e-9);
+        m = want < 1.0 ? 1 : (want > (double)n ? n : (size_t)want);
+    }
+    if (m < n) {
+        if (tk->be) {
+            if ((err = spw_backend_row_norms(tk->be, grads, n, tk->norms)) ||
+                (err = spw_backend_topk_select(tk->be, tk->norms, n, m, tk->selected)))
+                return err;
+        } else {
+            spw_cpu_row_norms(grads, n, (uint32_t)dim, tk->norms);
+            spw_cpu_topk_select(tk->norms, n, m, tk->scratch, tk->selected);
+        }
+    } else if (n) {
+        memset(tk->selected, 1, n);
+    }
+    tk->stats.rows_selected += m;
+
+    for (size_t r = 0; r < n; r++)
+        if (tk->selected[r])
+            append_out(tk, keys[r], grads + r * dim, versions ? versions[r] : 0);
+    for (size_t r = 0; r < n; r++) {
+        if (tk->selected[r])
+            continue;
+        if (!ef) {
+            tk->stats.rows_discarded++;
+            continue;
+        }
+        if ((err = keep_residual(tk, keys[r], grads + r * dim, versions ? versions[r] : 0)))
+            return err;
+    }
+    finish_out(tk, out);
+    return SPW_OK;
+}
+
+spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out)
+{
+    const size_t dim = tk->conf.dim;
+    if (reserve_out(tk, tk->count))
+        return SPW_ERR_NOMEM;
+    tk->out_n = 0;
+    for (uint32_t slot = tk->head; slot != SPW_TRN__NONE; slot = tk->next[slot])
+        append_out(tk, tk->res_keys[slot], tk->res_values + (size_t)slot * dim,
+                   tk->res_versions[slot]);
+    tk->stats.rows_flushed += tk->out_n;
+    tk->count = 0;
+    tk->pool_used = 0;
+    tk->head = tk->tail = tk->free_head = SPW_TRN__NONE;
+    spw_trn__keyidx_clear(&tk->index);
+    finish_out(tk, out);
+    return SPW_OK;
+}
+
+bool spw_topk_drop(spw_topk_t *tk, uint64_t key)
+{
+    uint32_t slot = spw_trn__keyidx_remove(&tk->index, key);
+    if (slot == SPW_TRN__NONE)
+        return false;
+    unlink_slot(tk, slot);
+    tk->stats.rows_dropped++;
+    tk->stats.residual_rows = tk->count;
+    return true;
+}
+
+bool spw_topk_residual(const spw_topk_t *tk, uint64_t key, float *out)
+{
+    uint32_t slot = spw_trn__keyidx_find(&tk->index, key);
+    if (slot == SPW_TRN__NONE)
+        return false;
+    memcpy(out, tk->res_values + (size_t)slot * tk->conf.dim, tk->conf.dim * sizeof(float));
+    return true;
+}
+
+void spw_topk_get_stats(const spw_topk_t *tk, struct spw_topk_stats *out)
+{
+    *out = tk->stats;
+    out->residual_rows = tk->count;
+}

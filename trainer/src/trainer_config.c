@@ -1,0 +1,107 @@
+/* trainer: the property table of `sparrow trainer` (trainer.*) and its reading into params. */
+#include "trainer_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Defaults are written once here; spw_trainer_params_default reads them through a config. */
+const struct spw_config_prop spw_trainer_config_props[] = {
+    {"trainer.model", SPW_CONFIG_ENUM, "fm", 0, 0, "lr|fm",
+     "Model: logistic regression or factorization machine (rows of 1 or 1 + latent_dim floats)."},
+    {"trainer.latent_dim", SPW_CONFIG_INT, "8", 1, SPW_TRN_MAX_LATENT, NULL,
+     "Latent dimension k of the factorization machine (ignored by lr)."},
+    {"trainer.batch", SPW_CONFIG_INT, "1024", 1, 1 << 20, NULL,
+     "Examples per micro-batch (keys are de-duplicated per micro-batch)."},
+    {"trainer.acc_steps", SPW_CONFIG_INT, "1", 1, 1024, NULL,
+     "Micro-batches whose gradients are summed before one push; the loss is divided by it so that "
+     "a step matches one batch of acc_steps x batch examples."},
+    {"trainer.topk.ratio", SPW_CONFIG_DOUBLE, "1", 1e-6, 1, NULL,
+     "Fraction of a step's rows pushed, those of largest gradient norm; 1 pushes every row."},
+    {"trainer.error_feedback", SPW_CONFIG_BOOL, "true", 0, 0, NULL,
+     "Keep the rows top-k leaves out as residuals added to the next gradients (false: drop "
+     "them)."},
+    {"trainer.residual.max_rows", SPW_CONFIG_INT, "1000000", 1, 1e9, NULL,
+     "Bound of the residual table; when it is full the oldest residuals are pushed."},
+    {"trainer.push.fp16", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
+     "Push gradient values as IEEE half floats instead of single."},
+    {"trainer.backend", SPW_CONFIG_ENUM, "auto", 0, 0, "cpu|cuda|auto",
+     "Compute backend; auto uses CUDA when it is built and a device is usable, else the CPU."},
+    {"trainer.eval.window", SPW_CONFIG_INT, "100000", 1, 1e8, NULL,
+     "Examples in the progressive-validation window (logloss and AUC scored before training)."},
+    {"trainer.optimizer", SPW_CONFIG_ENUM, "adagrad", 0, 0, "sgd|adagrad",
+     "Optimizer of the local reference trainer (with parameter servers the shard's applies)."},
+    {"trainer.lr", SPW_CONFIG_DOUBLE, "0.05", 0, 100, NULL,
+     "Learning rate of the local reference trainer."},
+    {"trainer.eps", SPW_CONFIG_DOUBLE, "1e-8", 0, 1, NULL,
+     "Adagrad denominator epsilon of the local reference trainer."},
+    {"trainer.init_scale", SPW_CONFIG_DOUBLE, "0.01", 0, 10, NULL,
+     "Local reference trainer: rows start uniform in [-init_scale, init_scale) from (key, seed), "
+     "as on a shard."},
+    {"trainer.seed", SPW_CONFIG_INT, "1", 0, 9.2e18, NULL,
+     "Local reference trainer: seed of the row initialisation."},
+};
+const size_t spw_trainer_config_n_props =
+    sizeof(spw_trainer_config_props) / sizeof(spw_trainer_config_props[0]);
+
+spw_err_t spw_trainer_params_from_config(const spw_config_t *cfg, struct spw_trainer_params *params,
+                                         char *errstr, size_t errstr_size)
+{
+    enum spw_model_kind kind;
+    enum spw_backend_kind backend;
+    if (spw_model_kind_parse(spw_config_str(cfg, "trainer.model"), &kind) ||
+        spw_backend_kind_parse(spw_config_str(cfg, "trainer.backend"), &backend)) {
+        snprintf(errstr, errstr_size, "trainer: bad trainer.model or trainer.backend");
+        return SPW_ERR_INVALID;
+    }
+    memset(params, 0, sizeof(*params));
+    if (spw_model_init(&params->model, kind, (uint32_t)spw_config_int(cfg, "trainer.latent_dim"))) {
+        snprintf(errstr, errstr_size, "trainer: trainer.latent_dim out of range");
+        return SPW_ERR_INVALID;
+    }
+    params->backend = backend;
+    params->batch = (uint32_t)spw_config_int(cfg, "trainer.batch");
+    params->acc_steps = (uint32_t)spw_config_int(cfg, "trainer.acc_steps");
+    params->topk = (struct spw_topk_conf){
+        .dim = params->model.dim,
+        .ratio = spw_config_double(cfg, "trainer.topk.ratio"),
+        .error_feedback = spw_config_bool(cfg, "trainer.error_feedback"),
+        .fp16 = spw_config_bool(cfg, "trainer.push.fp16"),
+        .residual_max_rows = (size_t)spw_config_int(cfg, "trainer.residual.max_rows"),
+    };
+    params->compress = params->topk.ratio < 1.0 || params->topk.fp16;
+    params->eval_window = (size_t)spw_config_int(cfg, "trainer.eval.window");
+    params->optimizer = strcmp(spw_config_str(cfg, "trainer.optimizer"), "sgd") == 0
+                            ? SPW_REF_SGD
+                            : SPW_REF_ADAGRAD;
+    params->lr = (float)spw_config_double(cfg, "trainer.lr");
+    params->eps = (float)spw_config_double(cfg, "trainer.eps");
+    params->init_scale = (float)spw_config_double(cfg, "trainer.init_scale");
+    params->seed = (uint64_t)spw_config_int(cfg, "trainer.seed");
+    return SPW_OK;
+}
+
+void spw_trainer_params_default(struct spw_trainer_params *params)
+{
+    char errstr[256];
+    spw_config_t *cfg = spw_config_new(spw_trainer_config_props, spw_trainer_config_n_props, errstr,
+                                       sizeof(errstr));
+    /* The table's defaults validate (a unit test checks it); only OOM can fail here. */
+    if (!cfg || spw_trainer_params_from_config(cfg, params, errstr, sizeof(errstr))) {
+        memset(params, 0, sizeof(*params));
+        spw_model_init(&params->model, SPW_MODEL_FM, 8);
+        params->backend = SPW_BACKEND_AUTO;
+        params->batch = 1024;
+        params->acc_steps = 1;
+        params->topk = (struct spw_topk_conf){.dim = params->model.dim,
+                                              .ratio = 1.0,
+                                              .error_feedback = true,
+                                              .residual_max_rows = 1000000};
+        params->eval_window = 100000;
+        params->optimizer = SPW_REF_ADAGRAD;
+        params->lr = 0.05f;
+        params->eps = 1e-8f;
+        params->init_scale = 0.01f;
+        params->seed = 1;
+    }
+    spw_config_destroy(cfg);
+}

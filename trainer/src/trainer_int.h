@@ -1,0 +1,91 @@
+/* trainer: private declarations shared by the files of the module (not API). */
+#ifndef SPARROW_TRAINER_INT_H
+#define SPARROW_TRAINER_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparrow/trainer.h"
+
+/*
+ * Key index: open addressing with linear probing over u64 keys, mapping each to a u32 value.
+ * Capacity is a power of two kept at most half full. A slot is live when its gen equals the
+ * index's gen, so clearing is one increment; removal shifts later entries back (no tombstones).
+ *
+ *   slot  offset size
+ *   key   0      8     the key
+ *   val   8      4     the caller's value (a row or slot number)
+ *   gen   12     4     live when == index gen (never 0)
+ */
+struct spw_trn__kslot {
+    uint64_t key;
+    uint32_t val;
+    uint32_t gen;
+};
+
+struct spw_trn__keyidx {
+    struct spw_trn__kslot *slots;
+    size_t cap; /* 0 or a power of two */
+    size_t count;
+    uint32_t gen;
+};
+
+#define SPW_TRN__NONE UINT32_MAX
+
+void spw_trn__keyidx_init(struct spw_trn__keyidx *idx);
+void spw_trn__keyidx_fini(struct spw_trn__keyidx *idx);
+/* Makes room for n live keys without rehashing later. SPW_ERR_NOMEM leaves idx unchanged. */
+spw_err_t spw_trn__keyidx_reserve(struct spw_trn__keyidx *idx, size_t n);
+/* Value of key, or SPW_TRN__NONE. */
+uint32_t spw_trn__keyidx_find(const struct spw_trn__keyidx *idx, uint64_t key);
+/* Value of key; inserts (key, val) when absent (room must be reserved) and sets *inserted. */
+uint32_t spw_trn__keyidx_upsert(struct spw_trn__keyidx *idx, uint64_t key, uint32_t val,
+                                bool *inserted);
+/* Removes key; its value, or SPW_TRN__NONE when absent. */
+uint32_t spw_trn__keyidx_remove(struct spw_trn__keyidx *idx, uint64_t key);
+/* Replaces the value of a present key (asserted). */
+void spw_trn__keyidx_set(struct spw_trn__keyidx *idx, uint64_t key, uint32_t val);
+/* Forgets every key in O(1) (amortised). */
+void spw_trn__keyidx_clear(struct spw_trn__keyidx *idx);
+
+/* Grows *p (elements of elem bytes, capacity *cap) to hold need elements: at least doubling.
+ * SPW_ERR_NOMEM leaves *p and *cap unchanged. */
+spw_err_t spw_trn__grow(void **p, size_t *cap, size_t need, size_t elem);
+
+/*
+ * The batch. Example i's occurrences are [offsets[i], offsets[i+1]); occurrence o has unique
+ * index occ_idx[o] (into keys), weight occ_w[o] and example occ_ex[o].
+ */
+struct spw_batch {
+    size_t n;      /* examples */
+    size_t n_occ;  /* occurrences */
+    size_t n_uniq; /* unique keys, bias at 0 when n > 0 */
+    int64_t max_event_time_ms;
+
+    float *labels;     /* n */
+    float *oracle;     /* n, NaN when absent */
+    uint32_t *offsets; /* n + 1 */
+    size_t cap_labels, cap_oracle, cap_offsets;
+
+    uint32_t *occ_idx;
+    float *occ_w;
+    uint32_t *occ_ex;
+    size_t cap_occ_idx, cap_occ_w, cap_occ_ex;
+
+    uint64_t *keys;
+    size_t cap_keys;
+
+    struct spw_trn__keyidx dedup; /* key -> unique index */
+};
+
+/* Rows-to-occurrences index of a batch, for the GPU's per-row reduction: row u's occurrences are
+ * row_occ[row_start[u] .. row_start[u+1]) in ascending order (a stable counting sort).
+ * row_start: n_uniq + 1, row_occ: n_occ (caller storage). */
+void spw_trn__batch_row_csr(const spw_batch_t *batch, uint32_t *row_start, uint32_t *row_occ);
+
+/* Per-row initial weights, identical to a parameter-server shard's spw_ps__row_init for SGD and
+ * Adagrad: uniform in [-init_scale, init_scale) from a hash of (key, seed, j). */
+void spw_trn__row_init(uint64_t seed, float init_scale, uint64_t key, uint32_t dim, float *w);
+
+#endif
