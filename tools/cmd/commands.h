@@ -17,6 +17,11 @@ struct spw_command {
 };
 
 int spw_gen_main(int argc, char **argv);
+int spw_kafka_mock_main(int argc, char **argv);
+int spw_ingest_main(int argc, char **argv);
+/* The property table of `sparrow ingest` (ingest/cmd/ingest.c). */
+extern const struct spw_config_prop spw_ingest_config_props[];
+extern const size_t spw_ingest_config_n_props;
 int spw_pserver_main(int argc, char **argv);
 /* The property table of `sparrow pserver` (pserver/src/ps_config.c). */
 extern const struct spw_config_prop spw_pserver_config_props[];

@@ -12,6 +12,10 @@ static int config_doc_main(int argc, char **argv);
 static const struct spw_command commands[] = {
     {"gen", "write a synthetic click stream from a planted FM model", spw_gen_main,
      spw_gen_config_props, &spw_gen_config_n_props},
+    {"kafka-mock", "run librdkafka's mock Kafka cluster (tests, demo)", spw_kafka_mock_main, NULL,
+     NULL},
+    {"ingest", "validate raw events into ExampleBatch records (Kafka or files)", spw_ingest_main,
+     spw_ingest_config_props, &spw_ingest_config_n_props},
     {"pserver", "run a parameter-server shard (rows, optimizers, ZeroMQ, checkpoints)",
      spw_pserver_main, spw_pserver_config_props, &spw_pserver_config_n_props},
     {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main,

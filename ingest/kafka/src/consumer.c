@@ -1,0 +1,550 @@
+/* Group consumer: single-thread rd_kafka_consumer_poll, a rebalance callback that seeks to
+ * caller-supplied offsets, manual offset store and commit, lag/rebalance metrics, and loud
+ * reporting of offsets lost to retention. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kafka_int.h"
+#include "sparrow/log.h"
+#include "sparrow/time.h"
+
+#define LAG_INTERVAL_MS      1000
+#define COMMITTED_TIMEOUT_MS 10000
+#define WATERMARK_TIMEOUT_MS 5000
+
+/* Owned by the polling thread; the callbacks librdkafka makes run on that thread too
+ * (rebalance and offset-commit callbacks are served from rd_kafka_consumer_poll). */
+struct spw_kafka_consumer {
+    rd_kafka_t *rk;
+    spw_kafka_assign_fn on_assign;
+    spw_kafka_revoke_fn on_revoke;
+    void *opaque;
+    bool start_latest;
+    enum spw_kafka_lost_policy lost_policy;
+    bool closed;
+    spw_err_t sticky; /* set once offsets are lost under LOST_FAIL */
+
+    uint64_t consumed, rebalances, lost;
+    int64_t lag;
+    uint64_t next_lag_ms;
+
+    spw_counter_t *m_consumed, *m_assigns, *m_revokes, *m_lost, *m_lost_events, *m_errors;
+    spw_gauge_t *m_lag, *m_assigned;
+    spw_metrics_t *metrics;   /* borrowed, for per-partition gauges; NULL: none */
+    char metrics_labels[256]; /* the caller's extra labels, "" when none */
+};
+
+rd_kafka_t *spw_kafka__consumer_rk(spw_kafka_consumer_t *consumer)
+{
+    return consumer->rk;
+}
+
+rd_kafka_topic_partition_list_t *spw_kafka__parts_to_list(const struct spw_kafka_partition *parts,
+                                                          size_t n)
+{
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new((int)n);
+    for (size_t i = 0; i < n; i++)
+        rd_kafka_topic_partition_list_add(list, parts[i].topic, parts[i].partition)->offset =
+            parts[i].offset;
+    return list;
+}
+
+static struct spw_kafka_partition *list_to_parts(const rd_kafka_topic_partition_list_t *list)
+{
+    struct spw_kafka_partition *parts = calloc((size_t)list->cnt + 1, sizeof(*parts));
+    if (!parts)
+        return NULL;
+    for (int i = 0; i < list->cnt; i++) {
+        snprintf(parts[i].topic, sizeof(parts[i].topic), "%s", list->elems[i].topic);
+        parts[i].partition = list->elems[i].partition;
+        parts[i].offset = SPW_KAFKA_OFFSET_STORED;
+    }
+    return parts;
+}
+
+static void inc(spw_counter_t *c, uint64_t n)
+{
+    if (c)
+        spw_counter_add(c, n);
+}
+
+/* Decides the start offset of each newly assigned partition: the caller's, else the committed
+ * one, else earliest/latest. Explicit offsets keep auto.offset.reset=error from firing for
+ * partitions that simply have no commit yet, so that it fires only for real retention loss. */
+static void resolve_offsets(spw_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *list)
+{
+    /* librdkafka hands the list over with INVALID offsets: start from "use the committed". */
+    for (int i = 0; i < list->cnt; i++)
+        list->elems[i].offset = RD_KAFKA_OFFSET_STORED;
+    struct spw_kafka_partition *parts = list_to_parts(list);
+    if (parts && c->on_assign) {
+        c->on_assign(c->opaque, parts, (size_t)list->cnt);
+        for (int i = 0; i < list->cnt; i++)
+            list->elems[i].offset = parts[i].offset == SPW_KAFKA_OFFSET_STORED
+                                        ? RD_KAFKA_OFFSET_STORED
+                                        : parts[i].offset;
+    }
+    free(parts);
+
+    rd_kafka_topic_partition_list_t *want = rd_kafka_topic_partition_list_new(list->cnt);
+    for (int i = 0; i < list->cnt; i++)
+        if (list->elems[i].offset == RD_KAFKA_OFFSET_STORED)
+            rd_kafka_topic_partition_list_add(want, list->elems[i].topic, list->elems[i].partition);
+    if (want->cnt > 0) {
+        rd_kafka_resp_err_t err = rd_kafka_committed(c->rk, want, COMMITTED_TIMEOUT_MS);
+        if (err) {
+            /* Leave them STORED: librdkafka asks again; "no committed offset" is handled in
+             * poll. */
+            SPW_WARN("kafka committed offsets unavailable", "error=\"%s\"", rd_kafka_err2str(err));
+        } else {
+            for (int i = 0; i < want->cnt; i++) {
+                rd_kafka_topic_partition_t *w = &want->elems[i];
+                rd_kafka_topic_partition_t *e =
+                    rd_kafka_topic_partition_list_find(list, w->topic, w->partition);
+                if (!e)
+                    continue;
+                if (w->err == RD_KAFKA_RESP_ERR_NO_ERROR && w->offset >= 0)
+                    e->offset = w->offset;
+                else if (w->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                    e->offset = c->start_latest ? RD_KAFKA_OFFSET_END : RD_KAFKA_OFFSET_BEGINNING;
+            }
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(want);
+}
+
+/* The lag gauge of one partition (registered on first use; the registry returns it after). */
+static spw_gauge_t *partition_lag_gauge(spw_kafka_consumer_t *c, const char *topic,
+                                        int32_t partition)
+{
+    if (!c->metrics)
+        return NULL;
+    char labels[512];
+    snprintf(labels, sizeof(labels), "%s%spartition=\"%" PRId32 "\",topic=\"%s\"",
+             c->metrics_labels, c->metrics_labels[0] ? "," : "", partition, topic);
+    return spw_metrics_gauge_new(c->metrics, "sparrow_kafka_consumer_partition_lag",
+                                 "Records behind the high watermark per assigned partition "
+                                 "(from the last fetch; 0 once revoked).",
+                                 labels);
+}
+
+static void report_revoke(spw_kafka_consumer_t *c, const rd_kafka_topic_partition_list_t *list)
+{
+    if (!c->on_revoke)
+        return;
+    struct spw_kafka_partition *parts = list_to_parts(list);
+    if (!parts)
+        return;
+    rd_kafka_topic_partition_list_t *pos = rd_kafka_topic_partition_list_copy(list);
+    rd_kafka_position(c->rk, pos);
+    for (int i = 0; i < list->cnt; i++)
+        parts[i].offset = pos->elems[i].offset >= 0 ? pos->elems[i].offset : -1;
+    rd_kafka_topic_partition_list_destroy(pos);
+    c->on_revoke(c->opaque, parts, (size_t)list->cnt);
+    free(parts);
+}
+
+static void update_assigned_gauge(spw_kafka_consumer_t *c)
+{
+    rd_kafka_topic_partition_list_t *now = NULL;
+    if (c->m_assigned && rd_kafka_assignment(c->rk, &now) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        spw_gauge_set(c->m_assigned, now->cnt);
+    if (now)
+        rd_kafka_topic_partition_list_destroy(now);
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *list, void *opaque)
+{
+    spw_kafka_consumer_t *c = opaque;
+    bool cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+    c->rebalances++;
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        inc(c->m_assigns, 1);
+        resolve_offsets(c, list);
+        for (int i = 0; i < list->cnt; i++)
+            SPW_INFO("kafka partition assigned", "topic=%s partition=%" PRId32 " offset=%" PRId64,
+                     list->elems[i].topic, list->elems[i].partition, list->elems[i].offset);
+        if (cooperative) {
+            rd_kafka_error_t *e = rd_kafka_incremental_assign(rk, list);
+            if (e) {
+                SPW_ERROR("kafka assign failed", "error=\"%s\"", rd_kafka_error_string(e));
+                rd_kafka_error_destroy(e);
+            }
+        } else {
+            rd_kafka_resp_err_t e = rd_kafka_assign(rk, list);
+            if (e)
+                SPW_ERROR("kafka assign failed", "error=\"%s\"", rd_kafka_err2str(e));
+        }
+    } else {
+        inc(c->m_revokes, 1);
+        SPW_INFO("kafka partitions revoked", "count=%d lost=%d", list->cnt,
+                 rd_kafka_assignment_lost(rk));
+        /* What was stored was processed: commit it before another member takes over. */
+        if (!rd_kafka_assignment_lost(rk)) {
+            rd_kafka_resp_err_t ce = rd_kafka_commit(rk, NULL, 0);
+            if (ce && ce != RD_KAFKA_RESP_ERR__NO_OFFSET)
+                SPW_WARN("kafka commit on revoke failed", "error=\"%s\"", rd_kafka_err2str(ce));
+        }
+        report_revoke(c, list);
+        for (int i = 0; i < list->cnt; i++) {
+            spw_gauge_t *g = partition_lag_gauge(c, list->elems[i].topic, list->elems[i].partition);
+            if (g)
+                spw_gauge_set(g, 0);
+        }
+        if (cooperative) {
+            rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, list);
+            if (e)
+                rd_kafka_error_destroy(e);
+        } else {
+            rd_kafka_assign(rk, NULL);
+        }
+    }
+    update_assigned_gauge(c);
+}
+
+static void make_metrics(spw_kafka_consumer_t *c, spw_metrics_t *reg, const char *extra)
+{
+    if (!reg)
+        return;
+    char lab[512];
+    const char *x = extra && extra[0] ? extra : NULL;
+#define LAB(kv)                                                                                    \
+    (snprintf(lab, sizeof(lab), "%s%s%s", x ? x : "", x && (kv)[0] ? "," : "", kv),                \
+     lab[0] ? lab : NULL)
+    c->m_consumed = spw_metrics_counter_new(reg, "sparrow_kafka_consumed_total",
+                                            "Records returned by the consumer.", LAB(""));
+    c->m_assigns =
+        spw_metrics_counter_new(reg, "sparrow_kafka_rebalances_total",
+                                "Consumer group rebalances seen, by kind.", LAB("kind=\"assign\""));
+    c->m_revokes =
+        spw_metrics_counter_new(reg, "sparrow_kafka_rebalances_total",
+                                "Consumer group rebalances seen, by kind.", LAB("kind=\"revoke\""));
+    c->m_lost = spw_metrics_counter_new(
+        reg, "sparrow_kafka_offsets_lost_total",
+        "Records deleted by retention before they were consumed (offset out of range).", LAB(""));
+    c->m_lost_events = spw_metrics_counter_new(
+        reg, "sparrow_kafka_offset_lost_events_total",
+        "Times a partition's committed or requested offset was found out of range.", LAB(""));
+    c->m_errors = spw_metrics_counter_new(reg, "sparrow_kafka_consumer_errors_total",
+                                          "Transient consumer errors (broker down, ...).", LAB(""));
+    c->m_lag = spw_metrics_gauge_new(reg, "sparrow_kafka_consumer_lag",
+                                     "Records behind the high watermark, summed over assigned "
+                                     "partitions (from the last fetch).",
+                                     LAB(""));
+    c->m_assigned =
+        spw_metrics_gauge_new(reg, "sparrow_kafka_assigned_partitions",
+                              "Partitions currently assigned to this consumer.", LAB(""));
+#undef LAB
+}
+
+spw_kafka_consumer_t *spw_kafka_consumer_new(const spw_kafka_props_t *props,
+                                             const struct spw_kafka_consumer_opts *opts,
+                                             char *errstr, size_t errstr_size)
+{
+    if (!opts->group_id || !opts->group_id[0] || opts->n_topics == 0) {
+        snprintf(errstr, errstr_size, "consumer needs a group id and at least one topic");
+        return NULL;
+    }
+    spw_kafka_consumer_t *c = calloc(1, sizeof(*c));
+    if (!c) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    c->on_assign = opts->on_assign;
+    c->on_revoke = opts->on_revoke;
+    c->opaque = opts->opaque;
+    c->start_latest = opts->start_latest;
+    c->lost_policy = opts->lost;
+    make_metrics(c, opts->metrics, opts->metrics_labels);
+    c->metrics = opts->metrics;
+    snprintf(c->metrics_labels, sizeof(c->metrics_labels), "%s",
+             opts->metrics_labels ? opts->metrics_labels : "");
+
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    spw_kafka__conf_route_log(conf);
+    if (spw_kafka__conf_apply(conf, props, errstr, errstr_size) != SPW_OK)
+        goto out_destroy_conf;
+    /* The wrapper's semantics rest on these; they override the pass-through. */
+    if (spw_kafka__conf_force(conf, "group.id", opts->group_id, errstr, errstr_size) ||
+        spw_kafka__conf_force(conf, "enable.auto.commit", "false", errstr, errstr_size) ||
+        spw_kafka__conf_force(conf, "enable.auto.offset.store", "false", errstr, errstr_size) ||
+        spw_kafka__conf_force(conf, "auto.offset.reset", "error", errstr, errstr_size) ||
+        spw_kafka__conf_force(conf, "isolation.level",
+                              opts->read_committed ? "read_committed" : "read_uncommitted", errstr,
+                              errstr_size))
+        goto out_destroy_conf;
+    rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    rd_kafka_conf_set_opaque(conf, c);
+
+    char rkerr[512];
+    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, rkerr, sizeof(rkerr));
+    if (!c->rk) {
+        snprintf(errstr, errstr_size, "kafka consumer: %s", rkerr);
+        goto out_destroy_conf;
+    }
+    /* conf is owned by rk from here. */
+    rd_kafka_poll_set_consumer(c->rk);
+
+    rd_kafka_topic_partition_list_t *topics =
+        rd_kafka_topic_partition_list_new((int)opts->n_topics);
+    for (size_t i = 0; i < opts->n_topics; i++)
+        rd_kafka_topic_partition_list_add(topics, opts->topics[i], RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t err = rd_kafka_subscribe(c->rk, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    if (err) {
+        snprintf(errstr, errstr_size, "kafka subscribe: %s", rd_kafka_err2str(err));
+        goto out_destroy_rk;
+    }
+    return c;
+
+out_destroy_rk:
+    rd_kafka_destroy(c->rk);
+    free(c);
+    return NULL;
+out_destroy_conf:
+    rd_kafka_conf_destroy(conf);
+    free(c);
+    return NULL;
+}
+
+static void update_lag(spw_kafka_consumer_t *c)
+{
+    rd_kafka_topic_partition_list_t *assigned = NULL;
+    if (rd_kafka_assignment(c->rk, &assigned) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return;
+    rd_kafka_position(c->rk, assigned);
+    int64_t lag = 0;
+    for (int i = 0; i < assigned->cnt; i++) {
+        int64_t lo = -1, hi = -1;
+        rd_kafka_topic_partition_t *p = &assigned->elems[i];
+        if (rd_kafka_get_watermark_offsets(c->rk, p->topic, p->partition, &lo, &hi) || hi < 0)
+            continue;
+        int64_t pos = p->offset >= 0 ? p->offset : lo;
+        int64_t behind = pos >= 0 && hi > pos ? hi - pos : 0;
+        lag += behind;
+        spw_gauge_t *g = partition_lag_gauge(c, p->topic, p->partition);
+        if (g)
+            spw_gauge_set(g, (double)behind);
+    }
+    rd_kafka_topic_partition_list_destroy(assigned);
+    c->lag = lag;
+    if (c->m_lag)
+        spw_gauge_set(c->m_lag, (double)lag);
+}
+
+/* An out-of-range offset (auto.offset.reset=error) or a partition with no start offset. */
+static spw_err_t handle_offset_reset(spw_kafka_consumer_t *c, rd_kafka_message_t *rkm)
+{
+    const char *topic = rd_kafka_topic_name(rkm->rkt);
+    int32_t partition = rkm->partition;
+    const char *why = rd_kafka_message_errstr(rkm);
+    int64_t lo = -1, hi = -1;
+    rd_kafka_resp_err_t werr =
+        rd_kafka_query_watermark_offsets(c->rk, topic, partition, &lo, &hi, WATERMARK_TIMEOUT_MS);
+    bool out_of_range = strstr(why, "ut of range") != NULL || strstr(why, "OUT_OF_RANGE") != NULL;
+    int64_t target = lo >= 0 ? lo : RD_KAFKA_OFFSET_BEGINNING;
+
+    if (!out_of_range) {
+        /* No committed offset reached librdkafka (committed() failed at assignment). */
+        target = c->start_latest ? RD_KAFKA_OFFSET_END : RD_KAFKA_OFFSET_BEGINNING;
+        SPW_WARN("kafka partition without start offset",
+                 "topic=%s partition=%" PRId32 " start=%s detail=\"%s\"", topic, partition,
+                 c->start_latest ? "latest" : "earliest", why);
+    } else {
+        int64_t lost = werr == RD_KAFKA_RESP_ERR_NO_ERROR && rkm->offset >= 0 && lo > rkm->offset
+                           ? lo - rkm->offset
+                           : 0;
+        c->lost += (uint64_t)lost;
+        inc(c->m_lost, (uint64_t)lost);
+        inc(c->m_lost_events, 1);
+        SPW_ERROR("kafka offsets lost to retention",
+                  "topic=%s partition=%" PRId32 " requested=%" PRId64 " earliest=%" PRId64
+                  " latest=%" PRId64 " lost=%" PRId64 " policy=%s detail=\"%s\"",
+                  topic, partition, rkm->offset, lo, hi, lost,
+                  c->lost_policy == SPW_KAFKA_LOST_FAIL ? "fail" : "earliest", why);
+        if (c->lost_policy == SPW_KAFKA_LOST_FAIL) {
+            c->sticky = SPW_ERR_CORRUPT;
+            return SPW_ERR_CORRUPT;
+        }
+    }
+    /* After auto.offset.reset=error the partition's fetcher is stopped and a seek does not
+     * restart it: take the partition out of the assignment and put it back at target. */
+    rd_kafka_error_t *e = NULL;
+    if (strcmp(rd_kafka_rebalance_protocol(c->rk), "COOPERATIVE") == 0) {
+        rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(list, topic, partition)->offset = target;
+        e = rd_kafka_incremental_unassign(c->rk, list);
+        if (!e)
+            e = rd_kafka_incremental_assign(c->rk, list);
+        rd_kafka_topic_partition_list_destroy(list);
+    } else {
+        /* Eager: the whole assignment again, every other partition at its position. */
+        rd_kafka_topic_partition_list_t *list = NULL;
+        rd_kafka_resp_err_t aerr = rd_kafka_assignment(c->rk, &list);
+        if (!aerr) {
+            rd_kafka_position(c->rk, list);
+            for (int i = 0; i < list->cnt; i++) {
+                rd_kafka_topic_partition_t *p = &list->elems[i];
+                if (p->partition == partition && strcmp(p->topic, topic) == 0)
+                    p->offset = target;
+                else if (p->offset < 0)
+                    p->offset = RD_KAFKA_OFFSET_STORED;
+            }
+            aerr = rd_kafka_assign(c->rk, list);
+        }
+        if (list)
+            rd_kafka_topic_partition_list_destroy(list);
+        if (aerr)
+            e = rd_kafka_error_new(aerr, "re-assign: %s", rd_kafka_err2str(aerr));
+    }
+    if (e) {
+        SPW_ERROR("kafka seek failed", "topic=%s partition=%" PRId32 " error=\"%s\"", topic,
+                  partition, rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+        return SPW_ERR_KAFKA;
+    }
+    return SPW_ERR_TIMEOUT;
+}
+
+spw_err_t spw_kafka_consumer_poll(spw_kafka_consumer_t *c, int timeout_ms,
+                                  struct spw_kafka_msg *msg)
+{
+    memset(msg, 0, sizeof(*msg));
+    if (c->sticky)
+        return c->sticky;
+    if (c->closed)
+        return SPW_ERR_STATE;
+    rd_kafka_message_t *rkm = rd_kafka_consumer_poll(c->rk, timeout_ms);
+    uint64_t now = spw_time_mono_ms();
+    if (now >= c->next_lag_ms) {
+        c->next_lag_ms = now + LAG_INTERVAL_MS;
+        update_lag(c);
+    }
+    if (!rkm)
+        return SPW_ERR_TIMEOUT;
+    if (rkm->err) {
+        spw_err_t ret = SPW_ERR_TIMEOUT;
+        if (rkm->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            /* not an error */
+        } else if (rkm->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+                   rkm->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
+            ret = handle_offset_reset(c, rkm);
+        } else if (rkm->err == RD_KAFKA_RESP_ERR__FATAL) {
+            char fatal[512];
+            rd_kafka_fatal_error(c->rk, fatal, sizeof(fatal));
+            SPW_ERROR("kafka consumer fatal error", "error=\"%s\"", fatal);
+            c->sticky = ret = SPW_ERR_KAFKA;
+        } else {
+            inc(c->m_errors, 1);
+            SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "kafka consumer error", "error=\"%s\"",
+                                rd_kafka_message_errstr(rkm));
+        }
+        rd_kafka_message_destroy(rkm);
+        return ret;
+    }
+    msg->topic = rd_kafka_topic_name(rkm->rkt);
+    msg->partition = rkm->partition;
+    msg->offset = rkm->offset;
+    msg->key = rkm->key;
+    msg->key_len = rkm->key_len;
+    msg->value = rkm->payload;
+    msg->len = rkm->len;
+    msg->timestamp_ms = rd_kafka_message_timestamp(rkm, NULL);
+    msg->rkm__ = rkm;
+    c->consumed++;
+    inc(c->m_consumed, 1);
+    return SPW_OK;
+}
+
+spw_err_t spw_kafka_msg_header(const struct spw_kafka_msg *msg, const char *name,
+                               const void **value, size_t *len)
+{
+    rd_kafka_headers_t *hdrs;
+    if (!msg->rkm__ || rd_kafka_message_headers(msg->rkm__, &hdrs))
+        return SPW_ERR_NOT_FOUND;
+    if (rd_kafka_header_get(hdrs, 0, name, value, len))
+        return SPW_ERR_NOT_FOUND;
+    return SPW_OK;
+}
+
+void spw_kafka_msg_release(struct spw_kafka_msg *msg)
+{
+    if (msg->rkm__)
+        rd_kafka_message_destroy(msg->rkm__);
+    memset(msg, 0, sizeof(*msg));
+}
+
+spw_err_t spw_kafka_consumer_store(spw_kafka_consumer_t *c, const char *topic, int32_t partition,
+                                   int64_t offset_next)
+{
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(list, topic, partition)->offset = offset_next;
+    rd_kafka_resp_err_t err = rd_kafka_offsets_store(c->rk, list);
+    rd_kafka_topic_partition_list_destroy(list);
+    /* __STATE / __UNKNOWN_PARTITION: no longer assigned, another member owns it now. */
+    if (err && err != RD_KAFKA_RESP_ERR__STATE && err != RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION &&
+        err != RD_KAFKA_RESP_ERR__INVALID_ARG) {
+        SPW_WARN("kafka offset store failed", "topic=%s partition=%" PRId32 " error=\"%s\"", topic,
+                 partition, rd_kafka_err2str(err));
+        return SPW_ERR_KAFKA;
+    }
+    return SPW_OK;
+}
+
+spw_err_t spw_kafka_consumer_commit(spw_kafka_consumer_t *c, bool sync)
+{
+    if (c->closed)
+        return SPW_ERR_STATE;
+    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, sync ? 0 : 1);
+    if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+        SPW_WARN("kafka commit failed", "error=\"%s\"", rd_kafka_err2str(err));
+        return SPW_ERR_KAFKA;
+    }
+    return SPW_OK;
+}
+
+uint64_t spw_kafka_consumer_consumed(const spw_kafka_consumer_t *c)
+{
+    return c->consumed;
+}
+
+int64_t spw_kafka_consumer_lag(spw_kafka_consumer_t *c)
+{
+    update_lag(c);
+    return c->lag;
+}
+
+uint64_t spw_kafka_consumer_rebalances(const spw_kafka_consumer_t *c)
+{
+    return c->rebalances;
+}
+
+uint64_t spw_kafka_consumer_lost(const spw_kafka_consumer_t *c)
+{
+    return c->lost;
+}
+
+spw_err_t spw_kafka_consumer_close(spw_kafka_consumer_t *c)
+{
+    if (c->closed)
+        return SPW_OK;
+    c->closed = true;
+    rd_kafka_resp_err_t err = rd_kafka_consumer_close(c->rk);
+    if (err) {
+        SPW_WARN("kafka consumer close", "error=\"%s\"", rd_kafka_err2str(err));
+        return SPW_ERR_KAFKA;
+    }
+    return SPW_OK;
+}
+
+void spw_kafka_consumer_destroy(spw_kafka_consumer_t *c)
+{
+    if (!c)
+        return;
+    spw_kafka_consumer_close(c);
+    rd_kafka_destroy(c->rk);
+    free(c);
+}
