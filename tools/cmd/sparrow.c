@@ -18,6 +18,8 @@ static const struct spw_command commands[] = {
      spw_ingest_config_props, &spw_ingest_config_n_props},
     {"pserver", "run a parameter-server shard (rows, optimizers, ZeroMQ, checkpoints)",
      spw_pserver_main, spw_pserver_config_props, &spw_pserver_config_n_props},
+    {"coordinator", "run the coordinator (membership, clocks, checkpoint epochs, recovery)",
+     spw_coordinator_main, spw_coordinator_config_props, &spw_coordinator_config_n_props},
     {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main,
      NULL, NULL},
 };

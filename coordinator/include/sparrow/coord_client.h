@@ -1,0 +1,95 @@
+/* The coordinator's client library for trainers (clocks, checkpoint epochs, recovery) and other
+ * members (membership by heartbeats). */
+#ifndef SPARROW_COORD_CLIENT_H
+#define SPARROW_COORD_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparrow/coordinator.h"
+#include "sparrow/err.h"
+
+/*
+ * Conventions: a client is owned by one thread (the trainer loop's), except that it runs one
+ * heartbeat thread of its own with its own socket, so that a member blocked in a long step or a
+ * barrier is not taken for dead. Calls block at most as documented; every wait sends heartbeats
+ * and notices stop requests (spw_signal_stop_requested: SPW_ERR_STOPPED).
+ *
+ * A trainer's use:
+ *   after every step:  spw_coord_client_clock(client, step + 1, &ev) and act on ev until
+ *                      ev.kind is SPW_COORD_EV_PROCEED:
+ *     CHECKPOINT: flush pushes and residuals, wait for acks, then
+ *                 spw_coord_client_checkpoint_report(client, ev.epoch, offsets, n, examples)
+ *                 and call spw_coord_client_clock again with the same clock;
+ *     RESTORE:    drop cached rows, residuals and unacknowledged pushes, seek every assigned
+ *                 partition to spw_coord_client_offset(), then
+ *                 spw_coord_client_restore_report(client, ev.generation) and clock again.
+ *   On PROCEED, ev.drop_cache asks to drop cached rows (hybrid barrier), ev.commit to commit the
+ *   offsets reported at the checkpoint that just completed.
+ *   On a partition assignment: spw_coord_client_offset for each partition, and
+ *   spw_coord_client_rejoin (the coordinator runs a recovery, since partitions moved).
+ */
+
+enum spw_coord_ev_kind {
+    SPW_COORD_EV_PROCEED = 0,
+    SPW_COORD_EV_CHECKPOINT = 1,
+    SPW_COORD_EV_RESTORE = 2,
+};
+
+struct spw_coord_event {
+    enum spw_coord_ev_kind kind;
+    uint64_t epoch;      /* CHECKPOINT: the epoch to report for; RESTORE: the epoch restored */
+    uint64_t generation; /* current recovery generation */
+    bool drop_cache;     /* PROCEED */
+    bool commit;         /* PROCEED */
+};
+
+struct spw_coord_client_conf {
+    const char *endpoint;         /* coordinator, "tcp://host:port" */
+    const char *member_id;        /* unique per member ("trainer-0") */
+    int role;                     /* SPARROW__MEMBER_ROLE__ROLE_TRAINER, ... */
+    uint64_t heartbeat_ms;        /* heartbeat period (>= 10) */
+    uint64_t register_timeout_ms; /* resend Register after this silence */
+};
+
+typedef struct spw_coord_client spw_coord_client_t;
+
+/* Creates the client, connects, registers (waiting for the reply, resending every
+ * register_timeout_ms, up to wait_ms; < 0: forever) and starts the heartbeat thread. conf strings
+ * are copied. NULL with errstr on failure or timeout. */
+spw_coord_client_t *spw_coord_client_new(const struct spw_coord_client_conf *conf, int64_t wait_ms,
+                                         char *errstr, size_t errstr_size);
+
+/* Stops the heartbeat thread, closes the sockets, frees. NULL is a no-op. */
+void spw_coord_client_destroy(spw_coord_client_t *client);
+
+/* Sends Clock(clock) and waits for the answer (see conventions). A coordinator that stays silent
+ * for register_timeout_ms (restarted) is registered with again and the Clock resent.
+ * SPW_ERR_STOPPED on a stop request. */
+spw_err_t spw_coord_client_clock(spw_coord_client_t *client, uint64_t clock,
+                                 struct spw_coord_event *ev);
+
+/* Reports a checkpoint: offsets (n, borrowed) and the examples trained since the last restore
+ * (cumulative: the coordinator counts the difference). */
+spw_err_t spw_coord_client_checkpoint_report(spw_coord_client_t *client, uint64_t epoch,
+                                             const struct spw_coord_offset *offsets, size_t n,
+                                             uint64_t examples);
+
+/* Reports that the trainer side of recovery `generation` is done. */
+spw_err_t spw_coord_client_restore_report(spw_coord_client_t *client, uint64_t generation);
+
+/* Re-registers (after a partition assignment): the coordinator starts a recovery. */
+spw_err_t spw_coord_client_rejoin(spw_coord_client_t *client);
+
+/* The offset to resume partition from, per the latest manifest the coordinator sent: SPW_OK with
+ * *offset and *skip, SPW_ERR_NOT_FOUND when the manifest does not name it (start from the
+ * beginning). */
+spw_err_t spw_coord_client_offset(const spw_coord_client_t *client, const char *topic,
+                                  int32_t partition, int64_t *offset, uint32_t *skip);
+
+/* The latest checkpoint epoch and recovery generation the coordinator announced. */
+uint64_t spw_coord_client_latest_epoch(const spw_coord_client_t *client);
+uint64_t spw_coord_client_generation(const spw_coord_client_t *client);
+
+#endif

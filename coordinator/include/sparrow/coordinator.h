@@ -1,0 +1,211 @@
+/* The coordinator (DESIGN.md §5): membership with heartbeats, clocks for the trainer modes,
+ * checkpoint epochs with Kafka offsets (MANIFEST + LATEST), pruning, and global recovery. */
+#ifndef SPARROW_COORDINATOR_H
+#define SPARROW_COORDINATOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparrow/config.h"
+#include "sparrow/err.h"
+
+/*
+ * Conventions: pointers are non-NULL unless said otherwise. A server is owned by the thread that
+ * runs it; nothing in it is locked. The mode and file helpers are pure or touch only the files
+ * named and are thread-safe.
+ *
+ * Protocol (CoordMessage over a ROUTER socket; members hold a DEALER):
+ *   Register(role, member_id, incarnation)  -> ClockReply(registered, generation, latest_epoch,
+ *                                              offsets of LATEST)
+ *   Heartbeat(member_id, step)              -> no reply; silence beyond member.timeout removes it
+ *   Clock(member_id, step)                  -> ClockReply, now or later (see below)
+ *   CheckpointReport(member_id, epoch, offsets, examples) -> no reply (the held Clock answers)
+ *   RestoreReport(member_id, generation)    -> no reply (the held Clock answers)
+ * A trainer sends Clock(step) after each step (and again while idle). The coordinator answers
+ * proceed=true when the mode lets it go on; otherwise it holds the Clock and answers later, with
+ * proceed=true, or with checkpoint_epoch=E (flush, report offsets, Clock again), or with
+ * restore=true (drop state, seek to offsets, RestoreReport, Clock again).
+ *
+ * Clock semantics (a trainer's clock is the number of steps it completed; a trainer that joins
+ * starts at the slowest live trainer's clock):
+ *   async      every Clock proceeds.
+ *   sync       Clock(c) proceeds once every live trainer's clock is >= c.
+ *   ssp:S      Clock(c) proceeds once c - (slowest live clock) <= S.
+ *   hybrid:K   as async, except at clocks that are multiples of K: a barrier (every live trainer
+ *              reaches it) after which the trainers drop their cached rows; checkpoints are taken
+ *              at barriers.
+ *
+ * Checkpoint epoch E (every checkpoint.steps steps of the fastest trainer, or checkpoint.interval;
+ * in hybrid mode at barriers): every live trainer reports; then every shard gets
+ * CheckpointRequest(E); then checkpoints/E/MANIFEST is written (temporary file, fsync, rename),
+ * then checkpoints/LATEST is replaced (rename), older epochs beyond `keep` are removed, and the
+ * trainers resume with commit=true (they commit the offsets they reported to the consumer group:
+ * a coordinator is not a group member, and Kafka refuses commits from non-members of an active
+ * group). A shard that fails a checkpoint aborts the epoch (no manifest; the trainers resume).
+ *
+ * Recovery (generation G): whenever state may have been lost or duplicated - a trainer removed
+ * or (re)registered, a shard restarted or unreachable, the coordinator itself started - every
+ * trainer is told restore=true and drops its state; once all have reported, every shard gets
+ * RestoreRequest(E) for the recovery epoch E (LATEST, or the newest older one whose shard
+ * checkpoints all verify: a corrupt shard checkpoint moves every shard back together); then the
+ * trainers resume from E's offsets. Pushes made before a restore are fenced by the trainers
+ * dropping their unacknowledged pushes before reporting.
+ */
+
+enum spw_coord_mode_kind {
+    SPW_COORD_ASYNC = 0,
+    SPW_COORD_SYNC = 1,
+    SPW_COORD_SSP = 2,
+    SPW_COORD_HYBRID = 3,
+};
+
+struct spw_coord_mode {
+    enum spw_coord_mode_kind kind;
+    uint32_t param; /* SSP: S (>= 0); HYBRID: K (>= 1) */
+};
+
+/* Parses "async", "sync", "ssp:S" (0 <= S <= 1e6) or "hybrid:K" (1 <= K <= 1e9). SPW_ERR_INVALID
+ * for anything else. */
+spw_err_t spw_coord_mode_parse(const char *text, struct spw_coord_mode *out);
+
+/* Writes the mode as text ("ssp:4") into buf. */
+void spw_coord_mode_format(const struct spw_coord_mode *mode, char *buf, size_t size);
+
+/* The clock rule: may a trainer that completed `clock` steps go on, given the slowest live
+ * trainer's clock `min_clock`? (Hybrid barriers: see spw_coord_mode_barrier.) */
+bool spw_coord_mode_may_proceed(const struct spw_coord_mode *mode, uint64_t clock,
+                                uint64_t min_clock);
+
+/* True when `clock` is a hybrid barrier (a positive multiple of K). */
+bool spw_coord_mode_barrier(const struct spw_coord_mode *mode, uint64_t clock);
+
+/* ---- checkpoint files ---- */
+
+/* Most partitions a manifest records; most members and shards a coordinator tracks. */
+#define SPW_COORD_MAX_PARTITIONS 65536u
+#define SPW_COORD_MAX_MEMBERS    1024u
+#define SPW_COORD_MAX_SHARDS     1024u
+/* Largest MANIFEST or coordination message accepted. */
+#define SPW_COORD_MAX_FRAME (4u << 20)
+
+struct spw_coord_offset {
+    char topic[256];
+    int32_t partition;
+    int64_t offset; /* next record */
+    uint32_t skip;  /* examples of that record already trained */
+};
+
+/* A manifest in memory. offsets is owned (malloc) and freed by spw_coord_manifest_fini. */
+struct spw_coord_manifest {
+    uint64_t epoch;
+    uint32_t shard_count;
+    char (*checksums)[17]; /* shard_count hex digests */
+    uint64_t *rows;        /* shard_count */
+    struct spw_coord_offset *offsets;
+    size_t n_offsets;
+    uint64_t example_count;
+    int64_t created_ms;
+};
+
+void spw_coord_manifest_fini(struct spw_coord_manifest *m);
+
+/* Writes <root>/checkpoints/<epoch>/MANIFEST atomically (temporary file, fsync, rename, fsync of
+ * the directory) with a trailing xxh3-64 of its bytes. SPW_ERR_IO with errstr. */
+spw_err_t spw_coord_manifest_write(const char *root, const struct spw_coord_manifest *m,
+                                   char *errstr, size_t errstr_size);
+
+/* Reads and verifies <root>/checkpoints/<epoch>/MANIFEST into *m (fini it).
+ * SPW_ERR_NOT_FOUND, SPW_ERR_CORRUPT (checksum, decode or limits) or SPW_ERR_IO. */
+spw_err_t spw_coord_manifest_read(const char *root, uint64_t epoch, struct spw_coord_manifest *m,
+                                  char *errstr, size_t errstr_size);
+
+/* Replaces <root>/checkpoints/LATEST with `epoch` (temporary file, fsync, rename). */
+spw_err_t spw_coord_latest_write(const char *root, uint64_t epoch, char *errstr,
+                                 size_t errstr_size);
+
+/* Reads LATEST: SPW_OK with *epoch, SPW_ERR_NOT_FOUND when absent, SPW_ERR_CORRUPT when
+ * malformed. */
+spw_err_t spw_coord_latest_read(const char *root, uint64_t *epoch);
+
+/* The epochs present under <root>/checkpoints (numeric directory names), newest first, into
+ * epochs (n_max); returns how many there are (may exceed n_max), or a negative spw_err_t. */
+long spw_coord_epochs_list(const char *root, uint64_t *epochs, size_t n_max);
+
+/* Removes every epoch directory except the `keep` newest whose epoch is <= latest, and every
+ * directory newer than latest other than `spare` (an epoch being written; 0: none). Logs each
+ * removal. Returns how many were removed. */
+size_t spw_coord_prune(const char *root, uint64_t latest, uint32_t keep, uint64_t spare);
+
+/*
+ * Checks a shard checkpoint: returns SPW_OK when it verifies. The default verifier (used when a
+ * server's conf leaves it NULL) checks that the checkpoint directory exists and that its CHECKSUM
+ * file names the manifest's checksum; the pserver's full verification can be plugged in.
+ */
+typedef spw_err_t (*spw_coord_verify_fn)(const char *shard_dir, const char *checksum);
+spw_err_t spw_coord_verify_default(const char *shard_dir, const char *checksum);
+
+/* Picks the recovery epoch: LATEST if its manifest reads and every shard checkpoint verifies,
+ * else the newest older epoch that does (logging each one skipped). 0 when none (start empty).
+ * *m receives its manifest (zeroed when 0). */
+uint64_t spw_coord_recovery_epoch(const char *root, uint32_t shards, spw_coord_verify_fn verify,
+                                  struct spw_coord_manifest *m);
+
+/* ---- the server ---- */
+
+typedef struct spw_coord_server spw_coord_server_t;
+struct spw_metrics;
+
+struct spw_coord_server_conf {
+    const char *listen; /* ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:7100" */
+    struct spw_coord_mode mode;
+    const char *shards;              /* comma-separated shard endpoints ("" or NULL: none) */
+    const char *checkpoint_dir;      /* root of checkpoints/ (the shards' pserver.checkpoint.dir) */
+    uint64_t member_timeout_ms;      /* silence that removes a member */
+    uint64_t checkpoint_steps;       /* 0: no step trigger (hybrid: 0 means every barrier) */
+    uint64_t checkpoint_interval_ms; /* 0: no time trigger */
+    uint64_t checkpoint_timeout_ms;  /* longest wait for shards (and trainers) in an epoch */
+    uint32_t keep;                   /* epochs kept (>= 1) */
+    uint64_t startup_grace_ms;       /* wait for members to (re)join before the first recovery */
+    spw_coord_verify_fn verify;      /* NULL: spw_coord_verify_default */
+    struct spw_metrics *metrics;     /* borrowed; may be NULL */
+    volatile int *stop;              /* may be NULL; non-zero stops run (besides signals) */
+};
+
+/* Binds, reads LATEST, connects to the shards. NULL with errstr on failure. */
+spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *conf, char *errstr,
+                                         size_t errstr_size);
+
+/* Runs until a stop request (signal or *conf->stop). SPW_OK then. */
+spw_err_t spw_coord_server_run(spw_coord_server_t *server);
+
+/* The endpoint actually bound (wildcard port resolved). Owned by server. */
+const char *spw_coord_server_endpoint(const spw_coord_server_t *server);
+
+struct spw_coord_server_stats {
+    uint64_t members_removed;
+    uint64_t epochs_completed;
+    uint64_t epochs_aborted;
+    uint64_t recoveries;
+    uint64_t latest_epoch;
+    uint64_t generation;
+    uint64_t example_count; /* of LATEST */
+    uint32_t trainers;      /* live */
+};
+
+/* A snapshot (for tests, from the running thread or after run returned). */
+void spw_coord_server_get_stats(const spw_coord_server_t *server,
+                                struct spw_coord_server_stats *out);
+
+/* Closes the sockets, frees. NULL is a no-op. */
+void spw_coord_server_destroy(spw_coord_server_t *server);
+
+/* Fills conf from a configuration of spw_coordinator_config_props (strings borrowed). */
+spw_err_t spw_coord_server_conf_from_config(const spw_config_t *cfg,
+                                            struct spw_coord_server_conf *conf, char *errstr,
+                                            size_t errstr_size);
+
+extern const struct spw_config_prop spw_coordinator_config_props[];
+extern const size_t spw_coordinator_config_n_props;
+
+#endif

@@ -1,0 +1,510 @@
+/* Checkpoint files of the coordinator: MANIFEST (written atomically, checksummed), LATEST,
+ * listing and pruning of epochs, and the choice of the recovery epoch. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "sparrow/arena.h"
+#include "sparrow/coordinator.h"
+#include "sparrow/log.h"
+#include "sparrow/time.h"
+#include "sparrow/wire.h"
+
+/*
+ * MANIFEST layout (little-endian):
+ *   offset  size  field
+ *   0       8     magic "SPWMANI1"
+ *   8       4     n = length of the protobuf
+ *   12      n     sparrow.CheckpointManifest
+ *   12+n    8     XXH3-64 of bytes [0, 12+n)
+ * LATEST: the epoch in decimal and a newline.
+ */
+#define MANIFEST_MAGIC  "SPWMANI1"
+#define MANIFEST_FORMAT 1
+
+static bool mkpath(char *out, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool mkpath(char *out, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, size, fmt, ap);
+    va_end(ap);
+    return n >= 0 && (size_t)n < size;
+}
+
+void spw_coord_manifest_fini(struct spw_coord_manifest *m)
+{
+    free(m->checksums);
+    free(m->rows);
+    free(m->offsets);
+    memset(m, 0, sizeof(*m));
+}
+
+static spw_err_t fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return SPW_ERR_IO;
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? SPW_OK : SPW_ERR_IO;
+}
+
+/* Writes data to dir/name through dir/name.tmp, fsync, rename, fsync(dir). */
+static spw_err_t write_atomic(const char *dir, const char *name, const void *data, size_t len,
+                              char *errstr, size_t errstr_size)
+{
+    char tmp[PATH_MAX], dst[PATH_MAX];
+    if (!mkpath(tmp, sizeof(tmp), "%s/%s.tmp", dir, name) ||
+        !mkpath(dst, sizeof(dst), "%s/%s", dir, name)) {
+        snprintf(errstr, errstr_size, "path too long under %s", dir);
+        return SPW_ERR_INVALID;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        goto err;
+    const uint8_t *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            goto err_close;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0)
+        goto err_close;
+    if (close(fd) != 0) {
+        fd = -1;
+        goto err_unlink;
+    }
+    fd = -1;
+    if (rename(tmp, dst) != 0)
+        goto err_unlink;
+    if (fsync_dir(dir) != SPW_OK)
+        goto err;
+    return SPW_OK;
+err_close:
+    close(fd);
+err_unlink:
+    unlink(tmp);
+err:
+    snprintf(errstr, errstr_size, "cannot write %s: %s", dst, strerror(errno));
+    return SPW_ERR_IO;
+}
+
+spw_err_t spw_coord_manifest_write(const char *root, const struct spw_coord_manifest *m,
+                                   char *errstr, size_t errstr_size)
+{
+    spw_err_t rc = SPW_ERR_NOMEM;
+    Sparrow__CheckpointManifest pb = SPARROW__CHECKPOINT_MANIFEST__INIT;
+    Sparrow__ShardCheckpoint *shards = calloc(m->shard_count ? m->shard_count : 1, sizeof(*shards));
+    Sparrow__ShardCheckpoint **shard_ptrs =
+        calloc(m->shard_count ? m->shard_count : 1, sizeof(*shard_ptrs));
+    Sparrow__PartitionOffset *offs = calloc(m->n_offsets ? m->n_offsets : 1, sizeof(*offs));
+    Sparrow__PartitionOffset **off_ptrs =
+        calloc(m->n_offsets ? m->n_offsets : 1, sizeof(*off_ptrs));
+    struct spw_wire_buf buf = {0};
+    if (!shards || !shard_ptrs || !offs || !off_ptrs) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto out_free;
+    }
+    pb.has_format_version = pb.has_epoch = pb.has_shard_count = true;
+    pb.has_example_count = pb.has_created_ms = true;
+    pb.format_version = MANIFEST_FORMAT;
+    pb.epoch = m->epoch;
+    pb.shard_count = m->shard_count;
+    pb.example_count = m->example_count;
+    pb.created_ms = m->created_ms;
+    for (uint32_t i = 0; i < m->shard_count; i++) {
+        sparrow__shard_checkpoint__init(&shards[i]);
+        shards[i].has_shard = shards[i].has_rows = true;
+        shards[i].shard = i;
+        shards[i].checksum = m->checksums[i];
+        shards[i].rows = m->rows[i];
+        shard_ptrs[i] = &shards[i];
+    }
+    pb.n_shards = m->shard_count;
+    pb.shards = shard_ptrs;
+    for (size_t i = 0; i < m->n_offsets; i++) {
+        sparrow__partition_offset__init(&offs[i]);
+        offs[i].topic = (char *)m->offsets[i].topic;
+        offs[i].has_partition = offs[i].has_offset = offs[i].has_skip = true;
+        offs[i].partition = m->offsets[i].partition;
+        offs[i].offset = m->offsets[i].offset;
+        offs[i].skip = m->offsets[i].skip;
+        off_ptrs[i] = &offs[i];
+    }
+    pb.n_offsets = m->n_offsets;
+    pb.offsets = off_ptrs;
+    if (spw_wire_buf_reserve(&buf, 12) != SPW_OK)
+        goto out_free;
+    memcpy(buf.data, MANIFEST_MAGIC, 8);
+    buf.len = 12;
+    if (spw_wire_pack(&pb.base, &buf) != SPW_OK || spw_wire_buf_reserve(&buf, 8) != SPW_OK)
+        goto out_free;
+    uint32_t n = (uint32_t)(buf.len - 12);
+    for (int i = 0; i < 4; i++)
+        buf.data[8 + i] = (uint8_t)(n >> (8 * i));
+    uint64_t h = XXH3_64bits(buf.data, buf.len);
+    for (int i = 0; i < 8; i++)
+        buf.data[buf.len + (size_t)i] = (uint8_t)(h >> (8 * i));
+    buf.len += 8;
+    char dir[PATH_MAX];
+    if (!mkpath(dir, sizeof(dir), "%s/checkpoints/%" PRIu64, root, m->epoch)) {
+        snprintf(errstr, errstr_size, "path too long");
+        rc = SPW_ERR_INVALID;
+        goto out_free;
+    }
+    char parent[PATH_MAX];
+    if (mkpath(parent, sizeof(parent), "%s/checkpoints", root))
+        mkdir(parent, 0755);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(errstr, errstr_size, "cannot create %s: %s", dir, strerror(errno));
+        rc = SPW_ERR_IO;
+        goto out_free;
+    }
+    rc = write_atomic(dir, "MANIFEST", buf.data, buf.len, errstr, errstr_size);
+out_free:
+    free(buf.data);
+    free(off_ptrs);
+    free(offs);
+    free(shard_ptrs);
+    free(shards);
+    return rc;
+}
+
+static spw_err_t read_file(const char *path, size_t max, uint8_t **out, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return errno == ENOENT ? SPW_ERR_NOT_FOUND : SPW_ERR_IO;
+    uint8_t *data = malloc(max + 1);
+    if (!data) {
+        fclose(f);
+        return SPW_ERR_NOMEM;
+    }
+    size_t n = fread(data, 1, max + 1, f);
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad || n > max) {
+        free(data);
+        return bad ? SPW_ERR_IO : SPW_ERR_CORRUPT;
+    }
+    *out = data;
+    *len = n;
+    return SPW_OK;
+}
+
+spw_err_t spw_coord_manifest_read(const char *root, uint64_t epoch, struct spw_coord_manifest *m,
+                                  char *errstr, size_t errstr_size)
+{
+    char path[PATH_MAX];
+    memset(m, 0, sizeof(*m));
+    if (!mkpath(path, sizeof(path), "%s/checkpoints/%" PRIu64 "/MANIFEST", root, epoch)) {
+        snprintf(errstr, errstr_size, "path too long");
+        return SPW_ERR_INVALID;
+    }
+    uint8_t *data = NULL;
+    size_t len = 0;
+    spw_err_t rc = read_file(path, SPW_COORD_MAX_FRAME, &data, &len);
+    if (rc != SPW_OK) {
+        snprintf(errstr, errstr_size, "%s: %s", path, spw_err_str(rc));
+        return rc;
+    }
+    rc = SPW_ERR_CORRUPT;
+    spw_arena_t *arena = NULL;
+    if (len < 20 || memcmp(data, MANIFEST_MAGIC, 8) != 0)
+        goto out_free;
+    uint32_t n = (uint32_t)data[8] | (uint32_t)data[9] << 8 | (uint32_t)data[10] << 16 |
+                 (uint32_t)data[11] << 24;
+    if ((size_t)n != len - 20)
+        goto out_free;
+    uint64_t h = 0;
+    for (int i = 0; i < 8; i++)
+        h |= (uint64_t)data[12 + n + (size_t)i] << (8 * i);
+    if (h != XXH3_64bits(data, 12 + (size_t)n))
+        goto out_free;
+    arena = spw_arena_new(1 << 16, (size_t)SPW_COORD_MAX_FRAME * 4);
+    if (!arena) {
+        rc = SPW_ERR_NOMEM;
+        goto out_free;
+    }
+    Sparrow__CheckpointManifest *pb = NULL;
+    if (spw_wire_unpack_manifest(data + 12, n, SPW_COORD_MAX_FRAME, arena, &pb) != SPW_OK)
+        goto out_free;
+    if (pb->epoch != epoch || pb->shard_count > SPW_COORD_MAX_SHARDS ||
+        pb->n_offsets > SPW_COORD_MAX_PARTITIONS)
+        goto out_free;
+    m->epoch = pb->epoch;
+    m->shard_count = pb->shard_count;
+    m->example_count = pb->example_count;
+    m->created_ms = pb->created_ms;
+    m->checksums = calloc(pb->shard_count, sizeof(*m->checksums));
+    m->rows = calloc(pb->shard_count, sizeof(*m->rows));
+    m->offsets = calloc(pb->n_offsets ? pb->n_offsets : 1, sizeof(*m->offsets));
+    if (!m->checksums || !m->rows || !m->offsets) {
+        spw_coord_manifest_fini(m);
+        rc = SPW_ERR_NOMEM;
+        goto out_free;
+    }
+    for (size_t i = 0; i < pb->n_shards; i++) {
+        const Sparrow__ShardCheckpoint *s = pb->shards[i];
+        snprintf(m->checksums[s->shard], sizeof(m->checksums[0]), "%s",
+                 s->checksum ? s->checksum : "");
+        m->rows[s->shard] = s->rows;
+    }
+    for (size_t i = 0; i < pb->n_offsets; i++) {
+        const Sparrow__PartitionOffset *o = pb->offsets[i];
+        snprintf(m->offsets[i].topic, sizeof(m->offsets[i].topic), "%s", o->topic ? o->topic : "");
+        m->offsets[i].partition = o->partition;
+        m->offsets[i].offset = o->offset;
+        m->offsets[i].skip = o->skip;
+    }
+    m->n_offsets = pb->n_offsets;
+    rc = SPW_OK;
+out_free:
+    if (rc == SPW_ERR_CORRUPT)
+        snprintf(errstr, errstr_size, "%s: corrupt manifest", path);
+    spw_arena_destroy(arena);
+    free(data);
+    return rc;
+}
+
+spw_err_t spw_coord_latest_write(const char *root, uint64_t epoch, char *errstr, size_t errstr_size)
+{
+    char dir[PATH_MAX], text[32];
+    if (!mkpath(dir, sizeof(dir), "%s/checkpoints", root))
+        return SPW_ERR_INVALID;
+    int n = snprintf(text, sizeof(text), "%" PRIu64 "\n", epoch);
+    return write_atomic(dir, "LATEST", text, (size_t)n, errstr, errstr_size);
+}
+
+spw_err_t spw_coord_latest_read(const char *root, uint64_t *epoch)
+{
+    char path[PATH_MAX];
+    if (!mkpath(path, sizeof(path), "%s/checkpoints/LATEST", root))
+        return SPW_ERR_INVALID;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    spw_err_t rc = read_file(path, 31, &data, &len);
+    if (rc != SPW_OK)
+        return rc == SPW_ERR_CORRUPT ? SPW_ERR_CORRUPT : rc;
+    char text[32];
+    memcpy(text, data, len);
+    free(data);
+    text[len] = '\0';
+    if (len > 0 && text[len - 1] == '\n')
+        text[len - 1] = '\0';
+    int64_t v;
+    if (spw_parse_int64(text, &v) != SPW_OK || v < 0)
+        return SPW_ERR_CORRUPT;
+    *epoch = (uint64_t)v;
+    return SPW_OK;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static bool parse_epoch_name(const char *name, uint64_t *out)
+{
+    if (!name[0] || name[0] == '0')
+        return false;
+    for (const char *p = name; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    int64_t v;
+    if (spw_parse_int64(name, &v) != SPW_OK || v <= 0)
+        return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+long spw_coord_epochs_list(const char *root, uint64_t *epochs, size_t n_max)
+{
+    char base[PATH_MAX];
+    if (!mkpath(base, sizeof(base), "%s/checkpoints", root))
+        return SPW_ERR_INVALID;
+    DIR *d = opendir(base);
+    if (!d)
+        return errno == ENOENT ? 0 : SPW_ERR_IO;
+    size_t cap = 64, n = 0;
+    uint64_t *all = malloc(cap * sizeof(*all));
+    if (!all) {
+        closedir(d);
+        return SPW_ERR_NOMEM;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        uint64_t e;
+        if (!parse_epoch_name(de->d_name, &e))
+            continue;
+        if (n == cap) {
+            uint64_t *na = realloc(all, 2 * cap * sizeof(*all));
+            if (!na) {
+                free(all);
+                closedir(d);
+                return SPW_ERR_NOMEM;
+            }
+            all = na;
+            cap *= 2;
+        }
+        all[n++] = e;
+    }
+    closedir(d);
+    qsort(all, n, sizeof(*all), cmp_desc);
+    memcpy(epochs, all, (n < n_max ? n : n_max) * sizeof(*all));
+    free(all);
+    return (long)n;
+}
+
+/* rm -r of a directory tree we created (no symlinks followed). */
+static int remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return unlink(path);
+    struct dirent *de;
+    int rc = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        char child[PATH_MAX];
+        if (!mkpath(child, sizeof(child), "%s/%s", path, de->d_name)) {
+            rc = -1;
+            continue;
+        }
+        struct stat st;
+        if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode))
+            rc |= remove_tree(child);
+        else
+            rc |= unlink(child);
+    }
+    closedir(d);
+    return rc | rmdir(path);
+}
+
+size_t spw_coord_prune(const char *root, uint64_t latest, uint32_t keep, uint64_t spare)
+{
+    uint64_t epochs[4096];
+    long n = spw_coord_epochs_list(root, epochs, 4096);
+    if (n <= 0)
+        return 0;
+    if (n > 4096)
+        n = 4096;
+    size_t removed = 0;
+    uint32_t kept = 0;
+    for (long i = 0; i < n; i++) {
+        uint64_t e = epochs[i];
+        char man[PATH_MAX];
+        struct stat st;
+        bool has_manifest =
+            mkpath(man, sizeof(man), "%s/checkpoints/%" PRIu64 "/MANIFEST", root, e) &&
+            stat(man, &st) == 0;
+        bool drop;
+        if (e == spare)
+            drop = false;
+        else if (e > latest || !has_manifest) /* orphans of aborted or interrupted epochs */
+            drop = true;
+        else
+            drop = kept++ >= keep;
+        if (!drop)
+            continue;
+        char dir[PATH_MAX];
+        if (!mkpath(dir, sizeof(dir), "%s/checkpoints/%" PRIu64, root, e))
+            continue;
+        if (remove_tree(dir) == 0) {
+            removed++;
+            SPW_INFO("checkpoint pruned", "epoch=%" PRIu64 " latest=%" PRIu64, e, latest);
+        } else {
+            SPW_WARN("checkpoint prune failed", "epoch=%" PRIu64 " err=\"%s\"", e, strerror(errno));
+        }
+    }
+    return removed;
+}
+
+spw_err_t spw_coord_verify_default(const char *shard_dir, const char *checksum)
+{
+    char path[PATH_MAX];
+    if (!mkpath(path, sizeof(path), "%s/CHECKSUM", shard_dir))
+        return SPW_ERR_INVALID;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    spw_err_t rc = read_file(path, 4096, &data, &len);
+    if (rc != SPW_OK)
+        return rc;
+    size_t cl = strlen(checksum);
+    while (len > 0 && (data[len - 1] == '\n' || data[len - 1] == ' '))
+        len--;
+    bool ok = cl > 0 && len >= cl && memcmp(data + len - cl, checksum, cl) == 0;
+    free(data);
+    return ok ? SPW_OK : SPW_ERR_CORRUPT;
+}
+
+static bool epoch_verifies(const char *root, uint64_t e, uint32_t shards,
+                           spw_coord_verify_fn verify, struct spw_coord_manifest *m)
+{
+    char err[512];
+    if (spw_coord_manifest_read(root, e, m, err, sizeof(err)) != SPW_OK) {
+        SPW_WARN("recovery skips epoch", "epoch=%" PRIu64 " reason=\"%s\"", e, err);
+        return false;
+    }
+    if (m->shard_count != shards) {
+        SPW_WARN("recovery skips epoch", "epoch=%" PRIu64 " reason=\"%u shards, expected %u\"", e,
+                 m->shard_count, shards);
+        spw_coord_manifest_fini(m);
+        return false;
+    }
+    for (uint32_t i = 0; i < shards; i++) {
+        char dir[PATH_MAX];
+        if (!mkpath(dir, sizeof(dir), "%s/checkpoints/%" PRIu64 "/shard-%u", root, e, i))
+            return false;
+        spw_err_t v = verify(dir, m->checksums[i]);
+        if (v != SPW_OK) {
+            SPW_WARN("recovery skips epoch", "epoch=%" PRIu64 " shard=%u reason=\"%s\"", e, i,
+                     spw_err_str(v));
+            spw_coord_manifest_fini(m);
+            return false;
+        }
+    }
+    return true;
+}
+
+uint64_t spw_coord_recovery_epoch(const char *root, uint32_t shards, spw_coord_verify_fn verify,
+                                  struct spw_coord_manifest *m)
+{
+    memset(m, 0, sizeof(*m));
+    if (!verify)
+        verify = spw_coord_verify_default;
+    uint64_t latest = 0;
+    if (spw_coord_latest_read(root, &latest) == SPW_ERR_NOT_FOUND)
+        return 0;
+    uint64_t epochs[4096];
+    long n = spw_coord_epochs_list(root, epochs, 4096);
+    if (n > 4096)
+        n = 4096;
+    for (long i = 0; i < n; i++) {
+        if (epochs[i] > latest && latest != 0)
+            continue;
+        if (epoch_verifies(root, epochs[i], shards, verify, m))
+            return epochs[i];
+    }
+    memset(m, 0, sizeof(*m));
+    return 0;
+}

@@ -1,0 +1,1015 @@
+/* The coordinator's server: a ROUTER for members, a DEALER per shard, membership, clocks,
+ * checkpoint epochs and global recovery (see coordinator.h for the protocol). */
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "sparrow/arena.h"
+#include "sparrow/coordinator.h"
+#include "sparrow/log.h"
+#include "sparrow/signal.h"
+#include "sparrow/time.h"
+#include "sparrow/wire.h"
+
+#define MAX_RID 256
+#define ID_MAX  128
+
+enum phase {
+    PHASE_RUN,
+    PHASE_CKPT_TRAINERS, /* epoch open: waiting for every live trainer's report */
+    PHASE_CKPT_SHARDS,   /* waiting for every shard's CheckpointReply */
+    PHASE_REC_TRAINERS,  /* recovery: waiting for every live trainer's RestoreReport */
+    PHASE_REC_SHARDS,    /* recovery: waiting for every shard's RestoreReply */
+};
+
+static const char *const phase_names[] = {"run", "checkpoint-trainers", "checkpoint-shards",
+                                          "recover-trainers", "recover-shards"};
+
+/* One member; owned by the server's thread. */
+struct member {
+    bool used, live;
+    int role;
+    char id[ID_MAX];
+    uint8_t rid[MAX_RID]; /* routing id of the socket that sent its last Clock/Register */
+    size_t rid_len;
+    uint64_t last_seen_ms;
+    uint64_t incarnation;
+    bool based;   /* base fixed at its first Clock */
+    int64_t base; /* effective clock = base + step */
+    uint64_t clock;
+    bool waiting; /* a Clock is held */
+    uint64_t told_epoch, told_gen;
+    bool reported; /* for the open epoch */
+    struct spw_coord_offset *offsets;
+    size_t n_offsets;
+    uint64_t examples_reported, examples_counted;
+    uint64_t restored_gen;
+    bool pending_commit, pending_drop, pending_offsets;
+};
+
+struct shard {
+    char endpoint[512];
+    void *sock;
+    bool pending; /* a checkpoint / restore request outstanding */
+    uint64_t req_id;
+    uint64_t sent_ms;
+    bool stats_pending;
+    uint64_t stats_id, stats_sent_ms;
+    uint64_t last_reply_ms;
+    int64_t started_ms; /* from StatsReply; 0 unknown */
+    bool down;          /* no answer for member_timeout */
+    char checksum[17];
+    uint64_t rows;
+    spw_err_t result;
+};
+
+struct spw_coord_server {
+    struct spw_coord_server_conf conf;
+    char *listen, *dir;
+    void *ctx, *router;
+    char endpoint[512];
+    struct member members[SPW_COORD_MAX_MEMBERS];
+    struct shard *shards;
+    uint32_t n_shards;
+    spw_arena_t *arena;
+    struct spw_wire_buf out;
+    enum phase phase;
+    uint64_t epoch_open, next_epoch, deadline_ms;
+    uint64_t generation;
+    uint64_t req_seq;
+    struct spw_coord_manifest cur; /* LATEST (or the recovery epoch) */
+    uint64_t last_ckpt_ms, last_ckpt_clock;
+    uint64_t start_ms;
+    bool initial_recovery_done;
+    bool recovery_wanted;
+    struct spw_coord_server_stats stats;
+};
+
+/* ---- sending ---- */
+
+static void send_to(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len,
+                    const ProtobufCMessage *msg)
+{
+    srv->out.len = 0;
+    if (spw_wire_pack(msg, &srv->out) != SPW_OK)
+        return;
+    if (zmq_send(srv->router, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        return;
+    zmq_send(srv->router, srv->out.data, srv->out.len, ZMQ_DONTWAIT);
+}
+
+static void fill_offsets(spw_coord_server_t *srv, Sparrow__ClockReply *cr,
+                         Sparrow__PartitionOffset *offs, Sparrow__PartitionOffset **ptrs)
+{
+    for (size_t i = 0; i < srv->cur.n_offsets; i++) {
+        sparrow__partition_offset__init(&offs[i]);
+        offs[i].topic = srv->cur.offsets[i].topic;
+        offs[i].has_partition = offs[i].has_offset = offs[i].has_skip = true;
+        offs[i].partition = srv->cur.offsets[i].partition;
+        offs[i].offset = srv->cur.offsets[i].offset;
+        offs[i].skip = srv->cur.offsets[i].skip;
+        ptrs[i] = &offs[i];
+    }
+    cr->n_offsets = srv->cur.n_offsets;
+    cr->offsets = ptrs;
+}
+
+/* Sends a ClockReply to m. kind: 0 proceed, 1 checkpoint, 2 restore, 3 registered. */
+static void reply_member(spw_coord_server_t *srv, struct member *m, int kind)
+{
+    Sparrow__CoordMessage msg = SPARROW__COORD_MESSAGE__INIT;
+    Sparrow__ClockReply cr = SPARROW__CLOCK_REPLY__INIT;
+    msg.has_version = true;
+    msg.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    msg.body_case = SPARROW__COORD_MESSAGE__BODY_CLOCK_REPLY;
+    msg.clock_reply = &cr;
+    cr.has_proceed = cr.has_generation = cr.has_latest_epoch = cr.has_min_step = true;
+    cr.generation = srv->generation;
+    cr.latest_epoch = srv->stats.latest_epoch;
+    uint64_t min = UINT64_MAX;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
+        if (srv->members[i].live && srv->members[i].role == SPARROW__MEMBER_ROLE__ROLE_TRAINER &&
+            srv->members[i].clock < min)
+            min = srv->members[i].clock;
+    cr.min_step = min == UINT64_MAX ? 0 : min;
+    Sparrow__PartitionOffset *offs = NULL;
+    Sparrow__PartitionOffset **ptrs = NULL;
+    bool with_offsets = kind == 2 || kind == 3 || (kind == 0 && m->pending_offsets);
+    if (with_offsets && srv->cur.n_offsets > 0) {
+        offs = calloc(srv->cur.n_offsets, sizeof(*offs));
+        ptrs = calloc(srv->cur.n_offsets, sizeof(*ptrs));
+        if (offs && ptrs)
+            fill_offsets(srv, &cr, offs, ptrs);
+    }
+    switch (kind) {
+    case 0:
+        cr.proceed = true;
+        cr.has_drop_cache = cr.has_commit = true;
+        cr.drop_cache = m->pending_drop;
+        cr.commit = m->pending_commit;
+        m->pending_drop = m->pending_commit = m->pending_offsets = false;
+        break;
+    case 1:
+        cr.has_checkpoint_epoch = true;
+        cr.checkpoint_epoch = srv->epoch_open;
+        break;
+    case 2:
+        cr.has_restore = cr.has_restore_epoch = true;
+        cr.restore = true;
+        cr.restore_epoch = srv->cur.epoch;
+        break;
+    case 3:
+        cr.has_registered = true;
+        cr.registered = true;
+        break;
+    }
+    send_to(srv, m->rid, m->rid_len, &msg.base);
+    free(ptrs);
+    free(offs);
+}
+
+/* ---- shards ---- */
+
+static void *shard_socket(spw_coord_server_t *srv, const char *endpoint)
+{
+    void *s = zmq_socket(srv->ctx, ZMQ_DEALER);
+    if (!s)
+        return NULL;
+    int zero = 0;
+    int64_t maxmsg = SPW_WIRE_DEFAULT_MAX_FRAME;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    if (zmq_connect(s, endpoint) != 0) {
+        zmq_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Drops anything queued to a shard that stopped answering (stale requests must not reach it
+ * after it returns). */
+static void shard_reset(spw_coord_server_t *srv, struct shard *sh)
+{
+    void *s = shard_socket(srv, sh->endpoint);
+    if (!s)
+        return;
+    zmq_close(sh->sock);
+    sh->sock = s;
+    sh->stats_pending = false;
+}
+
+static void shard_send(spw_coord_server_t *srv, struct shard *sh, int body, uint64_t epoch,
+                       uint64_t *id_out)
+{
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    Sparrow__CheckpointRequest ck = SPARROW__CHECKPOINT_REQUEST__INIT;
+    Sparrow__RestoreRequest rs = SPARROW__RESTORE_REQUEST__INIT;
+    Sparrow__StatsRequest st = SPARROW__STATS_REQUEST__INIT;
+    req.has_version = req.has_request_id = true;
+    req.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    req.request_id = ++srv->req_seq;
+    *id_out = req.request_id;
+    if (body == SPARROW__REQUEST__BODY_CHECKPOINT) {
+        ck.has_epoch = true;
+        ck.epoch = epoch;
+        req.body_case = SPARROW__REQUEST__BODY_CHECKPOINT;
+        req.checkpoint = &ck;
+    } else if (body == SPARROW__REQUEST__BODY_RESTORE) {
+        rs.has_epoch = true;
+        rs.epoch = epoch;
+        req.body_case = SPARROW__REQUEST__BODY_RESTORE;
+        req.restore = &rs;
+    } else {
+        req.body_case = SPARROW__REQUEST__BODY_STATS;
+        req.stats = &st;
+    }
+    srv->out.len = 0;
+    if (spw_wire_pack(&req.base, &srv->out) == SPW_OK)
+        zmq_send(sh->sock, srv->out.data, srv->out.len, ZMQ_DONTWAIT);
+}
+
+static void shards_request(spw_coord_server_t *srv, int body, uint64_t epoch)
+{
+    uint64_t now = spw_time_mono_ms();
+    for (uint32_t i = 0; i < srv->n_shards; i++) {
+        struct shard *sh = &srv->shards[i];
+        sh->pending = true;
+        sh->result = SPW_ERR_TIMEOUT;
+        sh->sent_ms = now;
+        shard_send(srv, sh, body, epoch, &sh->req_id);
+    }
+}
+
+static void start_recovery(spw_coord_server_t *srv, const char *reason);
+static void evaluate(spw_coord_server_t *srv);
+
+/* ---- membership ---- */
+
+static struct member *find_member(spw_coord_server_t *srv, const char *id, bool create)
+{
+    struct member *free_slot = NULL;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        struct member *m = &srv->members[i];
+        if (m->used && strcmp(m->id, id) == 0)
+            return m;
+        if (!m->used && !free_slot)
+            free_slot = m;
+    }
+    if (!create || !free_slot)
+        return NULL;
+    memset(free_slot, 0, sizeof(*free_slot));
+    free_slot->used = true;
+    snprintf(free_slot->id, sizeof(free_slot->id), "%s", id);
+    return free_slot;
+}
+
+static uint32_t live_trainers(const spw_coord_server_t *srv, uint64_t *min, uint64_t *max)
+{
+    uint32_t n = 0;
+    *min = UINT64_MAX;
+    *max = 0;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        const struct member *m = &srv->members[i];
+        if (!m->live || m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER)
+            continue;
+        n++;
+        if (m->clock < *min)
+            *min = m->clock;
+        if (m->clock > *max)
+            *max = m->clock;
+    }
+    if (n == 0)
+        *min = 0;
+    return n;
+}
+
+static void remove_member(spw_coord_server_t *srv, struct member *m, const char *why)
+{
+    SPW_WARN("member removed", "member=%s reason=%s clock=%" PRIu64 " phase=%s", m->id, why,
+             m->clock, phase_names[srv->phase]);
+    m->live = false;
+    m->waiting = false;
+    srv->stats.members_removed++;
+    if (m->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER) {
+        /* its pushes since LATEST are applied, its offsets are not recorded: roll back */
+        start_recovery(srv, "trainer removed");
+    }
+}
+
+static void copy_rid(struct member *m, const uint8_t *rid, size_t rid_len)
+{
+    m->rid_len = rid_len < MAX_RID ? rid_len : MAX_RID;
+    memcpy(m->rid, rid, m->rid_len);
+}
+
+static void on_register(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len,
+                        const Sparrow__Register *r)
+{
+    if (!r->member_id || !r->member_id[0] || strlen(r->member_id) >= ID_MAX)
+        return;
+    struct member *m = find_member(srv, r->member_id, true);
+    if (!m) {
+        SPW_WARN("member refused", "member=%s reason=\"too many members\"", r->member_id);
+        return;
+    }
+    bool was_live = m->live;
+    m->live = true;
+    m->role = r->has_role ? (int)r->role : SPARROW__MEMBER_ROLE__ROLE_TRAINER;
+    m->incarnation = r->incarnation;
+    m->last_seen_ms = spw_time_mono_ms();
+    m->based = false;
+    m->waiting = false;
+    m->reported = false;
+    m->examples_reported = m->examples_counted = 0;
+    m->restored_gen = 0;
+    m->told_gen = m->told_epoch = 0;
+    copy_rid(m, rid, rid_len);
+    SPW_INFO("member registered", "member=%s role=%d incarnation=%" PRIu64 " rejoin=%d", m->id,
+             m->role, m->incarnation, was_live);
+    reply_member(srv, m, 3);
+    if (m->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER && srv->initial_recovery_done)
+        start_recovery(srv, was_live ? "trainer rejoined" : "trainer joined");
+}
+
+/* Heartbeats are answered with registered = whether the member is known, so that a member
+ * learns of a restarted coordinator (or of its own removal) and registers again. */
+static void on_heartbeat(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len,
+                         const Sparrow__Heartbeat *hb)
+{
+    if (!hb->member_id)
+        return;
+    struct member *m = find_member(srv, hb->member_id, false);
+    bool known = m && m->live;
+    if (known)
+        m->last_seen_ms = spw_time_mono_ms();
+    Sparrow__CoordMessage msg = SPARROW__COORD_MESSAGE__INIT;
+    Sparrow__ClockReply cr = SPARROW__CLOCK_REPLY__INIT;
+    msg.has_version = true;
+    msg.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    msg.body_case = SPARROW__COORD_MESSAGE__BODY_CLOCK_REPLY;
+    msg.clock_reply = &cr;
+    cr.has_registered = cr.has_generation = cr.has_latest_epoch = true;
+    cr.registered = known;
+    cr.generation = srv->generation;
+    cr.latest_epoch = srv->stats.latest_epoch;
+    send_to(srv, rid, rid_len, &msg.base);
+}
+
+static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len,
+                     const Sparrow__Clock *c)
+{
+    if (!c->member_id)
+        return;
+    struct member *m = find_member(srv, c->member_id, false);
+    if (!m || !m->live) {
+        /* unknown (the coordinator restarted or removed it): the client re-registers on the
+         * `registered=false` it never gets; answer nothing */
+        return;
+    }
+    copy_rid(m, rid, rid_len);
+    m->last_seen_ms = spw_time_mono_ms();
+    if (!m->based) {
+        uint64_t min, max;
+        bool others = false;
+        uint64_t omin = UINT64_MAX;
+        for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+            const struct member *o = &srv->members[i];
+            if (o != m && o->live && o->based && o->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER) {
+                others = true;
+                if (o->clock < omin)
+                    omin = o->clock;
+            }
+        }
+        (void)live_trainers(srv, &min, &max);
+        m->base = others ? (int64_t)omin - (int64_t)c->step : 0;
+        m->based = true;
+    }
+    int64_t eff = m->base + (int64_t)c->step;
+    if (eff > (int64_t)m->clock)
+        m->clock = (uint64_t)eff;
+    m->waiting = true;
+    m->told_epoch = m->told_gen = 0; /* a fresh Clock wants a fresh answer */
+    evaluate(srv);
+}
+
+static void on_checkpoint_report(spw_coord_server_t *srv, const Sparrow__CheckpointReport *r)
+{
+    if (!r->member_id)
+        return;
+    struct member *m = find_member(srv, r->member_id, false);
+    if (!m || !m->live || srv->phase != PHASE_CKPT_TRAINERS || r->epoch != srv->epoch_open)
+        return;
+    if (r->n_offsets > SPW_COORD_MAX_PARTITIONS)
+        return;
+    struct spw_coord_offset *offs = calloc(r->n_offsets ? r->n_offsets : 1, sizeof(*offs));
+    if (!offs)
+        return;
+    for (size_t i = 0; i < r->n_offsets; i++) {
+        const Sparrow__PartitionOffset *o = r->offsets[i];
+        snprintf(offs[i].topic, sizeof(offs[i].topic), "%s", o->topic ? o->topic : "");
+        offs[i].partition = o->partition;
+        offs[i].offset = o->offset;
+        offs[i].skip = o->skip;
+    }
+    free(m->offsets);
+    m->offsets = offs;
+    m->n_offsets = r->n_offsets;
+    m->examples_reported = r->examples;
+    m->reported = true;
+    m->last_seen_ms = spw_time_mono_ms();
+    evaluate(srv);
+}
+
+static void on_restore_report(spw_coord_server_t *srv, const Sparrow__RestoreReport *r)
+{
+    if (!r->member_id)
+        return;
+    struct member *m = find_member(srv, r->member_id, false);
+    if (!m || !m->live || r->generation != srv->generation)
+        return;
+    m->restored_gen = r->generation;
+    m->examples_reported = m->examples_counted = 0;
+    evaluate(srv);
+}
+
+/* ---- epochs ---- */
+
+static void open_epoch(spw_coord_server_t *srv, const char *why)
+{
+    srv->epoch_open = srv->next_epoch++;
+    srv->phase = PHASE_CKPT_TRAINERS;
+    srv->deadline_ms = spw_time_mono_ms() + srv->conf.checkpoint_timeout_ms;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
+        srv->members[i].reported = false;
+    SPW_INFO("checkpoint epoch opened", "epoch=%" PRIu64 " trigger=%s", srv->epoch_open, why);
+}
+
+static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const char *why)
+{
+    uint64_t now_mono = spw_time_mono_ms();
+    srv->last_ckpt_ms = now_mono;
+    if (srv->conf.mode.kind == SPW_COORD_HYBRID) /* the epoch was a barrier: drop caches */
+        for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
+            if (srv->members[i].live)
+                srv->members[i].pending_drop = true;
+    uint64_t min, max;
+    live_trainers(srv, &min, &max);
+    srv->last_ckpt_clock = max;
+    if (!ok) {
+        srv->stats.epochs_aborted++;
+        SPW_WARN("checkpoint epoch aborted", "epoch=%" PRIu64 " reason=\"%s\"", srv->epoch_open,
+                 why);
+        srv->phase = PHASE_RUN;
+        if (recover)
+            start_recovery(srv, why);
+        return;
+    }
+    /* merge offsets: the previous manifest's, overridden by this epoch's reports */
+    struct spw_coord_manifest m = {0};
+    char err[512];
+    size_t cap = srv->cur.n_offsets;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
+        if (srv->members[i].live && srv->members[i].reported)
+            cap += srv->members[i].n_offsets;
+    m.epoch = srv->epoch_open;
+    m.shard_count = srv->n_shards;
+    m.created_ms = spw_time_wall_ms();
+    m.offsets = calloc(cap ? cap : 1, sizeof(*m.offsets));
+    m.checksums = calloc(srv->n_shards ? srv->n_shards : 1, sizeof(*m.checksums));
+    m.rows = calloc(srv->n_shards ? srv->n_shards : 1, sizeof(*m.rows));
+    if (!m.offsets || !m.checksums || !m.rows) {
+        spw_coord_manifest_fini(&m);
+        finish_epoch(srv, false, false, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < srv->cur.n_offsets; i++)
+        m.offsets[m.n_offsets++] = srv->cur.offsets[i];
+    uint64_t examples = srv->cur.example_count;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        struct member *mb = &srv->members[i];
+        if (!mb->live || !mb->reported)
+            continue;
+        if (mb->examples_reported > mb->examples_counted)
+            examples += mb->examples_reported - mb->examples_counted;
+        for (size_t j = 0; j < mb->n_offsets; j++) {
+            size_t k = 0;
+            while (k < m.n_offsets && !(m.offsets[k].partition == mb->offsets[j].partition &&
+                                        strcmp(m.offsets[k].topic, mb->offsets[j].topic) == 0))
+                k++;
+            m.offsets[k] = mb->offsets[j];
+            if (k == m.n_offsets)
+                m.n_offsets++;
+        }
+    }
+    m.example_count = examples;
+    for (uint32_t i = 0; i < srv->n_shards; i++) {
+        memcpy(m.checksums[i], srv->shards[i].checksum, 17);
+        m.rows[i] = srv->shards[i].rows;
+    }
+    if (spw_coord_manifest_write(srv->dir, &m, err, sizeof(err)) != SPW_OK ||
+        spw_coord_latest_write(srv->dir, m.epoch, err, sizeof(err)) != SPW_OK) {
+        SPW_ERROR("manifest write failed", "epoch=%" PRIu64 " err=\"%s\"", m.epoch, err);
+        spw_coord_manifest_fini(&m);
+        finish_epoch(srv, false, false, "manifest write failed");
+        return;
+    }
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        struct member *mb = &srv->members[i];
+        if (!mb->live || !mb->reported)
+            continue;
+        mb->examples_counted = mb->examples_reported;
+        mb->pending_commit = true;
+        mb->pending_offsets = true;
+    }
+    spw_coord_manifest_fini(&srv->cur);
+    srv->cur = m;
+    srv->stats.latest_epoch = m.epoch;
+    srv->stats.example_count = m.example_count;
+    srv->stats.epochs_completed++;
+    spw_coord_prune(srv->dir, m.epoch, srv->conf.keep, 0);
+    SPW_INFO("checkpoint completed",
+             "epoch=%" PRIu64 " examples=%" PRIu64 " partitions=%zu shards=%u seconds=%.3f",
+             m.epoch, m.example_count, m.n_offsets, m.shard_count,
+             (double)(now_mono + 1 - (srv->deadline_ms - srv->conf.checkpoint_timeout_ms)) / 1e3);
+    srv->phase = PHASE_RUN;
+}
+
+/* ---- recovery ---- */
+
+static void start_recovery(spw_coord_server_t *srv, const char *reason)
+{
+    srv->generation++;
+    srv->stats.generation = srv->generation;
+    srv->stats.recoveries++;
+    struct spw_coord_manifest m;
+    uint64_t e = spw_coord_recovery_epoch(srv->dir, srv->n_shards, srv->conf.verify, &m);
+    if (e != srv->stats.latest_epoch && e != 0) {
+        char err[256];
+        if (spw_coord_latest_write(srv->dir, e, err, sizeof(err)) != SPW_OK)
+            SPW_ERROR("LATEST write failed", "err=\"%s\"", err);
+    }
+    if (e != srv->stats.latest_epoch)
+        SPW_WARN("recovery falls back", "latest=%" PRIu64 " epoch=%" PRIu64,
+                 srv->stats.latest_epoch, e);
+    spw_coord_manifest_fini(&srv->cur);
+    srv->cur = m;
+    srv->stats.latest_epoch = e;
+    srv->stats.example_count = m.example_count;
+    srv->phase = PHASE_REC_TRAINERS;
+    srv->deadline_ms = spw_time_mono_ms() + srv->conf.checkpoint_timeout_ms;
+    srv->recovery_wanted = false;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        struct member *mb = &srv->members[i];
+        mb->told_gen = 0;
+        mb->reported = false;
+        mb->pending_commit = mb->pending_drop = false;
+    }
+    SPW_WARN("recovery started", "generation=%" PRIu64 " epoch=%" PRIu64 " reason=\"%s\"",
+             srv->generation, e, reason);
+}
+
+/* ---- the state machine ---- */
+
+static bool all_trainers(const spw_coord_server_t *srv, bool restored)
+{
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        const struct member *m = &srv->members[i];
+        if (!m->live || m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER)
+            continue;
+        if (restored ? m->restored_gen != srv->generation : !m->reported)
+            return false;
+    }
+    return true;
+}
+
+static bool shards_done(const spw_coord_server_t *srv)
+{
+    for (uint32_t i = 0; i < srv->n_shards; i++)
+        if (srv->shards[i].pending)
+            return false;
+    return true;
+}
+
+static spw_err_t shards_result(const spw_coord_server_t *srv)
+{
+    for (uint32_t i = 0; i < srv->n_shards; i++)
+        if (srv->shards[i].result != SPW_OK)
+            return srv->shards[i].result;
+    return SPW_OK;
+}
+
+static bool checkpoint_due(spw_coord_server_t *srv, uint64_t max_clock)
+{
+    uint64_t now = spw_time_mono_ms();
+    if (srv->conf.checkpoint_interval_ms > 0 &&
+        now - srv->last_ckpt_ms >= srv->conf.checkpoint_interval_ms)
+        return true;
+    return srv->conf.checkpoint_steps > 0 &&
+           max_clock >= srv->last_ckpt_clock + srv->conf.checkpoint_steps;
+}
+
+static void evaluate(spw_coord_server_t *srv)
+{
+    for (int round = 0; round < 8; round++) {
+        enum phase before = srv->phase;
+        uint64_t min, max;
+        uint32_t n = live_trainers(srv, &min, &max);
+        switch (srv->phase) {
+        case PHASE_REC_TRAINERS:
+            for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+                struct member *m = &srv->members[i];
+                if (m->live && m->waiting && m->restored_gen != srv->generation &&
+                    m->told_gen != srv->generation) {
+                    m->told_gen = srv->generation;
+                    m->waiting = false; /* answered: the trainer clocks again once restored */
+                    reply_member(srv, m, 2);
+                }
+            }
+            if (all_trainers(srv, true)) {
+                srv->phase = PHASE_REC_SHARDS;
+                shards_request(srv, SPARROW__REQUEST__BODY_RESTORE, srv->cur.epoch);
+            }
+            break;
+        case PHASE_REC_SHARDS:
+            if (shards_done(srv)) {
+                if (shards_result(srv) != SPW_OK) {
+                    start_recovery(srv, "a shard failed to restore");
+                } else {
+                    SPW_INFO("recovery completed",
+                             "generation=%" PRIu64 " epoch=%" PRIu64 " trainers=%u",
+                             srv->generation, srv->cur.epoch, n);
+                    srv->phase = PHASE_RUN;
+                    srv->last_ckpt_ms = spw_time_mono_ms();
+                    srv->last_ckpt_clock = max;
+                }
+            }
+            break;
+        case PHASE_CKPT_TRAINERS:
+            for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+                struct member *m = &srv->members[i];
+                if (m->live && m->waiting && !m->reported && m->told_epoch != srv->epoch_open &&
+                    m->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER) {
+                    m->told_epoch = srv->epoch_open;
+                    m->waiting = false; /* answered: the trainer clocks again once reported */
+                    reply_member(srv, m, 1);
+                }
+            }
+            if (all_trainers(srv, false)) {
+                srv->phase = PHASE_CKPT_SHARDS;
+                shards_request(srv, SPARROW__REQUEST__BODY_CHECKPOINT, srv->epoch_open);
+            }
+            break;
+        case PHASE_CKPT_SHARDS:
+            if (shards_done(srv)) {
+                spw_err_t r = shards_result(srv);
+                finish_epoch(srv, r == SPW_OK, r == SPW_ERR_TIMEOUT,
+                             r == SPW_OK ? "" : "a shard failed to checkpoint");
+            }
+            break;
+        case PHASE_RUN:
+            if (srv->recovery_wanted) {
+                start_recovery(srv, "requested");
+                break;
+            }
+            if (!srv->initial_recovery_done || n == 0)
+                break;
+            if (srv->conf.mode.kind == SPW_COORD_HYBRID) {
+                /* a barrier every live trainer reached: checkpoint (when due) and release */
+                bool all_at = true;
+                uint64_t b = 0;
+                for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+                    const struct member *m = &srv->members[i];
+                    if (!m->live || m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER)
+                        continue;
+                    if (!m->waiting || !spw_coord_mode_barrier(&srv->conf.mode, m->clock) ||
+                        (b && m->clock != b))
+                        all_at = false;
+                    b = m->clock;
+                }
+                if (all_at && b > srv->last_ckpt_clock &&
+                    (srv->conf.checkpoint_steps == 0 || checkpoint_due(srv, max))) {
+                    open_epoch(srv, "barrier");
+                    break;
+                }
+                if (all_at)
+                    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
+                        if (srv->members[i].live)
+                            srv->members[i].pending_drop = true;
+            } else if (checkpoint_due(srv, max)) {
+                open_epoch(srv, srv->conf.checkpoint_interval_ms > 0 &&
+                                        spw_time_mono_ms() - srv->last_ckpt_ms >=
+                                            srv->conf.checkpoint_interval_ms
+                                    ? "interval"
+                                    : "steps");
+                break;
+            }
+            for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+                struct member *m = &srv->members[i];
+                if (m->live && m->waiting &&
+                    spw_coord_mode_may_proceed(&srv->conf.mode, m->clock, min)) {
+                    m->waiting = false;
+                    reply_member(srv, m, 0);
+                }
+            }
+            break;
+        }
+        if (srv->phase == before)
+            break;
+    }
+}
+
+/* ---- shard replies and timers ---- */
+
+static void on_shard_reply(spw_coord_server_t *srv, struct shard *sh, const void *data, size_t len)
+{
+    Sparrow__Reply *rep = NULL;
+    spw_arena_reset(srv->arena);
+    if (spw_wire_unpack_reply(data, len, SPW_WIRE_DEFAULT_MAX_FRAME, srv->arena, &rep) != SPW_OK)
+        return;
+    uint64_t now = spw_time_mono_ms();
+    if (sh->down)
+        SPW_INFO("shard answers again", "shard=%s", sh->endpoint);
+    bool was_down = sh->down;
+    sh->down = false;
+    sh->last_reply_ms = now;
+    if (sh->stats_pending && rep->request_id == sh->stats_id) {
+        sh->stats_pending = false;
+        if (rep->body_case == SPARROW__REPLY__BODY_STATS) {
+            int64_t started = rep->stats->has_started_ms ? rep->stats->started_ms : 0;
+            bool restarted = (sh->started_ms != 0 && started != 0 && started != sh->started_ms) ||
+                             (started == 0 && was_down);
+            if (started != 0)
+                sh->started_ms = started;
+            if (restarted && srv->initial_recovery_done && srv->phase != PHASE_REC_TRAINERS) {
+                SPW_WARN("shard restarted", "shard=%s", sh->endpoint);
+                if (srv->phase == PHASE_RUN)
+                    start_recovery(srv, "shard restarted");
+                else
+                    srv->recovery_wanted = true;
+            }
+        }
+        return;
+    }
+    if (!sh->pending || rep->request_id != sh->req_id)
+        return;
+    sh->pending = false;
+    if (rep->has_error && rep->error != SPARROW__ERROR_CODE__ERROR_NONE) {
+        SPW_WARN("shard request failed", "shard=%s error=%d msg=\"%s\"", sh->endpoint,
+                 (int)rep->error, rep->error_message ? rep->error_message : "");
+        sh->result = SPW_ERR_RPC;
+    } else if (rep->body_case == SPARROW__REPLY__BODY_CHECKPOINT) {
+        snprintf(sh->checksum, sizeof(sh->checksum), "%s",
+                 rep->checkpoint->checksum ? rep->checkpoint->checksum : "");
+        sh->rows = rep->checkpoint->rows;
+        sh->result = SPW_OK;
+    } else if (rep->body_case == SPARROW__REPLY__BODY_RESTORE) {
+        sh->result = SPW_OK;
+    } else {
+        sh->result = SPW_ERR_RPC;
+    }
+    evaluate(srv);
+}
+
+static void tick(spw_coord_server_t *srv)
+{
+    uint64_t now = spw_time_mono_ms();
+    uint64_t to = srv->conf.member_timeout_ms;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        struct member *m = &srv->members[i];
+        if (m->live && now - m->last_seen_ms > to)
+            remove_member(srv, m, "timeout");
+    }
+    uint64_t poll_ms = to / 4 < 100 ? 100 : to / 4 > 1000 ? 1000 : to / 4;
+    for (uint32_t i = 0; i < srv->n_shards; i++) {
+        struct shard *sh = &srv->shards[i];
+        if (sh->stats_pending && now - sh->stats_sent_ms > to) {
+            if (!sh->down)
+                SPW_WARN("shard silent", "shard=%s", sh->endpoint);
+            sh->down = true;
+            shard_reset(srv, sh);
+        }
+        if (!sh->stats_pending && now - sh->stats_sent_ms >= poll_ms) {
+            sh->stats_pending = true;
+            sh->stats_sent_ms = now;
+            shard_send(srv, sh, SPARROW__REQUEST__BODY_STATS, 0, &sh->stats_id);
+        }
+        if (sh->pending && now - sh->sent_ms > srv->conf.checkpoint_timeout_ms) {
+            sh->pending = false;
+            sh->result = SPW_ERR_TIMEOUT;
+            shard_reset(srv, sh);
+        }
+    }
+    if (!srv->initial_recovery_done && now - srv->start_ms >= srv->conf.startup_grace_ms) {
+        srv->initial_recovery_done = true;
+        start_recovery(srv, "coordinator started");
+    }
+    if ((srv->phase == PHASE_CKPT_TRAINERS || srv->phase == PHASE_REC_TRAINERS) &&
+        now > srv->deadline_ms) {
+        if (srv->phase == PHASE_CKPT_TRAINERS)
+            finish_epoch(srv, false, false, "trainers did not report in time");
+        else
+            start_recovery(srv, "trainers did not restore in time");
+    }
+    evaluate(srv);
+}
+
+static void on_member_message(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len,
+                              const void *data, size_t len)
+{
+    Sparrow__CoordMessage *msg = NULL;
+    spw_arena_reset(srv->arena);
+    if (spw_wire_unpack_coord(data, len, SPW_COORD_MAX_FRAME, srv->arena, &msg) != SPW_OK) {
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "malformed coordination message", "bytes=%zu", len);
+        return;
+    }
+    if (msg->has_version && msg->version != SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1)
+        return;
+    switch (msg->body_case) {
+    case SPARROW__COORD_MESSAGE__BODY_REGISTER:
+        on_register(srv, rid, rid_len, msg->register_);
+        break;
+    case SPARROW__COORD_MESSAGE__BODY_HEARTBEAT:
+        on_heartbeat(srv, rid, rid_len, msg->heartbeat);
+        break;
+    case SPARROW__COORD_MESSAGE__BODY_CLOCK:
+        on_clock(srv, rid, rid_len, msg->clock);
+        break;
+    case SPARROW__COORD_MESSAGE__BODY_CHECKPOINT_REPORT:
+        on_checkpoint_report(srv, msg->checkpoint_report);
+        break;
+    case SPARROW__COORD_MESSAGE__BODY_RESTORE_REPORT:
+        on_restore_report(srv, msg->restore_report);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- lifecycle ---- */
+
+spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *conf, char *errstr,
+                                         size_t errstr_size)
+{
+    spw_coord_server_t *srv = calloc(1, sizeof(*srv));
+    if (!srv) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    srv->conf = *conf;
+    if (srv->conf.keep == 0)
+        srv->conf.keep = 1;
+    srv->listen = strdup(conf->listen);
+    srv->dir = strdup(conf->checkpoint_dir && conf->checkpoint_dir[0] ? conf->checkpoint_dir : ".");
+    srv->arena = spw_arena_new(1 << 16, (size_t)SPW_COORD_MAX_FRAME * 4);
+    srv->ctx = zmq_ctx_new();
+    if (!srv->listen || !srv->dir || !srv->arena || !srv->ctx) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto err;
+    }
+    srv->router = zmq_socket(srv->ctx, ZMQ_ROUTER);
+    int zero = 0;
+    int64_t maxmsg = SPW_COORD_MAX_FRAME;
+    zmq_setsockopt(srv->router, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(srv->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    if (zmq_bind(srv->router, srv->listen) != 0) {
+        snprintf(errstr, errstr_size, "cannot bind %s: %s", srv->listen, zmq_strerror(zmq_errno()));
+        goto err;
+    }
+    size_t elen = sizeof(srv->endpoint);
+    zmq_getsockopt(srv->router, ZMQ_LAST_ENDPOINT, srv->endpoint, &elen);
+    /* shards */
+    const char *list = conf->shards ? conf->shards : "";
+    for (const char *p = list; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t l = comma ? (size_t)(comma - p) : strlen(p);
+        if (l > 0) {
+            if (srv->n_shards >= SPW_COORD_MAX_SHARDS || l >= sizeof(srv->shards[0].endpoint)) {
+                snprintf(errstr, errstr_size, "bad shard list");
+                goto err;
+            }
+            struct shard *ns = realloc(srv->shards, (srv->n_shards + 1) * sizeof(*ns));
+            if (!ns) {
+                snprintf(errstr, errstr_size, "out of memory");
+                goto err;
+            }
+            srv->shards = ns;
+            struct shard *sh = &srv->shards[srv->n_shards];
+            memset(sh, 0, sizeof(*sh));
+            memcpy(sh->endpoint, p, l);
+            sh->sock = shard_socket(srv, sh->endpoint);
+            if (!sh->sock) {
+                snprintf(errstr, errstr_size, "cannot connect to shard %s", sh->endpoint);
+                goto err;
+            }
+            srv->n_shards++;
+        }
+        p += l + (comma ? 1 : 0);
+    }
+    /* LATEST and the next epoch number: above every directory present (orphans included) */
+    uint64_t top = 0;
+    if (spw_coord_epochs_list(srv->dir, &top, 1) < 0)
+        top = 0;
+    uint64_t latest = 0;
+    spw_err_t lr = spw_coord_latest_read(srv->dir, &latest);
+    if (lr == SPW_ERR_CORRUPT)
+        SPW_WARN("LATEST is corrupt", "dir=%s", srv->dir);
+    srv->stats.latest_epoch = lr == SPW_OK ? latest : 0;
+    srv->next_epoch = (top > latest ? top : latest) + 1;
+    srv->start_ms = srv->last_ckpt_ms = spw_time_mono_ms();
+    char mode[32];
+    spw_coord_mode_format(&conf->mode, mode, sizeof(mode));
+    SPW_INFO("coordinator listening",
+             "endpoint=%s mode=%s shards=%u latest=%" PRIu64 " next_epoch=%" PRIu64, srv->endpoint,
+             mode, srv->n_shards, srv->stats.latest_epoch, srv->next_epoch);
+    return srv;
+err:
+    spw_coord_server_destroy(srv);
+    return NULL;
+}
+
+spw_err_t spw_coord_server_run(spw_coord_server_t *srv)
+{
+    zmq_pollitem_t items[1 + SPW_COORD_MAX_SHARDS];
+    uint8_t rid[MAX_RID];
+    zmq_msg_t body;
+    zmq_msg_init(&body);
+    while (!spw_signal_stop_requested() && !(srv->conf.stop && *srv->conf.stop)) {
+        items[0] = (zmq_pollitem_t){srv->router, 0, ZMQ_POLLIN, 0};
+        for (uint32_t i = 0; i < srv->n_shards; i++)
+            items[1 + i] = (zmq_pollitem_t){srv->shards[i].sock, 0, ZMQ_POLLIN, 0};
+        int rc = zmq_poll(items, (int)(1 + srv->n_shards), 20);
+        if (rc > 0 && (items[0].revents & ZMQ_POLLIN)) {
+            for (int k = 0; k < 256; k++) {
+                int n = zmq_recv(srv->router, rid, sizeof(rid), ZMQ_DONTWAIT);
+                if (n < 0)
+                    break;
+                int more = 0;
+                size_t ml = sizeof(more);
+                zmq_getsockopt(srv->router, ZMQ_RCVMORE, &more, &ml);
+                if (!more)
+                    continue;
+                if (zmq_msg_recv(&body, srv->router, 0) < 0)
+                    break;
+                zmq_getsockopt(srv->router, ZMQ_RCVMORE, &more, &ml);
+                while (more) { /* unexpected extra frames: drain */
+                    zmq_msg_t x;
+                    zmq_msg_init(&x);
+                    zmq_msg_recv(&x, srv->router, 0);
+                    zmq_msg_close(&x);
+                    zmq_getsockopt(srv->router, ZMQ_RCVMORE, &more, &ml);
+                }
+                on_member_message(srv, rid, (size_t)(n < MAX_RID ? n : MAX_RID),
+                                  zmq_msg_data(&body), zmq_msg_size(&body));
+            }
+        }
+        for (uint32_t i = 0; rc > 0 && i < srv->n_shards; i++) {
+            if (!(items[1 + i].revents & ZMQ_POLLIN))
+                continue;
+            for (int k = 0; k < 64; k++) {
+                if (zmq_msg_recv(&body, srv->shards[i].sock, ZMQ_DONTWAIT) < 0)
+                    break;
+                on_shard_reply(srv, &srv->shards[i], zmq_msg_data(&body), zmq_msg_size(&body));
+            }
+        }
+        tick(srv);
+        uint64_t min, max;
+        srv->stats.trainers = live_trainers(srv, &min, &max);
+    }
+    zmq_msg_close(&body);
+    return SPW_OK;
+}
+
+const char *spw_coord_server_endpoint(const spw_coord_server_t *srv)
+{
+    return srv->endpoint;
+}
+
+void spw_coord_server_get_stats(const spw_coord_server_t *srv, struct spw_coord_server_stats *out)
+{
+    *out = srv->stats;
+}
+
+void spw_coord_server_destroy(spw_coord_server_t *srv)
+{
+    if (!srv)
+        return;
+    for (uint32_t i = 0; i < srv->n_shards; i++)
+        if (srv->shards[i].sock)
+            zmq_close(srv->shards[i].sock);
+    free(srv->shards);
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
+        free(srv->members[i].offsets);
+    if (srv->router)
+        zmq_close(srv->router);
+    if (srv->ctx)
+        zmq_ctx_term(srv->ctx);
+    spw_coord_manifest_fini(&srv->cur);
+    spw_arena_destroy(srv->arena);
+    free(srv->out.data);
+    free(srv->listen);
+    free(srv->dir);
+    free(srv);
+}

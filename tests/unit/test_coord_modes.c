@@ -1,0 +1,252 @@
+/* Tests of the coordinator's clocks with fake trainers (threads with real clients over loopback):
+ * sync, ssp:S, async and hybrid:K, a trainer killed during sync, and re-registration. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sparrow/coord_client.h"
+#include "sparrow/coordinator.h"
+#include "sparrow/sparrow.pb-c.h"
+#include "sparrow/time.h"
+
+#define MAXT 4
+
+struct harness {
+    spw_coord_server_t *srv;
+    pthread_t thread;
+    volatile int stop;
+    char dir[128];
+    char endpoint[256];
+    atomic_uint_fast64_t done[MAXT]; /* steps each trainer completed */
+    atomic_int violations;
+    atomic_int barriers_dropped;
+    pthread_barrier_t joined; /* every trainer registered before any steps */
+    struct spw_coord_mode mode;
+    int n;
+};
+
+struct trainer {
+    struct harness *h;
+    int idx;
+    uint64_t steps;
+    uint64_t delay_ms;
+    uint64_t die_after;         /* 0: never */
+    uint64_t finished_at_other; /* the slowest other trainer's steps when this one finished */
+    spw_err_t rc;
+};
+
+static void *server_main(void *arg)
+{
+    struct harness *h = arg;
+    spw_coord_server_run(h->srv);
+    return NULL;
+}
+
+static void start(struct harness *h, const char *mode, int n)
+{
+    memset(h, 0, sizeof(*h));
+    snprintf(h->dir, sizeof(h->dir), "/tmp/test_coord_modes.XXXXXX");
+    assert_non_null(mkdtemp(h->dir));
+    struct spw_coord_server_conf conf = {0};
+    conf.listen = "tcp://127.0.0.1:*";
+    assert_int_equal(spw_coord_mode_parse(mode, &conf.mode), SPW_OK);
+    conf.checkpoint_dir = h->dir;
+    conf.member_timeout_ms = 600;
+    conf.checkpoint_timeout_ms = 5000;
+    conf.keep = 2;
+    conf.stop = &h->stop;
+    char err[256];
+    h->srv = spw_coord_server_new(&conf, err, sizeof(err));
+    assert_non_null(h->srv);
+    snprintf(h->endpoint, sizeof(h->endpoint), "%s", spw_coord_server_endpoint(h->srv));
+    h->mode = conf.mode;
+    h->n = n;
+    assert_int_equal(pthread_create(&h->thread, NULL, server_main, h), 0);
+}
+
+static void finish(struct harness *h, struct spw_coord_server_stats *st)
+{
+    h->stop = 1;
+    pthread_join(h->thread, NULL);
+    if (st)
+        spw_coord_server_get_stats(h->srv, st);
+    spw_coord_server_destroy(h->srv);
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", h->dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static uint64_t min_other(struct harness *h, int self, bool include_dead)
+{
+    uint64_t m = UINT64_MAX;
+    for (int j = 0; j < h->n; j++)
+        if (j != self && (include_dead || atomic_load(&h->done[j]) != UINT64_MAX))
+            if (atomic_load(&h->done[j]) < m)
+                m = atomic_load(&h->done[j]);
+    return m;
+}
+
+static void *trainer_main(void *arg)
+{
+    struct trainer *t = arg;
+    struct harness *h = t->h;
+    char id[32];
+    snprintf(id, sizeof(id), "trainer-%d", t->idx);
+    struct spw_coord_client_conf cc = {h->endpoint, id, SPARROW__MEMBER_ROLE__ROLE_TRAINER, 50,
+                                       1000};
+    char err[256];
+    spw_coord_client_t *c = spw_coord_client_new(&cc, 5000, err, sizeof(err));
+    if (!c) {
+        t->rc = SPW_ERR_RPC;
+        pthread_barrier_wait(&h->joined);
+        return NULL;
+    }
+    pthread_barrier_wait(&h->joined);
+    for (uint64_t s = 1; s <= t->steps; s++) {
+        if (t->delay_ms)
+            spw_time_sleep_ms(t->delay_ms);
+        atomic_store(&h->done[t->idx], s);
+        if (t->die_after && s == t->die_after) {
+            /* killed: no more heartbeats, never clocks again */
+            atomic_store(&h->done[t->idx], UINT64_MAX);
+            spw_coord_client_destroy(c);
+            return NULL;
+        }
+        struct spw_coord_event ev;
+        for (;;) {
+            t->rc = spw_coord_client_clock(c, s, &ev);
+            if (t->rc != SPW_OK)
+                goto out;
+            if (ev.kind == SPW_COORD_EV_RESTORE) {
+                spw_coord_client_restore_report(c, ev.generation);
+                continue;
+            }
+            if (ev.kind == SPW_COORD_EV_CHECKPOINT) {
+                spw_coord_client_checkpoint_report(c, ev.epoch, NULL, 0, s);
+                continue;
+            }
+            break;
+        }
+        uint64_t lo = min_other(h, t->idx, false);
+        if (lo == UINT64_MAX)
+            lo = s;
+        if (!spw_coord_mode_may_proceed(&h->mode, s, lo)) {
+            fprintf(stderr, "violation: trainer %d went on at %llu, slowest at %llu\n", t->idx,
+                    (unsigned long long)s, (unsigned long long)lo);
+            atomic_fetch_add(&h->violations, 1);
+        }
+        if (ev.drop_cache)
+            atomic_fetch_add(&h->barriers_dropped, 1);
+    }
+    t->finished_at_other = min_other(h, t->idx, false);
+out:
+    spw_coord_client_destroy(c);
+    return NULL;
+}
+
+static void run_trainers(struct harness *h, struct trainer *t, int n)
+{
+    pthread_t th[MAXT];
+    pthread_barrier_init(&h->joined, NULL, (unsigned)n);
+    for (int i = 0; i < n; i++) {
+        t[i].h = h;
+        t[i].idx = i;
+        assert_int_equal(pthread_create(&th[i], NULL, trainer_main, &t[i]), 0);
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&h->joined);
+}
+
+static void test_coord_modes_sync_waits_for_slowest(void **state)
+{
+    (void)state;
+    struct harness h;
+    start(&h, "sync", 3);
+    struct trainer t[3] = {{.steps = 30}, {.steps = 30}, {.steps = 30, .delay_ms = 10}};
+    run_trainers(&h, t, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(t[i].rc, SPW_OK);
+    assert_int_equal(atomic_load(&h.violations), 0);
+    finish(&h, NULL);
+}
+
+static void test_coord_modes_ssp_bounds_gap(void **state)
+{
+    (void)state;
+    struct harness h;
+    start(&h, "ssp:3", 2);
+    struct trainer t[2] = {{.steps = 40}, {.steps = 40, .delay_ms = 8}};
+    run_trainers(&h, t, 2);
+    assert_int_equal(t[0].rc, SPW_OK);
+    assert_int_equal(t[1].rc, SPW_OK);
+    assert_int_equal(atomic_load(&h.violations), 0);
+    finish(&h, NULL);
+}
+
+static void test_coord_modes_async_runs_ahead(void **state)
+{
+    (void)state;
+    struct harness h;
+    start(&h, "async", 2);
+    struct trainer t[2] = {{.steps = 40}, {.steps = 40, .delay_ms = 20}};
+    run_trainers(&h, t, 2);
+    assert_int_equal(t[0].rc, SPW_OK);
+    /* the fast trainer finished while the slow one was far behind */
+    assert_true(t[0].finished_at_other < 30);
+    finish(&h, NULL);
+}
+
+static void test_coord_modes_hybrid_barriers(void **state)
+{
+    (void)state;
+    struct harness h;
+    start(&h, "hybrid:5", 2);
+    struct trainer t[2] = {{.steps = 20}, {.steps = 20, .delay_ms = 5}};
+    run_trainers(&h, t, 2);
+    assert_int_equal(t[0].rc, SPW_OK);
+    assert_int_equal(atomic_load(&h.violations), 0);
+    /* barriers at 5, 10, 15, 20 for each trainer drop caches */
+    assert_true(atomic_load(&h.barriers_dropped) >= 6);
+    struct spw_coord_server_stats st;
+    finish(&h, &st);
+    /* checkpoint.steps 0 in hybrid: an epoch at every barrier (no shards: manifests only) */
+    assert_true(st.epochs_completed >= 3);
+}
+
+static void test_coord_modes_sync_member_killed(void **state)
+{
+    (void)state;
+    struct harness h;
+    start(&h, "sync", 3);
+    struct trainer t[3] = {{.steps = 25}, {.steps = 25}, {.steps = 25, .die_after = 5}};
+    run_trainers(&h, t, 3);
+    assert_int_equal(t[0].rc, SPW_OK);
+    assert_int_equal(t[1].rc, SPW_OK);
+    assert_int_equal(atomic_load(&h.violations), 0);
+    struct spw_coord_server_stats st;
+    finish(&h, &st);
+    assert_int_equal(st.members_removed, 1);
+    assert_true(st.recoveries >= 2); /* start, joins, and the removal */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_coord_modes_sync_waits_for_slowest),
+        cmocka_unit_test(test_coord_modes_ssp_bounds_gap),
+        cmocka_unit_test(test_coord_modes_async_runs_ahead),
+        cmocka_unit_test(test_coord_modes_hybrid_barriers),
+        cmocka_unit_test(test_coord_modes_sync_member_killed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
