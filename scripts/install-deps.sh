@@ -10,7 +10,7 @@ packages=(
     libprotobuf-c-dev protobuf-c-compiler
     libcmocka-dev libzmq3-dev libmicrohttpd-dev
     libxxhash-dev libjson-c-dev
-    kcat prometheus
+    kcat prometheus wrk
     gnuplot-nox time procps
 )
 

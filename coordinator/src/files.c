@@ -47,6 +47,7 @@ void spw_coord_manifest_fini(struct spw_coord_manifest *m)
     free(m->checksums);
     free(m->rows);
     free(m->offsets);
+    free(m->update_offsets);
     memset(m, 0, sizeof(*m));
 }
 
@@ -117,8 +118,12 @@ spw_err_t spw_coord_manifest_write(const char *root, const struct spw_coord_mani
     Sparrow__PartitionOffset *offs = calloc(m->n_offsets ? m->n_offsets : 1, sizeof(*offs));
     Sparrow__PartitionOffset **off_ptrs =
         calloc(m->n_offsets ? m->n_offsets : 1, sizeof(*off_ptrs));
+    Sparrow__PartitionOffset *uoffs =
+        calloc(m->n_update_offsets ? m->n_update_offsets : 1, sizeof(*uoffs));
+    Sparrow__PartitionOffset **uoff_ptrs =
+        calloc(m->n_update_offsets ? m->n_update_offsets : 1, sizeof(*uoff_ptrs));
     struct spw_wire_buf buf = {0};
-    if (!shards || !shard_ptrs || !offs || !off_ptrs) {
+    if (!shards || !shard_ptrs || !offs || !off_ptrs || !uoffs || !uoff_ptrs) {
         snprintf(errstr, errstr_size, "out of memory");
         goto out_free;
     }
@@ -150,6 +155,16 @@ spw_err_t spw_coord_manifest_write(const char *root, const struct spw_coord_mani
     }
     pb.n_offsets = m->n_offsets;
     pb.offsets = off_ptrs;
+    for (size_t i = 0; i < m->n_update_offsets; i++) {
+        sparrow__partition_offset__init(&uoffs[i]);
+        uoffs[i].topic = (char *)m->update_offsets[i].topic;
+        uoffs[i].has_partition = uoffs[i].has_offset = true;
+        uoffs[i].partition = m->update_offsets[i].partition;
+        uoffs[i].offset = m->update_offsets[i].offset;
+        uoff_ptrs[i] = &uoffs[i];
+    }
+    pb.n_update_offsets = m->n_update_offsets;
+    pb.update_offsets = uoff_ptrs;
     if (spw_wire_buf_reserve(&buf, 12) != SPW_OK)
         goto out_free;
     memcpy(buf.data, MANIFEST_MAGIC, 8);
@@ -180,6 +195,8 @@ spw_err_t spw_coord_manifest_write(const char *root, const struct spw_coord_mani
     rc = write_atomic(dir, "MANIFEST", buf.data, buf.len, errstr, errstr_size);
 out_free:
     free(buf.data);
+    free(uoff_ptrs);
+    free(uoffs);
     free(off_ptrs);
     free(offs);
     free(shard_ptrs);
@@ -247,7 +264,8 @@ spw_err_t spw_coord_manifest_read(const char *root, uint64_t epoch, struct spw_c
     if (spw_wire_unpack_manifest(data + 12, n, SPW_COORD_MAX_FRAME, arena, &pb) != SPW_OK)
         goto out_free;
     if (pb->epoch != epoch || pb->shard_count > SPW_COORD_MAX_SHARDS ||
-        pb->n_offsets > SPW_COORD_MAX_PARTITIONS)
+        pb->n_offsets > SPW_COORD_MAX_PARTITIONS ||
+        pb->n_update_offsets > SPW_COORD_MAX_PARTITIONS)
         goto out_free;
     m->epoch = pb->epoch;
     m->shard_count = pb->shard_count;
@@ -256,7 +274,9 @@ spw_err_t spw_coord_manifest_read(const char *root, uint64_t epoch, struct spw_c
     m->checksums = calloc(pb->shard_count, sizeof(*m->checksums));
     m->rows = calloc(pb->shard_count, sizeof(*m->rows));
     m->offsets = calloc(pb->n_offsets ? pb->n_offsets : 1, sizeof(*m->offsets));
-    if (!m->checksums || !m->rows || !m->offsets) {
+    m->update_offsets =
+        calloc(pb->n_update_offsets ? pb->n_update_offsets : 1, sizeof(*m->update_offsets));
+    if (!m->checksums || !m->rows || !m->offsets || !m->update_offsets) {
         spw_coord_manifest_fini(m);
         rc = SPW_ERR_NOMEM;
         goto out_free;
@@ -275,6 +295,14 @@ spw_err_t spw_coord_manifest_read(const char *root, uint64_t epoch, struct spw_c
         m->offsets[i].skip = o->skip;
     }
     m->n_offsets = pb->n_offsets;
+    for (size_t i = 0; i < pb->n_update_offsets; i++) {
+        const Sparrow__PartitionOffset *o = pb->update_offsets[i];
+        snprintf(m->update_offsets[i].topic, sizeof(m->update_offsets[i].topic), "%s",
+                 o->topic ? o->topic : "");
+        m->update_offsets[i].partition = o->partition;
+        m->update_offsets[i].offset = o->offset;
+    }
+    m->n_update_offsets = pb->n_update_offsets;
     rc = SPW_OK;
 out_free:
     if (rc == SPW_ERR_CORRUPT)

@@ -31,4 +31,9 @@ int spw_coordinator_main(int argc, char **argv);
 extern const struct spw_config_prop spw_coordinator_config_props[];
 extern const size_t spw_coordinator_config_n_props;
 
+int spw_serve_main(int argc, char **argv);
+/* The property table of `sparrow serve` (serve/src/serve_config.c). */
+extern const struct spw_config_prop spw_serve_config_props[];
+extern const size_t spw_serve_config_n_props;
+
 #endif

@@ -20,6 +20,8 @@ static const struct spw_command commands[] = {
      spw_pserver_main, spw_pserver_config_props, &spw_pserver_config_n_props},
     {"coordinator", "run the coordinator (membership, clocks, checkpoint epochs, recovery)",
      spw_coordinator_main, spw_coordinator_config_props, &spw_coordinator_config_n_props},
+    {"serve", "serve predictions from the latest checkpoint and the model-update stream",
+     spw_serve_main, spw_serve_config_props, &spw_serve_config_n_props},
     {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main,
      NULL, NULL},
 };

@@ -106,6 +106,10 @@ struct spw_coord_manifest {
     size_t n_offsets;
     uint64_t example_count;
     int64_t created_ms;
+    /* The model-update stream's next offsets at the checkpoint (DESIGN.md §6), owned (malloc)
+     * like offsets; skip is unused. A reader that starts there replays every later update. */
+    struct spw_coord_offset *update_offsets;
+    size_t n_update_offsets;
 };
 
 void spw_coord_manifest_fini(struct spw_coord_manifest *m);

@@ -1,0 +1,160 @@
+/* Serving (DESIGN.md §6): a lookup table of rows fed from the latest checkpoint and the
+ * model-update stream, the predict request parser, and the `sparrow serve` server. */
+#ifndef SPARROW_SERVE_H
+#define SPARROW_SERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparrow/arena.h"
+#include "sparrow/config.h"
+#include "sparrow/err.h"
+#include "sparrow/ingest.h"
+
+/*
+ * Conventions: pointers are non-NULL unless said otherwise. The table is safe for one writer and
+ * any number of concurrent readers (see below); the parser is pure; a server is driven by the
+ * thread that calls spw_serve_run, its HTTP handlers run on libmicrohttpd's threads.
+ */
+
+/* ---- the lookup table ---- */
+
+/*
+ * key -> (weights[dim], version). Concurrency: the keys are split over SPW_SERVE_STRIPES stripes
+ * by a mix of the key; each stripe is an open-addressing table (linear probing, backward-shift
+ * deletion) under its own reader-writer lock. Readers take the read lock of one stripe for the
+ * time it takes to copy one row; the single writer (the update tail) takes one stripe's write
+ * lock per put or delete, and for a stripe's rehash. Chosen over RCU because rows change in
+ * place at a high rate (an RCU copy per update would allocate per row), while a stripe lock is
+ * held for a few hundred nanoseconds and 256 stripes make reader contention rare.
+ */
+#define SPW_SERVE_STRIPES 256u
+/* Widest row the table takes (as the wire's limit). */
+#define SPW_SERVE_MAX_DIM 4096u
+
+typedef struct spw_serve_table spw_serve_table_t;
+
+/* A table of rows of dim floats (1..SPW_SERVE_MAX_DIM) holding at most max_rows rows. NULL with
+ * errstr on failure. */
+spw_serve_table_t *spw_serve_table_new(uint32_t dim, uint64_t max_rows, char *errstr,
+                                       size_t errstr_size);
+
+/* Frees the table. NULL is a no-op. No reader may be inside. */
+void spw_serve_table_destroy(spw_serve_table_t *table);
+
+uint32_t spw_serve_table_dim(const spw_serve_table_t *table);
+
+/* Rows held (approximate while a writer runs). Thread-safe. */
+uint64_t spw_serve_table_rows(const spw_serve_table_t *table);
+
+/* Inserts or replaces key's row (dim floats copied) and version. SPW_ERR_NOMEM when the table
+ * holds max_rows rows (or cannot grow) and key is new. One writer at a time. */
+spw_err_t spw_serve_table_put(spw_serve_table_t *table, uint64_t key, const float *weights,
+                              uint32_t version);
+
+/* Removes key. SPW_ERR_NOT_FOUND when absent. One writer at a time. */
+spw_err_t spw_serve_table_delete(spw_serve_table_t *table, uint64_t key);
+
+/* Copies key's row into weights (dim floats) and its version into *version (may be NULL).
+ * SPW_ERR_NOT_FOUND when absent (weights untouched). Thread-safe against the writer. */
+spw_err_t spw_serve_table_get(spw_serve_table_t *table, uint64_t key, float *weights,
+                              uint32_t *version);
+
+/* Rows of n keys into rows (n × dim floats): a found row is copied, an absent one is zeros.
+ * Returns how many were found. Thread-safe against the writer. */
+size_t spw_serve_table_get_many(spw_serve_table_t *table, const uint64_t *keys, size_t n,
+                                float *rows);
+
+/* ---- predict requests ---- */
+
+/*
+ * POST /v1/predict bodies (JSON, at most serve.max_body bytes):
+ *   one example:  {"features": {"user": "u1", "hour": 13}, "weight": {"user": 0.5}}
+ *            or:  {"keys": [123, "18446744073709551615"], "weights": [1.0, 0.5]}
+ *   many:         {"examples": [<example>, ...]}
+ * "features"/"weight" follow the JSON event format (DESIGN.md §2) and are hashed exactly as
+ * ingest hashes them (spw_parse_json_line under the same schema); "keys" are pre-hashed feature
+ * keys (integers or decimal strings, 0..2^64-1) with optional "weights" (finite, one per key).
+ * An example holds "features" or "keys", not both; "id" and "ts" are accepted and ignored. Any
+ * other member, a duplicate layout, too many examples or features, a non-finite weight, or
+ * malformed JSON is refused with a message.
+ */
+struct spw_serve_limits {
+    uint32_t max_features; /* per example */
+    uint32_t max_examples; /* per request */
+    uint32_t max_depth;    /* JSON nesting */
+};
+
+struct spw_serve_example {
+    size_t n;
+    const uint64_t *keys; /* n keys */
+    const float *weights; /* n weights */
+};
+
+struct spw_serve_request {
+    size_t n; /* examples */
+    struct spw_serve_example *examples;
+};
+
+/* Parses body[0..len) (not NUL-terminated) into *out, every byte of which lives in arena (valid
+ * until its reset). schema may be NULL (field names hashed). SPW_ERR_INVALID with a message in
+ * errstr for a bad request; SPW_ERR_NOMEM when the arena's budget runs out. Thread-safe given
+ * distinct arenas. */
+spw_err_t spw_serve_request_parse(const char *body, size_t len,
+                                  const struct spw_serve_limits *limits, const spw_schema_t *schema,
+                                  spw_arena_t *arena, struct spw_serve_request *out, char *errstr,
+                                  size_t errstr_size);
+
+/* ---- bootstrap from a checkpoint ---- */
+
+/* Next offset per partition of the model-update stream. */
+struct spw_serve_offset {
+    int32_t partition;
+    int64_t offset;
+};
+
+/* What a bootstrap loaded. */
+struct spw_serve_bootstrap {
+    uint64_t epoch; /* 0: no checkpoint (start empty, tail from the beginning) */
+    uint32_t dim;   /* 0 when no checkpoint */
+    uint64_t rows;
+    struct spw_serve_offset *offsets; /* malloc'd; freed by spw_serve_bootstrap_fini */
+    size_t n_offsets;
+};
+
+void spw_serve_bootstrap_fini(struct spw_serve_bootstrap *boot);
+
+/*
+ * Reads <root>/checkpoints/LATEST and its MANIFEST, verifies every shard checkpoint against the
+ * manifest's checksum, opens each read-only (rocksdb_open_for_read_only, its info log under
+ * log_dir, so nothing is written into the checkpoint directory) and calls put for every row
+ * (weights only). The manifest's update offsets for topic go into boot->offsets. No LATEST:
+ * SPW_OK with boot->epoch 0. A table of the checkpoint's dim is created into *table (caller
+ * destroys); *table stays NULL without a checkpoint. SPW_ERR_CORRUPT / SPW_ERR_STORE /
+ * SPW_ERR_IO / SPW_ERR_NOMEM with errstr otherwise.
+ */
+spw_err_t spw_serve_bootstrap_load(const char *root, const char *log_dir, const char *topic,
+                                   uint64_t max_rows, spw_serve_table_t **table,
+                                   struct spw_serve_bootstrap *boot, char *errstr,
+                                   size_t errstr_size);
+
+/* ---- the server ---- */
+
+extern const struct spw_config_prop spw_serve_config_props[];
+extern const size_t spw_serve_config_n_props;
+
+typedef struct spw_serve spw_serve_t;
+
+/* Loads the checkpoint, starts HTTP and the update consumer from cfg (borrowed; must outlive the
+ * server). NULL with errstr on failure. */
+spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_size);
+
+/* Tails model-updates until a stop request (signal). SPW_OK then; SPW_ERR_CORRUPT when updates
+ * were lost to retention under serve.strict. */
+spw_err_t spw_serve_run(spw_serve_t *serve);
+
+/* Stops HTTP and Kafka and frees. NULL is a no-op. */
+void spw_serve_destroy(spw_serve_t *serve);
+
+#endif

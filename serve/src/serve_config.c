@@ -1,0 +1,43 @@
+/* The property table of `sparrow serve`. */
+#include "sparrow/serve.h"
+
+const struct spw_config_prop spw_serve_config_props[] = {
+    {"serve.checkpoint.dir", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
+     "Root of checkpoints/ (the shards' pserver.checkpoint.dir), read only; unset: start empty "
+     "and tail the update stream from its beginning."},
+    {"serve.log.dir", SPW_CONFIG_STRING, "/tmp", 1, 4000, NULL,
+     "Directory for RocksDB's info logs while checkpoints are read (never the checkpoint "
+     "directory itself)."},
+    {"serve.topic", SPW_CONFIG_STRING, "model-updates", 1, 249, NULL,
+     "Kafka topic of the model-update stream."},
+    {"serve.group", SPW_CONFIG_STRING, "", 0, 200, NULL,
+     "Consumer group id; empty: a unique one per process (every replica reads every partition; "
+     "offsets are never committed)."},
+    {"serve.http.addr", SPW_CONFIG_STRING, "127.0.0.1", 1, 255, NULL,
+     "Address the HTTP API binds (0.0.0.0 for every interface)."},
+    {"serve.http.port", SPW_CONFIG_INT, "8080", 0, 65535, NULL,
+     "HTTP port of the API, /metrics, /healthz and /readyz; 0 picks a free port."},
+    {"serve.http.port_file", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
+     "When set, the bound HTTP port is written to this file once serving starts."},
+    {"serve.max_body", SPW_CONFIG_INT, "1048576", 64, 67108864, NULL,
+     "Largest request body in bytes; larger ones are refused (413)."},
+    {"serve.max_features", SPW_CONFIG_INT, "4096", 1, 1048576, NULL,
+     "Most features per example in a predict request."},
+    {"serve.max_examples", SPW_CONFIG_INT, "1024", 1, 65536, NULL,
+     "Most examples per predict request."},
+    {"serve.max_rows", SPW_CONFIG_INT, "100000000", 1, 10000000000, NULL,
+     "Most rows the lookup table holds; updates for new keys beyond it are counted and dropped."},
+    {"serve.schema", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
+     "Field-name schema file (as ingest.schema) so that raw features hash as in training."},
+    {"serve.schema.strict", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
+     "Refuse field names absent from the schema (as ingest.schema.strict)."},
+    {"serve.catchup.idle", SPW_CONFIG_DURATION_MS, "1s", 0, 600000, NULL,
+     "Ready once no lag is seen and no update arrived for this long after assignment."},
+    {"serve.strict", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
+     "Exit non-zero when updates were lost to retention (else log, count and go on)."},
+    {"kafka.*", SPW_CONFIG_PASSTHROUGH, NULL, 0, 0, NULL,
+     "librdkafka properties passed through (kafka.bootstrap.servers, TLS, SASL)."},
+    {"log.level", SPW_CONFIG_ENUM, "info", 0, 0, "error|warn|info|debug", "Log threshold."},
+};
+const size_t spw_serve_config_n_props =
+    sizeof(spw_serve_config_props) / sizeof(spw_serve_config_props[0]);

@@ -1,0 +1,715 @@
+/* `sparrow serve`: checkpoint bootstrap, the model-update tail, and the HTTP predict API. */
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sparrow/http.h"
+#include "sparrow/kafka.h"
+#include "sparrow/log.h"
+#include "sparrow/metrics.h"
+#include "sparrow/serve.h"
+#include "sparrow/signal.h"
+#include "sparrow/time.h"
+#include "sparrow/trainer.h"
+#include "sparrow/wire.h"
+
+#define MAX_PARTITIONS   1024
+#define MAX_UPDATE_BYTES (1u << 20) /* one ModelUpdate: key + 4096 floats and change */
+#define POLL_MS          100
+
+/* Per-request scratch, reused through a free list so that requests do not allocate in steady
+ * state. A context is owned by one request at a time. */
+struct req_ctx {
+    struct req_ctx *next;
+    spw_arena_t *arena;
+    spw_batch_t *batch;
+    float *rows, *preds;
+    size_t rows_cap, preds_cap;
+    char *out;
+    size_t out_len, out_cap;
+};
+
+/*
+ * Threads: the run thread owns the consumer and is the table's one writer; libmicrohttpd's
+ * threads read the table, the atomics and the context pool (under pool_lock). table is published
+ * once (release) when the first row arrives without a checkpoint.
+ */
+struct spw_serve {
+    const spw_config_t *cfg;
+    spw_metrics_t *metrics;
+    spw_http_t *http;
+    spw_schema_t *schema;
+    spw_kafka_props_t *props;
+    spw_kafka_consumer_t *consumer;
+    _Atomic(spw_serve_table_t *) table;
+    struct spw_serve_bootstrap boot;
+    struct spw_serve_limits limits;
+    size_t max_body;
+    uint64_t max_rows;
+    const char *topic;
+    char group[256];
+    bool strict;
+    uint64_t catchup_idle_ms;
+
+    _Atomic uint64_t epoch;
+    _Atomic int64_t offsets[MAX_PARTITIONS]; /* next offset applied, -1: none */
+    _Atomic int n_partitions;
+    bool assigned, ready;
+    uint64_t quiet_since_ms;
+
+    pthread_mutex_t pool_lock;
+    struct req_ctx *pool;
+
+    spw_arena_t *upd_arena; /* run thread only */
+    spw_counter_t *m_rows, *m_tombstones, *m_rejected, *m_dropped, *m_requests, *m_bad,
+        *m_predictions, *m_not_found;
+    spw_gauge_t *m_table_rows, *m_epoch, *m_ready;
+    spw_histogram_t *m_event_to_shard, *m_shard_to_visible, *m_event_to_visible, *m_latency;
+};
+
+/* ---- output buffer ---- */
+
+static bool out_reserve(struct req_ctx *c, size_t extra)
+{
+    if (c->out_len + extra <= c->out_cap)
+        return true;
+    size_t cap = c->out_cap ? c->out_cap : 4096;
+    while (cap < c->out_len + extra)
+        cap *= 2;
+    char *p = realloc(c->out, cap);
+    if (!p)
+        return false;
+    c->out = p;
+    c->out_cap = cap;
+    return true;
+}
+
+static bool outf(struct req_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool outf(struct req_ctx *c, const char *fmt, ...)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = c->out_cap - c->out_len;
+        int n = vsnprintf(c->out ? c->out + c->out_len : NULL, c->out ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return false;
+        if ((size_t)n < room) {
+            c->out_len += (size_t)n;
+            return true;
+        }
+        if (!out_reserve(c, (size_t)n + 1))
+            return false;
+    }
+    return false;
+}
+
+/* Hands the buffer to the response (a malloc'd copy: the context keeps its own). */
+static void respond(struct spw_http_response *resp, int status, struct req_ctx *c)
+{
+    resp->status = status;
+    resp->content_type = "application/json";
+    resp->body = malloc(c->out_len ? c->out_len : 1);
+    if (!resp->body) {
+        resp->status = 503;
+        resp->body_len = 0;
+        return;
+    }
+    memcpy(resp->body, c->out, c->out_len);
+    resp->body_len = c->out_len;
+}
+
+/* A JSON error body {"error": msg} (msg escaped). */
+static void respond_error(struct spw_http_response *resp, int status, const char *msg)
+{
+    size_t n = strlen(msg);
+    char *body = malloc(n * 6 + 32);
+    if (!body) {
+        resp->status = status;
+        return;
+    }
+    size_t o = (size_t)sprintf(body, "{\"error\":\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)msg[i];
+        if (ch == '"' || ch == '\\') {
+            body[o++] = '\\';
+            body[o++] = (char)ch;
+        } else if (ch < 0x20 || ch >= 0x7f) {
+            o += (size_t)sprintf(body + o, "\\u%04x", ch);
+        } else {
+            body[o++] = (char)ch;
+        }
+    }
+    o += (size_t)sprintf(body + o, "\"}\n");
+    resp->status = status;
+    resp->content_type = "application/json";
+    resp->body = body;
+    resp->body_len = o;
+}
+
+/* ---- context pool ---- */
+
+static struct req_ctx *ctx_get(spw_serve_t *s)
+{
+    pthread_mutex_lock(&s->pool_lock);
+    struct req_ctx *c = s->pool;
+    if (c)
+        s->pool = c->next;
+    pthread_mutex_unlock(&s->pool_lock);
+    if (c)
+        return c;
+    c = calloc(1, sizeof(*c));
+    char errstr[128];
+    if (!c)
+        return NULL;
+    c->arena = spw_arena_new(1 << 16, s->max_body * 16 + (1u << 20));
+    c->batch = spw_batch_new(64, 64 * 40, errstr, sizeof(errstr));
+    if (!c->arena || !c->batch) {
+        spw_arena_destroy(c->arena);
+        spw_batch_destroy(c->batch);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void ctx_put(spw_serve_t *s, struct req_ctx *c)
+{
+    pthread_mutex_lock(&s->pool_lock);
+    c->next = s->pool;
+    s->pool = c;
+    pthread_mutex_unlock(&s->pool_lock);
+}
+
+static void ctx_free(struct req_ctx *c)
+{
+    spw_arena_destroy(c->arena);
+    spw_batch_destroy(c->batch);
+    free(c->rows);
+    free(c->preds);
+    free(c->out);
+    free(c);
+}
+
+static bool grow(float **p, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return true;
+    float *q = realloc(*p, n * sizeof(float));
+    if (!q)
+        return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+/* ---- HTTP handlers ---- */
+
+static void append_state(spw_serve_t *s, struct req_ctx *c)
+{
+    outf(c, ",\"epoch\":%" PRIu64 ",\"update_offsets\":{",
+         atomic_load_explicit(&s->epoch, memory_order_relaxed));
+    int n = atomic_load_explicit(&s->n_partitions, memory_order_acquire);
+    bool first = true;
+    for (int p = 0; p < n; p++) {
+        int64_t off = atomic_load_explicit(&s->offsets[p], memory_order_relaxed);
+        if (off < 0)
+            continue;
+        outf(c, "%s\"%d\":%" PRId64, first ? "" : ",", p, off);
+        first = false;
+    }
+    outf(c, "}");
+}
+
+static void on_predict(void *opaque, const char *method, const char *path, const char *body,
+                       size_t body_len, struct spw_http_response *resp)
+{
+    spw_serve_t *s = opaque;
+    uint64_t t0 = spw_time_mono_ns();
+    spw_counter_inc(s->m_requests);
+    if (strcmp(path, "/v1/predict") != 0) {
+        respond_error(resp, 404, "no such resource");
+        return;
+    }
+    if (strcmp(method, "POST") != 0) {
+        respond_error(resp, 405, "use POST");
+        return;
+    }
+    struct req_ctx *c = ctx_get(s);
+    if (!c) {
+        respond_error(resp, 503, "out of memory");
+        return;
+    }
+    spw_arena_reset(c->arena);
+    spw_batch_reset(c->batch);
+    c->out_len = 0;
+    char errstr[256];
+    struct spw_serve_request req = {0};
+    spw_err_t rc = spw_serve_request_parse(body ? body : "", body_len, &s->limits, s->schema,
+                                           c->arena, &req, errstr, sizeof(errstr));
+    if (rc == SPW_ERR_NOMEM) {
+        respond_error(resp, 413, "request too large to hold");
+        goto out_put;
+    }
+    if (rc != SPW_OK) {
+        spw_counter_inc(s->m_bad);
+        respond_error(resp, 400, errstr);
+        goto out_put;
+    }
+    for (size_t i = 0; i < req.n; i++) {
+        const struct spw_serve_example *ex = &req.examples[i];
+        rc = spw_batch_add(c->batch, 0.0f, NAN, 0, ex->n, ex->keys, ex->weights);
+        if (rc != SPW_OK) {
+            spw_counter_inc(s->m_bad);
+            snprintf(errstr, sizeof(errstr), "example %zu: %s", i, spw_err_str(rc));
+            respond_error(resp, 400, errstr);
+            goto out_put;
+        }
+    }
+    spw_serve_table_t *table = atomic_load_explicit(&s->table, memory_order_acquire);
+    struct spw_model model;
+    uint32_t dim = table ? spw_serve_table_dim(table) : 1;
+    if (dim == 1)
+        spw_model_init(&model, SPW_MODEL_LR, 0);
+    else if (spw_model_init(&model, SPW_MODEL_FM, dim - 1) != SPW_OK) {
+        respond_error(resp, 500, "the model's row width is not an FM's");
+        goto out_put;
+    }
+    size_t nu = spw_batch_unique(c->batch);
+    if (!grow(&c->rows, &c->rows_cap, nu * dim + 1) || !grow(&c->preds, &c->preds_cap, req.n)) {
+        respond_error(resp, 503, "out of memory");
+        goto out_put;
+    }
+    if (table)
+        spw_serve_table_get_many(table, spw_batch_keys(c->batch), nu, c->rows);
+    else
+        memset(c->rows, 0, nu * dim * sizeof(float));
+    spw_cpu_forward(&model, c->batch, c->rows, c->preds);
+    outf(c, "{\"predictions\":[");
+    for (size_t i = 0; i < req.n; i++)
+        outf(c, "%s%.9g", i ? "," : "", (double)c->preds[i]);
+    outf(c, "]");
+    append_state(s, c);
+    if (!outf(c, "}\n")) {
+        respond_error(resp, 503, "out of memory");
+        goto out_put;
+    }
+    respond(resp, 200, c);
+    spw_counter_add(s->m_predictions, req.n);
+    spw_histogram_observe(s->m_latency, (double)(spw_time_mono_ns() - t0) * 1e-9);
+out_put:
+    ctx_put(s, c);
+}
+
+static void on_rows(void *opaque, const char *method, const char *path, const char *body,
+                    size_t body_len, struct spw_http_response *resp)
+{
+    (void)body;
+    (void)body_len;
+    spw_serve_t *s = opaque;
+    spw_counter_inc(s->m_requests);
+    if (strcmp(method, "GET") != 0) {
+        respond_error(resp, 405, "use GET");
+        return;
+    }
+    const char *text = path + strlen("/v1/rows/");
+    uint64_t key = 0;
+    size_t len = strlen(text);
+    bool ok =
+        len > 0 && len <= 20 && strspn(text, "0123456789") == len && (len == 1 || text[0] != '0');
+    for (size_t i = 0; ok && i < len; i++) {
+        uint64_t d = (uint64_t)(text[i] - '0');
+        ok = key <= (UINT64_MAX - d) / 10;
+        key = key * 10 + d;
+    }
+    if (!ok) {
+        spw_counter_inc(s->m_bad);
+        respond_error(resp, 400, "the key must be a decimal integer in 0..18446744073709551615");
+        return;
+    }
+    spw_serve_table_t *table = atomic_load_explicit(&s->table, memory_order_acquire);
+    struct req_ctx *c = ctx_get(s);
+    if (!c) {
+        respond_error(resp, 503, "out of memory");
+        return;
+    }
+    c->out_len = 0;
+    uint32_t dim = table ? spw_serve_table_dim(table) : 1, version = 0;
+    if (!grow(&c->rows, &c->rows_cap, dim)) {
+        respond_error(resp, 503, "out of memory");
+        goto out_put;
+    }
+    if (!table || spw_serve_table_get(table, key, c->rows, &version) != SPW_OK) {
+        spw_counter_inc(s->m_not_found);
+        respond_error(resp, 404, "no such key");
+        goto out_put;
+    }
+    outf(c, "{\"key\":\"%" PRIu64 "\",\"version\":%u,\"weights\":[", key, version);
+    for (uint32_t i = 0; i < dim; i++)
+        outf(c, "%s%.9g", i ? "," : "", (double)c->rows[i]);
+    outf(c, "]");
+    append_state(s, c);
+    if (!outf(c, "}\n")) {
+        respond_error(resp, 503, "out of memory");
+        goto out_put;
+    }
+    respond(resp, 200, c);
+out_put:
+    ctx_put(s, c);
+}
+
+/* ---- the update tail ---- */
+
+static void on_assign(void *opaque, struct spw_kafka_partition *parts, size_t n)
+{
+    spw_serve_t *s = opaque;
+    for (size_t i = 0; i < n; i++) {
+        /* Without a checkpoint offset the partition starts at its beginning (no group commit
+         * exists for our private group): replaying absolute values is harmless. */
+        for (size_t j = 0; j < s->boot.n_offsets; j++)
+            if (strcmp(parts[i].topic, s->topic) == 0 &&
+                s->boot.offsets[j].partition == parts[i].partition) {
+                /* Never rewind what this process has applied already (a re-assignment). */
+                int64_t have = parts[i].partition < MAX_PARTITIONS
+                                   ? atomic_load(&s->offsets[parts[i].partition])
+                                   : -1;
+                parts[i].offset =
+                    have > s->boot.offsets[j].offset ? have : s->boot.offsets[j].offset;
+            }
+        if (parts[i].offset == SPW_KAFKA_OFFSET_STORED && parts[i].partition >= 0 &&
+            parts[i].partition < MAX_PARTITIONS) {
+            int64_t have = atomic_load(&s->offsets[parts[i].partition]);
+            if (have >= 0)
+                parts[i].offset = have;
+        }
+        SPW_INFO("update partition assigned", "partition=%" PRId32 " offset=%" PRId64,
+                 parts[i].partition, parts[i].offset);
+    }
+    s->assigned = true;
+    s->quiet_since_ms = spw_time_mono_ms();
+}
+
+static void observe_freshness(spw_serve_t *s, const Sparrow__ModelUpdate *u)
+{
+    int64_t now = spw_time_wall_ms();
+    if (u->has_event_time_ms && u->event_time_ms > 0) {
+        spw_histogram_observe(s->m_event_to_visible, (double)(now - u->event_time_ms) * 1e-3);
+        if (u->has_applied_ms && u->applied_ms > 0)
+            spw_histogram_observe(s->m_event_to_shard,
+                                  (double)(u->applied_ms - u->event_time_ms) * 1e-3);
+    }
+    if (u->has_applied_ms && u->applied_ms > 0)
+        spw_histogram_observe(s->m_shard_to_visible, (double)(now - u->applied_ms) * 1e-3);
+}
+
+/* Applies one consumed record. Bad records are counted and skipped (they cannot be fixed by
+ * reading them again). */
+static void apply_record(spw_serve_t *s, const struct spw_kafka_msg *msg)
+{
+    spw_serve_table_t *table = atomic_load_explicit(&s->table, memory_order_relaxed);
+    if (!msg->value) {
+        /* A Kafka tombstone keyed by the 8-byte big-endian feature key (compaction). */
+        if (msg->key && msg->key_len == 8 && table) {
+            uint64_t key = 0;
+            for (int i = 0; i < 8; i++)
+                key = (key << 8) | ((const uint8_t *)msg->key)[i];
+            spw_serve_table_delete(table, key);
+        }
+        spw_counter_inc(s->m_tombstones);
+        return;
+    }
+    spw_arena_reset(s->upd_arena);
+    Sparrow__ModelUpdate *u = NULL;
+    if (spw_wire_unpack_model_update(msg->value, msg->len, MAX_UPDATE_BYTES, s->upd_arena, &u) !=
+            SPW_OK ||
+        !u->has_key) {
+        spw_counter_inc(s->m_rejected);
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "undecodable model update",
+                            "partition=%" PRId32 " offset=%" PRId64, msg->partition, msg->offset);
+        return;
+    }
+    if (u->tombstone) {
+        if (table)
+            spw_serve_table_delete(table, u->key);
+        spw_counter_inc(s->m_tombstones);
+    } else {
+        size_t dim = u->weights.len / sizeof(float);
+        const float *w = NULL;
+        if (dim == 0 || dim > SPW_SERVE_MAX_DIM ||
+            spw_wire_block_f32(&u->weights, dim, &w) != SPW_OK) {
+            spw_counter_inc(s->m_rejected);
+            return;
+        }
+        if (!table) {
+            char errstr[128];
+            table = spw_serve_table_new((uint32_t)dim, s->max_rows, errstr, sizeof(errstr));
+            if (!table) {
+                spw_counter_inc(s->m_rejected);
+                return;
+            }
+            atomic_store_explicit(&s->table, table, memory_order_release);
+            SPW_INFO("lookup table created from the update stream", "dim=%zu", dim);
+        }
+        if (dim != spw_serve_table_dim(table)) {
+            spw_counter_inc(s->m_rejected);
+            SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "model update of another row width",
+                                "dim=%zu table_dim=%u", dim, spw_serve_table_dim(table));
+            return;
+        }
+        if (spw_serve_table_put(table, u->key, w, u->has_version ? u->version : 0) != SPW_OK) {
+            spw_counter_inc(s->m_dropped);
+            SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "lookup table full: update dropped",
+                                "max_rows=%" PRIu64, s->max_rows);
+            return;
+        }
+        spw_counter_inc(s->m_rows);
+    }
+    if (u->has_epoch && u->epoch > atomic_load_explicit(&s->epoch, memory_order_relaxed))
+        atomic_store_explicit(&s->epoch, u->epoch, memory_order_relaxed);
+    observe_freshness(s, u);
+}
+
+static void note_offset(spw_serve_t *s, int32_t partition, int64_t next)
+{
+    if (partition < 0 || partition >= MAX_PARTITIONS)
+        return;
+    atomic_store_explicit(&s->offsets[partition], next, memory_order_relaxed);
+    if (partition >= atomic_load_explicit(&s->n_partitions, memory_order_relaxed))
+        atomic_store_explicit(&s->n_partitions, partition + 1, memory_order_release);
+}
+
+static void update_readiness(spw_serve_t *s)
+{
+    spw_serve_table_t *table = atomic_load_explicit(&s->table, memory_order_relaxed);
+    if (table)
+        spw_gauge_set(s->m_table_rows, (double)spw_serve_table_rows(table));
+    spw_gauge_set(s->m_epoch, (double)atomic_load(&s->epoch));
+    if (s->ready || !s->assigned)
+        return;
+    if (spw_kafka_consumer_lag(s->consumer) > 0)
+        return;
+    if (spw_time_mono_ms() - s->quiet_since_ms < s->catchup_idle_ms)
+        return;
+    s->ready = true;
+    spw_gauge_set(s->m_ready, 1);
+    spw_http_set_ready(s->http, true, NULL);
+    SPW_INFO("caught up: ready", "epoch=%" PRIu64 " rows=%" PRIu64, atomic_load(&s->epoch),
+             table ? spw_serve_table_rows(table) : 0);
+}
+
+spw_err_t spw_serve_run(spw_serve_t *s)
+{
+    spw_err_t ret = SPW_OK;
+    while (!spw_signal_stop_requested()) {
+        struct spw_kafka_msg msg;
+        spw_err_t rc = spw_kafka_consumer_poll(s->consumer, POLL_MS, &msg);
+        if (rc == SPW_OK) {
+            if (strcmp(msg.topic, s->topic) == 0) {
+                apply_record(s, &msg);
+                note_offset(s, msg.partition, msg.offset + 1);
+            }
+            spw_kafka_msg_release(&msg);
+            s->quiet_since_ms = spw_time_mono_ms();
+        } else if (rc == SPW_ERR_CORRUPT) {
+            SPW_ERROR("model updates lost to retention", "strict=%d", (int)s->strict);
+            if (s->strict) {
+                ret = SPW_ERR_CORRUPT;
+                break;
+            }
+        } else if (rc != SPW_ERR_TIMEOUT) {
+            SPW_ERROR("update consumer failed", "error=\"%s\"", spw_err_str(rc));
+            ret = rc;
+            break;
+        }
+        update_readiness(s);
+    }
+    return ret;
+}
+
+/* ---- lifecycle ---- */
+
+static const double FRESH_BOUNDS[] = {0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30, 60, 300};
+static const double LAT_BOUNDS[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                    0.01,   0.025,   0.05,   0.1,   0.25,   1};
+
+static bool register_metrics(spw_serve_t *s)
+{
+    spw_metrics_t *m = s->metrics;
+    const size_t nf = sizeof(FRESH_BOUNDS) / sizeof(FRESH_BOUNDS[0]);
+    s->m_rows = spw_metrics_counter_new(m, "sparrow_serve_updates_total",
+                                        "Model updates applied, by kind.", "kind=\"row\"");
+    s->m_tombstones = spw_metrics_counter_new(
+        m, "sparrow_serve_updates_total", "Model updates applied, by kind.", "kind=\"tombstone\"");
+    s->m_rejected =
+        spw_metrics_counter_new(m, "sparrow_serve_updates_rejected_total",
+                                "Model updates refused (undecodable, bad width).", NULL);
+    s->m_dropped = spw_metrics_counter_new(m, "sparrow_serve_updates_dropped_total",
+                                           "Rows not stored because the table was full.", NULL);
+    s->m_requests =
+        spw_metrics_counter_new(m, "sparrow_serve_requests_total", "API requests received.", NULL);
+    s->m_bad = spw_metrics_counter_new(m, "sparrow_serve_bad_requests_total",
+                                       "API requests refused as malformed (400).", NULL);
+    s->m_not_found = spw_metrics_counter_new(m, "sparrow_serve_rows_not_found_total",
+                                             "Row lookups of absent keys (404).", NULL);
+    s->m_predictions =
+        spw_metrics_counter_new(m, "sparrow_serve_predictions_total", "Examples scored.", NULL);
+    s->m_table_rows = spw_metrics_gauge_new(m, "sparrow_serve_rows", "Rows in the table.", NULL);
+    s->m_epoch = spw_metrics_gauge_new(m, "sparrow_serve_model_epoch",
+                                       "Newest model epoch seen (checkpoint or update).", NULL);
+    s->m_ready = spw_metrics_gauge_new(m, "sparrow_serve_ready",
+                                       "1 once the update stream was caught up.", NULL);
+    s->m_event_to_shard = spw_metrics_histogram_new(
+        m, "sparrow_serve_freshness_seconds",
+        "Freshness of applied updates: event time -> applied on a shard -> visible in serving.",
+        "stage=\"event_to_shard\"", FRESH_BOUNDS, nf);
+    s->m_shard_to_visible = spw_metrics_histogram_new(
+        m, "sparrow_serve_freshness_seconds",
+        "Freshness of applied updates: event time -> applied on a shard -> visible in serving.",
+        "stage=\"shard_to_visible\"", FRESH_BOUNDS, nf);
+    s->m_event_to_visible = spw_metrics_histogram_new(
+        m, "sparrow_serve_freshness_seconds",
+        "Freshness of applied updates: event time -> applied on a shard -> visible in serving.",
+        "stage=\"event_to_visible\"", FRESH_BOUNDS, nf);
+    s->m_latency = spw_metrics_histogram_new(
+        m, "sparrow_serve_predict_seconds", "Time to answer a valid predict request.", NULL,
+        LAT_BOUNDS, sizeof(LAT_BOUNDS) / sizeof(LAT_BOUNDS[0]));
+    return s->m_rows && s->m_tombstones && s->m_rejected && s->m_dropped && s->m_requests &&
+           s->m_bad && s->m_not_found && s->m_predictions && s->m_table_rows && s->m_epoch &&
+           s->m_ready && s->m_event_to_shard && s->m_shard_to_visible && s->m_event_to_visible &&
+           s->m_latency;
+}
+
+spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_size)
+{
+    spw_serve_t *s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&s->pool_lock, NULL);
+    s->cfg = cfg;
+    s->topic = spw_config_str(cfg, "serve.topic");
+    s->max_body = (size_t)spw_config_int(cfg, "serve.max_body");
+    s->max_rows = (uint64_t)spw_config_int(cfg, "serve.max_rows");
+    s->limits.max_features = (uint32_t)spw_config_int(cfg, "serve.max_features");
+    s->limits.max_examples = (uint32_t)spw_config_int(cfg, "serve.max_examples");
+    s->limits.max_depth = 16;
+    s->strict = spw_config_bool(cfg, "serve.strict");
+    s->catchup_idle_ms = (uint64_t)spw_config_duration_ms(cfg, "serve.catchup.idle");
+    atomic_init(&s->table, NULL);
+    atomic_init(&s->epoch, 0);
+    atomic_init(&s->n_partitions, 0);
+    for (int i = 0; i < MAX_PARTITIONS; i++)
+        atomic_init(&s->offsets[i], -1);
+    s->metrics = spw_metrics_new();
+    s->upd_arena = spw_arena_new(1 << 16, 4 * (size_t)MAX_UPDATE_BYTES);
+    if (!s->metrics || !s->upd_arena || !register_metrics(s)) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto out_destroy;
+    }
+    const char *schema_path = spw_config_str(cfg, "serve.schema");
+    if (schema_path && *schema_path) {
+        s->schema = spw_schema_load(schema_path, spw_config_bool(cfg, "serve.schema.strict"),
+                                    errstr, errstr_size);
+        if (!s->schema)
+            goto out_destroy;
+    }
+
+    /* Bootstrap before HTTP starts, so that the first answer already reflects the checkpoint. */
+    const char *root = spw_config_str(cfg, "serve.checkpoint.dir");
+    if (root && *root) {
+        spw_serve_table_t *table = NULL;
+        if (spw_serve_bootstrap_load(root, spw_config_str(cfg, "serve.log.dir"), s->topic,
+                                     s->max_rows, &table, &s->boot, errstr, errstr_size) != SPW_OK)
+            goto out_destroy;
+        atomic_store(&s->table, table);
+        atomic_store(&s->epoch, s->boot.epoch);
+        for (size_t i = 0; i < s->boot.n_offsets; i++)
+            SPW_INFO("checkpoint update offset", "partition=%" PRId32 " offset=%" PRId64,
+                     s->boot.offsets[i].partition, s->boot.offsets[i].offset);
+    }
+
+    s->http = spw_http_start(spw_config_str(cfg, "serve.http.addr"),
+                             (uint16_t)spw_config_int(cfg, "serve.http.port"), s->metrics,
+                             s->max_body, errstr, errstr_size);
+    if (!s->http)
+        goto out_destroy;
+    spw_http_set_ready(s->http, false, "catching up with the model-update stream");
+    if (spw_http_route_add(s->http, "/v1/predict", on_predict, s) != SPW_OK ||
+        spw_http_route_add(s->http, "/v1/rows/", on_rows, s) != SPW_OK) {
+        snprintf(errstr, errstr_size, "cannot add HTTP routes");
+        goto out_destroy;
+    }
+
+    s->props = spw_kafka_props_new();
+    if (!s->props || spw_kafka_props_from_config(s->props, cfg) != SPW_OK) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto out_destroy;
+    }
+    const char *group = spw_config_str(cfg, "serve.group");
+    if (group && *group)
+        snprintf(s->group, sizeof(s->group), "%s", group);
+    else
+        snprintf(s->group, sizeof(s->group), "sparrow-serve-%ld-%" PRId64, (long)getpid(),
+                 spw_time_wall_ms());
+    const char *topics[1] = {s->topic};
+    struct spw_kafka_consumer_opts copts = {
+        .group_id = s->group,
+        .topics = topics,
+        .n_topics = 1,
+        .start_latest = false,
+        .lost = s->strict ? SPW_KAFKA_LOST_FAIL : SPW_KAFKA_LOST_EARLIEST,
+        .on_assign = on_assign,
+        .opaque = s,
+        .metrics = s->metrics,
+    };
+    s->consumer = spw_kafka_consumer_new(s->props, &copts, errstr, errstr_size);
+    if (!s->consumer)
+        goto out_destroy;
+
+    const char *port_file = spw_config_str(cfg, "serve.http.port_file");
+    if (port_file && *port_file) {
+        char tmp[4096];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", port_file);
+        FILE *f = fopen(tmp, "w");
+        if (!f || fprintf(f, "%u\n", spw_http_port(s->http)) < 0 || fclose(f) != 0 ||
+            rename(tmp, port_file) != 0) {
+            snprintf(errstr, errstr_size, "cannot write %s", port_file);
+            goto out_destroy;
+        }
+    }
+    SPW_INFO("serving", "port=%u topic=%s group=%s epoch=%" PRIu64, spw_http_port(s->http),
+             s->topic, s->group, s->boot.epoch);
+    return s;
+out_destroy:
+    spw_serve_destroy(s);
+    return NULL;
+}
+
+void spw_serve_destroy(spw_serve_t *s)
+{
+    if (!s)
+        return;
+    spw_http_stop(s->http); /* no handler runs after this */
+    spw_kafka_consumer_destroy(s->consumer);
+    spw_kafka_props_destroy(s->props);
+    spw_serve_table_destroy(atomic_load(&s->table));
+    spw_serve_bootstrap_fini(&s->boot);
+    spw_schema_destroy(s->schema);
+    while (s->pool) {
+        struct req_ctx *c = s->pool;
+        s->pool = c->next;
+        ctx_free(c);
+    }
+    spw_arena_destroy(s->upd_arena);
+    spw_metrics_destroy(s->metrics);
+    pthread_mutex_destroy(&s->pool_lock);
+    free(s);
+}

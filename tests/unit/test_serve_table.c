@@ -1,0 +1,161 @@
+/* Unit tests of the serving lookup table: put/get/delete, growth, capacity, concurrent readers. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "sparrow/serve.h"
+
+static void test_serve_table_put_get_delete(void **state)
+{
+    (void)state;
+    char errstr[128];
+    spw_serve_table_t *t = spw_serve_table_new(3, 1000, errstr, sizeof(errstr));
+    assert_non_null(t);
+    float w[3] = {1, 2, 3}, got[3] = {0};
+    uint32_t version = 0;
+    assert_int_equal(spw_serve_table_get(t, 0, got, &version), SPW_ERR_NOT_FOUND);
+    assert_int_equal(spw_serve_table_put(t, 0, w, 7), SPW_OK); /* key 0: the bias */
+    assert_int_equal(spw_serve_table_get(t, 0, got, &version), SPW_OK);
+    assert_memory_equal(got, w, sizeof(w));
+    assert_int_equal(version, 7);
+    w[1] = -5;
+    assert_int_equal(spw_serve_table_put(t, 0, w, 8), SPW_OK);
+    assert_int_equal(spw_serve_table_rows(t), 1);
+    assert_int_equal(spw_serve_table_get(t, 0, got, &version), SPW_OK);
+    assert_true(got[1] == -5.0f);
+    assert_int_equal(version, 8);
+    assert_int_equal(spw_serve_table_delete(t, 0), SPW_OK);
+    assert_int_equal(spw_serve_table_delete(t, 0), SPW_ERR_NOT_FOUND);
+    assert_int_equal(spw_serve_table_get(t, 0, got, NULL), SPW_ERR_NOT_FOUND);
+    assert_int_equal(spw_serve_table_rows(t), 0);
+    spw_serve_table_destroy(t);
+    assert_null(spw_serve_table_new(0, 10, errstr, sizeof(errstr)));
+    spw_serve_table_destroy(NULL);
+}
+
+/* Many keys, deletions interleaved: every survivor is found with its own value, no deleted key
+ * is (exercises growth and backward-shift deletion across probe runs). */
+static void test_serve_table_many_keys(void **state)
+{
+    (void)state;
+    char errstr[128];
+    spw_serve_table_t *t = spw_serve_table_new(2, 1u << 20, errstr, sizeof(errstr));
+    assert_non_null(t);
+    const uint64_t n = 50000;
+    for (uint64_t k = 0; k < n; k++) {
+        float w[2] = {(float)k, -(float)k};
+        assert_int_equal(spw_serve_table_put(t, k * 7919u, w, (uint32_t)k), SPW_OK);
+    }
+    for (uint64_t k = 0; k < n; k += 3)
+        assert_int_equal(spw_serve_table_delete(t, k * 7919u), SPW_OK);
+    uint64_t alive = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        float got[2];
+        uint32_t v;
+        spw_err_t rc = spw_serve_table_get(t, k * 7919u, got, &v);
+        if (k % 3 == 0) {
+            assert_int_equal(rc, SPW_ERR_NOT_FOUND);
+        } else {
+            assert_int_equal(rc, SPW_OK);
+            assert_true(got[0] == (float)k && got[1] == -(float)k);
+            assert_int_equal(v, (uint32_t)k);
+            alive++;
+        }
+    }
+    assert_int_equal(spw_serve_table_rows(t), alive);
+    uint64_t keys[3] = {7919u, 0, 2 * 7919u};
+    float rows[6];
+    memset(rows, 0xff, sizeof(rows));
+    assert_int_equal(spw_serve_table_get_many(t, keys, 3, rows), 2);
+    assert_true(rows[0] == 1.0f && rows[2] == 0.0f && rows[3] == 0.0f && rows[4] == 2.0f);
+    spw_serve_table_destroy(t);
+}
+
+static void test_serve_table_capacity(void **state)
+{
+    (void)state;
+    char errstr[128];
+    spw_serve_table_t *t = spw_serve_table_new(1, 10, errstr, sizeof(errstr));
+    float w = 1;
+    for (uint64_t k = 0; k < 10; k++)
+        assert_int_equal(spw_serve_table_put(t, k, &w, 0), SPW_OK);
+    assert_int_equal(spw_serve_table_put(t, 99, &w, 0), SPW_ERR_NOMEM);
+    w = 2;
+    assert_int_equal(spw_serve_table_put(t, 3, &w, 1), SPW_OK); /* existing keys still update */
+    assert_int_equal(spw_serve_table_delete(t, 4), SPW_OK);
+    assert_int_equal(spw_serve_table_put(t, 99, &w, 0), SPW_OK);
+    spw_serve_table_destroy(t);
+}
+
+/* One writer rewrites rows whose floats all equal one value; readers must never see a row
+ * mixing two writes (torn) or a missing key that is always present. */
+struct race {
+    spw_serve_table_t *t;
+    atomic_int stop;
+    atomic_int bad;
+};
+
+static void *reader(void *arg)
+{
+    struct race *r = arg;
+    float got[16];
+    while (!atomic_load(&r->stop)) {
+        for (uint64_t k = 0; k < 64; k++) {
+            if (spw_serve_table_get(r->t, k, got, NULL) != SPW_OK) {
+                atomic_fetch_add(&r->bad, 1);
+                continue;
+            }
+            for (int i = 1; i < 16; i++)
+                if (got[i] != got[0])
+                    atomic_fetch_add(&r->bad, 1);
+        }
+    }
+    return NULL;
+}
+
+static void test_serve_table_concurrent_readers(void **state)
+{
+    (void)state;
+    char errstr[128];
+    struct race r = {.t = spw_serve_table_new(16, 1u << 20, errstr, sizeof(errstr))};
+    atomic_init(&r.stop, 0);
+    atomic_init(&r.bad, 0);
+    float w[16] = {0};
+    for (uint64_t k = 0; k < 64; k++)
+        assert_int_equal(spw_serve_table_put(r.t, k, w, 0), SPW_OK);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, reader, &r);
+    for (uint32_t round = 1; round <= 2000; round++) {
+        for (int i = 0; i < 16; i++)
+            w[i] = (float)round;
+        for (uint64_t k = 0; k < 64; k++)
+            spw_serve_table_put(r.t, k, w, round);
+        /* Growth and deletion of other keys while readers run. */
+        spw_serve_table_put(r.t, 1000 + round, w, round);
+        if (round % 2 == 0)
+            spw_serve_table_delete(r.t, 1000 + round - 1);
+    }
+    atomic_store(&r.stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(atomic_load(&r.bad), 0);
+    spw_serve_table_destroy(r.t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_serve_table_put_get_delete),
+        cmocka_unit_test(test_serve_table_many_keys),
+        cmocka_unit_test(test_serve_table_capacity),
+        cmocka_unit_test(test_serve_table_concurrent_readers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
