@@ -35,6 +35,7 @@
 #define HTTP_CONN_MEMORY     (32 * 1024) /* request line + headers + read buffer per connection */
 #define HTTP_DISCARD_SLACK   (1u << 20) /* bytes of an oversized chunked body read before closing */
 #define HTTP_READY_REASON    256
+#define HTTP_MAX_TOKEN       SPW_HTTP_MAX_TOKEN
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 #define TEXT_CONTENT_TYPE    "text/plain; charset=utf-8"
 
@@ -54,6 +55,11 @@ struct spw_http {
     /* Slots [0, n_routes) are immutable once published by the release store of n_routes. */
     struct route routes[HTTP_MAX_ROUTES];
     _Atomic size_t n_routes;
+
+    /* Bearer token required on role routes (not on /metrics, /healthz, /readyz); empty: none.
+     * Set before traffic arrives, read without a lock. */
+    char token[HTTP_MAX_TOKEN + 1];
+    size_t token_len;
 
     pthread_mutex_t ready_lock; /* guards ready_reason */
     _Atomic bool ready;
@@ -198,6 +204,23 @@ static bool parse_length(const char *text, uint64_t *out)
     return true;
 }
 
+/* True when the request carries `Authorization: Bearer <token>` with the configured token. The
+ * comparison takes the same time wherever the first difference is. */
+static bool bearer_ok(const struct spw_http *http, struct MHD_Connection *conn)
+{
+    const char *auth =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    static const char scheme[] = "Bearer ";
+    if (!auth || strncmp(auth, scheme, sizeof(scheme) - 1) != 0)
+        return false;
+    auth += sizeof(scheme) - 1;
+    size_t len = strlen(auth);
+    unsigned diff = len != http->token_len;
+    for (size_t i = 0; i < http->token_len; i++)
+        diff |= (unsigned)(unsigned char)http->token[i] ^ (unsigned char)(i < len ? auth[i] : 0);
+    return diff == 0;
+}
+
 /* Decides what a new request gets; queues the answer at once for errors found from the headers. */
 static enum MHD_Result on_headers(struct spw_http *http, struct request *req,
                                   struct MHD_Connection *conn, const char *url, const char *method)
@@ -227,6 +250,9 @@ static enum MHD_Result on_headers(struct spw_http *http, struct request *req,
         if (!req->route)
             return respond_text(req, conn, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
         req->target = TARGET_ROUTE;
+        if (http->token_len && !bearer_ok(http, conn))
+            return respond_text(req, conn, MHD_HTTP_UNAUTHORIZED, "missing or wrong bearer token\n",
+                                NULL);
     }
 
     const char *cl =
@@ -432,6 +458,20 @@ spw_err_t spw_http_route_add(spw_http_t *http, const char *prefix, spw_http_hand
     r->fn = fn;
     r->opaque = opaque;
     atomic_store_explicit(&http->n_routes, n + 1, memory_order_release);
+    return SPW_OK;
+}
+
+spw_err_t spw_http_set_bearer_token(spw_http_t *http, const char *token)
+{
+    size_t len = token ? strlen(token) : 0;
+    if (len > HTTP_MAX_TOKEN)
+        return SPW_ERR_TOO_BIG;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)token[i] <= ' ' || token[i] == 0x7f)
+            return SPW_ERR_INVALID;
+    memcpy(http->token, token ? token : "", len);
+    http->token[len] = '\0';
+    http->token_len = len;
     return SPW_OK;
 }
 

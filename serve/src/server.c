@@ -1,4 +1,5 @@
 /* `sparrow serve`: checkpoint bootstrap, the model-update tail, and the HTTP predict API. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -586,6 +587,34 @@ static bool register_metrics(spw_serve_t *s)
            s->m_latency;
 }
 
+/* Reads the bearer token from path (one line; surrounding whitespace ignored) into the HTTP layer.
+ */
+static spw_err_t load_bearer_token(spw_http_t *http, const char *path, char *errstr,
+                                   size_t errstr_size)
+{
+    char token[SPW_HTTP_MAX_TOKEN + 2];
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(errstr, errstr_size, "serve.auth.token_file: %s: %s", path, strerror(errno));
+        return SPW_ERR_IO;
+    }
+    size_t n = fread(token, 1, sizeof(token) - 1, f);
+    int more = fgetc(f) != EOF;
+    fclose(f);
+    token[n] = '\0';
+    while (n > 0 && (token[n - 1] == '\n' || token[n - 1] == '\r' || token[n - 1] == ' '))
+        token[--n] = '\0';
+    spw_err_t err = n == 0 ? SPW_ERR_INVALID
+                    : more ? SPW_ERR_TOO_BIG
+                           : spw_http_set_bearer_token(http, token);
+    if (err != SPW_OK)
+        snprintf(errstr, errstr_size,
+                 "serve.auth.token_file: %s: the token must be one line of 1..%d printable "
+                 "characters without spaces",
+                 path, SPW_HTTP_MAX_TOKEN);
+    return err;
+}
+
 spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_size)
 {
     spw_serve_t *s = calloc(1, sizeof(*s));
@@ -642,6 +671,10 @@ spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_
     if (!s->http)
         goto out_destroy;
     spw_http_set_ready(s->http, false, "catching up with the model-update stream");
+    const char *token_file = spw_config_str(cfg, "serve.auth.token_file");
+    if (token_file && *token_file &&
+        load_bearer_token(s->http, token_file, errstr, errstr_size) != SPW_OK)
+        goto out_destroy;
     if (spw_http_route_add(s->http, "/v1/predict", on_predict, s) != SPW_OK ||
         spw_http_route_add(s->http, "/v1/rows/", on_rows, s) != SPW_OK) {
         snprintf(errstr, errstr_size, "cannot add HTTP routes");

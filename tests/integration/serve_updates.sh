@@ -91,14 +91,14 @@ try:
         fail("checkpoint")
     produce(put_lines(KEYS[::3], 2, 4))
 
-    def start(name):
+    def start(name, extra=()):
         if os.path.exists(name + ".port"):
             os.unlink(name + ".port")
         p = subprocess.Popen([SPARROW, "serve", "--checkpoint-dir", "ck", "--brokers", BS,
                               "--port", "0", "--port-file", name + ".port",
                               "--set", "serve.log.dir=" + os.getcwd(),
                               "--set", "serve.catchup.idle=500ms", "--set", "serve.max_body=65536",
-                              "--set", "serve.max_features=64"],
+                              "--set", "serve.max_features=64", *extra],
                              stdout=subprocess.DEVNULL, stderr=open(name + ".err", "a"))
         procs.append(p)
         port = int(wait_file(name + ".port", 30))
@@ -199,6 +199,26 @@ try:
     wait_ready(pb)
     check_state(pb, "late replica")
     print("late replica: ok")
+
+    # A replica with a bearer token: /v1/* refused without it, served with it; probes stay open.
+    with open("token", "w") as f:
+        f.write("t0ken-%d\n" % rng.getrandbits(32))
+    token = open("token").read().strip()
+    c, pc = start("c", ("--set", "serve.auth.token_file=" + os.path.join(os.getcwd(), "token")))
+    wait_ready(pc)
+    path = "/v1/rows/%d" % KEYS[3]
+    if http(pc, "GET", path)[0] != 401:
+        fail("no token: not 401")
+    if http(pc, "GET", path, headers={"Authorization": "Bearer wrong"})[0] != 401:
+        fail("wrong token: not 401")
+    if http(pc, "GET", path, headers={"Authorization": "Bearer " + token}) != http(pb, "GET", path):
+        fail("token: answer differs from an open replica's")
+    if http(pc, "GET", "/healthz")[0] != 200:
+        fail("healthz behind the token")
+    c.send_signal(signal.SIGTERM)
+    if c.wait(timeout=30) != 0:
+        fail("token replica did not exit 0")
+    print("bearer token: ok")
 
     # A restarted mid-stream: stop it, produce more, start it again.
     a.send_signal(signal.SIGTERM)

@@ -524,6 +524,51 @@ static void test_http_start_errors(void **state)
     spw_http_stop(NULL);
 }
 
+static void get_with_auth(uint16_t port, const char *path, const char *auth, struct reply *r)
+{
+    char req[512];
+    int n =
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n%s%s%sConnection: close\r\n\r\n",
+                 path, auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "");
+    exchange(port, req, (size_t)n, r);
+}
+
+static void test_http_bearer_token(void **state)
+{
+    struct fixture *f = *state;
+    struct reply r;
+    assert_int_equal(spw_http_set_bearer_token(f->http, "s3cret-token"), SPW_OK);
+    const struct {
+        const char *auth;
+        int status;
+    } cases[] = {
+        {NULL, 401},
+        {"Bearer s3cret-token", 201},
+        {"Bearer s3cret-toke", 401},
+        {"Bearer s3cret-tokenX", 401},
+        {"Basic s3cret-token", 401},
+        {"Bearer ", 401},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        get_with_auth(f->port, "/echo", cases[i].auth, &r);
+        assert_int_equal(r.status, cases[i].status);
+        reply_free(&r);
+    }
+    /* probes and scrapers stay open */
+    get_with_auth(f->port, "/healthz", NULL, &r);
+    assert_int_equal(r.status, 200);
+    reply_free(&r);
+    get_with_auth(f->port, "/metrics", NULL, &r);
+    assert_int_equal(r.status, 200);
+    reply_free(&r);
+    assert_int_equal(spw_http_set_bearer_token(f->http, "has space"), SPW_ERR_INVALID);
+    /* turning it off opens the routes again */
+    assert_int_equal(spw_http_set_bearer_token(f->http, NULL), SPW_OK);
+    get_with_auth(f->port, "/echo", NULL, &r);
+    assert_int_equal(r.status, 201);
+    reply_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -538,6 +583,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_http_keepalive_and_idle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http_route_add_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http_start_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_http_bearer_token, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

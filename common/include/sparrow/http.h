@@ -38,6 +38,15 @@ spw_http_t *spw_http_start(const char *addr, uint16_t port, spw_metrics_t *metri
 spw_err_t spw_http_route_add(spw_http_t *http, const char *prefix, spw_http_handler_fn fn,
                              void *opaque);
 
+/* Longest bearer token accepted. */
+#define SPW_HTTP_MAX_TOKEN 512
+
+/* Requires `Authorization: Bearer <token>` on every role route (the built-in /metrics, /healthz
+ * and /readyz stay open for probes and scrapers); others get 401. token is copied; NULL or "" turns
+ * the check off. SPW_ERR_TOO_BIG above SPW_HTTP_MAX_TOKEN, SPW_ERR_INVALID for whitespace or
+ * control characters. Call before traffic arrives (read without a lock). */
+spw_err_t spw_http_set_bearer_token(spw_http_t *http, const char *token);
+
 /* Sets readiness (and an optional reason shown by /readyz when not ready). Thread-safe. */
 void spw_http_set_ready(spw_http_t *http, bool ready, const char *reason);
 
