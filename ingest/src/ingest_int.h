@@ -24,11 +24,31 @@ char *spw_ingest__quote(char *dst, const char *name, size_t len);
  * memory. Free with json_tokener_free. */
 struct json_tokener *spw_ingest__json_tokener_new(void);
 
-/* spw_parse_json_line with a caller-held tokener, so that a reader does not create one per line. */
+/* spw_parse_json_line with a caller-held tokener, so that a reader does not create one per line:
+ * the fast path, and json-c (through tok) for whatever the fast path hands back. tok may be NULL:
+ * a tokener is then made for a record that needs one (NOMEM when that fails). */
 spw_err_t spw_ingest__parse_json(struct json_tokener *tok, const char *line, size_t len,
                                  const spw_schema_t *schema, const struct spw_ingest_limits *limits,
                                  spw_arena_t *arena, Sparrow__Example **out,
                                  struct spw_parse_error *err);
+
+/* The reference parser: the same contract, through json-c only (parse_json.c). */
+spw_err_t spw_ingest__parse_json_jsonc(struct json_tokener *tok, const char *line, size_t len,
+                                       const spw_schema_t *schema,
+                                       const struct spw_ingest_limits *limits, spw_arena_t *arena,
+                                       Sparrow__Example **out, struct spw_parse_error *err);
+
+/* What spw_ingest__parse_json_fast returns for a record it leaves to json-c (not an error). */
+#define SPW_INGEST__JSON_FALLBACK 1
+
+/* The fast path (parse_json_fast.c): a single pass without json-c. Returns what the reference
+ * parser returns for the same input (SPW_OK, SPW_ERR_INVALID, SPW_ERR_NOMEM, with the same
+ * Example and err), or SPW_INGEST__JSON_FALLBACK with *out NULL and err untouched when the record
+ * needs json-c. Allocates from arena only what the reference parser allocates. Thread-safe given
+ * distinct arenas. */
+spw_err_t spw_ingest__parse_json_fast(const char *line, size_t len, const spw_schema_t *schema,
+                                      const struct spw_ingest_limits *limits, spw_arena_t *arena,
+                                      Sparrow__Example **out, struct spw_parse_error *err);
 
 /* Writes v in decimal into buf (>= 21 bytes, no NUL) and returns the length. */
 size_t spw_ingest__fmt_i64(char *buf, int64_t v);

@@ -12,9 +12,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <json-c/json_tokener.h>
+
 #include "sparrow/hash.h"
 #include "sparrow/ingest.h"
 #include "sparrow/wire.h"
+
+#include "../../ingest/src/ingest_int.h"
 
 /* ---- helpers ---- */
 
@@ -371,6 +375,368 @@ static void test_reader_json_schema(void **state)
     json_reject_len(high, strlen(high), schema, &limits, SPW_REJECT_BAD_FIELD, "feature \"item\"");
     spw_schema_destroy(schema);
     spw_schema_destroy(NULL);
+    unlink(path);
+    spw_arena_destroy(arena);
+}
+
+/* ---- JSON: the fast path against json-c ---- */
+
+enum fast_want { FAST_DECIDES, FAST_HANDS_BACK };
+
+/* Parses the line (copied to a buffer of exactly len bytes, so that ASan sees any read past it)
+ * with the fast path, with json-c alone and with spw_parse_json_line; asserts that the fast path
+ * decides it or hands it back as wanted and that all three give the same result. Returns the
+ * json-c result (the Example from arena, or NULL with *err filled). */
+static Sparrow__Example *json_both_len(spw_arena_t *arena, const char *text, size_t len,
+                                       const spw_schema_t *schema,
+                                       const struct spw_ingest_limits *limits, enum fast_want want,
+                                       struct spw_parse_error *err)
+{
+    char *line = malloc(len ? len : 1);
+    assert_non_null(line);
+    memcpy(line, text, len);
+    struct json_tokener *tok = spw_ingest__json_tokener_new();
+    assert_non_null(tok);
+    Sparrow__Example *ex_ref = NULL, *ex_fast = NULL, *ex_line = NULL;
+    struct spw_parse_error err_fast = {0}, err_line = {0};
+    spw_err_t rc_ref =
+        spw_ingest__parse_json_jsonc(tok, line, len, schema, limits, arena, &ex_ref, err);
+    spw_err_t rc_fast =
+        spw_ingest__parse_json_fast(line, len, schema, limits, arena, &ex_fast, &err_fast);
+    spw_err_t rc_line = spw_parse_json_line(line, len, schema, limits, arena, &ex_line, &err_line);
+    json_tokener_free(tok);
+    if ((rc_fast == SPW_INGEST__JSON_FALLBACK) != (want == FAST_HANDS_BACK))
+        print_error("fast path on %.*s: rc %d\n", (int)len, text, rc_fast);
+    assert_int_equal(rc_fast == SPW_INGEST__JSON_FALLBACK, want == FAST_HANDS_BACK);
+    const struct {
+        spw_err_t rc;
+        const Sparrow__Example *ex;
+        const struct spw_parse_error *err;
+    } other[2] = {{rc_fast, ex_fast, &err_fast}, {rc_line, ex_line, &err_line}};
+    for (int i = want == FAST_HANDS_BACK ? 1 : 0; i < 2; i++) {
+        assert_int_equal(other[i].rc, rc_ref);
+        if (rc_ref != SPW_OK) {
+            assert_null(other[i].ex);
+            assert_int_equal(other[i].err->reason, err->reason);
+            assert_string_equal(other[i].err->message, err->message);
+            continue;
+        }
+        const Sparrow__Example *a = ex_ref, *b = other[i].ex;
+        assert_non_null(b);
+        assert_int_equal(a->has_id, b->has_id);
+        assert_int_equal(a->id, b->id);
+        assert_int_equal(a->has_label, b->has_label);
+        assert_memory_equal(&a->label, &b->label, sizeof(a->label));
+        assert_int_equal(a->has_event_time_ms, b->has_event_time_ms);
+        assert_int_equal(a->event_time_ms, b->event_time_ms);
+        assert_int_equal(a->has_oracle_p, b->has_oracle_p);
+        assert_memory_equal(&a->oracle_p, &b->oracle_p, sizeof(a->oracle_p));
+        assert_int_equal(a->n_keys, b->n_keys);
+        assert_int_equal(a->n_fields, b->n_fields);
+        assert_int_equal(a->n_weights, b->n_weights);
+        assert_int_equal(!a->weights, !b->weights);
+        if (a->n_keys) {
+            assert_memory_equal(a->keys, b->keys, a->n_keys * sizeof(*a->keys));
+            assert_memory_equal(a->fields, b->fields, a->n_fields * sizeof(*a->fields));
+        }
+        if (a->n_weights)
+            assert_memory_equal(a->weights, b->weights, a->n_weights * sizeof(*a->weights));
+    }
+    free(line);
+    return ex_ref;
+}
+
+static Sparrow__Example *json_both(spw_arena_t *arena, const char *line, enum fast_want want)
+{
+    struct spw_ingest_limits limits = limits_default();
+    struct spw_parse_error err;
+    Sparrow__Example *ex = json_both_len(arena, line, strlen(line), NULL, &limits, want, &err);
+    if (!ex)
+        print_error("%s: refused: %s\n", line, err.message);
+    assert_non_null(ex);
+    return ex;
+}
+
+/* Both paths refuse the line for reason with a message containing needle. */
+static void json_both_reject(const char *line, size_t len, enum fast_want want,
+                             enum spw_reject_reason reason, const char *needle)
+{
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    struct spw_ingest_limits limits = limits_default();
+    struct spw_parse_error err = {0};
+    Sparrow__Example *ex = json_both_len(arena, line, len, NULL, &limits, want, &err);
+    check_reject(ex ? SPW_OK : SPW_ERR_INVALID, &err, line, reason, needle);
+    spw_arena_destroy(arena);
+}
+
+static void test_reader_json_fast_escapes(void **state)
+{
+    (void)state;
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    /* Every short escape, in a value, in a feature name and in a string id. */
+    Sparrow__Example *ex = json_both(arena,
+                                     "{\"label\":1,\"id\":\"x\\/1\",\"features\":{"
+                                     "\"q\":\"a\\\"b\\\\c\\/d\\be\\ff\\ng\\rh\\ti\","
+                                     "\"n\\tame\":\"v\",\"\\\"\":\"\"}}",
+                                     FAST_DECIDES);
+    assert_int_equal(ex->id, spw_hash_key(0, "x/1", 3));
+    assert_int_equal(ex->n_keys, 3);
+    assert_int_equal(ex->keys[0], key_of("q", "a\"b\\c/d\be\ff\ng\rh\ti"));
+    assert_int_equal(ex->fields[1], spw_hash_field_name("n\tame", 5));
+    assert_int_equal(ex->keys[1], key_of("n\tame", "v"));
+    assert_int_equal(ex->keys[2], key_of("\"", ""));
+    /* An escaped record member name is still that member; an escaped decimal id is decimal. */
+    ex = json_both(arena, "{\"l\\u0061bel\":1,\"features\":{}}", FAST_HANDS_BACK);
+    assert_true(ex->label == 1.0f);
+    ex = json_both(arena, "{\"label\":0,\"i\\/d\":5,\"features\":{\"fe\\/at\":\"1\"}}",
+                   FAST_DECIDES);
+    assert_false(ex->has_id); /* "i/d" is not "id" */
+    assert_int_equal(ex->keys[0], key_of("fe/at", "1"));
+    /* Well-formed UTF-8 stays in the fast path; \u escapes go to json-c. */
+    ex = json_both(arena,
+                   "{\"label\":1,\"features\":{\"caf\xc3\xa9\":\"\xe2\x82\xac\xf0\x9f\x98\x80\"}}",
+                   FAST_DECIDES);
+    assert_int_equal(ex->keys[0], key_of("caf\xc3\xa9", "\xe2\x82\xac\xf0\x9f\x98\x80"));
+    ex = json_both(arena, "{\"label\":1,\"features\":{\"s\":\"\\ud83d\\ude00\\u0041\"}}",
+                   FAST_HANDS_BACK);
+    assert_int_equal(ex->keys[0], key_of("s", "\xf0\x9f\x98\x80"
+                                              "A"));
+    /* What json-c takes and RFC 8259 does not (raw control bytes, lax UTF-8) goes to json-c. */
+    ex = json_both(arena, "{\"label\":1,\"features\":{\"s\":\"a\x01\tb\"}}", FAST_HANDS_BACK);
+    assert_int_equal(ex->keys[0], key_of("s", "a\x01\tb"));
+    ex = json_both(arena, "{\"label\":1,\"features\":{\"s\":\"\xc0\x80\xed\xa0\x80\"}}",
+                   FAST_HANDS_BACK);
+    assert_int_equal(ex->keys[0], key_of("s", "\xc0\x80\xed\xa0\x80"));
+    json_both_reject("{\"label\":1,\"features\":{\"s\":\"\\x\"}}", 31, FAST_HANDS_BACK,
+                     SPW_REJECT_UNDECODABLE, "JSON");
+    spw_arena_destroy(arena);
+}
+
+static void test_reader_json_fast_whitespace(void **state)
+{
+    (void)state;
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    Sparrow__Example *compact = json_both(
+        arena,
+        "{\"label\":0,\"ts\":5,\"id\":7,\"features\":{\"a\":[1,\"x\",null,false],\"b\":null},"
+        "\"weight\":{\"a\":2.5},\"oracle_p\":0.5}",
+        FAST_DECIDES);
+    Sparrow__Example *spaced = json_both(
+        arena,
+        " \t\r\n{ \"label\" : 0 ,\"ts\"\t:\t5 , \"id\":7,\r\n \"features\" : { \"a\" : [ 1 , \"x\""
+        " , null , false ] , \"b\" : null } , \"weight\" : { \"a\" : 2.5 } ,\"oracle_p\": 0.5 }"
+        "\n\t \r",
+        FAST_DECIDES);
+    assert_int_equal(compact->n_keys, 3);
+    assert_int_equal(spaced->n_keys, 3);
+    assert_memory_equal(compact->keys, spaced->keys, 3 * sizeof(*compact->keys));
+    assert_true(spaced->weights[0] == 2.5f && spaced->weights[2] == 2.5f);
+    assert_int_equal(spaced->event_time_ms, 5);
+    assert_int_equal(spaced->id, 7);
+    /* Only RFC whitespace: a vertical tab is json-c's to refuse. */
+    json_both_reject("{\"label\":1,\"features\":{}}\v", 26, FAST_HANDS_BACK, SPW_REJECT_UNDECODABLE,
+                     "JSON");
+    spw_arena_destroy(arena);
+}
+
+static void test_reader_json_fast_skips_nested(void **state)
+{
+    (void)state;
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    /* Unknown members of any shape are checked and skipped, up to json-c's depth. */
+    Sparrow__Example *ex = json_both(
+        arena,
+        "{\"meta\":{\"k\":[1,{\"label\":[true,false,null,\"s\\\"]\",-1.5e-3]},[]],\"e\":{}},"
+        "\"label\":1,\"features\":{\"f\":1},\"tail\":[[[[[[7]]]]]],\"t2\":[[[[[[{}]]]]]],"
+        "\"t3\":{\"a\":{\"b\":{\"c\":{\"d\":{\"e\":{\"f\":[]}}}}}},\"big\":99999999999999999999}",
+        FAST_DECIDES);
+    assert_int_equal(ex->n_keys, 1);
+    assert_int_equal(ex->keys[0], key_of("f", "1"));
+    /* One level deeper is json-c's "nesting too deep", as is an element in the deepest array. */
+    const char *deep = "{\"label\":1,\"tail\":[[[[[[[7]]]]]]],\"features\":{}}";
+    json_both_reject(deep, strlen(deep), FAST_HANDS_BACK, SPW_REJECT_UNDECODABLE, "nesting");
+    const char *deep2 =
+        "{\"label\":1,\"t\":{\"a\":{\"b\":{\"c\":{\"d\":{\"e\":{\"f\":{\"g\":1}}}}}}}"
+        ",\"features\":{}}";
+    json_both_reject(deep2, strlen(deep2), FAST_HANDS_BACK, SPW_REJECT_UNDECODABLE, "nesting");
+    /* Malformed skipped values are json-c's to refuse. */
+    const char *bad[] = {
+        "{\"label\":1,\"x\":[1,],\"features\":{}}",
+        "{\"label\":1,\"x\":{\"a\"},\"features\":{}}",
+        "{\"label\":1,\"x\":[1 2],\"features\":{}}",
+        "{\"label\":1,\"x\":tru,\"features\":{}}",
+        "{\"label\":1,\"x\":{\"a\":1,},\"features\":{}}",
+        "{\"label\":1,\"x\":[}\"features\":{}}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        json_both_reject(bad[i], strlen(bad[i]), FAST_HANDS_BACK, SPW_REJECT_UNDECODABLE, "JSON");
+    spw_arena_destroy(arena);
+}
+
+static void test_reader_json_fast_numbers(void **state)
+{
+    (void)state;
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    /* Feature numbers hash as their literal text (integers re-printed: only -0 changes). */
+    Sparrow__Example *ex = json_both(
+        arena,
+        "{\"label\":1.0,\"features\":{\"a\":0,\"b\":-0,\"c\":-0.0,\"d\":1.50,\"e\":1E+5,"
+        "\"f\":9223372036854775807,\"g\":-9223372036854775807,"
+        "\"h\":18446744073709551614,\"i\":0.1e-7,\"j\":123456789012345678901234567890.0}}",
+        FAST_DECIDES);
+    const char *texts[] = {"0",
+                           "0",
+                           "-0.0",
+                           "1.50",
+                           "1E+5",
+                           "9223372036854775807",
+                           "-9223372036854775807",
+                           "18446744073709551614",
+                           "0.1e-7",
+                           NULL};
+    const char *names = "abcdefghi";
+    for (int i = 0; texts[i]; i++) {
+        char name[2] = {names[i], 0};
+        assert_int_equal(ex->keys[i], key_of(name, texts[i]));
+    }
+    assert_int_equal(ex->n_keys, 10); /* a decimal of any size keeps its literal */
+    assert_int_equal(ex->keys[9], key_of("j", "123456789012345678901234567890.0"));
+    /* Values converted like json-c: strtod, then float. */
+    ex = json_both(arena,
+                   "{\"label\":1e0,\"oracle_p\":0.123456789,\"features\":{\"a\":1,\"b\":2},"
+                   "\"weight\":{\"a\":0.1,\"b\":-3}}",
+                   FAST_DECIDES);
+    assert_true(ex->label == 1.0f);
+    assert_true(ex->oracle_p == (float)strtod("0.123456789", NULL));
+    assert_true(ex->weights[0] == 0.1f && ex->weights[1] == -3.0f);
+    ex = json_both(arena, "{\"label\":-0.0,\"oracle_p\":1.23456789e-5,\"features\":{}}",
+                   FAST_DECIDES);
+    assert_true(signbit(ex->label));
+    assert_true(ex->oracle_p == (float)strtod("1.23456789e-5", NULL));
+    /* Decimals beyond one exact operation go to json-c's strtod. */
+    ex = json_both(arena, "{\"label\":1,\"oracle_p\":0.12345678901234567890123,\"features\":{}}",
+                   FAST_HANDS_BACK);
+    assert_true(ex->oracle_p == (float)strtod("0.12345678901234567890123", NULL));
+    ex = json_both(arena, "{\"label\":1,\"oracle_p\":1e-30,\"features\":{}}", FAST_HANDS_BACK);
+    assert_true(ex->oracle_p == 1e-30f);
+    /* ts and id at the edges of their ranges. */
+    ex = json_both(arena,
+                   "{\"label\":1,\"ts\":-9223372036854775807,\"id\":18446744073709551614,"
+                   "\"features\":{}}",
+                   FAST_DECIDES);
+    assert_int_equal(ex->event_time_ms, -INT64_MAX);
+    assert_int_equal(ex->id, UINT64_MAX - 1);
+    ex = json_both(arena, "{\"label\":1,\"ts\":9223372036854775807,\"id\":-0,\"features\":{}}",
+                   FAST_DECIDES);
+    assert_int_equal(ex->event_time_ms, INT64_MAX);
+    assert_true(ex->has_id);
+    assert_int_equal(ex->id, 0);
+    /* Integers json-c saturates or cannot print back are its to refuse. */
+    const char *min = "{\"label\":1,\"features\":{\"m\":-9223372036854775808}}";
+    json_both_reject(min, strlen(min), FAST_HANDS_BACK, SPW_REJECT_UNDECODABLE,
+                     "integer out of range");
+    const char *max = "{\"label\":1,\"features\":{\"m\":18446744073709551615}}";
+    json_both_reject(max, strlen(max), FAST_HANDS_BACK, SPW_REJECT_UNDECODABLE,
+                     "integer out of range");
+    const char *id = "{\"label\":1,\"id\":18446744073709551615,\"features\":{}}";
+    json_both_reject(id, strlen(id), FAST_HANDS_BACK, SPW_REJECT_UNDECODABLE, "\"id\"");
+    /* Non-RFC numbers json-c accepts ("1.", "-01", "00") are decided by json-c. */
+    ex = json_both(arena, "{\"label\":00,\"features\":{\"a\":-01,\"b\":1.}}", FAST_HANDS_BACK);
+    assert_int_equal(ex->keys[0], key_of("a", "-1"));
+    assert_int_equal(ex->keys[1], key_of("b", "1."));
+    json_both_reject("{\"label\":1,\"features\":{\"a\":01}}", 32, FAST_HANDS_BACK,
+                     SPW_REJECT_UNDECODABLE, "JSON");
+    json_both_reject("{\"label\":1,\"features\":{\"a\":.5}}", 32, FAST_HANDS_BACK,
+                     SPW_REJECT_UNDECODABLE, "JSON");
+    spw_arena_destroy(arena);
+}
+
+static void test_reader_json_fast_names(void **state)
+{
+    (void)state;
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    /* A repeated feature: json-c keeps the last value in the first one's place. */
+    Sparrow__Example *ex = json_both(
+        arena, "{\"label\":1,\"features\":{\"a\":\"1\",\"b\":\"x\",\"a\":\"2\"}}", FAST_HANDS_BACK);
+    assert_int_equal(ex->n_keys, 2);
+    assert_int_equal(ex->keys[0], key_of("a", "2"));
+    assert_int_equal(ex->keys[1], key_of("b", "x"));
+    /* A repeated record member: the last wins. */
+    ex = json_both(arena, "{\"label\":1,\"features\":{},\"label\":0}", FAST_HANDS_BACK);
+    assert_true(ex->label == 0.0f);
+    /* "weight" may come first, may name null features, and weighs every element of an array. */
+    ex = json_both(arena,
+                   "{\"weight\":{\"b\":0.25,\"a\":3,\"c\":7},\"label\":1,"
+                   "\"features\":{\"a\":[\"x\",\"y\"],\"b\":\"z\",\"c\":null,\"d\":\"w\"}}",
+                   FAST_DECIDES);
+    assert_int_equal(ex->n_weights, 4);
+    assert_true(ex->weights[0] == 3.0f && ex->weights[1] == 3.0f);
+    assert_true(ex->weights[2] == 0.25f && ex->weights[3] == 1.0f);
+    /* An empty "weight" still gives every feature a weight of 1; no features, no weights. */
+    ex = json_both(arena, "{\"label\":1,\"features\":{\"a\":1},\"weight\":{}}", FAST_DECIDES);
+    assert_int_equal(ex->n_weights, 1);
+    ex = json_both(arena, "{\"label\":1,\"features\":{\"a\":null},\"weight\":{\"a\":2}}",
+                   FAST_DECIDES);
+    assert_int_equal(ex->n_weights, 0);
+    assert_null(ex->weights);
+    const char *twice = "{\"label\":1,\"features\":{\"a\":1},\"weight\":{\"a\":1,\"a\":2}}";
+    struct spw_ingest_limits limits = limits_default();
+    struct spw_parse_error err;
+    ex = json_both_len(arena, twice, strlen(twice), NULL, &limits, FAST_HANDS_BACK, &err);
+    assert_true(ex->weights[0] == 2.0f);
+    const char *unknown = "{\"label\":1,\"features\":{\"a\":1},\"weight\":{\"c\":1}}";
+    json_both_reject(unknown, strlen(unknown), FAST_HANDS_BACK, SPW_REJECT_BAD_FIELD,
+                     "weight \"c\": no such feature");
+    /* Refusals of a decoded Example come from the fast path itself, with json-c's message. */
+    const char *label2 = "{\"label\":2,\"features\":{\"a\":1}}";
+    json_both_reject(label2, strlen(label2), FAST_DECIDES, SPW_REJECT_BAD_LABEL, "label 2");
+    const char *far = "{\"label\":1,\"features\":{},\"oracle_p\":1.5}";
+    json_both_reject(far, strlen(far), FAST_DECIDES, SPW_REJECT_BAD_LABEL, "oracle_p");
+    spw_arena_destroy(arena);
+}
+
+static void test_reader_json_fast_bounds(void **state)
+{
+    (void)state;
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    struct spw_ingest_limits limits = limits_default();
+    struct spw_parse_error err;
+    /* Every prefix of a record is refused alike, and nothing past len is read (ASan). */
+    const char *line = "{\"label\":1,\"ts\":12,\"features\":{\"a\":\"x\\ty\",\"b\":[1.5e3,true,"
+                       "null],\"c\":-12},\"weight\":{\"a\":2},\"z\":{\"q\":[false]}}";
+    size_t len = strlen(line);
+    for (size_t n = 0; n < len; n++) {
+        Sparrow__Example *ex = json_both_len(arena, line, n, NULL, &limits, FAST_HANDS_BACK, &err);
+        assert_null(ex);
+        assert_int_equal(err.reason, SPW_REJECT_UNDECODABLE);
+    }
+    assert_non_null(json_both_len(arena, line, len, NULL, &limits, FAST_DECIDES, &err));
+    /* Events wider than the fast path's scratch go to json-c whole. */
+    char *wide = malloc(16384);
+    assert_non_null(wide);
+    size_t w = (size_t)snprintf(wide, 16384, "{\"label\":1,\"features\":{");
+    for (int i = 0; i < 600; i++)
+        w += (size_t)snprintf(wide + w, 16384 - w, "%s\"f%d\":%d", i ? "," : "", i, i);
+    w += (size_t)snprintf(wide + w, 16384 - w, "}}");
+    Sparrow__Example *ex = json_both_len(arena, wide, w, NULL, &limits, FAST_HANDS_BACK, &err);
+    assert_non_null(ex);
+    assert_int_equal(ex->n_keys, 600);
+    assert_int_equal(ex->keys[599], key_of("f599", "599"));
+    free(wide);
+    /* A strict schema: a null feature needs no id, an array (even empty) does. */
+    const char text[] = "a = 1\n";
+    const char *path = temp_file(2, text, sizeof(text) - 1);
+    char errstr[256];
+    spw_schema_t *schema = spw_schema_load(path, true, errstr, sizeof(errstr));
+    assert_non_null(schema);
+    const char *nul = "{\"label\":1,\"features\":{\"a\":\"x\",\"zz\":null}}";
+    ex = json_both_len(arena, nul, strlen(nul), schema, &limits, FAST_DECIDES, &err);
+    assert_non_null(ex);
+    assert_int_equal(ex->fields[0], 1);
+    const char *empty = "{\"label\":1,\"features\":{\"a\":\"x\",\"zz\":[]}}";
+    assert_null(json_both_len(arena, empty, strlen(empty), schema, &limits, FAST_HANDS_BACK, &err));
+    assert_int_equal(err.reason, SPW_REJECT_BAD_FIELD);
+    spw_schema_destroy(schema);
     unlink(path);
     spw_arena_destroy(arena);
 }
@@ -802,6 +1168,32 @@ static void test_reader_json_file_positions(void **state)
     unlink(path);
 }
 
+/* A line that ends inside a surrogate pair must not change how the next line decodes (json-c
+ * 0.16 keeps the pending surrogate in a reused tokener across its reset). */
+static void test_reader_json_surrogate_across_lines(void **state)
+{
+    (void)state;
+    const char text[] = "{\"label\":1,\"features\":{\"a\":\"\\ud83d\n"
+                        "{\"label\":1,\"features\":{\"\\u0060\":\"\\u00e9\"}}\n";
+    const char *path = temp_file(0, text, sizeof(text) - 1);
+    struct spw_ingest_limits limits = limits_default();
+    char errstr[128];
+    spw_reader_t *reader =
+        spw_reader_open(path, SPW_FORMAT_JSON, &limits, NULL, errstr, sizeof(errstr));
+    assert_non_null(reader);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    Sparrow__Example *ex = NULL;
+    struct spw_parse_error err;
+    assert_int_equal(spw_reader_next(reader, arena, &ex, &err), SPW_ERR_INVALID);
+    assert_int_equal(spw_reader_next(reader, arena, &ex, &err), SPW_OK);
+    assert_int_equal(ex->n_keys, 1);
+    assert_int_equal(ex->fields[0], spw_hash_field_name("`", 1));
+    assert_int_equal(ex->keys[0], key_of("`", "\xc3\xa9"));
+    spw_arena_destroy(arena);
+    spw_reader_close(reader);
+    unlink(path);
+}
+
 static void test_reader_oversized_line(void **state)
 {
     (void)state;
@@ -1155,6 +1547,12 @@ int main(void)
         cmocka_unit_test(test_reader_json_rejects),
         cmocka_unit_test(test_reader_json_limits),
         cmocka_unit_test(test_reader_json_schema),
+        cmocka_unit_test(test_reader_json_fast_escapes),
+        cmocka_unit_test(test_reader_json_fast_whitespace),
+        cmocka_unit_test(test_reader_json_fast_skips_nested),
+        cmocka_unit_test(test_reader_json_fast_numbers),
+        cmocka_unit_test(test_reader_json_fast_names),
+        cmocka_unit_test(test_reader_json_fast_bounds),
         cmocka_unit_test(test_reader_schema_errors),
         cmocka_unit_test(test_reader_criteo_field_ids),
         cmocka_unit_test(test_reader_criteo_known_record),
@@ -1162,6 +1560,7 @@ int main(void)
         cmocka_unit_test(test_reader_pb_example),
         cmocka_unit_test(test_reader_validate),
         cmocka_unit_test(test_reader_json_file_positions),
+        cmocka_unit_test(test_reader_json_surrogate_across_lines),
         cmocka_unit_test(test_reader_oversized_line),
         cmocka_unit_test(test_reader_long_line_within_limit),
         cmocka_unit_test(test_reader_many_records),
