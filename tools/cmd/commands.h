@@ -26,6 +26,11 @@ int spw_pserver_main(int argc, char **argv);
 /* The property table of `sparrow pserver` (pserver/src/ps_config.c). */
 extern const struct spw_config_prop spw_pserver_config_props[];
 extern const size_t spw_pserver_config_n_props;
+int spw_trainer_main(int argc, char **argv);
+/* The property table of `sparrow trainer` (trainer/src/trainer_config.c). */
+extern const struct spw_config_prop spw_trainer_config_props[];
+extern const size_t spw_trainer_config_n_props;
+
 int spw_coordinator_main(int argc, char **argv);
 /* The property table of `sparrow coordinator` (coordinator/src/coord_config.c). */
 extern const struct spw_config_prop spw_coordinator_config_props[];

@@ -18,6 +18,8 @@ static const struct spw_command commands[] = {
      spw_ingest_config_props, &spw_ingest_config_n_props},
     {"pserver", "run a parameter-server shard (rows, optimizers, ZeroMQ, checkpoints)",
      spw_pserver_main, spw_pserver_config_props, &spw_pserver_config_n_props},
+    {"trainer", "train LR/FM from a file or Kafka against parameter-server shards",
+     spw_trainer_main, spw_trainer_config_props, &spw_trainer_config_n_props},
     {"coordinator", "run the coordinator (membership, clocks, checkpoint epochs, recovery)",
      spw_coordinator_main, spw_coordinator_config_props, &spw_coordinator_config_n_props},
     {"serve", "serve predictions from the latest checkpoint and the model-update stream",

@@ -295,6 +295,16 @@ uint64_t spw_ps_client_next_seq(const spw_ps_client_t *c)
     return c->next_seq;
 }
 
+uint64_t spw_ps_client_acked_through(const spw_ps_client_t *c)
+{
+    uint64_t oldest = c->next_seq;
+    if (c->outstanding)
+        for (uint32_t i = 0; i < c->window; i++)
+            if (c->ring[i].busy && c->ring[i].seq < oldest)
+                oldest = c->ring[i].seq;
+    return oldest - 1;
+}
+
 spw_err_t spw_ps_client_set_epoch(spw_ps_client_t *c, uint64_t epoch)
 {
     if (c->outstanding)

@@ -1,6 +1,8 @@
 /* trainer: the property table of `sparrow trainer` (trainer.*) and its reading into params. */
 #include "trainer_int.h"
 
+#include "sparrow/ps_client.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -29,16 +31,80 @@ const struct spw_config_prop spw_trainer_config_props[] = {
     {"trainer.eval.window", SPW_CONFIG_INT, "100000", 1, 1e8, NULL,
      "Examples in the progressive-validation window (logloss and AUC scored before training)."},
     {"trainer.optimizer", SPW_CONFIG_ENUM, "adagrad", 0, 0, "sgd|adagrad",
-     "Optimizer of the local reference trainer (with parameter servers the shard's applies)."},
+     "Optimizer of the local reference trainer and of in-process shards (with parameter servers "
+     "the shard's applies)."},
     {"trainer.lr", SPW_CONFIG_DOUBLE, "0.05", 0, 100, NULL,
-     "Learning rate of the local reference trainer."},
+     "Learning rate of the local reference trainer and of in-process shards."},
     {"trainer.eps", SPW_CONFIG_DOUBLE, "1e-8", 0, 1, NULL,
-     "Adagrad denominator epsilon of the local reference trainer."},
+     "Adagrad denominator epsilon of the local reference trainer and of in-process shards."},
     {"trainer.init_scale", SPW_CONFIG_DOUBLE, "0.01", 0, 10, NULL,
-     "Local reference trainer: rows start uniform in [-init_scale, init_scale) from (key, seed), "
-     "as on a shard."},
+     "Local reference trainer and in-process shards: rows start uniform in [-init_scale, "
+     "init_scale) from (key, seed), as on a shard."},
     {"trainer.seed", SPW_CONFIG_INT, "1", 0, 9.2e18, NULL,
-     "Local reference trainer: seed of the row initialisation."},
+     "Local reference trainer and in-process shards: seed of the row initialisation."},
+    /* the worker loop (trainer_loop.h) */
+    {"trainer.in", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
+     "Input: file:PATH (file:- is stdin) or kafka://HOST:PORT[,HOST:PORT...]/TOPIC (records are "
+     "sparrow.ExampleBatch)."},
+    {"trainer.format", SPW_CONFIG_ENUM, "pb", 0, 0, "pb|json|criteo",
+     "Format of file input: length-delimited sparrow.Example, JSON lines, or Criteo TSV."},
+    {"trainer.schema", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
+     "Schema file (`name = id` lines) for JSON field names; unset: names are hashed."},
+    {"trainer.max_features", SPW_CONFIG_INT, "4096", 1, 1048576, NULL,
+     "Features per example; an example with more is counted and skipped."},
+    {"trainer.max_field_id", SPW_CONFIG_INT, "2147483647", 0, 2147483647, NULL,
+     "Largest accepted field id; an example with a larger one is counted and skipped."},
+    {"trainer.max_record_bytes", SPW_CONFIG_INT, "16777216", 64, 268435456, NULL,
+     "Largest input record (a file line or Example, a Kafka ExampleBatch); larger ones are "
+     "counted and skipped."},
+    {"trainer.float_label", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
+     "Accept any finite label in [0,1] (soft targets) instead of 0/1."},
+    {"trainer.group", SPW_CONFIG_STRING, "sparrow-trainers", 1, 249, NULL,
+     "Consumer group of Kafka input."},
+    {"trainer.start", SPW_CONFIG_ENUM, "earliest", 0, 0, "earliest|latest",
+     "Where a Kafka partition without a committed offset starts."},
+    {"trainer.strict", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
+     "End with an error when committed offsets were lost to retention (else log, count and "
+     "continue from the earliest record held)."},
+    {"trainer.batch.linger", SPW_CONFIG_DURATION_MS, "100ms", 0, 60000, NULL,
+     "Kafka input: longest wait for a micro-batch to fill before training on what arrived."},
+    {"trainer.max_examples", SPW_CONFIG_INT, "0", 0, 1e15, NULL,
+     "Stop (cleanly, as on SIGTERM) after this many examples; 0: at the end of a file, never for "
+     "Kafka."},
+    {"trainer.id", SPW_CONFIG_INT, "0", 0, 4294967295.0, NULL,
+     "Trainer id carried by pushes (shards de-duplicate by id, epoch and seq); 0: derived from "
+     "the host name and process id."},
+    {"trainer.epoch", SPW_CONFIG_INT, "0", 0, 9.2e18, NULL,
+     "Push epoch; 0: the wall-clock milliseconds at start. Must be fresh for every run: shards "
+     "acknowledge a reused (id, epoch, seq) as a duplicate without applying it."},
+    {"trainer.pull.prefetch", SPW_CONFIG_BOOL, "true", 0, 0, NULL,
+     "Pull the next micro-batch's rows while the current one computes (rows the two share are "
+     "then one update stale); in-process shards never prefetch."},
+    {"trainer.inproc.dir", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "Root of the in-process shards' databases (trainer.shards=inproc or inproc:N); empty: a "
+     "temporary directory removed at exit."},
+    {"trainer.inproc.memory.mb", SPW_CONFIG_INT, "1024", 1, 16777216, NULL,
+     "DRAM budget of each in-process shard (colder rows go to its RocksDB)."},
+    {"trainer.log.interval", SPW_CONFIG_DURATION_MS, "5s", 0, 3600000, NULL,
+     "Period of the progress log line (progressive validation, rates); 0: none."},
+    {"trainer.commit.interval", SPW_CONFIG_DURATION_MS, "5s", 0, 3600000, NULL,
+     "How often stored Kafka offsets are committed; 0: never (a coordinator commits them)."},
+    {"trainer.shutdown.grace", SPW_CONFIG_DURATION_MS, "30s", 0, 3600000, NULL,
+     "On SIGTERM or at the end: longest wait for outstanding pushes to be acknowledged."},
+    {"trainer.debug.delay_ms", SPW_CONFIG_DURATION_MS, "0", 0, 3600000, NULL,
+     "Straggler injection: sleep this long before every step."},
+    {"trainer.debug.slow_factor", SPW_CONFIG_DOUBLE, "1", 1, 1000, NULL,
+     "Straggler injection: stretch every micro-batch's compute to this many times its duration "
+     "(by sleeping)."},
+    {"trainer.http.addr", SPW_CONFIG_STRING, "0.0.0.0", 0, 255, NULL,
+     "Address of the /metrics, /healthz, /readyz endpoint."},
+    {"trainer.http.port", SPW_CONFIG_INT, "9200", -1, 65535, NULL,
+     "Port of the HTTP endpoint (0: any free port, logged; -1: no endpoint)."},
+    SPW_PS_CLIENT_CONFIG_PROPS,
+    {"kafka.*", SPW_CONFIG_PASSTHROUGH, NULL, 0, 0, NULL,
+     "librdkafka properties of the consumer, passed through unchanged "
+     "(kafka.security.protocol=SSL, ...)."},
+    {"log.level", SPW_CONFIG_ENUM, "info", 0, 0, "error|warn|info|debug", "Log threshold."},
 };
 const size_t spw_trainer_config_n_props =
     sizeof(spw_trainer_config_props) / sizeof(spw_trainer_config_props[0]);

@@ -222,6 +222,11 @@ uint32_t spw_ps_client_outstanding(const spw_ps_client_t *client);
 /* The seq the next push will carry. */
 uint64_t spw_ps_client_next_seq(const spw_ps_client_t *client);
 
+/* The largest seq S such that every push with seq <= S is acknowledged (first_seq - 1 before
+ * any; next_seq - 1 when nothing is outstanding). Lets a caller release what depended on a push
+ * (input offsets) in push order although shards acknowledge out of order. */
+uint64_t spw_ps_client_acked_through(const spw_ps_client_t *client);
+
 /* Moves later pushes to epoch (>= the current one; seqs go on). SPW_ERR_STATE while pushes are
  * outstanding (flush first), SPW_ERR_INVALID for an older epoch. */
 spw_err_t spw_ps_client_set_epoch(spw_ps_client_t *client, uint64_t epoch);

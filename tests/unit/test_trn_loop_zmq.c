@@ -1,0 +1,285 @@
+/* Unit tests of the trainer's worker loop over the ZeroMQ transport, with two shards served from
+ * threads of this process: pipelined pulls with checkpoints that cancel and redo the prefetched
+ * pull, and a stop request while the shards are unreachable (the loop neither hangs nor trains the
+ * micro-batch whose rows never came). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sparrow/pserver.h"
+#include "sparrow/signal.h"
+#include "sparrow/time.h"
+#include "sparrow/tools.h"
+#include "sparrow/trainer.h"
+#include "sparrow/trainer_loop.h"
+
+#define SHARDS 2
+#define GEN_N  30000
+
+static char g_root[64];
+static char g_data[128];
+
+struct srv {
+    uint32_t index;
+    char dir[160];
+    char endpoint[256];
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ready; /* 0 starting, 1 serving, -1 failed */
+    char err[256];
+};
+
+static struct srv g_srv[SHARDS];
+
+static void *server_main(void *arg)
+{
+    struct srv *sv = arg;
+    struct spw_ps_server_conf c = {0};
+    c.listen = "tcp://127.0.0.1:*";
+    c.shards = SHARDS;
+    c.max_frame = 32u << 20;
+    c.data_dir = sv->dir;
+    c.store.shard = sv->index;
+    c.store.dim = 5;
+    spw_ps_optim_conf_default(&c.store.optim);
+    c.store.optim.lr = 0.02f;
+    c.store.penalty.kind = SPW_PS_PENALTY_INVERSE;
+    c.store.memory_bytes = 64u << 20;
+    spw_ps_server_t *srv = spw_ps_server_new(&c, sv->err, sizeof(sv->err));
+    pthread_mutex_lock(&sv->mu);
+    if (srv)
+        snprintf(sv->endpoint, sizeof(sv->endpoint), "%s", spw_ps_server_endpoint(srv));
+    sv->ready = srv ? 1 : -1;
+    pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
+    if (srv) {
+        spw_ps_server_run(srv);
+        spw_ps_server_destroy(srv);
+    }
+    return NULL;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    char errstr[256];
+    snprintf(g_root, sizeof(g_root), "/tmp/test_trn_loop_zmq.XXXXXX");
+    if (!mkdtemp(g_root))
+        return -1;
+    snprintf(g_data, sizeof(g_data), "%s/data.pb", g_root);
+    FILE *f = fopen(g_data, "wb");
+    struct spw_gen_params gp;
+    spw_gen_params_default(&gp);
+    gp.n = GEN_N;
+    gp.seed = 4;
+    spw_gen_t *gen = spw_gen_new(&gp, errstr, sizeof(errstr));
+    if (!f || !gen)
+        return -1;
+    struct spw_wire_buf buf = {0};
+    for (uint64_t i = 0; i < GEN_N; i++) {
+        buf.len = 0;
+        if (spw_gen_encode(gen, spw_gen_next(gen), SPW_FORMAT_PB, &buf) ||
+            fwrite(buf.data, 1, buf.len, f) != buf.len)
+            return -1;
+    }
+    free(buf.data);
+    spw_gen_destroy(gen);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return 0;
+}
+
+static void start_servers(char *shards, size_t size)
+{
+    shards[0] = '\0';
+    for (uint32_t i = 0; i < SHARDS; i++) {
+        struct srv *sv = &g_srv[i];
+        memset(sv, 0, sizeof(*sv));
+        sv->index = i;
+        snprintf(sv->dir, sizeof(sv->dir), "%s/shard-%u", g_root, i);
+        pthread_mutex_init(&sv->mu, NULL);
+        pthread_cond_init(&sv->cv, NULL);
+        assert_int_equal(pthread_create(&sv->thread, NULL, server_main, sv), 0);
+        pthread_mutex_lock(&sv->mu);
+        while (sv->ready == 0)
+            pthread_cond_wait(&sv->cv, &sv->mu);
+        pthread_mutex_unlock(&sv->mu);
+        if (sv->ready < 0)
+            fail_msg("shard %u: %s", i, sv->err);
+        size_t len = strlen(shards);
+        snprintf(shards + len, size - len, "%s%s", i ? "," : "", sv->endpoint);
+    }
+}
+
+static void stop_servers(void)
+{
+    spw_signal_request_stop();
+    for (uint32_t i = 0; i < SHARDS; i++) {
+        pthread_join(g_srv[i].thread, NULL);
+        pthread_mutex_destroy(&g_srv[i].mu);
+        pthread_cond_destroy(&g_srv[i].cv);
+    }
+    spw_signal_reset();
+}
+
+static char g_url[160];
+
+static struct spw_trainer_loop_conf zmq_conf(const char *shards)
+{
+    struct spw_trainer_loop_conf c;
+    spw_trainer_loop_conf_default(&c);
+    spw_model_init(&c.params.model, SPW_MODEL_FM, 4);
+    c.params.topk.dim = c.params.model.dim;
+    c.params.backend = SPW_BACKEND_CPU;
+    c.params.batch = 256;
+    c.params.eval_window = 10000;
+    c.params.compress = true;
+    c.params.topk.ratio = 0.2;
+    snprintf(g_url, sizeof(g_url), "file:%s", g_data);
+    c.in = g_url;
+    c.client.shards = shards;
+    c.client.push_timeout_ms = 500;
+    c.client.pull_timeout_ms = 500;
+    c.log_interval_ms = 0;
+    c.grace_ms = 10000;
+    return c;
+}
+
+struct ck {
+    uint64_t every;
+    int checkpoints;
+    spw_err_t err;
+    uint64_t seen;
+};
+
+static spw_err_t after_step(void *opaque, spw_trainer_loop_t *loop,
+                            const struct spw_trainer_step_info *info)
+{
+    struct ck *k = opaque;
+    k->seen += info->examples;
+    if ((info->step + 1) % k->every)
+        return SPW_OK;
+    struct spw_trainer_position pos[1];
+    size_t n = 7;
+    spw_err_t err = spw_trainer_loop_checkpoint(loop, 20000, pos, 1, &n);
+    if (!err && (n != 0 || spw_ps_client_outstanding(spw_trainer_loop_client(loop)) != 0 ||
+                 spw_trainer_loop_topic(loop) != NULL))
+        err = SPW_ERR_STATE;
+    if (err && !k->err)
+        k->err = err;
+    k->checkpoints++;
+    return SPW_OK;
+}
+
+/* Pipelined pulls with a checkpoint every 5 steps: each checkpoint cancels the prefetched pull
+ * and pulls again, every example is trained once, every pull the loop waited for completed, and
+ * the model learns. */
+static void test_trn_loop_zmq_prefetch_with_checkpoints(void **state)
+{
+    (void)state;
+    char shards[600];
+    start_servers(shards, sizeof(shards));
+    struct spw_trainer_loop_conf c = zmq_conf(shards);
+    struct ck k = {.every = 5};
+    struct spw_trainer_hooks hooks = {.opaque = &k, .after_step = after_step};
+    char errstr[512];
+    spw_trainer_loop_t *loop = spw_trainer_loop_new(&c, &hooks, errstr, sizeof(errstr));
+    if (!loop)
+        fail_msg("loop: %s", errstr);
+    assert_int_equal(spw_trainer_loop_run(loop), SPW_OK);
+    struct spw_trainer_loop_stats st;
+    spw_trainer_loop_get_stats(loop, &st);
+    struct spw_ps_client_stats cs;
+    spw_ps_client_get_stats(spw_trainer_loop_client(loop), &cs);
+    struct spw_pv_report r;
+    spw_trainer_loop_report(loop, &r);
+    print_message("zmq prefetch: %llu examples, %llu micro-batches, %llu pulls completed, %d "
+                  "checkpoints, window logloss %.4f (const %.4f)\n",
+                  (unsigned long long)st.examples, (unsigned long long)st.micro_batches,
+                  (unsigned long long)cs.pulls, k.checkpoints, r.window.logloss, r.const_window);
+    assert_int_equal(k.err, SPW_OK);
+    assert_int_equal(st.examples, GEN_N);
+    assert_int_equal(k.seen, GEN_N);
+    assert_int_equal(st.dropped_examples, 0);
+    assert_int_equal(k.checkpoints, (int)(st.steps / 5));
+    assert_true(k.checkpoints >= 20);
+    /* cancelled prefetches are not completed pulls: one completed pull per micro-batch */
+    assert_int_equal(cs.pulls, st.micro_batches);
+    assert_int_equal(cs.pushes_acked, cs.pushes);
+    assert_int_equal(cs.rows_applied, cs.rows_pushed);
+    assert_true(r.window.logloss < r.const_window);
+    spw_trainer_loop_destroy(loop);
+    stop_servers();
+}
+
+static void *stop_later(void *arg)
+{
+    (void)arg;
+    spw_time_sleep_ms(600);
+    spw_signal_request_stop();
+    return NULL;
+}
+
+/* Nobody listens: the first pull never completes. A stop request ends the run promptly and
+ * cleanly, the micro-batch without rows is dropped, not trained. */
+static void test_trn_loop_zmq_stop_while_shards_unreachable(void **state)
+{
+    (void)state;
+    char shards[128];
+    snprintf(shards, sizeof(shards), "tcp://127.0.0.1:1");
+    struct spw_trainer_loop_conf c = zmq_conf(shards);
+    c.client.shards = shards;
+    c.grace_ms = 1000;
+    char errstr[512];
+    spw_trainer_loop_t *loop = spw_trainer_loop_new(&c, NULL, errstr, sizeof(errstr));
+    if (!loop)
+        fail_msg("loop: %s", errstr);
+    spw_signal_reset();
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, stop_later, NULL), 0);
+    uint64_t t0 = spw_time_mono_ms();
+    assert_int_equal(spw_trainer_loop_run(loop), SPW_OK);
+    uint64_t took = spw_time_mono_ms() - t0;
+    pthread_join(t, NULL);
+    spw_signal_reset();
+    struct spw_trainer_loop_stats st;
+    spw_trainer_loop_get_stats(loop, &st);
+    print_message("stopped after %llu ms: %llu trained, %llu dropped\n", (unsigned long long)took,
+                  (unsigned long long)st.examples, (unsigned long long)st.dropped_examples);
+    assert_int_equal(st.examples, 0);
+    assert_int_equal(st.steps, 0);
+    /* the current micro-batch and the prefetched one */
+    assert_int_equal(st.dropped_examples, 2 * 256);
+    assert_true(took < 10000);
+    spw_trainer_loop_destroy(loop);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trn_loop_zmq_prefetch_with_checkpoints),
+        cmocka_unit_test(test_trn_loop_zmq_stop_while_shards_unreachable),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,128 @@
+/* `sparrow trainer`: runs the worker loop (DESIGN.md §4) from a file or a Kafka group against
+ * parameter-server shards until the input ends, trainer.max_examples, or SIGTERM. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "commands.h"
+#include "sparrow/config.h"
+#include "sparrow/http.h"
+#include "sparrow/log.h"
+#include "sparrow/metrics.h"
+#include "sparrow/signal.h"
+#include "sparrow/trainer.h"
+#include "sparrow/trainer_loop.h"
+
+extern char **environ;
+
+static const struct spw_cli_alias aliases[] = {
+    {"--in", "trainer.in"},
+    {"--format", "trainer.format"},
+    {"--shards", "trainer.shards"},
+    {"--model", "trainer.model"},
+    {"--latent-dim", "trainer.latent_dim"},
+    {"--batch", "trainer.batch"},
+    {"--acc-steps", "trainer.acc_steps"},
+    {"--topk", "trainer.topk.ratio"},
+    {"--backend", "trainer.backend"},
+    {"--group", "trainer.group"},
+    {"--id", "trainer.id"},
+    {"--max-examples", "trainer.max_examples"},
+    {"--http-port", "trainer.http.port"},
+    {"--log-level", "log.level"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: sparrow trainer --in file:PATH|kafka://HOST:PORT/TOPIC [--format pb|json|criteo]\n"
+        "                       [--shards tcp://H:P,...|inproc[:N]] [--model lr|fm]\n"
+        "                       [--latent-dim K] [--batch B] [--acc-steps N] [--topk R]\n"
+        "                       [--backend cpu|cuda|auto] [--group G] [--id I]\n"
+        "                       [--max-examples N] [--http-port P] [--log-level L]\n"
+        "                       [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
+        "Trains an LR or FM model on mini-batches of the input: pulls the rows of each batch's\n"
+        "keys from the parameter-server shards (the next batch's pull overlaps the current\n"
+        "compute), scores the batch before training on it (progressive validation, logged and\n"
+        "in /metrics), pushes top-k compressed gradients asynchronously, and stores Kafka\n"
+        "offsets once their pushes are acknowledged. SIGTERM finishes the batch, pushes every\n"
+        "residual, waits for acknowledgements and exits 0. trainer.shards=inproc[:N] runs\n"
+        "the shards inside this process (tests, benchmarks).\n\n"
+        "properties:\n");
+    spw_config_doc_help(spw_trainer_config_props, spw_trainer_config_n_props, out);
+}
+
+int spw_trainer_main(int argc, char **argv)
+{
+    char errstr[1024];
+    int rc = 1;
+    spw_config_t *cfg = spw_config_new(spw_trainer_config_props, spw_trainer_config_n_props, errstr,
+                                       sizeof(errstr));
+    if (!cfg) {
+        fprintf(stderr, "sparrow trainer: %s\n", errstr);
+        return 1;
+    }
+    struct spw_cli_result res = {0};
+    if (spw_cli_load(cfg, argc, argv, aliases, sizeof(aliases) / sizeof(aliases[0]), environ, &res,
+                     errstr, sizeof(errstr)) != SPW_OK) {
+        fprintf(stderr, "sparrow trainer: %s\n(sparrow trainer --help lists the options)\n",
+                errstr);
+        rc = 2;
+        goto out_destroy_cfg;
+    }
+    if (res.help) {
+        usage(stdout);
+        rc = 0;
+        goto out_destroy_cfg;
+    }
+    if (res.dump_config) {
+        spw_config_dump(cfg, stdout);
+        rc = 0;
+        goto out_destroy_cfg;
+    }
+    enum spw_log_level level = SPW_LOG_INFO;
+    spw_log_level_parse(spw_config_str(cfg, "log.level"), &level);
+    spw_log_init("trainer", level);
+    spw_signal_install();
+
+    struct spw_trainer_loop_conf conf;
+    if (spw_trainer_loop_conf_from_config(cfg, &conf, errstr, sizeof(errstr)) != SPW_OK) {
+        SPW_ERROR("invalid configuration", "error=\"%s\"", errstr);
+        rc = 2;
+        goto out_destroy_cfg;
+    }
+    spw_metrics_t *metrics = spw_metrics_new();
+    if (!metrics) {
+        SPW_ERROR("out of memory", NULL);
+        goto out_destroy_cfg;
+    }
+    spw_http_t *http = NULL;
+    int64_t port = spw_config_int(cfg, "trainer.http.port");
+    if (port >= 0) {
+        http = spw_http_start(spw_config_str(cfg, "trainer.http.addr"), (uint16_t)port, metrics,
+                              1 << 16, errstr, sizeof(errstr));
+        if (!http) {
+            SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
+            goto out_destroy_metrics;
+        }
+        SPW_INFO("http endpoint", "port=%u", (unsigned)spw_http_port(http));
+    }
+    conf.metrics = metrics;
+    conf.http = http;
+    spw_trainer_loop_t *loop = spw_trainer_loop_new(&conf, NULL, errstr, sizeof(errstr));
+    if (!loop) {
+        SPW_ERROR("trainer failed to start", "error=\"%s\"", errstr);
+        goto out_stop_http;
+    }
+    spw_err_t err = spw_trainer_loop_run(loop);
+    rc = err == SPW_OK ? 0 : 1;
+    spw_trainer_loop_destroy(loop);
+    SPW_INFO("stopped", "rc=%d", rc);
+out_stop_http:
+    spw_http_stop(http);
+out_destroy_metrics:
+    spw_metrics_destroy(metrics);
+out_destroy_cfg:
+    spw_config_destroy(cfg);
+    return rc;
+}

@@ -1,0 +1,909 @@
+/* trainer: the worker loop — read, pull (pipelined), score, compute, compress, push, store
+ * offsets of acknowledged pushes; hooks for the coordinator; clean stop with a final flush. */
+#include "loop_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sparrow/hash.h"
+#include "sparrow/http.h"
+#include "sparrow/log.h"
+#include "sparrow/signal.h"
+#include "sparrow/time.h"
+#include "trainer_int.h"
+
+/* Bytes of a push frame beyond its row blocks (header fields, protobuf tags). */
+#define PUSH_FRAME_SLACK 4096u
+/* A pull waited on for longer than this makes the trainer report itself not ready. */
+#define PULL_NOT_READY_MS 2000u
+/* Slice of a pull wait (between readiness updates). */
+#define PULL_WAIT_SLICE_MS 500
+/* Metrics are refreshed at least this often when the progress line is off. */
+#define REPORT_DEFAULT_MS 5000u
+#define SEQ_UNSET         UINT64_MAX
+
+/* A micro-batch and the rows pulled for it. */
+struct mb {
+    spw_batch_t *batch;
+    float *rows;
+    size_t cap_rows;
+    uint32_t *versions;
+    size_t cap_versions;
+    uint64_t token;
+    uint64_t id;  /* micro-batch number, 1-based (offset marks refer to it) */
+    bool filled;  /* holds examples not yet computed */
+    bool pulling; /* pull started, not waited for */
+    bool ready;   /* rows in hand */
+};
+
+/* A partition position reached by micro-batch batch_id; storable once push seq is acknowledged. */
+struct mark {
+    uint64_t batch_id;
+    uint64_t seq; /* SEQ_UNSET until the step holding the micro-batch is pushed */
+    int32_t part;
+    int64_t offset;
+    uint32_t skip;
+};
+
+struct loop_metrics {
+    spw_counter_t *examples, *micro_batches, *steps, *offsets_stored, *dropped;
+    spw_gauge_t *window_logloss, *window_auc, *cum_logloss, *cum_auc, *bayes_window_logloss,
+        *bayes_window_auc, *bayes_cum_logloss, *const_window_logloss, *ex_per_s, *bytes_per_example,
+        *compression, *residual_rows, *step;
+    spw_histogram_t *compute_s, *pull_wait_s;
+};
+
+/* Owned by the thread that runs it (see the header). */
+struct spw_trainer_loop {
+    struct spw_trainer_loop_conf conf;
+    struct spw_trainer_hooks hooks;
+    struct spw_trn__source src;
+    struct spw_trn__inproc inproc;
+    spw_ps_client_t *client;
+    spw_backend_t *be;
+    spw_topk_t *tk;      /* NULL: rows pushed as computed */
+    spw_grad_acc_t *acc; /* NULL when acc_steps == 1 */
+    spw_pv_t *pv;
+    uint32_t dim;
+    bool prefetch;
+
+    struct mb mbs[2];
+    struct mb *cur, *next;
+    uint64_t next_mb_id;
+    uint64_t filling_id; /* the micro-batch whose marks snapshot() adds */
+    uint64_t read_examples;
+    bool eof;     /* the input ended (or max_examples) */
+    bool stopped; /* a stop request or a hook's SPW_ERR_STOPPED */
+    bool ran;
+    bool ready; /* reported to http */
+
+    /* the step being accumulated */
+    uint64_t step;
+    uint32_t micro;
+    uint64_t step_examples;
+    double step_loss;
+    int64_t step_max_event;
+    uint64_t step_compute_ns, step_pull_ns;
+    uint64_t step_last_mb;
+
+    float *grads, *preds;
+    size_t cap_grads, cap_preds;
+
+    struct mark *marks;                                    /* FIFO [head, n) */
+    size_t marks_head, marks_n, marks_cap, marks_assigned; /* [head, assigned) have a seq */
+
+    struct spw_trainer_loop_stats stats;
+    uint64_t start_ns, last_report_ns, last_report_examples, last_commit_ns;
+    struct loop_metrics m;
+};
+
+/* ---- setup ---- */
+
+static uint32_t derived_trainer_id(void)
+{
+    char host[256] = "";
+    gethostname(host, sizeof(host) - 1);
+    uint64_t h = spw_hash_mix64(spw_hash_key(0, host, strlen(host)) ^ (uint64_t)getpid());
+    uint32_t id = (uint32_t)(h ^ (h >> 32));
+    return id ? id : 1;
+}
+
+static void metrics_register(spw_trainer_loop_t *loop, spw_metrics_t *r)
+{
+    struct loop_metrics *m = &loop->m;
+    m->examples =
+        spw_metrics_counter_new(r, "sparrow_trainer_examples_total", "Examples trained on.", NULL);
+    m->micro_batches = spw_metrics_counter_new(r, "sparrow_trainer_micro_batches_total",
+                                               "Micro-batches computed.", NULL);
+    m->steps = spw_metrics_counter_new(r, "sparrow_trainer_steps_total",
+                                       "Steps pushed (acc_steps micro-batches each).", NULL);
+    m->offsets_stored = spw_metrics_counter_new(
+        r, "sparrow_trainer_offsets_stored_total",
+        "Partition offsets stored for commit after their pushes were acknowledged.", NULL);
+    m->dropped = spw_metrics_counter_new(r, "sparrow_trainer_dropped_examples_total",
+                                         "Examples read but not trained (stopped during their "
+                                         "pull; read again after a restart).",
+                                         NULL);
+    loop->src.m_records = spw_metrics_counter_new(
+        r, "sparrow_trainer_records_total",
+        "Input records read (file: one example each; Kafka: one ExampleBatch each).", NULL);
+    for (unsigned i = 0; i < SPW_REJECT__COUNT; i++) {
+        char labels[64];
+        snprintf(labels, sizeof(labels), "reason=\"%s\"",
+                 i == SPW_REJECT_NONE ? "invalid" : spw_reject_reason_name(i));
+        loop->src.m_rejected[i] = spw_metrics_counter_new(
+            r, "sparrow_trainer_rejected_total",
+            "Malformed input records and invalid examples, counted and skipped.", labels);
+    }
+    m->window_logloss = spw_metrics_gauge_new(
+        r, "sparrow_trainer_window_logloss",
+        "Progressive validation: logloss over the last trainer.eval.window examples.", NULL);
+    m->window_auc = spw_metrics_gauge_new(r, "sparrow_trainer_window_auc",
+                                          "Progressive validation: AUC over the window.", NULL);
+    m->cum_logloss = spw_metrics_gauge_new(r, "sparrow_trainer_cumulative_logloss",
+                                           "Progressive validation: logloss since start.", NULL);
+    m->cum_auc = spw_metrics_gauge_new(r, "sparrow_trainer_cumulative_auc",
+                                       "Progressive validation: AUC since start (binned).", NULL);
+    m->bayes_window_logloss = spw_metrics_gauge_new(
+        r, "sparrow_trainer_bayes_window_logloss",
+        "Logloss of oracle_p (the Bayes-optimal predictor) over the window's examples that carry "
+        "it; NaN when none do.",
+        NULL);
+    m->bayes_window_auc = spw_metrics_gauge_new(r, "sparrow_trainer_bayes_window_auc",
+                                                "AUC of oracle_p over the window.", NULL);
+    m->bayes_cum_logloss = spw_metrics_gauge_new(r, "sparrow_trainer_bayes_cumulative_logloss",
+                                                 "Logloss of oracle_p since start.", NULL);
+    m->const_window_logloss = spw_metrics_gauge_new(
+        r, "sparrow_trainer_const_window_logloss",
+        "Logloss of the best constant predictor on the window (entropy of its CTR).", NULL);
+    m->ex_per_s = spw_metrics_gauge_new(r, "sparrow_trainer_examples_per_second",
+                                        "Training rate over the last report interval.", NULL);
+    m->bytes_per_example = spw_metrics_gauge_new(r, "sparrow_trainer_push_bytes_per_example",
+                                                 "Push bytes sent per example trained.", NULL);
+    m->compression = spw_metrics_gauge_new(
+        r, "sparrow_trainer_compression_ratio",
+        "Bytes the pushed rows would take uncompressed (fp32, every row) / bytes sent.", NULL);
+    m->residual_rows =
+        spw_metrics_gauge_new(r, "sparrow_trainer_residual_rows",
+                              "Rows held in the error-feedback residual table.", NULL);
+    m->step = spw_metrics_gauge_new(r, "sparrow_trainer_step", "Steps completed.", NULL);
+    static const double secs[] = {1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10};
+    m->compute_s =
+        spw_metrics_histogram_new(r, "sparrow_trainer_compute_seconds",
+                                  "Forward, backward and compression time of one micro-batch.",
+                                  NULL, secs, sizeof(secs) / sizeof(secs[0]));
+    m->pull_wait_s = spw_metrics_histogram_new(
+        r, "sparrow_trainer_pull_wait_seconds",
+        "Time a micro-batch waited for its rows after its compute could start.", NULL, secs,
+        sizeof(secs) / sizeof(secs[0]));
+}
+
+static void set_ready(spw_trainer_loop_t *loop, bool ready, const char *why)
+{
+    if (loop->ready == ready)
+        return;
+    loop->ready = ready;
+    if (loop->conf.http)
+        spw_http_set_ready(loop->conf.http, ready, why);
+}
+
+spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *conf,
+                                         const struct spw_trainer_hooks *hooks, char *errstr,
+                                         size_t errstr_size)
+{
+    spw_trainer_loop_t *loop = calloc(1, sizeof(*loop));
+    if (!loop) {
+        snprintf(errstr, errstr_size, "trainer: out of memory");
+        return NULL;
+    }
+    loop->conf = *conf;
+    if (hooks)
+        loop->hooks = *hooks;
+    struct spw_trainer_params *p = &loop->conf.params;
+    p->topk.dim = p->model.dim;
+    loop->dim = p->model.dim;
+    if (!conf->in || p->batch < 1 || p->acc_steps < 1 || !(conf->debug_slow_factor >= 1.0)) {
+        snprintf(errstr, errstr_size, "trainer: invalid loop settings");
+        goto out_free_loop;
+    }
+    if (conf->metrics)
+        metrics_register(loop, conf->metrics);
+
+    /* compute */
+    if (!(loop->be = spw_backend_new(p->backend, &p->model, errstr, errstr_size)))
+        goto out_destroy;
+    if (p->compress && !(loop->tk = spw_topk_new(&p->topk, loop->be, errstr, errstr_size)))
+        goto out_destroy;
+    if (p->acc_steps > 1 && !(loop->acc = spw_grad_acc_new(p->model.dim, errstr, errstr_size)))
+        goto out_destroy;
+    if (!(loop->pv = spw_pv_new(p->eval_window, errstr, errstr_size)))
+        goto out_destroy;
+    for (int i = 0; i < 2; i++)
+        if (!(loop->mbs[i].batch = spw_batch_new(p->batch, 40, errstr, errstr_size)))
+            goto out_destroy;
+    loop->cur = &loop->mbs[0];
+    loop->next = &loop->mbs[1];
+
+    /* parameter servers */
+    struct spw_ps_client_conf cc = conf->client;
+    cc.dim = p->model.dim;
+    cc.trainer_id = conf->trainer_id ? conf->trainer_id : derived_trainer_id();
+    cc.epoch = conf->epoch ? conf->epoch : (uint64_t)spw_time_wall_ms();
+    cc.metrics = conf->metrics;
+    if (conf->inproc_shards) {
+        if (spw_trn__inproc_open(&loop->inproc, &loop->conf, errstr, errstr_size))
+            goto out_destroy;
+        cc.stores = loop->inproc.stores;
+        cc.n_stores = loop->inproc.n;
+    }
+    if (!(loop->client = spw_ps_client_new(&cc, errstr, errstr_size)))
+        goto out_destroy;
+    loop->prefetch = conf->prefetch && !conf->inproc_shards;
+
+    /* input */
+    spw_err_t err;
+    if (strncmp(conf->in, "file:", 5) == 0)
+        err = spw_trn__source_open_file(&loop->src, conf->in + 5, &loop->conf, errstr, errstr_size);
+    else if (strncmp(conf->in, "kafka://", 8) == 0)
+        err = spw_trn__source_open_kafka(&loop->src, conf->in + 8, &loop->conf, &loop->hooks, loop,
+                                         errstr, errstr_size);
+    else {
+        snprintf(errstr, errstr_size, "trainer.in: expected file:PATH or kafka://HOST:PORT/TOPIC");
+        err = SPW_ERR_INVALID;
+    }
+    if (err)
+        goto out_destroy;
+    SPW_INFO("started",
+             "in=\"%s\" model=%s latent_dim=%u backend=%s batch=%u acc_steps=%u topk=%g "
+             "error_feedback=%d fp16=%d shards=%u transport=%s trainer_id=%u epoch=%llu "
+             "prefetch=%d",
+             conf->in, spw_model_kind_name(p->model.kind), p->model.latent_dim,
+             spw_backend_kind_name(spw_backend_kind(loop->be)), p->batch, p->acc_steps,
+             p->compress ? p->topk.ratio : 1.0, p->topk.error_feedback, p->topk.fp16,
+             spw_ps_client_shards(loop->client), conf->inproc_shards ? "inproc" : "zmq",
+             cc.trainer_id, (unsigned long long)cc.epoch, loop->prefetch);
+    return loop;
+
+out_destroy:
+    spw_trainer_loop_destroy(loop);
+    return NULL;
+out_free_loop:
+    free(loop);
+    return NULL;
+}
+
+void spw_trainer_loop_destroy(spw_trainer_loop_t *loop)
+{
+    if (!loop)
+        return;
+    spw_trn__source_close(&loop->src);
+    for (int i = 0; i < 2; i++) {
+        struct mb *mb = &loop->mbs[i];
+        if (mb->pulling && loop->client)
+            spw_ps_client_pull_cancel(loop->client, mb->token);
+        spw_batch_destroy(mb->batch);
+        free(mb->rows);
+        free(mb->versions);
+    }
+    spw_ps_client_destroy(loop->client);
+    spw_trn__inproc_close(&loop->inproc);
+    spw_topk_destroy(loop->tk);
+    spw_grad_acc_destroy(loop->acc);
+    spw_pv_destroy(loop->pv);
+    spw_backend_destroy(loop->be);
+    free(loop->grads);
+    free(loop->preds);
+    free(loop->marks);
+    free(loop);
+}
+
+/* ---- offsets ---- */
+
+static spw_err_t add_mark(void *opaque, int32_t part, int64_t offset, uint32_t skip)
+{
+    spw_trainer_loop_t *loop = opaque;
+    if (loop->marks_head > 0 && loop->marks_head * 2 >= loop->marks_n) {
+        size_t live = loop->marks_n - loop->marks_head;
+        memmove(loop->marks, loop->marks + loop->marks_head, live * sizeof(*loop->marks));
+        loop->marks_assigned -= loop->marks_head;
+        loop->marks_n = live;
+        loop->marks_head = 0;
+    }
+    if (spw_trn__grow((void **)&loop->marks, &loop->marks_cap, loop->marks_n + 1,
+                      sizeof(*loop->marks)))
+        return SPW_ERR_NOMEM;
+    loop->marks[loop->marks_n++] = (struct mark){.batch_id = loop->filling_id,
+                                                 .seq = SEQ_UNSET,
+                                                 .part = part,
+                                                 .offset = offset,
+                                                 .skip = skip};
+    return SPW_OK;
+}
+
+/* The micro-batches up to upto are in a step whose pushes end at seq. */
+static void assign_marks(spw_trainer_loop_t *loop, uint64_t upto, uint64_t seq)
+{
+    while (loop->marks_assigned < loop->marks_n &&
+           loop->marks[loop->marks_assigned].batch_id <= upto)
+        loop->marks[loop->marks_assigned++].seq = seq;
+}
+
+/* Stores the positions whose pushes are acknowledged, in order. */
+static spw_err_t store_acked(spw_trainer_loop_t *loop)
+{
+    uint64_t acked = spw_ps_client_acked_through(loop->client);
+    while (loop->marks_head < loop->marks_assigned && loop->marks[loop->marks_head].seq <= acked) {
+        const struct mark *mk = &loop->marks[loop->marks_head];
+        bool stored = false;
+        spw_err_t err = spw_trn__source_store(&loop->src, mk->part, mk->offset, mk->skip, &stored);
+        if (err)
+            return err;
+        if (stored) {
+            loop->stats.offsets_stored++;
+            if (loop->m.offsets_stored)
+                spw_counter_inc(loop->m.offsets_stored);
+        }
+        loop->marks_head++;
+    }
+    return SPW_OK;
+}
+
+/* ---- input ---- */
+
+static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
+{
+    const struct spw_trainer_loop_conf *conf = &loop->conf;
+    spw_batch_reset(mb->batch);
+    mb->filled = mb->ready = mb->pulling = false;
+    if (loop->eof)
+        return SPW_OK;
+    uint64_t deadline = spw_time_mono_ms() + conf->linger_ms;
+    spw_err_t err = SPW_OK;
+    while (spw_batch_examples(mb->batch) < conf->params.batch) {
+        if (spw_signal_stop_requested())
+            break; /* train on what is read, then stop */
+        if (conf->max_examples && loop->read_examples >= conf->max_examples) {
+            loop->eof = true;
+            break;
+        }
+        int timeout = 0;
+        if (loop->src.kafka) {
+            uint64_t now = spw_time_mono_ms();
+            timeout = now >= deadline ? 0 : (int)(deadline - now);
+        }
+        Sparrow__Example *ex;
+        err = spw_trn__source_next(&loop->src, timeout, &ex);
+        if (err == SPW_ERR_EOF) {
+            loop->eof = true;
+            err = SPW_OK;
+            break;
+        }
+        if (err == SPW_ERR_TIMEOUT) {
+            err = SPW_OK;
+            break;
+        }
+        if (err == SPW_ERR_INVALID) {
+            err = SPW_OK;
+            continue;
+        }
+        if (err)
+            break;
+        err = spw_batch_add_example(mb->batch, ex);
+        if (err == SPW_ERR_INVALID) {
+            spw_trn__source_reject(&loop->src);
+            err = SPW_OK;
+            continue;
+        }
+        if (err)
+            break;
+        loop->read_examples++;
+    }
+    loop->stats.records = loop->src.records;
+    if (err)
+        return err;
+    mb->id = ++loop->next_mb_id;
+    mb->filled = spw_batch_examples(mb->batch) > 0;
+    loop->filling_id = mb->id;
+    return spw_trn__source_snapshot(&loop->src, add_mark, loop);
+}
+
+/* ---- pulls ---- */
+
+static spw_err_t start_pull(spw_trainer_loop_t *loop, struct mb *mb)
+{
+    size_t nu = spw_batch_unique(mb->batch);
+    if (spw_trn__grow((void **)&mb->rows, &mb->cap_rows, nu * loop->dim, sizeof(float)) ||
+        spw_trn__grow((void **)&mb->versions, &mb->cap_versions, nu, sizeof(uint32_t)))
+        return SPW_ERR_NOMEM;
+    spw_err_t err = spw_ps_client_pull_start(loop->client, spw_batch_keys(mb->batch), nu, mb->rows,
+                                             mb->versions, &mb->token);
+    if (err)
+        return err;
+    mb->pulling = true;
+    return SPW_OK;
+}
+
+static spw_err_t wait_pull(spw_trainer_loop_t *loop, struct mb *mb)
+{
+    uint64_t t0 = spw_time_mono_ns();
+    spw_err_t err;
+    while ((err = spw_ps_client_pull_wait(loop->client, mb->token, PULL_WAIT_SLICE_MS)) ==
+           SPW_ERR_TIMEOUT) {
+        if ((spw_time_mono_ns() - t0) / 1000000u >= PULL_NOT_READY_MS)
+            set_ready(loop, false, "waiting for parameter-server shards");
+    }
+    uint64_t waited = spw_time_mono_ns() - t0;
+    if (err == SPW_ERR_STOPPED)
+        return err; /* still in flight: cancelled by the caller */
+    mb->pulling = false;
+    if (err)
+        return err;
+    mb->ready = true;
+    set_ready(loop, true, NULL);
+    loop->step_pull_ns += waited;
+    loop->stats.pull_wait_ns += waited;
+    if (loop->m.pull_wait_s)
+        spw_histogram_observe(loop->m.pull_wait_s, (double)waited * 1e-9);
+    return SPW_OK;
+}
+
+static void forget_pull(spw_trainer_loop_t *loop, struct mb *mb)
+{
+    if (mb->pulling)
+        spw_ps_client_pull_cancel(loop->client, mb->token);
+    mb->pulling = mb->ready = false;
+}
+
+/* ---- pushes ---- */
+
+/* Pushes a set in frames below the frame limit. *last_seq gets the seq of the last push sent. */
+static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *set,
+                          uint64_t examples, int64_t max_event, uint64_t *last_seq)
+{
+    size_t row_bytes = SPW_TRN_PUSH_ROW_OVERHEAD + (size_t)loop->dim * sizeof(float);
+    size_t frame = loop->conf.client.max_frame;
+    size_t per = frame > PUSH_FRAME_SLACK + row_bytes ? (frame - PUSH_FRAME_SLACK) / row_bytes : 1;
+    for (size_t off = 0; off < set->n; off += per) {
+        size_t n = set->n - off < per ? set->n - off : per;
+        struct spw_ps_push push = {
+            .n = n,
+            .keys = set->keys + off,
+            .versions = set->versions ? set->versions + off : NULL,
+            .grads = set->values ? set->values + off * set->dim : NULL,
+            .grads_f16 = set->values_f16 ? set->values_f16 + off * set->dim : NULL,
+            .fp16 = set->fp16,
+            .max_event_time_ms = max_event == INT64_MIN ? 0 : max_event,
+            .examples = off == 0 ? (uint32_t)(examples > UINT32_MAX ? UINT32_MAX : examples) : 0,
+        };
+        uint64_t seq = 0;
+        spw_err_t err;
+        /* a stop request cuts the wait for window room short: drain (the grace period) and
+         * send, so that the step is not lost */
+        while ((err = spw_ps_client_push(loop->client, &push, &seq)) == SPW_ERR_STOPPED) {
+            if ((err = spw_ps_client_drain(loop->client, loop->conf.grace_ms)))
+                return err;
+        }
+        if (err)
+            return err;
+        *last_seq = seq;
+        loop->stats.rows_pushed += n;
+    }
+    return SPW_OK;
+}
+
+/* Compresses (when configured) and pushes n gradient rows. */
+static spw_err_t push_rows(spw_trainer_loop_t *loop, const uint64_t *keys, float *grads,
+                           const uint32_t *versions, size_t n, uint64_t examples, int64_t max_event,
+                           uint64_t *last_seq)
+{
+    struct spw_push_set set = {
+        .n = n, .dim = loop->dim, .keys = keys, .versions = versions, .values = grads};
+    if (loop->tk) {
+        spw_err_t err = spw_topk_compress(loop->tk, keys, grads, versions, n, &set);
+        if (err)
+            return err;
+    }
+    return push_set(loop, &set, examples, max_event, last_seq);
+}
+
+static void step_reset(spw_trainer_loop_t *loop)
+{
+    loop->micro = 0;
+    loop->step_examples = 0;
+    loop->step_loss = 0.0;
+    loop->step_max_event = INT64_MIN;
+    loop->step_compute_ns = loop->step_pull_ns = 0;
+}
+
+/* Ends the step: pushes its gradient (the accumulator, or mb's), assigns its offset marks, calls
+ * after_step when hooks is set. */
+static spw_err_t end_step(spw_trainer_loop_t *loop, struct mb *mb, bool hooks)
+{
+    uint64_t t0 = spw_time_mono_ns();
+    uint64_t before = loop->stats.rows_pushed;
+    uint64_t seq = 0;
+    spw_err_t err;
+    if (loop->acc)
+        err = push_rows(loop, spw_grad_acc_keys(loop->acc), spw_grad_acc_grads(loop->acc),
+                        spw_grad_acc_versions(loop->acc), spw_grad_acc_rows(loop->acc),
+                        loop->step_examples, loop->step_max_event, &seq);
+    else
+        err =
+            push_rows(loop, spw_batch_keys(mb->batch), loop->grads, mb->versions,
+                      spw_batch_unique(mb->batch), loop->step_examples, loop->step_max_event, &seq);
+    if (loop->acc)
+        spw_grad_acc_reset(loop->acc);
+    if (err) {
+        /* the compressor has taken the gradient in: a retry would count it twice */
+        step_reset(loop);
+        return err;
+    }
+    uint64_t dt = spw_time_mono_ns() - t0;
+    loop->step_compute_ns += dt;
+    loop->stats.compute_ns += dt;
+    /* with nothing sent, the step's offsets wait for every earlier push */
+    uint64_t upto_seq = seq ? seq : spw_ps_client_next_seq(loop->client) - 1;
+    assign_marks(loop, loop->step_last_mb, upto_seq);
+    struct spw_trainer_step_info info = {
+        .step = loop->step,
+        .seq = seq,
+        .micro = loop->micro,
+        .examples = loop->step_examples,
+        .loss_sum = loop->step_loss,
+        .rows_pushed = (size_t)(loop->stats.rows_pushed - before),
+        .compute_ns = loop->step_compute_ns,
+        .pull_wait_ns = loop->step_pull_ns,
+    };
+    loop->step++;
+    loop->stats.steps++;
+    if (loop->m.steps) {
+        spw_counter_inc(loop->m.steps);
+        spw_gauge_set(loop->m.step, (double)loop->step);
+    }
+    step_reset(loop);
+    if (hooks && loop->hooks.after_step)
+        return loop->hooks.after_step(loop->hooks.opaque, loop, &info);
+    return SPW_OK;
+}
+
+/* ---- compute ---- */
+
+static spw_err_t compute(spw_trainer_loop_t *loop, struct mb *mb)
+{
+    const spw_batch_t *b = mb->batch;
+    const size_t n = spw_batch_examples(b), nu = spw_batch_unique(b);
+    if (spw_trn__grow((void **)&loop->grads, &loop->cap_grads, nu * loop->dim, sizeof(float)) ||
+        spw_trn__grow((void **)&loop->preds, &loop->cap_preds, n, sizeof(float)))
+        return SPW_ERR_NOMEM;
+    uint64_t t0 = spw_time_mono_ns();
+    float scale = (float)(1.0 / ((double)n * loop->conf.params.acc_steps));
+    double loss = 0.0;
+    spw_err_t err =
+        spw_backend_forward_backward(loop->be, b, mb->rows, scale, loop->preds, loop->grads, &loss);
+    if (err)
+        return err;
+    /* the predictions came from rows not yet trained on this batch: progressive validation */
+    spw_pv_add(loop->pv, loop->preds, spw_batch_labels(b), spw_batch_oracle(b), n);
+    if (loop->acc &&
+        (err = spw_grad_acc_add(loop->acc, spw_batch_keys(b), loop->grads, mb->versions, nu)))
+        return err;
+    uint64_t dt = spw_time_mono_ns() - t0;
+    if (loop->conf.debug_slow_factor > 1.0) {
+        uint64_t extra_ms = (uint64_t)((double)dt * (loop->conf.debug_slow_factor - 1.0) / 1e6);
+        if (extra_ms)
+            spw_time_sleep_ms(extra_ms);
+    }
+    mb->filled = false;
+    mb->ready = false;
+    loop->micro++;
+    loop->step_examples += n;
+    loop->step_loss += loss;
+    int64_t ev = spw_batch_max_event_time(b);
+    if (ev > loop->step_max_event)
+        loop->step_max_event = ev;
+    loop->step_last_mb = mb->id;
+    loop->step_compute_ns += dt;
+    loop->stats.compute_ns += dt;
+    loop->stats.examples += n;
+    loop->stats.micro_batches++;
+    if (loop->m.examples) {
+        spw_counter_add(loop->m.examples, n);
+        spw_counter_inc(loop->m.micro_batches);
+        spw_histogram_observe(loop->m.compute_s, (double)dt * 1e-9);
+    }
+    return SPW_OK;
+}
+
+/* ---- reports ---- */
+
+static void report(spw_trainer_loop_t *loop, bool log_line, const char *msg)
+{
+    uint64_t now = spw_time_mono_ns();
+    double dt = (double)(now - loop->last_report_ns) * 1e-9;
+    double rate = dt > 0 ? (double)(loop->stats.examples - loop->last_report_examples) / dt : 0.0;
+    loop->last_report_ns = now;
+    loop->last_report_examples = loop->stats.examples;
+    struct spw_pv_report r;
+    spw_pv_report(loop->pv, &r);
+    struct spw_ps_client_stats cs;
+    spw_ps_client_get_stats(loop->client, &cs);
+    double bpe = loop->stats.examples ? (double)cs.bytes_pushed / (double)loop->stats.examples : 0;
+    struct spw_topk_stats ts = {0};
+    if (loop->tk)
+        spw_topk_get_stats(loop->tk, &ts);
+    double compression = ts.bytes_sent ? (double)ts.bytes_dense / (double)ts.bytes_sent : 1.0;
+    double bayes = r.oracle_window.count ? r.oracle_window.logloss : NAN;
+    struct loop_metrics *m = &loop->m;
+    if (m->window_logloss) {
+        spw_gauge_set(m->window_logloss, r.window.logloss);
+        spw_gauge_set(m->window_auc, r.window.auc);
+        spw_gauge_set(m->cum_logloss, r.cumulative.logloss);
+        spw_gauge_set(m->cum_auc, r.cumulative.auc);
+        spw_gauge_set(m->bayes_window_logloss, bayes);
+        spw_gauge_set(m->bayes_window_auc, r.oracle_window.count ? r.oracle_window.auc : NAN);
+        spw_gauge_set(m->bayes_cum_logloss,
+                      r.oracle_cumulative.count ? r.oracle_cumulative.logloss : NAN);
+        spw_gauge_set(m->const_window_logloss, r.const_window);
+        spw_gauge_set(m->ex_per_s, rate);
+        spw_gauge_set(m->bytes_per_example, bpe);
+        spw_gauge_set(m->compression, compression);
+        spw_gauge_set(m->residual_rows, (double)ts.residual_rows);
+    }
+    if (!log_line)
+        return;
+    uint64_t rejected = 0;
+    for (unsigned i = 0; i < SPW_REJECT__COUNT; i++)
+        rejected += loop->src.rejected[i];
+    SPW_INFO(msg,
+             "examples=%llu ex_per_s=%.0f window_logloss=%.5f window_auc=%.4f bayes_logloss=%.5f "
+             "const_logloss=%.5f cumulative_logloss=%.5f bytes_per_example=%.1f "
+             "compression=%.2f residual_rows=%zu steps=%llu rejected=%llu window=%u",
+             (unsigned long long)loop->stats.examples, rate, r.window.logloss, r.window.auc, bayes,
+             r.const_window, r.cumulative.logloss, bpe, compression, ts.residual_rows,
+             (unsigned long long)loop->stats.steps, (unsigned long long)rejected, cs.window);
+}
+
+static spw_err_t periodic(spw_trainer_loop_t *loop)
+{
+    uint64_t now = spw_time_mono_ns();
+    uint64_t every = loop->conf.log_interval_ms ? loop->conf.log_interval_ms : REPORT_DEFAULT_MS;
+    if ((now - loop->last_report_ns) / 1000000u >= every)
+        report(loop, loop->conf.log_interval_ms > 0, "progress");
+    if (loop->src.kafka && loop->conf.commit_interval_ms &&
+        (now - loop->last_commit_ns) / 1000000u >= loop->conf.commit_interval_ms) {
+        loop->last_commit_ns = now;
+        spw_err_t err = spw_trn__source_commit(&loop->src, false);
+        if (err)
+            SPW_LOG_RATELIMITED(SPW_LOG_WARN, 10000, "offset commit failed", "error=\"%s\"",
+                                spw_err_str(err));
+    }
+    return SPW_OK;
+}
+
+/* Pushes every residual of the compressor (checkpoints, the end of a run). */
+static spw_err_t flush_residuals(spw_trainer_loop_t *loop)
+{
+    if (!loop->tk)
+        return SPW_OK;
+    struct spw_ps_client_stats before, after;
+    spw_ps_client_get_stats(loop->client, &before);
+    struct spw_push_set set;
+    uint64_t seq = 0;
+    spw_err_t err = spw_topk_flush(loop->tk, &set);
+    if (!err)
+        err = push_set(loop, &set, 0, 0, &seq);
+    spw_ps_client_get_stats(loop->client, &after);
+    loop->stats.bytes_flushed += after.bytes_pushed - before.bytes_pushed;
+    return err;
+}
+
+/* ---- the public calls ---- */
+
+spw_err_t spw_trainer_loop_checkpoint(spw_trainer_loop_t *loop, int64_t timeout_ms,
+                                      struct spw_trainer_position *positions, size_t n_max,
+                                      size_t *n)
+{
+    spw_err_t err;
+    if (loop->micro > 0 && (err = end_step(loop, loop->cur, false)))
+        return err;
+    if ((err = flush_residuals(loop)))
+        return err;
+    if ((err = spw_ps_client_flush(loop->client, timeout_ms)))
+        return err;
+    if ((err = store_acked(loop)))
+        return err;
+    /* micro-batches read but not computed see the rows as of the checkpoint */
+    spw_trainer_loop_drop_rows(loop);
+    *n = spw_trn__source_positions(&loop->src, positions, n_max);
+    return SPW_OK;
+}
+
+void spw_trainer_loop_drop_rows(spw_trainer_loop_t *loop)
+{
+    for (int i = 0; i < 2; i++)
+        if (loop->mbs[i].filled)
+            forget_pull(loop, &loop->mbs[i]);
+}
+
+const char *spw_trainer_loop_topic(const spw_trainer_loop_t *loop)
+{
+    return loop->src.kafka ? loop->src.topic : NULL;
+}
+
+spw_err_t spw_trainer_loop_commit(spw_trainer_loop_t *loop, bool sync)
+{
+    return spw_trn__source_commit(&loop->src, sync);
+}
+
+spw_ps_client_t *spw_trainer_loop_client(spw_trainer_loop_t *loop)
+{
+    return loop->client;
+}
+
+void spw_trainer_loop_report(spw_trainer_loop_t *loop, struct spw_pv_report *out)
+{
+    spw_pv_report(loop->pv, out);
+}
+
+void spw_trainer_loop_get_stats(const spw_trainer_loop_t *loop, struct spw_trainer_loop_stats *out)
+{
+    *out = loop->stats;
+    out->records = loop->src.records;
+    out->rejected = 0;
+    for (unsigned i = 0; i < SPW_REJECT__COUNT; i++)
+        out->rejected += loop->src.rejected[i];
+    struct spw_ps_client_stats cs;
+    spw_ps_client_get_stats(loop->client, &cs);
+    out->bytes_pushed = cs.bytes_pushed;
+    if (!loop->ran || !out->elapsed_ns)
+        out->elapsed_ns = loop->start_ns ? spw_time_mono_ns() - loop->start_ns : 0;
+}
+
+/* A hook's verdict: SPW_ERR_STOPPED stops cleanly (*stop), others are errors. */
+static spw_err_t hook_result(spw_trainer_loop_t *loop, spw_err_t err)
+{
+    if (err == SPW_ERR_STOPPED) {
+        loop->stopped = true;
+        return SPW_OK;
+    }
+    return err;
+}
+
+static void drop_micro_batch(spw_trainer_loop_t *loop, struct mb *mb)
+{
+    if (!mb->filled)
+        return;
+    forget_pull(loop, mb);
+    uint64_t n = spw_batch_examples(mb->batch);
+    loop->stats.dropped_examples += n;
+    if (loop->m.dropped)
+        spw_counter_add(loop->m.dropped, n);
+    mb->filled = false;
+}
+
+/* The end of a run: push what is pending, drain, store and commit offsets. */
+static spw_err_t finish(spw_trainer_loop_t *loop, spw_err_t run_err)
+{
+    set_ready(loop, false, "stopping");
+    drop_micro_batch(loop, loop->cur);
+    drop_micro_batch(loop, loop->next);
+    spw_err_t err = SPW_OK;
+    if (loop->micro > 0)
+        err = end_step(loop, loop->cur, false);
+    if (!err)
+        err = flush_residuals(loop);
+    spw_err_t derr = spw_ps_client_drain(loop->client, loop->conf.grace_ms);
+    if (derr == SPW_ERR_TIMEOUT)
+        SPW_ERROR("pushes not acknowledged within the grace period", "outstanding=%u grace_ms=%llu",
+                  spw_ps_client_outstanding(loop->client), (unsigned long long)loop->conf.grace_ms);
+    if (!err)
+        err = derr;
+    spw_err_t serr = store_acked(loop);
+    if (!err)
+        err = serr;
+    if (loop->src.kafka) {
+        spw_err_t cerr = spw_trn__source_commit(&loop->src, true);
+        if (cerr)
+            SPW_WARN("final offset commit failed", "error=\"%s\"", spw_err_str(cerr));
+    }
+    loop->stats.elapsed_ns = spw_time_mono_ns() - loop->start_ns;
+    report(loop, false, "finished");
+    struct spw_pv_report r;
+    spw_pv_report(loop->pv, &r);
+    struct spw_trainer_loop_stats st;
+    spw_trainer_loop_get_stats(loop, &st);
+    struct spw_topk_stats ts = {0};
+    if (loop->tk)
+        spw_topk_get_stats(loop->tk, &ts);
+    double secs = (double)st.elapsed_ns * 1e-9;
+    SPW_INFO("finished",
+             "examples=%llu ex_per_s=%.0f window_logloss=%.5f window_auc=%.4f "
+             "bayes_logloss=%.5f const_logloss=%.5f cumulative_logloss=%.5f "
+             "bayes_cumulative_logloss=%.5f bytes_per_example=%.2f "
+             "step_bytes_per_example=%.2f rows_pushed=%llu "
+             "residual_flushed=%llu steps=%llu rejected=%llu records=%llu "
+             "dropped=%llu offsets_stored=%llu seconds=%.3f compute_s=%.3f pull_wait_s=%.3f "
+             "status=\"%s\"",
+             (unsigned long long)st.examples, secs > 0 ? (double)st.examples / secs : 0.0,
+             r.window.logloss, r.window.auc, r.oracle_window.count ? r.oracle_window.logloss : NAN,
+             r.const_window, r.cumulative.logloss,
+             r.oracle_cumulative.count ? r.oracle_cumulative.logloss : NAN,
+             st.examples ? (double)st.bytes_pushed / (double)st.examples : 0.0,
+             st.examples ? (double)(st.bytes_pushed - st.bytes_flushed) / (double)st.examples : 0.0,
+             (unsigned long long)st.rows_pushed, (unsigned long long)ts.rows_flushed,
+             (unsigned long long)st.steps, (unsigned long long)st.rejected,
+             (unsigned long long)st.records, (unsigned long long)st.dropped_examples,
+             (unsigned long long)st.offsets_stored, secs, (double)st.compute_ns * 1e-9,
+             (double)st.pull_wait_ns * 1e-9, spw_err_str(run_err ? run_err : err));
+    return run_err ? run_err : err;
+}
+
+spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
+{
+    if (loop->ran)
+        return SPW_ERR_STATE;
+    loop->ran = true;
+    loop->start_ns = loop->last_report_ns = loop->last_commit_ns = spw_time_mono_ns();
+    step_reset(loop);
+    const uint32_t acc_steps = loop->conf.params.acc_steps;
+    spw_err_t err = fill(loop, loop->cur);
+    while (!err) {
+        if (loop->stopped || spw_signal_stop_requested())
+            break;
+        struct mb *cur = loop->cur;
+        if (!cur->filled) {
+            if (loop->eof)
+                break;
+            /* Kafka without input: keep hooks and reports going */
+            if (loop->hooks.idle &&
+                (err = hook_result(loop, loop->hooks.idle(loop->hooks.opaque, loop))))
+                break;
+            if (loop->stopped || (err = store_acked(loop)) || (err = periodic(loop)))
+                break;
+            err = fill(loop, cur);
+            continue;
+        }
+        if (loop->micro == 0) {
+            if (loop->conf.debug_delay_ms)
+                spw_time_sleep_ms(loop->conf.debug_delay_ms);
+            if (loop->hooks.before_step &&
+                (err = hook_result(loop,
+                                   loop->hooks.before_step(loop->hooks.opaque, loop, loop->step))))
+                break;
+            if (loop->stopped)
+                break;
+        }
+        if (!cur->ready && !cur->pulling && (err = start_pull(loop, cur)))
+            break;
+        if (loop->prefetch && !loop->next->filled) {
+            if ((err = fill(loop, loop->next)))
+                break;
+            if (loop->next->filled && (err = start_pull(loop, loop->next)))
+                break;
+        }
+        if (!cur->ready && (err = wait_pull(loop, cur))) {
+            if (err == SPW_ERR_STOPPED)
+                err = SPW_OK; /* finish() drops the micro-batch */
+            break;
+        }
+        if ((err = compute(loop, cur)))
+            break;
+        if (loop->micro == acc_steps && (err = hook_result(loop, end_step(loop, cur, true))))
+            break;
+        if ((err = store_acked(loop)) || (err = periodic(loop)))
+            break;
+        loop->cur = loop->next;
+        loop->next = cur;
+        if (loop->stopped)
+            break;
+        if (!loop->cur->filled)
+            err = fill(loop, loop->cur);
+    }
+    if (err)
+        SPW_ERROR("trainer loop failed", "error=\"%s\" detail=\"%s\"", spw_err_str(err),
+                  spw_ps_client_errstr(loop->client));
+    return finish(loop, err);
+}

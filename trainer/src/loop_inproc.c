@@ -1,0 +1,75 @@
+/* trainer: in-process parameter-server shards for the worker loop (tests, benchmarks, one-box
+ * runs): pserver's row store opened in the trainer's own process, driven by the PS client's
+ * in-process transport. */
+#include "loop_int.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+spw_err_t spw_trn__inproc_open(struct spw_trn__inproc *ip, const struct spw_trainer_loop_conf *conf,
+                               char *errstr, size_t errstr_size)
+{
+    const struct spw_trainer_params *p = &conf->params;
+    if (conf->inproc_dir && conf->inproc_dir[0]) {
+        ip->root = strdup(conf->inproc_dir);
+        if (ip->root && mkdir(ip->root, 0700) != 0 && errno != EEXIST) {
+            snprintf(errstr, errstr_size, "trainer: mkdir %s: %s", ip->root, strerror(errno));
+            return SPW_ERR_IO;
+        }
+    } else {
+        ip->root = strdup("/tmp/sparrow-trainer-XXXXXX");
+        if (ip->root && !mkdtemp(ip->root)) {
+            snprintf(errstr, errstr_size, "trainer: mkdtemp: %s", strerror(errno));
+            free(ip->root);
+            ip->root = NULL;
+            return SPW_ERR_IO;
+        }
+        ip->temporary = true;
+    }
+    if (!ip->root || !(ip->stores = calloc(conf->inproc_shards, sizeof(spw_ps_store_t *)))) {
+        snprintf(errstr, errstr_size, "trainer: out of memory");
+        return SPW_ERR_NOMEM;
+    }
+    for (uint32_t s = 0; s < conf->inproc_shards; s++) {
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/shard-%u", ip->root, s);
+        struct spw_ps_store_conf sc = {0};
+        sc.shard = s;
+        sc.dim = p->model.dim;
+        spw_ps_optim_conf_default(&sc.optim);
+        sc.optim.kind = p->optimizer == SPW_REF_SGD ? SPW_PS_SGD : SPW_PS_ADAGRAD;
+        sc.optim.lr = p->lr;
+        sc.optim.eps = p->eps;
+        sc.optim.init_scale = p->init_scale;
+        sc.penalty.kind = SPW_PS_PENALTY_INVERSE;
+        sc.seed = p->seed;
+        sc.memory_bytes = conf->inproc_memory_bytes;
+        sc.db_path = path;
+        ip->stores[s] = spw_ps_store_open(&sc, errstr, errstr_size);
+        if (!ip->stores[s])
+            return SPW_ERR_STORE;
+        ip->n = s + 1;
+    }
+    return SPW_OK;
+}
+
+void spw_trn__inproc_close(struct spw_trn__inproc *ip)
+{
+    for (uint32_t s = 0; s < ip->n; s++)
+        spw_ps_store_close(ip->stores[s]);
+    free(ip->stores);
+    if (ip->root && ip->temporary)
+        nftw(ip->root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(ip->root);
+    memset(ip, 0, sizeof(*ip));
+}

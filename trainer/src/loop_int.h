@@ -1,0 +1,132 @@
+/* trainer: private declarations of the worker loop's files (loop*.c; not API). */
+#ifndef SPARROW_LOOP_INT_H
+#define SPARROW_LOOP_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sparrow/arena.h"
+#include "sparrow/ingest.h"
+#include "sparrow/metrics.h"
+#include "sparrow/trainer_loop.h"
+
+#ifdef SPARROW_HAVE_KAFKA
+#include "sparrow/kafka.h"
+#endif
+
+/* Budget of the input arena: one decoded file record, or one Kafka record's ExampleBatch (whose
+ * bytes are bounded by max_record_bytes; decoding expands them by a small factor). */
+#define SPW_TRN__SOURCE_ARENA_MIN (64u << 20)
+
+/* A partition's input state (Kafka). Index = partition number. */
+struct spw_trn__part {
+    bool assigned;
+    bool touched;      /* read from since the last snapshot */
+    int64_t offset;    /* position after the examples taken: next record ... */
+    uint32_t skip;     /* ... and examples of it already taken */
+    int64_t skip_at;   /* a resume position from on_assign: skip examples of this record */
+    uint32_t skip_n;   /* (-1: none) */
+    bool stored_valid; /* stored_*: the last position handed to the consumer */
+    int64_t stored_offset;
+    uint32_t stored_skip;
+};
+
+/*
+ * The loop's input: a file reader (one Example per record) or a Kafka group consumer (one
+ * ExampleBatch per record). Owned by the loop's thread; Kafka callbacks run inside next().
+ */
+struct spw_trn__source {
+    bool kafka;
+    struct spw_ingest_limits limits;
+    spw_arena_t *arena;
+    uint64_t records;
+    uint64_t rejected[SPW_REJECT__COUNT]; /* by reason; [0] = invalid for the batch */
+    spw_counter_t *m_rejected[SPW_REJECT__COUNT];
+    spw_counter_t *m_records;
+    /* file */
+    spw_reader_t *reader;
+    spw_schema_t *schema;
+    /* Kafka */
+    const struct spw_trainer_hooks *hooks; /* the loop's (borrowed) */
+    spw_trainer_loop_t *loop;
+    size_t max_record_bytes;
+    char *topic;
+    void *consumer; /* spw_kafka_consumer_t */
+#ifdef SPARROW_HAVE_KAFKA
+    struct spw_kafka_msg msg;
+#endif
+    bool have_msg;
+    int32_t cur_part;
+    int64_t cur_offset;
+    Sparrow__ExampleBatch *eb;
+    size_t next_ex;
+    struct spw_trn__part *parts;
+    size_t n_parts; /* entries (highest partition seen + 1) */
+    bool lost;      /* offsets lost to retention were reported */
+};
+
+/* Opens a file source for "PATH" (after "file:"). SPW_OK or an error with errstr. */
+spw_err_t spw_trn__source_open_file(struct spw_trn__source *src, const char *path,
+                                    const struct spw_trainer_loop_conf *conf, char *errstr,
+                                    size_t errstr_size);
+
+/* Opens a Kafka source for "BOOTSTRAP/TOPIC" (after "kafka://"). hooks and loop are borrowed
+ * for the assignment callbacks. SPW_ERR_UNSUPPORTED without the Kafka library. */
+spw_err_t spw_trn__source_open_kafka(struct spw_trn__source *src, const char *url,
+                                     const struct spw_trainer_loop_conf *conf,
+                                     const struct spw_trainer_hooks *hooks,
+                                     spw_trainer_loop_t *loop, char *errstr, size_t errstr_size);
+
+/* Leaves the group (Kafka) and frees everything. Safe on a zeroed source. */
+void spw_trn__source_close(struct spw_trn__source *src);
+
+/*
+ * The next example (valid until the next call). SPW_OK; SPW_ERR_EOF at the end of a file;
+ * SPW_ERR_TIMEOUT when Kafka had nothing within timeout_ms; SPW_ERR_INVALID for a record or
+ * example that was counted (by *reason) and skipped (call again); SPW_ERR_IO, SPW_ERR_NOMEM,
+ * SPW_ERR_CORRUPT (offsets lost, strict) or SPW_ERR_KAFKA otherwise.
+ */
+spw_err_t spw_trn__source_next(struct spw_trn__source *src, int timeout_ms, Sparrow__Example **ex);
+
+/* Counts one example the batch refused (reason index 0). */
+void spw_trn__source_reject(struct spw_trn__source *src);
+
+/* Calls fn for every partition read from since the last call, with its position now, and
+ * clears the marks. Returns the first non-zero return of fn (the marks of later partitions are
+ * kept then). */
+spw_err_t spw_trn__source_snapshot(struct spw_trn__source *src,
+                                   spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset,
+                                                   uint32_t skip),
+                                   void *opaque);
+
+/* Hands a partition's position to the consumer (offset only; skip is kept for checkpoints).
+ * *stored is set when the consumer was given a new offset. Ignored for partitions no longer
+ * assigned. */
+spw_err_t spw_trn__source_store(struct spw_trn__source *src, int32_t part, int64_t offset,
+                                uint32_t skip, bool *stored);
+
+/* Positions of the assigned partitions as last stored (see spw_trainer_loop_checkpoint). */
+size_t spw_trn__source_positions(const struct spw_trn__source *src,
+                                 struct spw_trainer_position *out, size_t n_max);
+
+/* Commits stored offsets (Kafka). */
+spw_err_t spw_trn__source_commit(struct spw_trn__source *src, bool sync);
+
+/* ---- in-process shards (loop_inproc.c) ---- */
+
+struct spw_trn__inproc {
+    spw_ps_store_t **stores;
+    uint32_t n;
+    char *root;     /* directory of the shards' databases */
+    bool temporary; /* root is removed at close */
+};
+
+/* Opens n stores under conf->inproc_dir (or a new temporary directory) with the trainer's local
+ * optimizer settings (params: optimizer, lr, eps, init_scale, seed). */
+spw_err_t spw_trn__inproc_open(struct spw_trn__inproc *ip, const struct spw_trainer_loop_conf *conf,
+                               char *errstr, size_t errstr_size);
+/* Closes the stores and removes a temporary root. Safe on a zeroed struct. */
+void spw_trn__inproc_close(struct spw_trn__inproc *ip);
+
+#endif
