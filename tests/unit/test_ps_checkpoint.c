@@ -13,11 +13,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "ps_int.h"
 
 enum { DIM = 4, NKEYS = 3000, ROWF = DIM * 3 + 1 };
 
 static char g_dir[64];
+
+static void corrupt_one_file(const char *dir);
 
 static int setup(void **state)
 {
@@ -130,6 +134,130 @@ static void test_ps_checkpoint_restore_bit_identical(void **state)
     (void)ref;
 }
 
+/* Many dirty rows (SST flushes), checkpoints that share SST files (digests reused), an
+ * overwriting flush (RocksDB stamps a sequence number into the ingested file): every CHECKSUM
+ * verifies, and the restored shard equals the live one bit for bit. */
+static void test_ps_checkpoint_large_flush_restore(void **state)
+{
+    (void)state;
+    enum { N = 40000, BATCH = 1000 };
+    char live[128], restored[128];
+    snprintf(live, sizeof(live), "%s/live", g_dir);
+    snprintf(restored, sizeof(restored), "%s/restored", g_dir);
+    struct spw_ps_store_conf c = conf_at(live);
+    c.memory_bytes = 32u << 20; /* all rows in DRAM, dirty at each checkpoint */
+    char err[512] = "";
+    spw_ps_store_t *s = spw_ps_store_open(&c, err, sizeof(err));
+    assert_non_null(s);
+    static uint64_t keys[BATCH];
+    static float grads[BATCH * DIM];
+    struct spw_ps_checkpoint_info info;
+    for (int epoch = 1; epoch <= 3; epoch++) {
+        for (uint64_t base = 0; base < N; base += BATCH) {
+            if (epoch == 3 && (base / BATCH) % 3 != 0)
+                continue; /* the third checkpoint rewrites a third of the rows */
+            for (int i = 0; i < BATCH; i++) {
+                keys[i] = (base + (uint64_t)i) * 0x9e3779b97f4a7c15ull;
+                for (int j = 0; j < DIM; j++)
+                    grads[i * DIM + j] = (float)((i + j + epoch) % 11 - 5) / 16.0f;
+            }
+            assert_int_equal(spw_ps_store_push(s, keys, BATCH, grads, NULL, NULL, NULL), SPW_OK);
+        }
+        assert_int_equal(
+            spw_ps_store_checkpoint(s, g_dir, (uint64_t)epoch, &info, err, sizeof(err)), SPW_OK);
+        assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_OK);
+    }
+    uint64_t epoch = 0;
+    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 2, restored, &epoch, err, sizeof(err)),
+                     SPW_OK);
+    assert_int_equal(epoch, 3);
+    struct spw_ps_store_conf rc = conf_at(restored);
+    rc.memory_bytes = c.memory_bytes;
+    spw_ps_store_t *r = spw_ps_store_open(&rc, err, sizeof(err));
+    assert_non_null(r);
+    size_t sz = sizeof(struct spw_ps_row_copy) + ROWF * sizeof(float);
+    struct spw_ps_row_copy *ra = malloc(sz), *rb = malloc(sz);
+    for (uint64_t k = 0; k < N; k++) {
+        uint64_t key = k * 0x9e3779b97f4a7c15ull;
+        assert_int_equal(spw_ps_store_get_row(s, key, ra), SPW_OK);
+        assert_int_equal(spw_ps_store_get_row(r, key, rb), SPW_OK);
+        assert_int_equal(ra->version, rb->version);
+        assert_int_equal(ra->count, rb->count);
+        assert_memory_equal(ra->data, rb->data, ROWF * sizeof(float));
+    }
+    free(ra);
+    free(rb);
+    spw_ps_store_close(r);
+    spw_ps_store_close(s);
+}
+
+/* Checkpoints written before per-file digests (CHECKSUM format 1: one XXH3 stream over each
+ * file's name, NUL, size and bytes) still verify, and still fail when a byte changes. */
+static void test_ps_checkpoint_format1_checksum_verifies(void **state)
+{
+    (void)state;
+    char live[128];
+    snprintf(live, sizeof(live), "%s/live", g_dir);
+    spw_ps_store_t *s = open_at(live);
+    train(s, 21, 10);
+    struct spw_ps_checkpoint_info info;
+    char err[512] = "";
+    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 1, &info, err, sizeof(err)), SPW_OK);
+    spw_ps_store_close(s);
+    /* Rewrite CHECKSUM in format 1. */
+    DIR *d = opendir(info.path);
+    assert_non_null(d);
+    char *names[64];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (de->d_name[0] != '.' && strcmp(de->d_name, "CHECKSUM") != 0 && n < 64)
+            names[n++] = strdup(de->d_name);
+    closedir(d);
+    for (int i = 0; i < n; i++) /* byte order of name */
+        for (int j = i + 1; j < n; j++)
+            if (strcmp(names[j], names[i]) < 0) {
+                char *t = names[i];
+                names[i] = names[j];
+                names[j] = t;
+            }
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    static char buf[1 << 20];
+    for (int i = 0; i < n; i++) {
+        char path[8192];
+        snprintf(path, sizeof(path), "%s/%s", info.path, names[i]);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        fseek(f, 0, SEEK_END);
+        uint64_t size = (uint64_t)ftell(f);
+        fseek(f, 0, SEEK_SET);
+        uint8_t le[8];
+        for (int b = 0; b < 8; b++)
+            le[b] = (uint8_t)(size >> (8 * b));
+        XXH3_64bits_update(st, names[i], strlen(names[i]) + 1);
+        XXH3_64bits_update(st, le, 8);
+        size_t r;
+        while ((r = fread(buf, 1, sizeof(buf), f)) > 0)
+            XXH3_64bits_update(st, buf, r);
+        fclose(f);
+        free(names[i]);
+    }
+    uint64_t digest = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    char path[8192], hex[17], got[17];
+    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)digest);
+    snprintf(path, sizeof(path), "%s/CHECKSUM", info.path);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "xxh3-64 %s\n", hex);
+    fclose(f);
+    assert_int_equal(spw_ps_checkpoint_verify(info.path, got), SPW_OK);
+    assert_string_equal(got, hex);
+    corrupt_one_file(info.path);
+    assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_ERR_CORRUPT);
+}
+
 static void corrupt_one_file(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -239,6 +367,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ps_checkpoint_corrupt_and_incomplete_skipped, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ps_checkpoint_failure_leaves_previous, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ps_checkpoint_large_flush_restore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_checkpoint_format1_checksum_verifies, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -76,6 +76,77 @@ static void test_ps_optim_adagrad(void **state)
     assert_float_equal(w[0], 0.8292893218813453, TOL); /* 0.9 - 0.2/sqrt(8) */
 }
 
+/* The reference Adagrad step, scalar and in the order the optimizer documents. */
+static void adagrad_ref(const struct spw_ps_optim_conf *c, uint32_t dim, float *w, float *acc,
+                        const float *g, float alpha)
+{
+    double norm2 = 0.0;
+    for (uint32_t j = 0; j < dim; j++)
+        norm2 += (double)g[j] * g[j];
+    float scale = 1.0f;
+    if (c->clip_norm > 0.0f && norm2 > (double)c->clip_norm * c->clip_norm)
+        scale = (float)(c->clip_norm / sqrt(norm2));
+    float lr = c->lr * alpha;
+    for (uint32_t j = 0; j < dim; j++) {
+        float b = g[j] * scale + c->l2 * w[j];
+        acc[j] += b * b;
+        w[j] -= lr * b / (sqrtf(acc[j]) + c->eps);
+    }
+}
+
+/* Every width (vector blocks and scalar tail), with clipping, L2 and a staleness scale: the
+ * optimizer's result is bit-identical to the scalar reference. */
+static void test_ps_optim_adagrad_widths_bit_exact(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_ADAGRAD, 0.05f);
+    c.l2 = 0.01f;
+    c.clip_norm = 2.0f;
+    uint64_t rng = 12345;
+    for (uint32_t dim = 1; dim <= 37; dim++) {
+        float w[37], acc[37], g[37], w_ref[37], acc_ref[37];
+        for (int round = 0; round < 20; round++) {
+            for (uint32_t j = 0; j < dim; j++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                g[j] = (float)((int)(rng >> 40) % 2001 - 1000) / 700.0f;
+                if (round == 0) {
+                    w[j] = w_ref[j] = (float)((int)(rng >> 20) % 201 - 100) / 1000.0f;
+                    acc[j] = acc_ref[j] = 0.0f;
+                }
+            }
+            float alpha = round % 3 == 0 ? 1.0f : 1.0f / (float)(1 + round % 5);
+            assert_true(spw_ps__row_apply(&c, dim, w, acc, g, alpha));
+            adagrad_ref(&c, dim, w_ref, acc_ref, g, alpha);
+            assert_memory_equal(w, w_ref, dim * sizeof(float));
+            assert_memory_equal(acc, acc_ref, dim * sizeof(float));
+        }
+    }
+}
+
+/* A non-finite value anywhere (in a vector block or in the tail) rejects the whole row. */
+static void test_ps_optim_nonfinite_any_position(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_ADAGRAD, 0.1f);
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (uint32_t pos = 0; pos < 11; pos++) {
+        for (int b = 0; b < 3; b++) {
+            float w[11], acc[11], g[11];
+            for (uint32_t j = 0; j < 11; j++) {
+                w[j] = 0.5f;
+                acc[j] = 1.0f;
+                g[j] = 0.25f;
+            }
+            g[pos] = bad[b];
+            assert_false(spw_ps__row_apply(&c, 11, w, acc, g, 1.0f));
+            for (uint32_t j = 0; j < 11; j++) {
+                assert_true(w[j] == 0.5f);
+                assert_true(acc[j] == 1.0f);
+            }
+        }
+    }
+}
+
 static void test_ps_optim_adam(void **state)
 {
     (void)state;
@@ -207,6 +278,8 @@ int main(void)
         cmocka_unit_test(test_ps_optim_sgd_l2),
         cmocka_unit_test(test_ps_optim_clip),
         cmocka_unit_test(test_ps_optim_adagrad),
+        cmocka_unit_test(test_ps_optim_adagrad_widths_bit_exact),
+        cmocka_unit_test(test_ps_optim_nonfinite_any_position),
         cmocka_unit_test(test_ps_optim_adam),
         cmocka_unit_test(test_ps_optim_ftrl),
         cmocka_unit_test(test_ps_optim_ftrl_init_consistent),

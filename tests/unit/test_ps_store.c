@@ -226,6 +226,136 @@ static void test_ps_store_spill_readback_identical(void **state)
     spw_ps_store_close(b);
 }
 
+/* The index is sized for the rows held, not for the whole budget: a store with a large budget
+ * and few rows uses little memory, and the index keeps finding every row as it grows. */
+static void test_ps_store_index_grows_with_rows(void **state)
+{
+    struct fixture *fx = *state;
+    char p[128];
+    const uint32_t dim = 4;
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, dim);
+    c.memory_bytes = 256u << 20;
+    spw_ps_store_t *s = open_ok(&c);
+    struct spw_ps_store_stats st;
+    spw_ps_store_get_stats(s, &st);
+    assert_true(st.rows_dram_max > 1000000);
+    assert_true(st.bytes_dram < (64u << 10));
+    enum { BATCH = 1000, N = 100000 };
+    static uint64_t keys[BATCH];
+    static float grads[BATCH * 4];
+    for (int i = 0; i < BATCH * 4; i++)
+        grads[i] = 0.01f * (float)(i % 7);
+    for (uint64_t base = 0; base < N; base += BATCH) {
+        for (int i = 0; i < BATCH; i++)
+            keys[i] = (base + (uint64_t)i) * 0x9e3779b97f4a7c15ull;
+        assert_int_equal(spw_ps_store_push(s, keys, BATCH, grads, NULL, NULL, NULL), SPW_OK);
+        if (base == 0) {
+            spw_ps_store_get_stats(s, &st);
+            assert_true(st.bytes_dram < (512u << 10)); /* ~1000 rows, not the budget's index */
+        }
+    }
+    spw_ps_store_get_stats(s, &st);
+    assert_int_equal(st.rows_dram, N);
+    assert_int_equal(st.evictions, 0);
+    /* rows plus an index of at most 8 bytes / (3/8 load) per row */
+    assert_true(st.bytes_dram >= (uint64_t)N * st.row_bytes);
+    assert_true(st.bytes_dram <= (uint64_t)N * (st.row_bytes + 22));
+    size_t sz = sizeof(struct spw_ps_row_copy) + 2 * dim * sizeof(float);
+    struct spw_ps_row_copy *row = malloc(sz);
+    for (uint64_t k = 0; k < N; k++) {
+        assert_int_equal(spw_ps_store_get_row(s, k * 0x9e3779b97f4a7c15ull, row), SPW_OK);
+        assert_int_equal(row->version, 1);
+    }
+    assert_int_equal(spw_ps_store_get_row(s, 12345, row), SPW_ERR_NOT_FOUND);
+    free(row);
+    spw_ps_store_close(s);
+}
+
+/* Copies of every row of keys[0..n) (dim + 2·dim + 1 floats each, Adam). */
+static struct spw_ps_row_copy **snapshot_rows(spw_ps_store_t *s, const uint64_t *keys, size_t n,
+                                              uint32_t dim)
+{
+    size_t sz = sizeof(struct spw_ps_row_copy) + (3 * dim + 1) * sizeof(float);
+    struct spw_ps_row_copy **rows = calloc(n, sizeof(*rows));
+    for (size_t i = 0; i < n; i++) {
+        rows[i] = malloc(sz);
+        assert_int_equal(spw_ps_store_get_row(s, keys[i], rows[i]), SPW_OK);
+    }
+    return rows;
+}
+
+static void assert_rows_equal(spw_ps_store_t *s, const uint64_t *keys, size_t n, uint32_t dim,
+                              struct spw_ps_row_copy **want)
+{
+    size_t sz = sizeof(struct spw_ps_row_copy) + (3 * dim + 1) * sizeof(float);
+    struct spw_ps_row_copy *row = malloc(sz);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(spw_ps_store_get_row(s, keys[i], row), SPW_OK);
+        assert_int_equal(row->version, want[i]->version);
+        assert_int_equal(row->count, want[i]->count);
+        assert_int_equal(row->last_update, want[i]->last_update);
+        assert_memory_equal(row->data, want[i]->data, (3 * dim + 1) * sizeof(float));
+    }
+    free(row);
+}
+
+static void free_rows(struct spw_ps_row_copy **rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(rows[i]);
+    free(rows);
+}
+
+/* Flushes of many dirty rows go through SST files (in parts, on threads, several rounds when
+ * spw_ps__flush_part_rows is small); overwriting flushes must win over what RocksDB holds, for
+ * crowded keys (small integers) and spread ones (hashes) alike. */
+static void test_ps_store_large_flush_roundtrip(void **state)
+{
+    struct fixture *fx = *state;
+    const uint32_t dim = 3;
+    enum { N = 3 * SPW_PS_SST_MIN_ROWS, BATCH = 1024 };
+    static uint64_t keys[N];
+    static float grads[BATCH * 3];
+    size_t saved_part_rows = spw_ps__flush_part_rows;
+    for (int variant = 0; variant < 2; variant++) {
+        char p[128];
+        struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAM, dim);
+        c.memory_bytes = 64u << 20; /* every row stays in DRAM until a flush */
+        for (size_t i = 0; i < N; i++)
+            keys[i] = variant == 0 ? i : (i + 1) * 0xd6e8feb86659fd93ull;
+        /* variant 1: parts of 5000 rows, so several rounds of FLUSH_THREADS files */
+        spw_ps__flush_part_rows = variant == 0 ? saved_part_rows : 5000;
+        spw_ps_store_t *s = open_ok(&c);
+        for (int round = 0; round < 3; round++) {
+            for (size_t base = 0; base < N; base += BATCH) {
+                size_t n = N - base < BATCH ? N - base : BATCH;
+                for (size_t i = 0; i < n * dim; i++)
+                    grads[i] = (float)((int)((base + i + (size_t)round * 7) % 13) - 6) / 8.0f;
+                /* round 2 touches half the rows: a flush over rows RocksDB already holds */
+                if (round == 2 && (base / BATCH) % 2)
+                    continue;
+                assert_int_equal(spw_ps_store_push(s, keys + base, n, grads, NULL, NULL, NULL),
+                                 SPW_OK);
+            }
+            struct spw_ps_row_copy **want = snapshot_rows(s, keys, N, dim);
+            struct spw_ps_store_stats before, after;
+            spw_ps_store_get_stats(s, &before);
+            assert_int_equal(spw_ps_store_flush(s), SPW_OK);
+            spw_ps_store_get_stats(s, &after);
+            assert_true(after.rows_db_written - before.rows_db_written >= N / 2);
+            /* closing flushes nothing more; reopening reads every row back from RocksDB */
+            spw_ps_store_close(s);
+            s = open_ok(&c);
+            assert_rows_equal(s, keys, N, dim, want);
+            spw_ps_store_get_stats(s, &after);
+            assert_int_equal(after.db_reads, N);
+            free_rows(want, N);
+        }
+        spw_ps_store_close(s);
+    }
+    spw_ps__flush_part_rows = saved_part_rows;
+}
+
 static void test_ps_store_admission(void **state)
 {
     struct fixture *fx = *state;
@@ -354,6 +484,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ps_store_penalties_through_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_store_nonfinite_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_store_spill_readback_identical, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_store_index_grows_with_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_store_large_flush_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_store_admission, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_store_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_store_reopen_persists_and_checks_layout, setup,
