@@ -28,7 +28,14 @@ struct opts {
     uint64_t keys, e_keys;
     int batches, c_batches, d_batches, e_batches;
     const char *sparrow, *dir;
+    const char *only;            /* letters of the sections to run; NULL: all */
+    const char *rocksdb_options; /* passed to the row stores of (b), (e), (f) */
 };
+
+static bool want(const struct opts *o, char section)
+{
+    return !o->only || strchr(o->only, section) != NULL;
+}
 
 static double now_s(void)
 {
@@ -47,9 +54,11 @@ static uint64_t rss_bytes(void)
     return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
-/* Zipf(s) ranks 0..n-1 by inverse CDF over a table of n doubles. */
+/* Zipf(s) ranks 0..n-1 by inverse CDF over a table of n doubles, with a guide table (the first
+ * rank of each 1/n-wide slice of [0, 1)) so that a draw searches a few entries, not log2(n). */
 struct zipf {
     double *cdf;
+    uint64_t *guide; /* n + 1 entries */
     uint64_t n;
     uint64_t rng;
 };
@@ -57,6 +66,7 @@ struct zipf {
 static void zipf_init(struct zipf *z, uint64_t n, double s, uint64_t seed)
 {
     z->cdf = malloc(n * sizeof(double));
+    z->guide = malloc((n + 1) * sizeof(uint64_t));
     z->n = n;
     z->rng = seed;
     double sum = 0;
@@ -66,13 +76,31 @@ static void zipf_init(struct zipf *z, uint64_t n, double s, uint64_t seed)
     }
     for (uint64_t i = 0; i < n; i++)
         z->cdf[i] /= sum;
+    uint64_t i = 0;
+    for (uint64_t k = 0; k <= n; k++) {
+        double u = (double)k / (double)n;
+        while (i < n - 1 && z->cdf[i] < u)
+            i++;
+        z->guide[k] = i;
+    }
 }
 
+static void zipf_fini(struct zipf *z)
+{
+    free(z->cdf);
+    free(z->guide);
+}
+
+/* The first rank whose cdf is >= u (as a binary search over the whole table would find). */
 static uint64_t zipf_next(struct zipf *z)
 {
     z->rng = z->rng * 6364136223846793005ull + 1442695040888963407ull;
     double u = (double)(z->rng >> 11) * (1.0 / 9007199254740992.0);
-    uint64_t lo = 0, hi = z->n - 1;
+    uint64_t k = (uint64_t)(u * (double)z->n);
+    if (k >= z->n)
+        k = z->n - 1;
+    /* One slice of slack each way absorbs the rounding of u·n and of the guide's bounds. */
+    uint64_t lo = z->guide[k > 0 ? k - 1 : 0], hi = z->guide[k + 2 <= z->n ? k + 2 : z->n];
     while (lo < hi) {
         uint64_t mid = (lo + hi) / 2;
         if (z->cdf[mid] >= u)
@@ -121,7 +149,7 @@ static float *make_grads(void)
     return g;
 }
 
-static struct spw_ps_store_conf store_conf(const char *path, uint64_t memory)
+static struct spw_ps_store_conf store_conf(const struct opts *o, const char *path, uint64_t memory)
 {
     struct spw_ps_store_conf c = {0};
     c.dim = DIM;
@@ -130,14 +158,35 @@ static struct spw_ps_store_conf store_conf(const char *path, uint64_t memory)
     c.memory_bytes = memory;
     c.db_path = path;
     c.seed = 1;
+    c.rocksdb_options = o->rocksdb_options;
     return c;
+}
+
+/* Pushes one gradient to every key 0..n-1 (creating the rows, or making them dirty). */
+static void fill(spw_ps_store_t *s, uint64_t n_keys, const float *g)
+{
+    uint64_t *keys = malloc(BATCH * 8);
+    for (uint64_t base = 0; base < n_keys; base += BATCH) {
+        size_t n = n_keys - base < BATCH ? n_keys - base : BATCH;
+        for (size_t i = 0; i < n; i++)
+            keys[i] = spw_hash_mix64(base + i);
+        if (spw_ps_store_push(s, keys, n, g, NULL, NULL, NULL) != SPW_OK) {
+            fprintf(stderr, "fill: push failed\n");
+            exit(1);
+        }
+    }
+    free(keys);
 }
 
 /* (a) plain loop over a dense array. */
 static double bench_flat(const struct opts *o, const uint32_t *ranks, const float *g)
 {
-    float *w = calloc(o->keys * DIM, sizeof(float));
-    float *acc = calloc(o->keys * DIM, sizeof(float));
+    float *w = malloc(o->keys * DIM * sizeof(float));
+    float *acc = malloc(o->keys * DIM * sizeof(float));
+    /* Touch every page before the clock starts: (a) times the update loop, not page faults (the
+     * row store's rows exist before (b) is timed too). */
+    memset(w, 0, o->keys * DIM * sizeof(float));
+    memset(acc, 0, o->keys * DIM * sizeof(float));
     struct spw_ps_optim_conf oc;
     spw_ps_optim_conf_default(&oc);
     double t0 = now_s();
@@ -152,11 +201,13 @@ static double bench_flat(const struct opts *o, const uint32_t *ranks, const floa
     return (double)o->batches * BATCH / dt;
 }
 
-/* Pushes n_batches batches into store; rows/s. */
+/* Pushes n_batches batches into store; rows/s. Exits unless every row was applied. */
 static double run_store(spw_ps_store_t *s, const uint32_t *ranks, int n_batches, const float *g)
 {
     uint64_t *keys = malloc(BATCH * sizeof(uint64_t));
     uint32_t *vers = calloc(BATCH, sizeof(uint32_t));
+    struct spw_ps_store_stats st0, st1;
+    spw_ps_store_get_stats(s, &st0);
     double t0 = now_s();
     for (int b = 0; b < n_batches; b++) {
         for (int i = 0; i < BATCH; i++)
@@ -167,6 +218,12 @@ static double run_store(spw_ps_store_t *s, const uint32_t *ranks, int n_batches,
         }
     }
     double dt = now_s() - t0;
+    spw_ps_store_get_stats(s, &st1);
+    if (st1.rows_pushed - st0.rows_pushed != (uint64_t)n_batches * BATCH) {
+        fprintf(stderr, "pushes applied %" PRIu64 " of %d rows\n",
+                st1.rows_pushed - st0.rows_pushed, n_batches * BATCH);
+        exit(1);
+    }
     free(keys);
     free(vers);
     return (double)n_batches * BATCH / dt;
@@ -190,8 +247,10 @@ static double bench_rocksdb(const struct opts *o, const uint32_t *ranks, const f
     rocksdb_writeoptions_disable_WAL(wo, 1);
     struct spw_ps_optim_conf oc;
     spw_ps_optim_conf_default(&oc);
-    size_t vlen = 16 + 2 * DIM * sizeof(float);
-    char val[16 + 2 * DIM * sizeof(float)];
+    /* the row store's value: version, last_update, count, weights, Adagrad slots */
+    enum { HDR = SPW_PS_ROW_HDR - SPW_PS_DB_VALUE_OFF };
+    size_t vlen = HDR + 2 * DIM * sizeof(float);
+    char val[HDR + 2 * DIM * sizeof(float)];
     double t0 = now_s();
     for (int b = 0; b < o->c_batches; b++)
         for (int i = 0; i < BATCH; i++) {
@@ -204,8 +263,10 @@ static double bench_rocksdb(const struct opts *o, const uint32_t *ranks, const f
             else
                 memset(val, 0, vlen);
             rocksdb_free(v);
-            float *w = (float *)(val + 16);
+            float w[2 * DIM];
+            memcpy(w, val + HDR, sizeof(w));
             spw_ps__row_apply(&oc, DIM, w, w + DIM, g + (size_t)i * DIM, 1.0f);
+            memcpy(val + HDR, w, sizeof(w));
             rocksdb_put(db, wo, k, 8, val, vlen, &err);
         }
     double dt = now_s() - t0;
@@ -216,11 +277,61 @@ static double bench_rocksdb(const struct opts *o, const uint32_t *ranks, const f
     return (double)o->c_batches * BATCH / dt;
 }
 
-/* (d) through ZeroMQ to a sparrow pserver process; windowed, pre-packed messages. */
-static void bench_zmq(const struct opts *o, const uint32_t *ranks, const float *g,
-                      double *push_rate, double *pull_rate)
+static void pack_push(const uint64_t *keys, size_t n, const float *g, const uint32_t *vers,
+                      uint64_t seq, struct spw_wire_buf *out)
 {
-    *push_rate = *pull_rate = 0;
+    Sparrow__PushRequest p = SPARROW__PUSH_REQUEST__INIT;
+    p.has_trainer_id = p.has_epoch = p.has_seq = p.has_dim = true;
+    p.trainer_id = 1;
+    p.epoch = 1;
+    p.seq = seq;
+    p.dim = DIM;
+    p.has_keys = p.has_grads = p.has_versions = true;
+    p.keys.data = (uint8_t *)keys;
+    p.keys.len = n * 8;
+    p.grads.data = (uint8_t *)g;
+    p.grads.len = n * DIM * 4;
+    p.versions.data = (uint8_t *)vers;
+    p.versions.len = n * 4;
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    req.has_version = true;
+    req.version = 1;
+    req.body_case = SPARROW__REQUEST__BODY_PUSH;
+    req.push = &p;
+    spw_wire_pack(&req.base, out);
+}
+
+/* Sends msgs[0..n) with at most `window` unanswered; rows/s (0 on a reply timeout). */
+static double send_windowed(void *s, struct spw_wire_buf *msgs, int n, double rows)
+{
+    const int window = 8;
+    int sent = 0, got = 0;
+    double t0 = now_s();
+    while (got < n) {
+        while (sent < n && sent - got < window) {
+            zmq_send(s, msgs[sent].data, msgs[sent].len, 0);
+            sent++;
+        }
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, s, 0) < 0) {
+            fprintf(stderr, "(d) reply timeout\n");
+            zmq_msg_close(&m);
+            return 0;
+        }
+        zmq_msg_close(&m);
+        got++;
+    }
+    return rows / (now_s() - t0);
+}
+
+/* (d) through ZeroMQ to a sparrow pserver process; windowed, pre-packed messages. The server
+ * starts empty: a first pass pushes every key once (rows created: the cold rate), then the Zipf
+ * batches are pushed (rows exist, as in (b)) and pulled. */
+static void bench_zmq(const struct opts *o, const uint32_t *ranks, const float *g,
+                      double *cold_rate, double *push_rate, double *pull_rate)
+{
+    *cold_rate = *push_rate = *pull_rate = 0;
     int port = 20000 + (int)(getpid() % 20000);
     char ep[64], data[4096], mem[32];
     snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", port);
@@ -239,36 +350,29 @@ static void bench_zmq(const struct opts *o, const uint32_t *ranks, const float *
     zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
     zmq_connect(s, ep);
     int nb = o->d_batches;
+    int nw = (int)((o->keys + BATCH - 1) / BATCH);
+    struct spw_wire_buf *warm_msgs = calloc((size_t)nw, sizeof(*warm_msgs));
     struct spw_wire_buf *push_msgs = calloc((size_t)nb, sizeof(*push_msgs));
     struct spw_wire_buf *pull_msgs = calloc((size_t)nb, sizeof(*pull_msgs));
     uint64_t *keys = malloc(BATCH * 8);
     uint32_t *vers = calloc(BATCH, 4);
+    for (int b = 0; b < nw; b++) {
+        size_t n = 0;
+        for (uint64_t k = (uint64_t)b * BATCH; k < o->keys && n < BATCH; k++)
+            keys[n++] = spw_hash_mix64(k);
+        pack_push(keys, n, g, vers, (uint64_t)b + 1, &warm_msgs[b]);
+    }
     for (int b = 0; b < nb; b++) {
         for (int i = 0; i < BATCH; i++)
             keys[i] = spw_hash_mix64(ranks[(size_t)b * BATCH + i]);
-        Sparrow__PushRequest p = SPARROW__PUSH_REQUEST__INIT;
-        p.has_trainer_id = p.has_epoch = p.has_seq = p.has_dim = true;
-        p.trainer_id = 1;
-        p.epoch = 1;
-        p.seq = (uint64_t)b + 1;
-        p.dim = DIM;
-        p.has_keys = p.has_grads = p.has_versions = true;
-        p.keys.data = (uint8_t *)keys;
-        p.keys.len = BATCH * 8;
-        p.grads.data = (uint8_t *)g;
-        p.grads.len = BATCH * DIM * 4;
-        p.versions.data = (uint8_t *)vers;
-        p.versions.len = BATCH * 4;
-        Sparrow__Request req = SPARROW__REQUEST__INIT;
-        req.has_version = true;
-        req.version = 1;
-        req.body_case = SPARROW__REQUEST__BODY_PUSH;
-        req.push = &p;
-        spw_wire_pack(&req.base, &push_msgs[b]);
+        pack_push(keys, BATCH, g, vers, (uint64_t)(nw + b) + 1, &push_msgs[b]);
         Sparrow__PullRequest pr = SPARROW__PULL_REQUEST__INIT;
         pr.has_keys = true;
         pr.keys.data = (uint8_t *)keys;
         pr.keys.len = BATCH * 8;
+        Sparrow__Request req = SPARROW__REQUEST__INIT;
+        req.has_version = true;
+        req.version = 1;
         req.body_case = SPARROW__REQUEST__BODY_PULL;
         req.pull = &pr;
         spw_wire_pack(&req.base, &pull_msgs[b]);
@@ -288,39 +392,21 @@ static void bench_zmq(const struct opts *o, const uint32_t *ranks, const float *
         fprintf(stderr, "(d) pserver did not answer\n");
         goto out_kill;
     }
-    const int window = 8;
-    for (int phase = 0; phase < 2; phase++) {
-        struct spw_wire_buf *msgs = phase == 0 ? push_msgs : pull_msgs;
-        int sent = 0, got = 0;
-        double t0 = now_s();
-        while (got < nb) {
-            while (sent < nb && sent - got < window) {
-                zmq_send(s, msgs[sent].data, msgs[sent].len, 0);
-                sent++;
-            }
-            zmq_msg_t m;
-            zmq_msg_init(&m);
-            if (zmq_msg_recv(&m, s, 0) < 0) {
-                fprintf(stderr, "(d) reply timeout\n");
-                zmq_msg_close(&m);
-                goto out_kill;
-            }
-            zmq_msg_close(&m);
-            got++;
-        }
-        double rate = (double)nb * BATCH / (now_s() - t0);
-        if (phase == 0)
-            *push_rate = rate;
-        else
-            *pull_rate = rate;
-    }
+    *cold_rate = send_windowed(s, warm_msgs, nw, (double)o->keys);
+    if (*cold_rate > 0)
+        *push_rate = send_windowed(s, push_msgs, nb, (double)nb * BATCH);
+    if (*push_rate > 0)
+        *pull_rate = send_windowed(s, pull_msgs, nb, (double)nb * BATCH);
 out_kill:
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
+    for (int b = 0; b < nw; b++)
+        free(warm_msgs[b].data);
     for (int b = 0; b < nb; b++) {
         free(push_msgs[b].data);
         free(pull_msgs[b].data);
     }
+    free(warm_msgs);
     free(push_msgs);
     free(pull_msgs);
     free(hb.data);
@@ -337,6 +423,7 @@ static double bench_dd(const struct opts *o, uint64_t bytes)
     snprintf(cmd, sizeof(cmd),
              "dd if=/dev/zero of=%s/f-dd bs=1M count=%" PRIu64 " conv=fdatasync status=none",
              o->dir, mb);
+    sync();
     double t0 = now_s();
     if (system(cmd) != 0)
         return 0;
@@ -351,6 +438,9 @@ static void usage(void)
     fprintf(stderr,
             "usage: pserver_bench --sparrow PATH [--dir DIR] [--keys N] [--e-keys N]\n"
             "                     [--batches N] [--c-batches N] [--d-batches N] [--e-batches N]\n"
+            "                     [--rocksdb-options STRING]\n"
+            "                     [--only LETTERS]   (sections to run, e.g. \"abf\"; b is needed\n"
+            "                                         for f and for the ratios)\n"
             "       full issue sizes: --keys 4000000 --e-keys 40000000 --batches 2000\n");
 }
 
@@ -358,10 +448,10 @@ int main(int argc, char **argv)
 {
     struct opts o = {.keys = 1000000,
                      .e_keys = 4000000,
-                     .batches = 400,
+                     .batches = 2000,
                      .c_batches = 25,
-                     .d_batches = 400,
-                     .e_batches = 200,
+                     .d_batches = 1000,
+                     .e_batches = 400,
                      .sparrow = NULL,
                      .dir = NULL};
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -382,6 +472,10 @@ int main(int argc, char **argv)
             o.d_batches = atoi(v);
         else if (!strcmp(k, "--e-batches"))
             o.e_batches = atoi(v);
+        else if (!strcmp(k, "--rocksdb-options"))
+            o.rocksdb_options = v;
+        else if (!strcmp(k, "--only"))
+            o.only = v;
         else {
             usage();
             return 2;
@@ -406,118 +500,115 @@ int main(int argc, char **argv)
     uint32_t *ranks = make_batches(&z, nb);
     float *g = make_grads();
 
-    double a = bench_flat(&o, ranks, g);
-    printf("(a) flat array Adagrad loop        %12.0f rows/s\n", a);
+    double a = 0, b = 0;
+    if (want(&o, 'a')) {
+        a = bench_flat(&o, ranks, g);
+        printf("(a) flat array Adagrad loop        %12.0f rows/s\n", a);
+    }
 
-    /* (b) plus the resident memory per DRAM row: every key gets a row first. */
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/b-store", o.dir);
-    uint64_t budget = o.keys * 256 + (64u << 20);
-    struct spw_ps_store_conf sc = store_conf(path, budget);
-    char err[512];
-    uint64_t rss0 = rss_bytes();
-    spw_ps_store_t *s = spw_ps_store_open(&sc, err, sizeof(err));
-    if (!s) {
-        fprintf(stderr, "store: %s\n", err);
-        return 1;
-    }
-    {
-        uint64_t *keys = malloc(BATCH * 8);
-        for (uint64_t base = 0; base < o.keys; base += BATCH) {
-            size_t n = o.keys - base < BATCH ? o.keys - base : BATCH;
-            for (size_t i = 0; i < n; i++)
-                keys[i] = spw_hash_mix64(base + i);
-            spw_ps_store_push(s, keys, n, g, NULL, NULL, NULL);
-        }
-        free(keys);
-    }
-    uint64_t rss1 = rss_bytes();
+    char path[4096], err[512];
     struct spw_ps_store_stats st;
-    spw_ps_store_get_stats(s, &st);
-    double per_row = (double)(rss1 - rss0) / (double)st.rows_dram;
-    double payload = 2.0 * DIM * sizeof(float);
-    double b = run_store(s, ranks, o.batches, g);
-    printf("(b) row store, batched pushes      %12.0f rows/s   b/a = %.2f (target >= 0.5)\n", b,
-           b / a);
-    printf("    resident per DRAM row           %10.1f bytes   payload %.0f -> limit %.1f "
-           "(1.3 x payload + 24) %s\n",
-           per_row, payload, 1.3 * payload + 24, per_row <= 1.3 * payload + 24 ? "met" : "MISSED");
-
-    /* (f) checkpoint of the dirty rows vs dd writing as many bytes. */
-    {
-        uint64_t *keys = malloc(BATCH * 8);
-        for (uint64_t base = 0; base < o.keys; base += BATCH) { /* make every row dirty */
-            size_t n = o.keys - base < BATCH ? o.keys - base : BATCH;
-            for (size_t i = 0; i < n; i++)
-                keys[i] = spw_hash_mix64(base + i);
-            spw_ps_store_push(s, keys, n, g, NULL, NULL, NULL);
-        }
-        free(keys);
-        struct spw_ps_checkpoint_info info;
-        double t0 = now_s();
-        if (spw_ps_store_checkpoint(s, o.dir, 1, &info, err, sizeof(err)) != SPW_OK) {
-            fprintf(stderr, "checkpoint: %s\n", err);
+    if (want(&o, 'b') || want(&o, 'f')) {
+        /* (b) plus the resident memory per DRAM row: every key gets a row first. */
+        snprintf(path, sizeof(path), "%s/b-store", o.dir);
+        uint64_t budget = o.keys * 256 + (64u << 20);
+        struct spw_ps_store_conf sc = store_conf(&o, path, budget);
+        uint64_t rss0 = rss_bytes();
+        spw_ps_store_t *s = spw_ps_store_open(&sc, err, sizeof(err));
+        if (!s) {
+            fprintf(stderr, "store: %s\n", err);
             return 1;
         }
-        double dt = now_s() - t0;
-        double rate = (double)info.bytes / dt;
-        double dd = bench_dd(&o, info.bytes);
-        printf("(f) checkpoint of %" PRIu64 " dirty rows  %8.1f MB/s (%" PRIu64
-               " bytes, %.2f s)   dd %.1f MB/s   f/dd = %.2f (target >= 0.3)\n",
-               o.keys, rate / 1e6, info.bytes, dt, dd / 1e6, dd > 0 ? rate / dd : 0);
+        fill(s, o.keys, g);
+        uint64_t rss1 = rss_bytes();
+        spw_ps_store_get_stats(s, &st);
+        double per_row = (double)(rss1 - rss0) / (double)st.rows_dram;
+        double payload = 2.0 * DIM * sizeof(float);
+        b = run_store(s, ranks, o.batches, g);
+        printf("(b) row store, batched pushes      %12.0f rows/s   b/a = %.2f (target >= 0.5)\n", b,
+               b / a);
+        printf("    resident per DRAM row           %10.1f bytes   payload %.0f -> limit %.1f "
+               "(1.3 x payload + 24) %s\n",
+               per_row, payload, 1.3 * payload + 24,
+               per_row <= 1.3 * payload + 24 ? "met" : "MISSED");
+
+        if (want(&o, 'f')) {
+            /* (f) checkpoint of the dirty rows vs dd writing as many bytes. */
+            fill(s, o.keys, g); /* make every row dirty */
+            struct spw_ps_checkpoint_info info;
+            sync(); /* both the checkpoint and dd start with no other writes in flight */
+            double t0 = now_s();
+            if (spw_ps_store_checkpoint(s, o.dir, 1, &info, err, sizeof(err)) != SPW_OK) {
+                fprintf(stderr, "checkpoint: %s\n", err);
+                return 1;
+            }
+            double dt = now_s() - t0;
+            double rate = (double)info.bytes / dt;
+            double dd = bench_dd(&o, info.bytes);
+            printf("(f) checkpoint of %" PRIu64 " dirty rows  %8.1f MB/s (%" PRIu64
+                   " bytes, %.2f s)   dd %.1f MB/s   f/dd = %.2f (target >= 0.3)\n",
+                   o.keys, rate / 1e6, info.bytes, dt, dd / 1e6, dd > 0 ? rate / dd : 0);
+        }
+        spw_ps_store_close(s);
     }
-    spw_ps_store_close(s);
 
-    double c = bench_rocksdb(&o, ranks, g);
-    printf("(c) RocksDB get+put per update     %12.0f rows/s   b/c = %.1f (target >= 20)\n", c,
-           b / c);
+    if (want(&o, 'c')) {
+        double c = bench_rocksdb(&o, ranks, g);
+        printf("(c) RocksDB get+put per update     %12.0f rows/s   b/c = %.1f (target >= 20)\n", c,
+               b / c);
+    }
 
-    if (o.sparrow) {
-        double push_rate, pull_rate;
-        bench_zmq(&o, ranks, g, &push_rate, &pull_rate);
+    if (want(&o, 'd') && o.sparrow) {
+        double cold_rate, push_rate, pull_rate;
+        bench_zmq(&o, ranks, g, &cold_rate, &push_rate, &pull_rate);
         printf("(d) ZeroMQ push to sparrow pserver %12.0f rows/s   d/b = %.2f (target >= 0.25); "
-               "vs ps-lite 5.5M push: %.2f\n",
+               "vs ps-lite 5.5M push: %.2f (target >= 0.5)\n",
                push_rate, push_rate / b, push_rate / 5.5e6);
-        printf("    ZeroMQ pull                    %12.0f rows/s   vs ps-lite 13M pull: %.2f\n",
+        printf("    ZeroMQ pull                    %12.0f rows/s   vs ps-lite 13M pull: %.2f "
+               "(target >= 0.5)\n",
                pull_rate, pull_rate / 13e6);
-    } else {
+        printf("    ZeroMQ push, rows created      %12.0f rows/s   (first push of every key)\n",
+               cold_rate);
+    } else if (want(&o, 'd')) {
         printf("(d) skipped (no --sparrow PATH)\n");
     }
 
-    /* (e) 10x the DRAM budget */
-    {
+    if (want(&o, 'e')) {
+        /* (e) 10x the DRAM budget */
         struct zipf ze;
         zipf_init(&ze, o.e_keys, 1.1, 43);
         uint32_t *er = make_batches(&ze, o.e_batches);
-        free(ze.cdf);
+        zipf_fini(&ze);
         snprintf(path, sizeof(path), "%s/e-store", o.dir);
         uint64_t model = o.e_keys * (SPW_PS_ROW_HDR + 2 * DIM * sizeof(float));
-        struct spw_ps_store_conf ec = store_conf(path, model / 10);
+        struct spw_ps_store_conf ec = store_conf(&o, path, model / 10);
         spw_ps_store_t *es = spw_ps_store_open(&ec, err, sizeof(err));
         if (!es) {
             fprintf(stderr, "store e: %s\n", err);
             return 1;
         }
-        /* every key gets a row, so the model is e_keys rows */
-        uint64_t *keys = malloc(BATCH * 8);
-        for (uint64_t base = 0; base < o.e_keys; base += BATCH) {
-            size_t n = o.e_keys - base < BATCH ? o.e_keys - base : BATCH;
-            for (size_t i = 0; i < n; i++)
-                keys[i] = spw_hash_mix64(base + i);
-            spw_ps_store_push(es, keys, n, g, NULL, NULL, NULL);
-        }
-        free(keys);
+        fill(es, o.e_keys, g); /* every key gets a row, so the model is e_keys rows */
+        /* The fill's evictions leave RocksDB flushes and compactions behind; let them finish so
+         * that (e) times its own work (its own evictions' compactions included), not the fill's. */
+        double t0 = now_s();
+        bool settled = spw_ps__store_wait_idle(es, 120000);
+        double settle = now_s() - t0;
+        struct spw_ps_store_stats st0;
+        spw_ps_store_get_stats(es, &st0);
         double e = run_store(es, er, o.e_batches, g);
         spw_ps_store_get_stats(es, &st);
         printf("(e) row store, model 10x DRAM      %12.0f rows/s   e/b = %.2f (target >= 0.1); "
-               "DRAM rows %" PRIu64 " of %" PRIu64 ", db reads %" PRIu64 "\n",
-               e, e / b, st.rows_dram, o.e_keys, st.db_reads);
+               "DRAM rows %" PRIu64 " of %" PRIu64 ", misses read from RocksDB %.1f%%, "
+               "settled %.1f s%s\n",
+               e, e / b, st.rows_dram, o.e_keys,
+               100.0 * (double)(st.db_reads - st0.db_reads) / ((double)o.e_batches * BATCH), settle,
+               settled ? "" : " (timed out)");
         spw_ps_store_close(es);
         free(er);
     }
     spw_ps__rmtree(o.dir);
     free(ranks);
     free(g);
-    free(z.cdf);
+    zipf_fini(&z);
     return 0;
 }

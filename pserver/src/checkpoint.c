@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -16,12 +17,19 @@
 #include "sparrow/log.h"
 
 /*
- * CHECKSUM file (text, one line):  "xxh3-64 <16 hex digits>\n"
- * The digest runs over every regular file of the directory except CHECKSUM, in byte order of
- * name: name, NUL, size as 8 little-endian bytes, contents.
+ * CHECKSUM file (text, one line). Written in format 2:   "xxh3-64-files <16 hex digits>\n"
+ *   XXH3-64 over, for every regular file of the directory except CHECKSUM, in byte order of
+ *   name: name, NUL, size as 8 little-endian bytes, XXH3-64 of the contents as 8 little-endian
+ *   bytes. Per-file digests let a checkpoint reuse those of the SST files it shares (hard links)
+ *   with earlier ones, so that its cost follows the new data rather than the whole tier.
+ * Format 1 is still verified:                            "xxh3-64 <16 hex digits>\n"
+ *   one XXH3-64 stream over name, NUL, size as 8 little-endian bytes, contents.
  */
 #define CHECKSUM_NAME "CHECKSUM"
+#define CHECKSUM_V1   "xxh3-64 "
+#define CHECKSUM_V2   "xxh3-64-files "
 #define MAX_FILES     4096
+#define READ_CHUNK    (4u << 20)
 
 bool spw_ps__path(char *out, size_t size, const char *fmt, ...)
 {
@@ -90,7 +98,110 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
-static spw_err_t digest_dir(const char *dir, uint64_t *digest, uint64_t *bytes)
+static void le64(uint64_t v, uint8_t out[8])
+{
+    for (int b = 0; b < 8; b++)
+        out[b] = (uint8_t)(v >> (8 * b));
+}
+
+static bool is_sst(const char *name)
+{
+    size_t len = strlen(name);
+    return len > 4 && strcmp(name + len - 4, ".sst") == 0;
+}
+
+static void file_id(const struct stat *sb, struct spw_ps__file_digest *d)
+{
+    d->dev = (uint64_t)sb->st_dev;
+    d->ino = (uint64_t)sb->st_ino;
+    d->size = (uint64_t)sb->st_size;
+    d->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+}
+
+static int cmp_file_id(const void *a, const void *b)
+{
+    const struct spw_ps__file_digest *x = a, *y = b;
+    if (x->ino != y->ino)
+        return x->ino < y->ino ? -1 : 1;
+    if (x->dev != y->dev)
+        return x->dev < y->dev ? -1 : 1;
+    if (x->size != y->size)
+        return x->size < y->size ? -1 : 1;
+    if (x->mtime_ns != y->mtime_ns)
+        return x->mtime_ns < y->mtime_ns ? -1 : 1;
+    return 0;
+}
+
+/* Feeds the size bytes of fd to st. SPW_ERR_CORRUPT when the file does not hold size bytes.
+ * may_map: the file is the caller's own (just written), so it may be hashed through a mapping
+ * (a file cut short under a mapping faults; files of unknown state are read() instead). */
+static spw_err_t hash_fd(int fd, uint64_t size, XXH3_state_t *st, char *buf, bool may_map)
+{
+    /* Fresh SST files are often no longer cached (RocksDB's SstFileWriter drops the pages it
+     * wrote): ask for the whole file up front so that the disk streams it. */
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+    if (may_map && size >= READ_CHUNK && size <= SIZE_MAX) {
+        /* Large files are hashed in place from the page cache: no copy into buf. */
+        void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+        if (map != MAP_FAILED) {
+            (void)madvise(map, (size_t)size, MADV_SEQUENTIAL);
+            XXH3_64bits_update(st, map, (size_t)size);
+            munmap(map, (size_t)size);
+            return SPW_OK;
+        }
+    }
+    uint64_t got = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, READ_CHUNK);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return SPW_ERR_IO;
+        if (r == 0)
+            break;
+        XXH3_64bits_update(st, buf, (size_t)r);
+        got += (uint64_t)r;
+    }
+    return got == size ? SPW_OK : SPW_ERR_CORRUPT;
+}
+
+spw_err_t spw_ps__file_identity(int fd, struct spw_ps__file_digest *out)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        return SPW_ERR_IO;
+    file_id(&sb, out);
+    return SPW_OK;
+}
+
+spw_err_t spw_ps__digest_cache_add(struct spw_ps__digest_cache *cache,
+                                   const struct spw_ps__file_digest *d)
+{
+    if (cache->n == cache->cap) {
+        size_t cap = cache->cap ? cache->cap * 2 : 64;
+        struct spw_ps__file_digest *e = realloc(cache->e, cap * sizeof(*e));
+        if (!e)
+            return SPW_ERR_NOMEM;
+        cache->e = e;
+        cache->cap = cap;
+    }
+    cache->e[cache->n++] = *d;
+    return SPW_OK;
+}
+
+void spw_ps__digest_cache_fini(struct spw_ps__digest_cache *cache)
+{
+    free(cache->e);
+    memset(cache, 0, sizeof(*cache));
+}
+
+/* Digest of dir in format 1 or 2 (see the top of the file). In format 2, SST files found in
+ * cache (may be NULL) are not read, and seen (may be NULL) receives every SST's digest. own: dir
+ * is a checkpoint being written by this process (see hash_fd's may_map). */
+static spw_err_t digest_dir(const char *dir, int format, bool own,
+                            struct spw_ps__digest_cache *cache, struct spw_ps__digest_cache *seen,
+                            uint64_t *digest, uint64_t *bytes)
 {
     char **names;
     size_t n;
@@ -98,11 +209,14 @@ static spw_err_t digest_dir(const char *dir, uint64_t *digest, uint64_t *bytes)
     if (ret)
         return ret;
     XXH3_state_t *st = XXH3_createState();
-    char *buf = malloc(1 << 20);
-    if (!st || !buf) {
+    XXH3_state_t *file_st = XXH3_createState();
+    char *buf = malloc(READ_CHUNK);
+    if (!st || !file_st || !buf) {
         ret = SPW_ERR_NOMEM;
         goto out_free;
     }
+    if (cache && cache->n > 1)
+        qsort(cache->e, cache->n, sizeof(*cache->e), cmp_file_id);
     XXH3_64bits_reset(st);
     uint64_t total = 0;
     for (size_t i = 0; i < n && ret == SPW_OK; i++) {
@@ -119,30 +233,34 @@ static spw_err_t digest_dir(const char *dir, uint64_t *digest, uint64_t *bytes)
             ret = SPW_ERR_IO;
             break;
         }
-        uint8_t size_le[8];
+        uint8_t le[8];
         uint64_t size = (uint64_t)sb.st_size;
-        for (int b = 0; b < 8; b++)
-            size_le[b] = (uint8_t)(size >> (8 * b));
+        le64(size, le);
         XXH3_64bits_update(st, names[i], strlen(names[i]) + 1);
-        XXH3_64bits_update(st, size_le, 8);
-        uint64_t got = 0;
-        for (;;) {
-            ssize_t r = read(fd, buf, 1 << 20);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0) {
-                ret = SPW_ERR_IO;
-                break;
+        XXH3_64bits_update(st, le, 8);
+        if (format == 1) {
+            ret = hash_fd(fd, size, st, buf, own);
+        } else {
+            struct spw_ps__file_digest d;
+            file_id(&sb, &d);
+            bool sst = is_sst(names[i]);
+            const struct spw_ps__file_digest *hit =
+                sst && cache && cache->n ? bsearch(&d, cache->e, cache->n, sizeof(d), cmp_file_id)
+                                         : NULL;
+            if (hit) {
+                d.digest = hit->digest;
+            } else {
+                XXH3_64bits_reset(file_st);
+                ret = hash_fd(fd, size, file_st, buf, own);
+                d.digest = XXH3_64bits_digest(file_st);
             }
-            if (r == 0)
-                break;
-            XXH3_64bits_update(st, buf, (size_t)r);
-            got += (uint64_t)r;
+            le64(d.digest, le);
+            XXH3_64bits_update(st, le, 8);
+            if (ret == SPW_OK && sst && seen)
+                ret = spw_ps__digest_cache_add(seen, &d);
         }
         close(fd);
-        if (ret == SPW_OK && got != size)
-            ret = SPW_ERR_CORRUPT;
-        total += got;
+        total += size;
     }
     *digest = XXH3_64bits_digest(st);
     if (bytes)
@@ -151,6 +269,8 @@ out_free:
     free(buf);
     if (st)
         XXH3_freeState(st);
+    if (file_st)
+        XXH3_freeState(file_st);
     free_names(names, n);
     return ret;
 }
@@ -165,12 +285,20 @@ static spw_err_t fsync_path(const char *path, int flags)
     return rc == 0 ? SPW_OK : SPW_ERR_IO;
 }
 
-spw_err_t spw_ps__checksum_dir(const char *dir, char hex[17], uint64_t *bytes)
+spw_err_t spw_ps__checksum_dir(const char *dir, struct spw_ps__digest_cache *cache, char hex[17],
+                               uint64_t *bytes)
 {
     uint64_t digest;
-    spw_err_t ret = digest_dir(dir, &digest, bytes);
-    if (ret)
+    struct spw_ps__digest_cache seen = {0};
+    spw_err_t ret = digest_dir(dir, 2, true, cache, cache ? &seen : NULL, &digest, bytes);
+    if (ret) {
+        spw_ps__digest_cache_fini(&seen);
         return ret;
+    }
+    if (cache) { /* keep the digests of this checkpoint's SSTs, forget the rest */
+        spw_ps__digest_cache_fini(cache);
+        *cache = seen;
+    }
     snprintf(hex, 17, "%016" PRIx64, digest);
     char path[4096];
     if (!spw_ps__path(path, sizeof(path), "%s/%s", dir, CHECKSUM_NAME))
@@ -178,7 +306,7 @@ spw_err_t spw_ps__checksum_dir(const char *dir, char hex[17], uint64_t *bytes)
     FILE *f = fopen(path, "we");
     if (!f)
         return SPW_ERR_IO;
-    int ok = fprintf(f, "xxh3-64 %s\n", hex) > 0;
+    int ok = fprintf(f, CHECKSUM_V2 "%s\n", hex) > 0;
     ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok &= fclose(f) == 0;
     if (!ok)
@@ -197,13 +325,26 @@ spw_err_t spw_ps_checkpoint_verify(const char *dir, char hex[17])
     char line[64] = {0};
     char *got = fgets(line, sizeof(line), f);
     fclose(f);
-    char want[17];
-    if (!got || strncmp(line, "xxh3-64 ", 8) != 0 || strlen(line) != 8 + 16 + 1 || line[24] != '\n')
+    if (!got)
         return SPW_ERR_CORRUPT;
-    memcpy(want, line + 8, 16);
+    int format;
+    size_t tag;
+    if (strncmp(line, CHECKSUM_V2, strlen(CHECKSUM_V2)) == 0) {
+        format = 2;
+        tag = strlen(CHECKSUM_V2);
+    } else if (strncmp(line, CHECKSUM_V1, strlen(CHECKSUM_V1)) == 0) {
+        format = 1;
+        tag = strlen(CHECKSUM_V1);
+    } else {
+        return SPW_ERR_CORRUPT;
+    }
+    if (strlen(line) != tag + 16 + 1 || line[tag + 16] != '\n')
+        return SPW_ERR_CORRUPT;
+    char want[17];
+    memcpy(want, line + tag, 16);
     want[16] = '\0';
     uint64_t digest;
-    spw_err_t ret = digest_dir(dir, &digest, NULL);
+    spw_err_t ret = digest_dir(dir, format, false, NULL, NULL, &digest, NULL);
     if (ret)
         return ret;
     char have[17];

@@ -9,33 +9,36 @@
 #include "sparrow/pserver.h"
 
 /*
- * A row in DRAM (and, less its key, the value stored in RocksDB):
+ * A row in DRAM (and, from `version` on, the value stored in RocksDB):
  *
  *   offset  size        field
  *   0       8           key          (DRAM only; RocksDB key is the 8-byte big-endian key)
- *   8       4           version      applied updates, wraps
- *   12      4           last_update  seconds
- *   16      4           count        pushes that touched the row
- *   20      4           flags        SPW_PS_ROW_* (DRAM only; stored as 0)
+ *   8       4           flags        SPW_PS_ROW_* (DRAM only, never stored)
+ *   12      4           version      applied updates, wraps        <- RocksDB value starts here
+ *   16      4           last_update  seconds
+ *   20      4           count        pushes that touched the row
  *   24      4·dim       weights
  *   24+4dim 4·slots     optimizer state (spw_ps_slot_floats)
  *
- * The row stride is rounded up to 8 bytes.
+ * The RocksDB value is the row's bytes [12, 24 + 4·(dim + slots)): 12 + 4·(dim + slots) bytes,
+ * written straight from the slab (no staging copy). The row stride is rounded up to 8 bytes.
+ * Databases of the earlier layout (value from offset 8, flags included) carry format 1 in their
+ * meta key and are refused at open.
  */
 struct spw_ps_row {
     uint64_t key;
+    uint32_t flags;
     uint32_t version;
     uint32_t last_update;
     uint32_t count;
-    uint32_t flags;
     float data[];
 };
 
 #define SPW_PS_ROW_HDR      24u
-#define SPW_PS_ROW_DIRTY    1u /* changed since last written to RocksDB */
-#define SPW_PS_ROW_REF      2u /* touched since the clock hand last passed */
-#define SPW_PS_ROW_PIN      4u /* in use by the current request; not evictable */
-#define SPW_PS_DB_VALUE_OFF 8u /* RocksDB value = row bytes from here to the stride */
+#define SPW_PS_ROW_DIRTY    1u  /* changed since last written to RocksDB */
+#define SPW_PS_ROW_REF      2u  /* touched since the clock hand last passed */
+#define SPW_PS_ROW_PIN      4u  /* in use by the current request; not evictable */
+#define SPW_PS_DB_VALUE_OFF 12u /* RocksDB value = row bytes from here to the last float */
 
 /* Deterministic initial row (weights from (key, seed), slots consistent with them). */
 void spw_ps__row_init(const struct spw_ps_optim_conf *conf, uint32_t dim, uint64_t seed,
@@ -45,6 +48,17 @@ void spw_ps__row_init(const struct spw_ps_optim_conf *conf, uint32_t dim, uint64
  * Returns false (row untouched) when g has a non-finite value. */
 bool spw_ps__row_apply(const struct spw_ps_optim_conf *conf, uint32_t dim, float *w, float *slots,
                        const float *g, float alpha);
+
+/* Rows per SST file of a large flush (bounds the flush's scratch memory). A variable so that
+ * tests can lower it to exercise several rounds; not to be changed while a store is in use. */
+extern size_t spw_ps__flush_part_rows;
+
+/* Dirty rows from which a flush writes SST files rather than WriteBatches. */
+#define SPW_PS_SST_MIN_ROWS 16384u
+
+/* Waits (polling) until RocksDB has no flush or compaction pending or running, at most
+ * timeout_ms; false on timeout. For benchmarks that must not time the debt of a setup phase. */
+bool spw_ps__store_wait_idle(spw_ps_store_t *store, uint32_t timeout_ms);
 
 /* Handles one request frame as if received from a peer, packing (not sending) the reply. For
  * the fuzz target. */
@@ -64,9 +78,33 @@ uint32_t spw_ps__sketch_add(struct spw_ps_sketch *sk, uint64_t key);
 uint32_t spw_ps__sketch_get(const struct spw_ps_sketch *sk, uint64_t key);
 
 /* ---- checkpoint helpers ---- */
-/* Writes the CHECKSUM file of dir (over every other file's name and bytes). hex gets the digest,
- * *bytes the bytes hashed. */
-spw_err_t spw_ps__checksum_dir(const char *dir, char hex[17], uint64_t *bytes);
+/* XXH3-64 of one file's contents, with the identity it had when hashed (device, inode, size,
+ * modification time): a file with the same identity later is taken to hold the same bytes. */
+struct spw_ps__file_digest {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns;
+    uint64_t digest;
+};
+
+/* Digests of immutable files (RocksDB's SSTs, which checkpoints hard-link) already hashed, so
+ * that a checkpoint reads only the files it has not seen before. Owned by one store. */
+struct spw_ps__digest_cache {
+    struct spw_ps__file_digest *e;
+    size_t n, cap;
+};
+
+/* Fills out's identity fields from the open file fd (out->digest is left alone). */
+spw_err_t spw_ps__file_identity(int fd, struct spw_ps__file_digest *out);
+/* Adds d to the cache (SPW_ERR_NOMEM when it cannot grow). */
+spw_err_t spw_ps__digest_cache_add(struct spw_ps__digest_cache *cache,
+                                   const struct spw_ps__file_digest *d);
+void spw_ps__digest_cache_fini(struct spw_ps__digest_cache *cache);
+
+/* Writes the CHECKSUM file of dir (format 2: over every other file's name, size and contents'
+ * digest). SST files whose identity is in cache (may be NULL) are not read again; on success the
+ * cache holds exactly the SST files of dir. hex gets the digest, *bytes the bytes covered. */
+spw_err_t spw_ps__checksum_dir(const char *dir, struct spw_ps__digest_cache *cache, char hex[17],
+                               uint64_t *bytes);
 /* snprintf into a path buffer; false when the result does not fit. */
 bool spw_ps__path(char *out, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -1,73 +1,112 @@
-/* The row store: a DRAM hot table (open addressing over u64 keys, rows in slabs, CLOCK eviction)
- * over a RocksDB tier, with admission by count-min sketch and TTL expiry. */
+/* The row store: a DRAM hot table (open addressing over u64 keys, rows in a slab region, CLOCK
+ * eviction) over a RocksDB tier, with admission by count-min sketch and TTL expiry. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 #include <rocksdb/c.h>
+#include <xxhash.h>
 
 #include "ps_int.h"
 #include "sparrow/log.h"
 #include "sparrow/time.h"
 
-#define SLAB_BYTES   (1u << 20)
-#define EVICT_BATCH  2048u
-#define FLUSH_BATCH  4096u
-#define SKETCH_DEPTH 4u
-#define META_KEY     "\0meta"
-#define META_KEY_LEN 5u
-#define SLOT_FREE    8u /* flags bit of a slot on the free list */
-#define META_FORMAT  "sparrow-ps 1 dim=%u optimizer=%s"
+#define HUGE_PAGE     (2u << 20)
+#define EVICT_BATCH   2048u
+#define FLUSH_BATCH   4096u
+#define FLUSH_THREADS 2u    /* SST files of a flush written at once */
+#define PIN_ROWS      1024u /* rows written between mappings of an SST file's new pages */
+#define IDX_MIN       1024u /* smallest index (entries) */
+#define IDX_SALT      0x9e3779b97f4a7c15ull
+#define PREFETCH_DIST 8
+#define SKETCH_DEPTH  4u
+#define META_KEY      "\0meta"
+#define META_KEY_LEN  5u
+#define SLOT_FREE     8u /* flags bit of a slot on the free list */
+#define META_FORMAT   "sparrow-ps 2 dim=%u optimizer=%s"
+#define INGEST_PREFIX "SPARROW-INGEST-" /* + part + ".tmp" in db_path; not a RocksDB name */
+#define BLOOM_BITS    10.0
+
+size_t spw_ps__flush_part_rows = 1u << 20;
+
+/* One index entry: the low 32 bits of the key's hash (home position and a tag compared before
+ * the row's key is read) and the slot + 1 of its row; slot1 == 0 marks an empty entry. Eight
+ * bytes, so that the index costs 11-21 bytes per row at load 3/8..3/4. */
+struct idx_ent {
+    uint32_t h;
+    uint32_t slot1;
+};
+
+/* A (key, slot) pair, sorted by key before rows are written to RocksDB. */
+struct ks {
+    uint64_t key;
+    uint32_t slot;
+    uint32_t unused;
+};
 
 /* Owned by one thread (see pserver.h). */
 struct spw_ps_store {
     struct spw_ps_store_conf conf;
     char *db_path;
+    char *ingest_paths[FLUSH_THREADS];   /* SST files of a flush before they are ingested */
+    struct spw_ps__digest_cache digests; /* of SSTs hashed by flushes and checkpoints */
     uint32_t dim;
     size_t row_floats; /* dim + slots */
     size_t stride;     /* bytes per row in a slab */
     size_t value_len;  /* bytes of a RocksDB value */
 
-    /* Index: idx_slot[i] is slot + 1 of the row whose key is idx_key[i]; 0 marks empty. */
-    uint64_t *idx_key;
-    uint32_t *idx_slot;
+    /* Open-addressing index (linear probing), grown by doubling with the rows up to
+     * idx_cap_max entries so that its memory follows the rows actually held. */
+    struct idx_ent *idx;
     uint64_t idx_mask;
+    uint64_t idx_cap_max;
 
-    /* Slabs of rows_per_slab (a power of two) rows; slots are handed out up to max_rows. */
-    uint8_t **slabs;
-    size_t n_slabs;
-    uint32_t slab_shift;
+    /* The slab: one region reserved for max_rows rows at open, touched (and so resident) only
+     * as slots are handed out. Free slots form a list threaded through their rows' version. */
+    uint8_t *slab;
+    size_t slab_bytes;
     uint32_t high_water; /* slots ever handed out */
-    uint32_t *free_slots;
-    uint32_t n_free;
+    uint32_t free_head;  /* slot + 1 of the first free slot; 0: none */
     uint32_t max_rows;
     uint32_t n_rows;
     uint32_t clock_hand;
     uint32_t chunk_max; /* keys per acquire round (a quarter of max_rows) */
 
     rocksdb_t *db;
+    rocksdb_column_family_handle_t *cf; /* the default family (batched MultiGet needs it) */
     rocksdb_options_t *opts;
     rocksdb_readoptions_t *ropts;
     rocksdb_writeoptions_t *wopts;
     rocksdb_writebatch_t *wb;
+    rocksdb_envoptions_t *envopts;
+    rocksdb_ingestexternalfileoptions_t *ingest_opts;
 
     bool admit;
     struct spw_ps_sketch sketch;
     uint32_t now_s;
 
-    /* Scratch for one chunk, sized chunk_max. */
+    /* Scratch for one chunk, sized chunk_max (at least EVICT_BATCH). */
     struct spw_ps_row **rows;
+    uint32_t *hashes;
     uint32_t *miss_idx;
+    struct ks *miss_ks, *miss_tmp; /* missing keys with their request index, to sort */
     char *miss_kbuf;
     const char **miss_kptr;
     size_t *miss_klen;
-    char **miss_val;
-    size_t *miss_vlen;
+    rocksdb_pinnableslice_t **miss_val;
+    size_t *miss_len; /* value length; SIZE_MAX: not found */
+    char *miss_vals;  /* chunk_max values, copied out of miss_val */
     char **miss_err;
     uint32_t *victims;
+    struct ks *evict_ks, *evict_tmp; /* EVICT_BATCH each */
 
     /* TTL sweep cursors. */
     uint32_t ttl_hand;
@@ -87,34 +126,92 @@ static inline uint64_t mix(uint64_t x)
     return x;
 }
 
-static inline struct spw_ps_row *slot_row(const spw_ps_store_t *store, uint32_t slot)
+static inline uint32_t key_hash(uint64_t key)
 {
-    uint32_t mask = (1u << store->slab_shift) - 1;
-    return (struct spw_ps_row *)(store->slabs[slot >> store->slab_shift] +
-                                 (size_t)(slot & mask) * store->stride);
+    return (uint32_t)mix(key + IDX_SALT);
 }
 
-/* Index position of key, or -1. */
-static inline int64_t idx_find(const spw_ps_store_t *store, uint64_t key)
+static inline struct spw_ps_row *slot_row(const spw_ps_store_t *store, uint32_t slot)
 {
-    uint64_t i = mix(key) & store->idx_mask;
+    return (struct spw_ps_row *)(store->slab + (size_t)slot * store->stride);
+}
+
+/* Zero-filled anonymous memory for the slab and the index, aligned to and advised for
+ * transparent huge pages where the kernel offers them (random row and index accesses then miss
+ * the TLB far less). Pages become resident only when touched. NULL when out of memory. */
+static void *big_alloc(size_t bytes)
+{
+    size_t len = bytes + HUGE_PAGE;
+    uint8_t *p =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    uintptr_t addr = (uintptr_t)p;
+    size_t head = (HUGE_PAGE - addr % HUGE_PAGE) % HUGE_PAGE;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t used = (bytes + page - 1) / page * page;
+    if (head > 0)
+        munmap(p, head);
+    if (len - head > used)
+        munmap(p + head + used, len - head - used);
+    if (bytes >= HUGE_PAGE)
+        (void)madvise(p + head, used, MADV_HUGEPAGE); /* advice only: fine if refused */
+    return p + head;
+}
+
+static void big_free(void *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes);
+}
+
+/* Asks for every cache line of a row ahead of its use. */
+static inline void prefetch_row(const spw_ps_store_t *store, const struct spw_ps_row *row)
+{
+    const char *p = (const char *)row;
+    for (size_t off = 0; off < store->stride; off += 64)
+        __builtin_prefetch(p + off, 1);
+    __builtin_prefetch(p + store->stride - 1, 1);
+}
+
+/* Index position of key (whose key_hash is h), or -1. */
+static inline int64_t idx_find(const spw_ps_store_t *store, uint64_t key, uint32_t h)
+{
+    uint64_t mask = store->idx_mask;
+    uint64_t i = h & mask;
     for (;;) {
-        uint32_t s = store->idx_slot[i];
-        if (s == 0)
+        struct idx_ent e = store->idx[i];
+        if (e.slot1 == 0)
             return -1;
-        if (store->idx_key[i] == key)
+        if (e.h == h && slot_row(store, e.slot1 - 1)->key == key)
             return (int64_t)i;
-        i = (i + 1) & store->idx_mask;
+        i = (i + 1) & mask;
     }
 }
 
-static inline void idx_insert(spw_ps_store_t *store, uint64_t key, uint32_t slot)
+static inline void idx_put(struct idx_ent *idx, uint64_t mask, uint32_t h, uint32_t slot1)
 {
-    uint64_t i = mix(key) & store->idx_mask;
-    while (store->idx_slot[i] != 0)
-        i = (i + 1) & store->idx_mask;
-    store->idx_key[i] = key;
-    store->idx_slot[i] = slot + 1;
+    uint64_t i = h & mask;
+    while (idx[i].slot1 != 0)
+        i = (i + 1) & mask;
+    idx[i].h = h;
+    idx[i].slot1 = slot1;
+}
+
+/* Doubles the index (rehashing from the stored hashes; rows are not touched). */
+static spw_err_t idx_grow(spw_ps_store_t *store)
+{
+    uint64_t cap = store->idx_mask + 1, new_cap = cap * 2;
+    struct idx_ent *idx = big_alloc(new_cap * sizeof(*idx));
+    if (!idx)
+        return SPW_ERR_NOMEM;
+    for (uint64_t i = 0; i < cap; i++)
+        if (store->idx[i].slot1 != 0)
+            idx_put(idx, new_cap - 1, store->idx[i].h, store->idx[i].slot1);
+    big_free(store->idx, cap * sizeof(*idx));
+    store->idx = idx;
+    store->idx_mask = new_cap - 1;
+    return SPW_OK;
 }
 
 /* Backward-shift deletion keeps linear probing free of tombstones. */
@@ -124,25 +221,65 @@ static void idx_delete_at(spw_ps_store_t *store, uint64_t i)
     uint64_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        if (store->idx_slot[j] == 0)
+        if (store->idx[j].slot1 == 0)
             break;
-        uint64_t home = mix(store->idx_key[j]) & mask;
+        uint64_t home = store->idx[j].h & mask;
         /* Move j into the hole at i unless its home lies cyclically in (i, j]. */
         bool in_between = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
         if (!in_between) {
-            store->idx_key[i] = store->idx_key[j];
-            store->idx_slot[i] = store->idx_slot[j];
+            store->idx[i] = store->idx[j];
             i = j;
         }
     }
-    store->idx_slot[i] = 0;
+    store->idx[i].slot1 = 0;
 }
 
 static void idx_delete(spw_ps_store_t *store, uint64_t key)
 {
-    int64_t i = idx_find(store, key);
+    int64_t i = idx_find(store, key, key_hash(key));
     if (i >= 0)
         idx_delete_at(store, (uint64_t)i);
+}
+
+/* Sorts a[0..n) by key: LSD radix sort over the 8 bytes, skipping bytes that are the same in
+ * every key; tmp holds n entries. */
+static void ks_sort(struct ks *a, struct ks *tmp, size_t n)
+{
+    if (n < 2)
+        return;
+    if (n < 32) {
+        for (size_t i = 1; i < n; i++) {
+            struct ks v = a[i];
+            size_t j = i;
+            for (; j > 0 && a[j - 1].key > v.key; j--)
+                a[j] = a[j - 1];
+            a[j] = v;
+        }
+        return;
+    }
+    size_t count[8][256];
+    memset(count, 0, sizeof(count));
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < 8; b++)
+            count[b][(a[i].key >> (8 * b)) & 0xff]++;
+    struct ks *src = a, *dst = tmp;
+    for (int b = 0; b < 8; b++) {
+        if (count[b][(a[0].key >> (8 * b)) & 0xff] == n)
+            continue;
+        size_t pos = 0;
+        for (int d = 0; d < 256; d++) {
+            size_t c = count[b][d];
+            count[b][d] = pos;
+            pos += c;
+        }
+        for (size_t i = 0; i < n; i++)
+            dst[count[b][(src[i].key >> (8 * b)) & 0xff]++] = src[i];
+        struct ks *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, n * sizeof(*a));
 }
 
 static spw_err_t store_err(char *err, const char *what)
@@ -156,11 +293,21 @@ static void free_slot(spw_ps_store_t *store, uint32_t slot)
 {
     struct spw_ps_row *row = slot_row(store, slot);
     row->flags = SLOT_FREE;
-    store->free_slots[store->n_free++] = slot;
+    row->version = store->free_head;
+    store->free_head = slot + 1;
     store->n_rows--;
 }
 
-/* CLOCK sweep: evicts up to EVICT_BATCH unpinned rows, writing dirty ones in one WriteBatch. */
+static inline void put_row(spw_ps_store_t *store, const struct spw_ps_row *row)
+{
+    char k[8];
+    spw_ps__key_encode(row->key, k);
+    rocksdb_writebatch_put(store->wb, k, 8, (const char *)row + SPW_PS_DB_VALUE_OFF,
+                           store->value_len);
+}
+
+/* CLOCK sweep: evicts up to EVICT_BATCH unpinned rows, writing dirty ones in one WriteBatch in
+ * key order (sorted inserts are cheaper for RocksDB's memtable). */
 static spw_err_t evict_some(spw_ps_store_t *store)
 {
     uint32_t want = store->max_rows / 64;
@@ -168,9 +315,8 @@ static spw_err_t evict_some(spw_ps_store_t *store)
         want = EVICT_BATCH;
     if (want == 0)
         want = 1;
-    uint32_t n = 0;
+    uint32_t n = 0, n_dirty = 0;
     uint64_t steps = 0, limit = 2ull * store->high_water + 1;
-    rocksdb_writebatch_clear(store->wb);
     while (n < want && steps < limit) {
         uint32_t slot = store->clock_hand;
         store->clock_hand = (store->clock_hand + 1) % store->high_water;
@@ -183,25 +329,28 @@ static spw_err_t evict_some(spw_ps_store_t *store)
             continue;
         }
         if (row->flags & SPW_PS_ROW_DIRTY) {
-            char k[8];
-            spw_ps__key_encode(row->key, k);
-            rocksdb_writebatch_put(store->wb, k, 8, (const char *)row + SPW_PS_DB_VALUE_OFF,
-                                   store->value_len);
+            store->evict_ks[n_dirty].key = row->key;
+            store->evict_ks[n_dirty++].slot = slot;
         }
         row->flags |= SPW_PS_ROW_PIN; /* chosen: not picked twice in this sweep */
         store->victims[n++] = slot;
     }
     if (n == 0)
         return SPW_ERR_NOMEM;
-    if (rocksdb_writebatch_count(store->wb) > 0) {
+    if (n_dirty > 0) {
+        ks_sort(store->evict_ks, store->evict_tmp, n_dirty);
+        rocksdb_writebatch_clear(store->wb);
+        for (uint32_t i = 0; i < n_dirty; i++)
+            put_row(store, slot_row(store, store->evict_ks[i].slot));
         char *err = NULL;
         rocksdb_write(store->db, store->wopts, store->wb, &err);
+        rocksdb_writebatch_clear(store->wb);
         if (err) {
             for (uint32_t i = 0; i < n; i++)
                 slot_row(store, store->victims[i])->flags &= ~SPW_PS_ROW_PIN;
             return store_err(err, "evict");
         }
-        store->stats.rows_db_written += (uint64_t)rocksdb_writebatch_count(store->wb);
+        store->stats.rows_db_written += n_dirty;
     }
     for (uint32_t i = 0; i < n; i++) {
         uint32_t slot = store->victims[i];
@@ -215,24 +364,16 @@ static spw_err_t evict_some(spw_ps_store_t *store)
 /* A free slot for a new row (evicting when DRAM is full). */
 static spw_err_t alloc_slot(spw_ps_store_t *store, uint32_t *slot)
 {
-    if (store->n_free == 0 && store->high_water == store->max_rows) {
+    if (store->free_head == 0 && store->high_water == store->max_rows) {
         spw_err_t err = evict_some(store);
         if (err)
             return err;
     }
-    if (store->n_free > 0) {
-        *slot = store->free_slots[--store->n_free];
+    if (store->free_head != 0) {
+        *slot = store->free_head - 1;
+        store->free_head = slot_row(store, *slot)->version;
     } else {
-        uint32_t s = store->high_water;
-        size_t slab = s >> store->slab_shift;
-        if (slab >= store->n_slabs) {
-            uint8_t *mem = aligned_alloc(64, (size_t)store->stride << store->slab_shift);
-            if (!mem)
-                return SPW_ERR_NOMEM;
-            store->slabs[store->n_slabs++] = mem;
-        }
-        store->high_water++;
-        *slot = s;
+        *slot = store->high_water++;
     }
     store->n_rows++;
     return SPW_OK;
@@ -244,9 +385,16 @@ enum acquire_mode {
     ACQUIRE_LOOKUP, /* never create */
 };
 
-static spw_err_t insert_row(spw_ps_store_t *store, uint64_t key, const char *value,
+static spw_err_t insert_row(spw_ps_store_t *store, uint64_t key, uint32_t h, const char *value,
                             struct spw_ps_row **out)
 {
+    /* The index grows before the row is taken, so that a failure leaves nothing half done. */
+    if ((uint64_t)(store->n_rows + 1) * 4 > (store->idx_mask + 1) * 3 &&
+        store->idx_mask + 1 < store->idx_cap_max) {
+        spw_err_t err = idx_grow(store);
+        if (err)
+            return err;
+    }
     uint32_t slot;
     spw_err_t err = alloc_slot(store, &slot);
     if (err)
@@ -263,7 +411,7 @@ static spw_err_t insert_row(spw_ps_store_t *store, uint64_t key, const char *val
     }
     row->key = key;
     row->flags = SPW_PS_ROW_REF | SPW_PS_ROW_PIN;
-    idx_insert(store, key, slot);
+    idx_put(store->idx, store->idx_mask, h, slot + 1);
     *out = row;
     return SPW_OK;
 }
@@ -274,62 +422,92 @@ static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
                          enum acquire_mode mode)
 {
     struct spw_ps_row **rows = store->rows;
+    uint32_t *hs = store->hashes;
+    for (size_t i = 0; i < n; i++)
+        hs[i] = key_hash(keys[i]);
+    /* Two-stage prefetch: the index entry 2·D keys ahead, the row it points to D keys ahead, so
+     * that the lookups of a batch overlap their cache misses. */
+    const size_t d = PREFETCH_DIST;
+    for (size_t i = 0; i < n && i < 2 * d; i++)
+        __builtin_prefetch(&store->idx[hs[i] & store->idx_mask]);
     size_t n_miss = 0;
     for (size_t i = 0; i < n; i++) {
-        int64_t pos = idx_find(store, keys[i]);
+        if (i + 2 * d < n)
+            __builtin_prefetch(&store->idx[hs[i + 2 * d] & store->idx_mask]);
+        if (i + d < n) {
+            const struct idx_ent *e = &store->idx[hs[i + d] & store->idx_mask];
+            if (e->slot1 != 0 && e->h == hs[i + d])
+                __builtin_prefetch(slot_row(store, e->slot1 - 1), 1);
+        }
+        int64_t pos = idx_find(store, keys[i], hs[i]);
         if (pos >= 0) {
-            struct spw_ps_row *row = slot_row(store, store->idx_slot[pos] - 1);
+            struct spw_ps_row *row = slot_row(store, store->idx[pos].slot1 - 1);
             row->flags |= SPW_PS_ROW_REF | SPW_PS_ROW_PIN;
             rows[i] = row;
         } else {
             rows[i] = NULL;
-            spw_ps__key_encode(keys[i], store->miss_kbuf + 8 * n_miss);
-            store->miss_kptr[n_miss] = store->miss_kbuf + 8 * n_miss;
-            store->miss_klen[n_miss] = 8;
-            store->miss_idx[n_miss++] = (uint32_t)i;
+            store->miss_ks[n_miss].key = keys[i];
+            store->miss_ks[n_miss++].slot = (uint32_t)i;
         }
     }
     if (n_miss == 0)
         return SPW_OK;
-    rocksdb_multi_get(store->db, store->ropts, n_miss, store->miss_kptr, store->miss_klen,
-                      store->miss_val, store->miss_vlen, store->miss_err);
+    /* In key order: RocksDB's MultiGet would otherwise sort them itself, far more slowly. */
+    ks_sort(store->miss_ks, store->miss_tmp, n_miss);
+    for (size_t m = 0; m < n_miss; m++) {
+        spw_ps__key_encode(store->miss_ks[m].key, store->miss_kbuf + 8 * m);
+        store->miss_kptr[m] = store->miss_kbuf + 8 * m;
+        store->miss_klen[m] = 8;
+        store->miss_idx[m] = store->miss_ks[m].slot;
+    }
+    /* Batched MultiGet: RocksDB sorts the keys and looks them up file by file, sharing filter,
+     * index and block reads between them. The values are copied out (and their pins released)
+     * before any row is inserted, since inserting may evict and so write to the database. */
+    rocksdb_batched_multi_get_cf(store->db, store->ropts, store->cf, n_miss, store->miss_kptr,
+                                 store->miss_klen, store->miss_val, store->miss_err, true);
     spw_err_t ret = SPW_OK;
     for (size_t m = 0; m < n_miss; m++) {
+        rocksdb_pinnableslice_t *slice = store->miss_val[m];
+        store->miss_len[m] = SIZE_MAX; /* not found */
+        if (!slice)
+            continue;
+        size_t vlen = 0;
+        const char *val = rocksdb_pinnableslice_value(slice, &vlen);
+        store->miss_len[m] = vlen;
+        if (vlen == store->value_len)
+            memcpy(store->miss_vals + m * store->value_len, val, vlen);
+        rocksdb_pinnableslice_destroy(slice);
+    }
+    for (size_t m = 0; m < n_miss; m++) {
         uint32_t i = store->miss_idx[m];
-        char *val = store->miss_val[m];
         if (store->miss_err[m]) {
             if (ret == SPW_OK)
                 ret = store_err(store->miss_err[m], "multi_get");
             else
                 rocksdb_free(store->miss_err[m]);
-            rocksdb_free(val);
             continue;
         }
-        if (ret != SPW_OK) {
-            rocksdb_free(val);
+        if (ret != SPW_OK)
             continue;
-        }
         /* A key repeated in the request may have been loaded by an earlier miss. */
-        int64_t pos = idx_find(store, keys[i]);
+        int64_t pos = idx_find(store, keys[i], hs[i]);
         if (pos >= 0) {
-            struct spw_ps_row *row = slot_row(store, store->idx_slot[pos] - 1);
+            struct spw_ps_row *row = slot_row(store, store->idx[pos].slot1 - 1);
             row->flags |= SPW_PS_ROW_REF | SPW_PS_ROW_PIN;
             rows[i] = row;
-            rocksdb_free(val);
             continue;
         }
-        if (val) {
-            if (store->miss_vlen[m] != store->value_len) {
+        if (store->miss_len[m] != SIZE_MAX) {
+            if (store->miss_len[m] != store->value_len) {
                 SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 1000, "corrupt row in rocksdb",
-                                    "key=%" PRIu64 " len=%zu want=%zu", keys[i],
-                                    store->miss_vlen[m], store->value_len);
-                rocksdb_free(val);
+                                    "key=%" PRIu64 " len=%zu want=%zu", keys[i], store->miss_len[m],
+                                    store->value_len);
                 ret = SPW_ERR_CORRUPT;
                 continue;
             }
             store->stats.db_reads++;
-            ret = insert_row(store, keys[i], val, &rows[i]);
-            rocksdb_free(val);
+            ret = insert_row(store, keys[i], hs[i], store->miss_vals + m * store->value_len,
+                             &rows[i]);
             continue;
         }
         store->stats.db_misses++;
@@ -342,7 +520,7 @@ static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
                 continue;
             store->stats.admitted++;
         }
-        ret = insert_row(store, keys[i], NULL, &rows[i]);
+        ret = insert_row(store, keys[i], hs[i], NULL, &rows[i]);
     }
     return ret;
 }
@@ -366,6 +544,8 @@ spw_err_t spw_ps_store_pull(spw_ps_store_t *store, const uint64_t *keys, size_t 
             return err;
         }
         for (size_t i = 0; i < m; i++) {
+            if (i + PREFETCH_DIST < m && store->rows[i + PREFETCH_DIST])
+                prefetch_row(store, store->rows[i + PREFETCH_DIST]);
             float *dst = values + (off + i) * dim;
             struct spw_ps_row *row = store->rows[i];
             if (row) {
@@ -392,6 +572,8 @@ spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t 
     uint32_t dim = store->dim;
     struct spw_ps_push_result r = {0};
     const struct spw_ps_optim_conf *oc = &store->conf.optim;
+    /* Every penalty is 1 at tau 0 (the common case); others are computed per row. */
+    const double alpha0 = spw_ps_penalty_alpha(&store->conf.penalty, 0);
     spw_err_t ret = SPW_OK;
     for (size_t off = 0; off < n; off += store->chunk_max) {
         size_t m = n - off < store->chunk_max ? n - off : store->chunk_max;
@@ -401,6 +583,8 @@ spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t 
             break;
         }
         for (size_t i = 0; i < m; i++) {
+            if (i + PREFETCH_DIST < m && store->rows[i + PREFETCH_DIST])
+                prefetch_row(store, store->rows[i + PREFETCH_DIST]);
             size_t k = off + i;
             struct spw_ps_row *row = store->rows[i];
             uint32_t tau = 0;
@@ -416,7 +600,7 @@ spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t 
             }
             if (taus)
                 taus[k] = tau;
-            double alpha = spw_ps_penalty_alpha(&store->conf.penalty, tau);
+            double alpha = tau == 0 ? alpha0 : spw_ps_penalty_alpha(&store->conf.penalty, tau);
             if (alpha < 0.0) {
                 r.dropped_stale++;
                 continue;
@@ -513,7 +697,7 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
             uint64_t key = spw_ps__key_decode(k);
             struct spw_ps_row hdr;
             memcpy((char *)&hdr + SPW_PS_DB_VALUE_OFF, v, SPW_PS_ROW_HDR - SPW_PS_DB_VALUE_OFF);
-            if (idx_find(store, key) < 0 && expired(store, hdr.last_update)) {
+            if (idx_find(store, key, key_hash(key)) < 0 && expired(store, hdr.last_update)) {
                 rocksdb_writebatch_delete(store->wb, k, 8);
                 db_gone[n_db_gone] = key;
                 db_ver[n_db_gone++] = hdr.version;
@@ -557,39 +741,343 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
     return SPW_OK;
 }
 
-spw_err_t spw_ps_store_flush(spw_ps_store_t *store)
+/* One part of a large flush: a key range whose rows a thread sorts and writes to its own SST
+ * file. The file stays mapped while it is written, which keeps its pages cached (the SST writer
+ * asks the kernel to drop what it wrote every megabyte, and the kernel keeps mapped pages), so
+ * that hashing it for the checkpoint's CHECKSUM afterwards reads memory, not the disk. */
+struct flush_part {
+    const spw_ps_store_t *store; /* read only while parts run */
+    struct ks *ks, *tmp;
+    size_t n;
+    char *path;
+    int fd;       /* the file, read only; -1 when not open */
+    uint8_t *map; /* its first map_len bytes, mapped and touched */
+    size_t map_len;
+    spw_err_t ret;
+    char err[256];
+};
+
+/* Maps (and faults in) the part's file up to its current end (whole pages while it grows,
+ * everything once complete). Best effort: a failure only costs the pages' staying cached. */
+static void pin_pages(struct flush_part *part, bool complete)
 {
-    rocksdb_writebatch_clear(store->wb);
-    uint32_t start = 0;
-    for (uint32_t slot = 0; slot <= store->high_water; slot++) {
-        bool last = slot == store->high_water;
-        if (!last) {
-            struct spw_ps_row *row = slot_row(store, slot);
-            if (!(row->flags & SLOT_FREE) && (row->flags & SPW_PS_ROW_DIRTY)) {
-                char k[8];
-                spw_ps__key_encode(row->key, k);
-                rocksdb_writebatch_put(store->wb, k, 8, (const char *)row + SPW_PS_DB_VALUE_OFF,
-                                       store->value_len);
-            }
-        }
-        if (last || rocksdb_writebatch_count(store->wb) >= (int)FLUSH_BATCH) {
-            int count = rocksdb_writebatch_count(store->wb);
-            if (count > 0) {
-                char *err = NULL;
-                rocksdb_write(store->db, store->wopts, store->wb, &err);
-                if (err)
-                    return store_err(err, "flush");
-                store->stats.rows_db_written += (uint64_t)count;
-                rocksdb_writebatch_clear(store->wb);
-            }
-            /* Only rows whose write succeeded become clean. */
-            uint32_t end = last ? slot : slot + 1;
-            for (uint32_t s = start; s < end; s++)
-                slot_row(store, s)->flags &= ~SPW_PS_ROW_DIRTY;
-            start = end;
+    struct stat sb;
+    if (part->fd < 0 || fstat(part->fd, &sb) != 0)
+        return;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t len = (size_t)sb.st_size;
+    if (!complete)
+        len -= len % page;
+    if (len <= part->map_len)
+        return;
+    void *map = part->map ? mremap(part->map, part->map_len, len, MREMAP_MAYMOVE)
+                          : mmap(NULL, len, PROT_READ, MAP_SHARED, part->fd, 0);
+    if (map == MAP_FAILED)
+        return;
+    const volatile uint8_t *p = map;
+    for (size_t off = part->map_len - part->map_len % page; off < len; off += page)
+        (void)p[off];
+    part->map = map;
+    part->map_len = len;
+}
+
+static void part_release(struct flush_part *part)
+{
+    if (part->map)
+        munmap(part->map, part->map_len);
+    if (part->fd >= 0)
+        close(part->fd);
+    part->map = NULL;
+    part->map_len = 0;
+    part->fd = -1;
+}
+
+/* Hashes the part's file as it is now (after ingestion, which may have written into it). */
+static spw_err_t part_digest(struct flush_part *part, struct spw_ps__file_digest *d)
+{
+    if (part->fd < 0 || spw_ps__file_identity(part->fd, d) != SPW_OK)
+        return SPW_ERR_IO;
+    pin_pages(part, true);
+    if (part->map_len != d->size)
+        return SPW_ERR_IO;
+    d->digest = XXH3_64bits(part->map, part->map_len);
+    return SPW_OK;
+}
+
+/* Sorts the part's rows and writes them to part->path as an SST file. Reads the store's rows
+ * and options only, so that parts can run on several threads. */
+static void *write_part(void *arg)
+{
+    struct flush_part *part = arg;
+    const spw_ps_store_t *store = part->store;
+    ks_sort(part->ks, part->tmp, part->n);
+    char *err = NULL;
+    rocksdb_sstfilewriter_t *w = rocksdb_sstfilewriter_create(store->envopts, store->opts);
+    unlink(part->path);
+    rocksdb_sstfilewriter_open(w, part->path, &err);
+    if (!err)
+        part->fd = open(part->path, O_RDONLY | O_CLOEXEC);
+    for (size_t i = 0; i < part->n && !err; i++) {
+        if (i + PREFETCH_DIST < part->n)
+            prefetch_row(store, slot_row(store, part->ks[i + PREFETCH_DIST].slot));
+        char k[8];
+        spw_ps__key_encode(part->ks[i].key, k);
+        rocksdb_sstfilewriter_put(
+            w, k, 8, (const char *)slot_row(store, part->ks[i].slot) + SPW_PS_DB_VALUE_OFF,
+            store->value_len, &err);
+        if (i % PIN_ROWS == PIN_ROWS - 1)
+            pin_pages(part, false);
+    }
+    if (!err)
+        rocksdb_sstfilewriter_finish(w, &err);
+    rocksdb_sstfilewriter_destroy(w);
+    if (err) {
+        snprintf(part->err, sizeof(part->err), "writing rows to %s: %s", part->path, err);
+        rocksdb_free(err);
+        part->ret = SPW_ERR_STORE;
+        return NULL;
+    }
+    pin_pages(part, true);
+    part->ret = SPW_OK;
+    return NULL;
+}
+
+/* Writes parts[0..n) (disjoint key ranges), up to FLUSH_THREADS at once, and ingests their files
+ * in one step: no memtable inserts, sequential writes. RocksDB links the files into the database;
+ * their digests go to the store's cache. */
+static spw_err_t flush_parts(spw_ps_store_t *store, struct flush_part *parts, size_t n,
+                             char *errstr, size_t errstr_size)
+{
+    pthread_t threads[FLUSH_THREADS];
+    bool started[FLUSH_THREADS] = {false};
+    for (size_t i = 1; i < n; i++)
+        started[i] = pthread_create(&threads[i], NULL, write_part, &parts[i]) == 0;
+    write_part(&parts[0]);
+    for (size_t i = 1; i < n; i++) {
+        if (started[i])
+            pthread_join(threads[i], NULL);
+        else
+            write_part(&parts[i]); /* no thread to be had: write it here */
+    }
+    spw_err_t ret = SPW_OK;
+    for (size_t i = 0; i < n && ret == SPW_OK; i++) {
+        if (parts[i].ret) {
+            snprintf(errstr, errstr_size, "%s", parts[i].err);
+            ret = parts[i].ret;
         }
     }
+    if (ret == SPW_OK) {
+        const char *files[FLUSH_THREADS];
+        for (size_t i = 0; i < n; i++)
+            files[i] = parts[i].path;
+        char *err = NULL;
+        rocksdb_ingest_external_file(store->db, files, n, store->ingest_opts, &err);
+        if (err) {
+            snprintf(errstr, errstr_size, "ingesting flushed rows: %s", err);
+            rocksdb_free(err);
+            ret = SPW_ERR_STORE;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        unlink(parts[i].path); /* gone already after a successful (moving) ingest */
+        struct spw_ps__file_digest d;
+        if (ret == SPW_OK && part_digest(&parts[i], &d) == SPW_OK &&
+            spw_ps__digest_cache_add(&store->digests, &d) != SPW_OK)
+            spw_ps__digest_cache_fini(&store->digests); /* only a cache: start over */
+        part_release(&parts[i]);
+    }
+    return ret;
+}
+
+/* Writes the rows of ks[0..n) in WriteBatches of FLUSH_BATCH; rows become clean per batch
+ * written. */
+static spw_err_t flush_batches(spw_ps_store_t *store, const struct ks *ks, size_t n, char *errstr,
+                               size_t errstr_size)
+{
+    for (size_t start = 0; start < n; start += FLUSH_BATCH) {
+        size_t end = n - start < FLUSH_BATCH ? n : start + FLUSH_BATCH;
+        rocksdb_writebatch_clear(store->wb);
+        for (size_t i = start; i < end; i++)
+            put_row(store, slot_row(store, ks[i].slot));
+        char *err = NULL;
+        rocksdb_write(store->db, store->wopts, store->wb, &err);
+        rocksdb_writebatch_clear(store->wb);
+        if (err) {
+            snprintf(errstr, errstr_size, "writing rows: %s", err);
+            rocksdb_free(err);
+            return SPW_ERR_STORE;
+        }
+        for (size_t i = start; i < end; i++)
+            slot_row(store, ks[i].slot)->flags &= ~SPW_PS_ROW_DIRTY;
+        store->stats.rows_db_written += end - start;
+    }
     return SPW_OK;
+}
+
+static inline bool slot_dirty(const spw_ps_store_t *store, uint32_t slot)
+{
+    uint32_t f = slot_row(store, slot)->flags;
+    return !(f & SLOT_FREE) && (f & SPW_PS_ROW_DIRTY);
+}
+
+/* Writes every dirty row, in key order. Small flushes go through WriteBatches. Large ones are
+ * counted into 65536 key-range buckets and cut into parts of about spw_ps__flush_part_rows rows
+ * (disjoint key ranges), written FLUSH_THREADS at a time as SST files (flush_parts), each round
+ * gathering its parts' rows in one pass over the slab: the scratch stays bounded and the files
+ * never overlap. Rows become clean only once written. Uses 16 bytes of scratch per row of a
+ * round, twice. */
+static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_size)
+{
+    enum { BUCKETS = 65536 };
+    spw_err_t ret = SPW_OK;
+    struct ks *ks = NULL, *tmp = NULL;
+    uint32_t *part_of = NULL;
+    size_t *part_n = NULL;
+    uint32_t *counts = calloc(BUCKETS, sizeof(uint32_t));
+    if (!counts)
+        goto out_nomem;
+    /* Buckets are a monotonic function of the key ((key - base) >> shift), so that consecutive
+     * buckets are key ranges: first the top 16 bits (keys are hashes), refined below when the
+     * keys crowd into few buckets. */
+    uint64_t base = 0, lo = UINT64_MAX, hi = 0;
+    uint32_t shift = 48;
+    size_t n_dirty = 0;
+    for (uint32_t slot = 0; slot < store->high_water; slot++) {
+        if (slot_dirty(store, slot)) {
+            uint64_t key = slot_row(store, slot)->key;
+            lo = key < lo ? key : lo;
+            hi = key > hi ? key : hi;
+            counts[key >> shift]++;
+            n_dirty++;
+        }
+    }
+    if (n_dirty == 0)
+        goto out_free;
+    if (n_dirty < SPW_PS_SST_MIN_ROWS) {
+        ks = malloc(n_dirty * sizeof(*ks));
+        tmp = malloc(n_dirty * sizeof(*tmp));
+        if (!ks || !tmp)
+            goto out_nomem;
+        size_t n = 0;
+        for (uint32_t slot = 0; slot < store->high_water; slot++) {
+            if (slot_dirty(store, slot)) {
+                ks[n].key = slot_row(store, slot)->key;
+                ks[n++].slot = slot;
+            }
+        }
+        ks_sort(ks, tmp, n);
+        ret = flush_batches(store, ks, n, errstr, errstr_size);
+        goto out_free;
+    }
+    size_t part_max = (n_dirty + FLUSH_THREADS - 1) / FLUSH_THREADS;
+    if (part_max > spw_ps__flush_part_rows)
+        part_max = spw_ps__flush_part_rows;
+    uint32_t biggest = 0;
+    for (uint32_t b = 0; b < BUCKETS; b++)
+        biggest = counts[b] > biggest ? counts[b] : biggest;
+    if (biggest > part_max / 4) {
+        base = lo;
+        shift = 0;
+        while (((hi - lo) >> shift) >= BUCKETS)
+            shift++;
+        memset(counts, 0, BUCKETS * sizeof(uint32_t));
+        for (uint32_t slot = 0; slot < store->high_water; slot++)
+            if (slot_dirty(store, slot))
+                counts[(slot_row(store, slot)->key - base) >> shift]++;
+    }
+    /* Parts: consecutive buckets, closed once they hold part_max rows (so at most a bucket
+     * more; only keys crowded into a 65536th of their range make that large), FLUSH_THREADS of
+     * them when the rows allow, so that the threads share the work. */
+    part_of = malloc(BUCKETS * sizeof(uint32_t));
+    if (!part_of)
+        goto out_nomem;
+    uint32_t n_parts = 0;
+    size_t in_part = 0;
+    for (uint32_t b = 0; b < BUCKETS; b++) {
+        part_of[b] = n_parts;
+        in_part += counts[b];
+        if (in_part >= part_max) {
+            n_parts++;
+            in_part = 0;
+        }
+    }
+    if (in_part > 0)
+        n_parts++;
+    else /* the trailing empty buckets belong to the last part */
+        for (uint32_t b = BUCKETS; b-- > 0 && part_of[b] == n_parts;)
+            part_of[b] = n_parts - 1;
+    part_n = calloc(n_parts, sizeof(size_t));
+    if (!part_n)
+        goto out_nomem;
+    for (uint32_t b = 0; b < BUCKETS; b++)
+        part_n[part_of[b]] += counts[b];
+    size_t cap = 0; /* rows of the largest round */
+    for (uint32_t p = 0; p < n_parts; p += FLUSH_THREADS) {
+        size_t rows = 0;
+        for (uint32_t q = p; q < n_parts && q < p + FLUSH_THREADS; q++)
+            rows += part_n[q];
+        cap = rows > cap ? rows : cap;
+    }
+    ks = malloc(cap * sizeof(*ks));
+    tmp = malloc(cap * sizeof(*tmp));
+    if (!ks || !tmp)
+        goto out_nomem;
+    for (uint32_t first = 0; first < n_parts && ret == SPW_OK; first += FLUSH_THREADS) {
+        uint32_t n_round = n_parts - first < FLUSH_THREADS ? n_parts - first : FLUSH_THREADS;
+        struct flush_part parts[FLUSH_THREADS];
+        size_t fill[FLUSH_THREADS], off = 0;
+        for (uint32_t i = 0; i < n_round; i++) {
+            memset(&parts[i], 0, sizeof(parts[i]));
+            parts[i].store = store;
+            parts[i].ks = ks + off;
+            parts[i].tmp = tmp + off;
+            parts[i].path = store->ingest_paths[i];
+            parts[i].fd = -1;
+            fill[i] = 0;
+            off += part_n[first + i];
+        }
+        for (uint32_t slot = 0; slot < store->high_water; slot++) {
+            if (!slot_dirty(store, slot))
+                continue;
+            uint64_t key = slot_row(store, slot)->key;
+            uint32_t p = part_of[(key - base) >> shift];
+            if (p < first || p >= first + n_round)
+                continue;
+            struct ks *e = &parts[p - first].ks[fill[p - first]++];
+            e->key = key;
+            e->slot = slot;
+        }
+        for (uint32_t i = 0; i < n_round; i++)
+            parts[i].n = fill[i];
+        ret = flush_parts(store, parts, n_round, errstr, errstr_size);
+        if (ret == SPW_OK) {
+            for (size_t i = 0; i < off; i++)
+                slot_row(store, ks[i].slot)->flags &= ~SPW_PS_ROW_DIRTY;
+            store->stats.rows_db_written += off;
+        }
+    }
+    goto out_free;
+
+out_nomem:
+    snprintf(errstr, errstr_size, "out of memory");
+    ret = SPW_ERR_NOMEM;
+out_free:
+    free(ks);
+    free(tmp);
+    free(counts);
+    free(part_of);
+    free(part_n);
+    return ret;
+}
+
+spw_err_t spw_ps_store_flush(spw_ps_store_t *store)
+{
+    char errstr[512];
+    spw_err_t err = flush_all(store, errstr, sizeof(errstr));
+    if (err)
+        SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 1000, "flush failed", "path=%s err=\"%s\"",
+                            store->db_path, errstr);
+    return err;
 }
 
 void spw_ps_store_get_stats(const spw_ps_store_t *store, struct spw_ps_store_stats *stats)
@@ -597,9 +1085,8 @@ void spw_ps_store_get_stats(const spw_ps_store_t *store, struct spw_ps_store_sta
     *stats = store->stats;
     stats->rows_dram = store->n_rows;
     stats->rows_dram_max = store->max_rows;
-    stats->bytes_dram = (uint64_t)store->n_slabs * (store->stride << store->slab_shift) +
-                        (store->idx_mask + 1) * (sizeof(uint64_t) + sizeof(uint32_t)) +
-                        (uint64_t)store->max_rows * sizeof(uint32_t);
+    stats->bytes_dram = (uint64_t)store->high_water * store->stride +
+                        (store->idx_mask + 1) * sizeof(struct idx_ent);
     stats->row_bytes = store->stride;
 }
 
@@ -609,6 +1096,27 @@ uint64_t spw_ps_store_rows_on_disk(spw_ps_store_t *store)
     if (rocksdb_property_int(store->db, "rocksdb.estimate-num-keys", &v) != 0)
         return 0;
     return v > 0 ? v - 1 : 0; /* less the meta key */
+}
+
+bool spw_ps__store_wait_idle(spw_ps_store_t *store, uint32_t timeout_ms)
+{
+    static const char *const busy[] = {"rocksdb.mem-table-flush-pending",
+                                       "rocksdb.compaction-pending", "rocksdb.num-running-flushes",
+                                       "rocksdb.num-running-compactions"};
+    uint64_t deadline = spw_time_mono_ms() + timeout_ms;
+    for (;;) {
+        bool idle = true;
+        for (size_t i = 0; i < sizeof(busy) / sizeof(busy[0]) && idle; i++) {
+            uint64_t v = 0;
+            idle = rocksdb_property_int(store->db, busy[i], &v) == 0 && v == 0;
+        }
+        if (idle)
+            return true;
+        if (spw_time_mono_ms() >= deadline)
+            return false;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* Exposed to checkpoint code in this file only. */
@@ -650,6 +1158,34 @@ static uint32_t pow2_ceil_shift(uint64_t v)
     return s;
 }
 
+/* RocksDB options for rows: values are incompressible floats and most reads are point lookups
+ * of keys that may be absent (new keys) or in any level, so no compression, whole-key bloom
+ * filters in the tables and the memtable, hashed data-block index, XXH3 block checksums (far
+ * cheaper to verify per read than this build's CRC32c), and mmap reads (no read syscall and
+ * copy per block). rocksdb.options, applied on top, may change any of them. */
+static rocksdb_options_t *base_options(void)
+{
+    rocksdb_options_t *base = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(base, 1);
+    rocksdb_options_increase_parallelism(base, 2);
+    rocksdb_options_set_compression(base, rocksdb_no_compression);
+    /* Evictions insert rows in random key order: a small memtable keeps those inserts in cache
+     * (and RocksDB's own memory small); flushes and compactions run on background threads. */
+    rocksdb_options_set_write_buffer_size(base, 8u << 20);
+    rocksdb_options_set_allow_mmap_reads(base, 1);
+    rocksdb_options_set_memtable_whole_key_filtering(base, 1);
+    rocksdb_options_set_memtable_prefix_bloom_size_ratio(base, 0.02);
+    rocksdb_block_based_table_options_t *table = rocksdb_block_based_options_create();
+    rocksdb_block_based_options_set_filter_policy(
+        table, rocksdb_filterpolicy_create_bloom_full(BLOOM_BITS));
+    rocksdb_block_based_options_set_data_block_index_type(
+        table, rocksdb_block_based_table_data_block_index_type_binary_search_and_hash);
+    rocksdb_block_based_options_set_checksum(table, 4 /* kXXH3 */);
+    rocksdb_options_set_block_based_table_factory(base, table);
+    rocksdb_block_based_options_destroy(table);
+    return base;
+}
+
 spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *errstr,
                                   size_t errstr_size)
 {
@@ -673,14 +1209,24 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
     store->db_path = strdup(conf->db_path);
     if (!store->db_path)
         goto out_nomem;
+    for (uint32_t i = 0; i < FLUSH_THREADS; i++) {
+        size_t len = strlen(conf->db_path) + sizeof(INGEST_PREFIX) + 16;
+        store->ingest_paths[i] = malloc(len);
+        if (!store->ingest_paths[i])
+            goto out_nomem;
+        snprintf(store->ingest_paths[i], len, "%s/%s%u.tmp", conf->db_path, INGEST_PREFIX, i);
+    }
 
-    /* Rows R fit the budget with slabs (stride), free list (4) and an index at load <= 3/4. */
+    /* Rows R fit the budget with slabs (stride) and the largest index, at load <= 3/4. The
+     * index starts small and doubles with the rows, so memory follows the rows held. */
     uint64_t budget = conf->memory_bytes;
-    uint64_t per_row = store->stride + 4 + 16;
+    uint64_t per_row = store->stride + 11;
     uint64_t rows = budget / per_row;
     uint32_t idx_shift = pow2_ceil_shift(rows * 4 / 3 + 1);
-    uint64_t idx_bytes = (1ull << idx_shift) * 12;
-    rows = budget > idx_bytes ? (budget - idx_bytes) / (store->stride + 4) : 0;
+    if (idx_shift < 10)
+        idx_shift = 10;
+    uint64_t idx_bytes = (1ull << idx_shift) * sizeof(struct idx_ent);
+    rows = budget > idx_bytes ? (budget - idx_bytes) / store->stride : 0;
     if (rows > (1ull << idx_shift) * 3 / 4)
         rows = (1ull << idx_shift) * 3 / 4;
     if (rows > UINT32_MAX / 2)
@@ -691,30 +1237,33 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
         goto out_free_store;
     }
     store->max_rows = (uint32_t)rows;
-    store->idx_mask = (1ull << idx_shift) - 1;
+    store->idx_cap_max = 1ull << idx_shift;
+    uint64_t idx_start = IDX_MIN < store->idx_cap_max ? IDX_MIN : store->idx_cap_max;
+    store->idx_mask = idx_start - 1;
     store->chunk_max = store->max_rows / 4 < 4096 ? store->max_rows / 4 : 4096;
-    uint32_t slab_rows = 1;
-    while ((uint64_t)slab_rows * 2 * store->stride <= SLAB_BYTES && slab_rows * 2 <= rows)
-        slab_rows *= 2;
-    store->slab_shift = pow2_ceil_shift(slab_rows);
-    store->idx_key = malloc((store->idx_mask + 1) * sizeof(uint64_t));
-    store->idx_slot = calloc(store->idx_mask + 1, sizeof(uint32_t));
-    store->free_slots = malloc((size_t)store->max_rows * sizeof(uint32_t));
-    store->slabs = calloc(((size_t)store->max_rows >> store->slab_shift) + 1, sizeof(uint8_t *));
+    store->slab_bytes = (size_t)store->max_rows * store->stride;
+    store->slab = big_alloc(store->slab_bytes);
+    store->idx = big_alloc(idx_start * sizeof(*store->idx));
     size_t c = store->chunk_max > EVICT_BATCH ? store->chunk_max : EVICT_BATCH;
     store->rows = malloc(c * sizeof(*store->rows));
+    store->hashes = malloc(c * sizeof(uint32_t));
     store->miss_idx = malloc(c * sizeof(uint32_t));
     store->miss_kbuf = malloc(c * 8);
+    store->miss_ks = malloc(c * sizeof(struct ks));
+    store->miss_tmp = malloc(c * sizeof(struct ks));
     store->miss_kptr = malloc(c * sizeof(char *));
     store->miss_klen = malloc(c * sizeof(size_t));
-    store->miss_val = malloc(c * sizeof(char *));
-    store->miss_vlen = malloc(c * sizeof(size_t));
+    store->miss_val = malloc(c * sizeof(*store->miss_val));
+    store->miss_len = malloc(c * sizeof(size_t));
+    store->miss_vals = malloc(c * store->value_len);
     store->miss_err = malloc(c * sizeof(char *));
     store->victims = malloc(c * sizeof(uint32_t));
-    if (!store->idx_key || !store->idx_slot || !store->free_slots || !store->slabs ||
-        !store->rows || !store->miss_idx || !store->miss_kbuf || !store->miss_kptr ||
-        !store->miss_klen || !store->miss_val || !store->miss_vlen || !store->miss_err ||
-        !store->victims)
+    store->evict_ks = malloc(EVICT_BATCH * sizeof(struct ks));
+    store->evict_tmp = malloc(EVICT_BATCH * sizeof(struct ks));
+    if (!store->idx || !store->slab || !store->rows || !store->hashes || !store->miss_idx ||
+        !store->miss_kbuf || !store->miss_ks || !store->miss_tmp || !store->miss_kptr ||
+        !store->miss_klen || !store->miss_val || !store->miss_len || !store->miss_vals ||
+        !store->miss_err || !store->victims || !store->evict_ks || !store->evict_tmp)
         goto out_nomem;
 
     store->admit = conf->admit_min_count > 1;
@@ -726,9 +1275,9 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
         snprintf(errstr, errstr_size, "mkdir %s: %s", store->db_path, strerror(errno));
         goto out_free_store;
     }
-    rocksdb_options_t *base = rocksdb_options_create();
-    rocksdb_options_set_create_if_missing(base, 1);
-    rocksdb_options_increase_parallelism(base, 2);
+    for (uint32_t i = 0; i < FLUSH_THREADS; i++)
+        unlink(store->ingest_paths[i]); /* left by a crash during a flush */
+    rocksdb_options_t *base = base_options();
     if (conf->rocksdb_options && conf->rocksdb_options[0]) {
         char *err = NULL;
         store->opts = rocksdb_options_create();
@@ -747,8 +1296,16 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
     /* Durability comes from checkpoints plus Kafka replay, not from a WAL (DESIGN.md §3). */
     rocksdb_writeoptions_disable_WAL(store->wopts, 1);
     store->wb = rocksdb_writebatch_create();
+    store->envopts = rocksdb_envoptions_create();
+    store->ingest_opts = rocksdb_ingestexternalfileoptions_create();
+    rocksdb_ingestexternalfileoptions_set_move_files(store->ingest_opts, 1);
     char *err = NULL;
-    store->db = rocksdb_open(store->opts, store->db_path, &err);
+    const char *cf_names[1] = {"default"};
+    const rocksdb_options_t *cf_opts[1] = {store->opts};
+    rocksdb_column_family_handle_t *cfs[1] = {NULL};
+    store->db =
+        rocksdb_open_column_families(store->opts, store->db_path, 1, cf_names, cf_opts, cfs, &err);
+    store->cf = cfs[0];
     if (err) {
         snprintf(errstr, errstr_size, "rocksdb open %s: %s", store->db_path, err);
         rocksdb_free(err);
@@ -773,6 +1330,8 @@ void spw_ps_store_close(spw_ps_store_t *store)
     if (store->db) {
         if (spw_ps_store_flush(store) != SPW_OK)
             SPW_ERROR("flush on close failed", "path=%s", store->db_path);
+        if (store->cf)
+            rocksdb_column_family_handle_destroy(store->cf);
         rocksdb_close(store->db);
     }
     if (store->wb)
@@ -781,25 +1340,34 @@ void spw_ps_store_close(spw_ps_store_t *store)
         rocksdb_writeoptions_destroy(store->wopts);
     if (store->ropts)
         rocksdb_readoptions_destroy(store->ropts);
+    if (store->envopts)
+        rocksdb_envoptions_destroy(store->envopts);
+    if (store->ingest_opts)
+        rocksdb_ingestexternalfileoptions_destroy(store->ingest_opts);
     if (store->opts)
         rocksdb_options_destroy(store->opts);
     spw_ps__sketch_fini(&store->sketch);
-    for (size_t i = 0; i < store->n_slabs; i++)
-        free(store->slabs[i]);
-    free(store->slabs);
-    free(store->idx_key);
-    free(store->idx_slot);
-    free(store->free_slots);
+    big_free(store->slab, store->slab_bytes);
+    big_free(store->idx, (store->idx_mask + 1) * sizeof(*store->idx));
     free(store->rows);
+    free(store->hashes);
     free(store->miss_idx);
     free(store->miss_kbuf);
+    free(store->miss_ks);
+    free(store->miss_tmp);
     free(store->miss_kptr);
     free(store->miss_klen);
     free(store->miss_val);
-    free(store->miss_vlen);
+    free(store->miss_len);
+    free(store->miss_vals);
     free(store->miss_err);
     free(store->victims);
+    free(store->evict_ks);
+    free(store->evict_tmp);
     free(store->db_path);
+    for (uint32_t i = 0; i < FLUSH_THREADS; i++)
+        free(store->ingest_paths[i]);
+    spw_ps__digest_cache_fini(&store->digests);
     free(store);
 }
 
@@ -842,9 +1410,10 @@ spw_err_t spw_ps_store_checkpoint(spw_ps_store_t *store, const char *root, uint6
         snprintf(errstr, errstr_size, "checkpoint %s exists", final);
         return SPW_ERR_EXISTS;
     }
-    spw_err_t err = spw_ps_store_flush(store);
+    char ferr[512];
+    spw_err_t err = flush_all(store, ferr, sizeof(ferr));
     if (err) {
-        snprintf(errstr, errstr_size, "flushing dirty rows: %s", spw_err_str(err));
+        snprintf(errstr, errstr_size, "flushing dirty rows: %s", ferr);
         return err;
     }
     if (mkdir_p(parent) != SPW_OK) {
@@ -869,7 +1438,7 @@ spw_err_t spw_ps_store_checkpoint(spw_ps_store_t *store, const char *root, uint6
     }
     char hex[17];
     uint64_t bytes = 0;
-    err = spw_ps__checksum_dir(tmp, hex, &bytes);
+    err = spw_ps__checksum_dir(tmp, &store->digests, hex, &bytes);
     if (err) {
         snprintf(errstr, errstr_size, "writing checksum in %s: %s", tmp, strerror(errno));
         spw_ps__rmtree(tmp);
