@@ -13,6 +13,10 @@ packages=(
     kcat prometheus wrk
     gnuplot-nox time procps
 )
+# deploy/ checks: yamllint, PyYAML and a kubectl (Debian's kubernetes-client, unless a kubectl from
+# another package is present: the two conflict on /usr/bin/kubectl).
+packages+=(yamllint python3-yaml)
+command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do
