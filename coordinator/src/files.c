@@ -264,8 +264,7 @@ spw_err_t spw_coord_manifest_read(const char *root, uint64_t epoch, struct spw_c
     if (spw_wire_unpack_manifest(data + 12, n, SPW_COORD_MAX_FRAME, arena, &pb) != SPW_OK)
         goto out_free;
     if (pb->epoch != epoch || pb->shard_count > SPW_COORD_MAX_SHARDS ||
-        pb->n_offsets > SPW_COORD_MAX_PARTITIONS ||
-        pb->n_update_offsets > SPW_COORD_MAX_PARTITIONS)
+        pb->n_offsets > SPW_COORD_MAX_PARTITIONS || pb->n_update_offsets > SPW_COORD_MAX_PARTITIONS)
         goto out_free;
     m->epoch = pb->epoch;
     m->shard_count = pb->shard_count;
