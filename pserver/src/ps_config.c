@@ -57,6 +57,16 @@ const struct spw_config_prop spw_pserver_config_props[] = {
      "File with the shard's Z85 CURVE secret key; empty disables CurveZMQ."},
     {"pserver.curve.allowed_clients_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
      "File of allowed client Z85 public keys, one per line (required with CURVE)."},
+    {"pserver.publish.interval", SPW_CONFIG_DURATION_MS, "1s", 0, 3600000, NULL,
+     "Changed rows and TTL tombstones are published to the update stream this often; 0 "
+     "disables (publishing is also off without kafka.bootstrap.servers or "
+     "pserver.publish.brokers)."},
+    {"pserver.publish.topic", SPW_CONFIG_STRING, "model-updates", 1, 249, NULL,
+     "Kafka topic of the model-update stream."},
+    {"pserver.publish.brokers", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "Bootstrap servers of the update stream; empty: kafka.bootstrap.servers."},
+    {"kafka.*", SPW_CONFIG_PASSTHROUGH, NULL, 0, 0, NULL,
+     "librdkafka properties of the update-stream producer (kafka.bootstrap.servers, TLS, SASL)."},
     {"rocksdb.options", SPW_CONFIG_STRING, "", 0, 16384, NULL,
      "RocksDB option string (rocksdb_get_options_from_string), e.g. "
      "\"write_buffer_size=67108864;max_background_jobs=4\"."},
@@ -116,6 +126,10 @@ spw_err_t spw_ps_server_conf_from_config(const spw_config_t *cfg, struct spw_ps_
     conf->curve_secret_key_file = spw_config_str(cfg, "pserver.curve.secret_key_file");
     conf->curve_allowed_clients_file = spw_config_str(cfg, "pserver.curve.allowed_clients_file");
     conf->expire_batch = (uint32_t)spw_config_int(cfg, "pserver.ttl.sweep_rows");
+    conf->publish_interval_ms = (uint32_t)spw_config_duration_ms(cfg, "pserver.publish.interval");
+    conf->publish_topic = spw_config_str(cfg, "pserver.publish.topic");
+    conf->publish_brokers = spw_config_str(cfg, "pserver.publish.brokers");
+    conf->kafka_config = cfg;
     if (!conf->data_dir || !conf->data_dir[0]) {
         snprintf(errstr, errstr_size, "pserver.data_dir must not be empty");
         return SPW_ERR_INVALID;

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sparrow/kafka.h"
 #include "sparrow/pserver.h"
 
 /*
@@ -63,6 +64,44 @@ bool spw_ps__store_wait_idle(spw_ps_store_t *store, uint32_t timeout_ms);
 /* Handles one request frame as if received from a peer, packing (not sending) the reply. For
  * the fuzz target. */
 int spw_ps__server_handle_frame(spw_ps_server_t *srv, const void *data, size_t len);
+
+/* ---- update stream publisher (publish.c, DESIGN.md §6) ---- */
+/* Collects the keys the server loop changes and, every interval, copies their rows into a batch
+ * that its own thread encodes as ModelUpdate records and produces (idempotent producer, keyed by
+ * the 8-byte big-endian key). Every function but the constructor's internals runs on the server
+ * loop's thread. */
+typedef struct spw_ps__publisher spw_ps__publisher_t;
+
+/* Holds the high-water offsets returned by spw_ps__publisher_sync. */
+#define SPW_PS_PUBLISH_MAX_PARTITIONS 1024
+
+/* NULL with errstr[0] == '\0' when publishing is off (interval 0 or no brokers); NULL with
+ * errstr on failure. metrics may be NULL. */
+spw_ps__publisher_t *spw_ps__publisher_new(const struct spw_ps_server_conf *conf,
+                                           struct spw_metrics *metrics, char *errstr,
+                                           size_t errstr_size);
+/* Records that keys changed (pushed), event_ms the newest event time behind them (0: unknown). */
+void spw_ps__publisher_touch(spw_ps__publisher_t *pub, const uint64_t *keys, size_t n,
+                             int64_t event_ms);
+/* spw_ps_evict_fn for the store: records a tombstone for key. opaque is the publisher. */
+void spw_ps__publisher_on_evict(void *opaque, uint64_t key, uint32_t version);
+/* When the interval has passed and the thread is free, copies the changed rows and hands them
+ * to the publisher thread (never waits for it). */
+void spw_ps__publisher_tick(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch);
+/* Hands every change so far to the thread, waits until it is produced and flushed (at most
+ * timeout_ms), then asks the brokers for the topic's high-water offsets into out (*n entries,
+ * at most SPW_PS_PUBLISH_MAX_PARTITIONS). Every change published later lands at or above
+ * them. SPW_ERR_KAFKA / SPW_ERR_TIMEOUT when the offsets are unknown (*n = 0). */
+spw_err_t spw_ps__publisher_sync(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch,
+                                 int timeout_ms, struct spw_kafka_partition *out, size_t *n);
+/* For a CheckpointReply: spw_ps__publisher_sync, then the offsets as ck->update_offsets
+ * (allocated from arena). On failure logs and leaves ck without offsets. */
+struct spw_arena;
+struct Sparrow__CheckpointReply;
+void spw_ps__publisher_fill_offsets(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch,
+                                    struct spw_arena *arena, struct Sparrow__CheckpointReply *ck);
+/* Final publish and flush (at SIGTERM), then stops the thread and frees. NULL is a no-op. */
+void spw_ps__publisher_destroy(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch);
 
 /* ---- count-min sketch (admission) ---- */
 struct spw_ps_sketch {

@@ -16,3 +16,10 @@ if(TARGET sparrow_serve)
         endif()
     endforeach()
 endif()
+# serve_publish: a real shard publishing to the stream (driven by pserver.cmake's pserver_client).
+if(TARGET sparrow_serve AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/serve_publish.sh)
+    add_test(NAME serve_publish
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/serve_publish.sh $<TARGET_FILE:sparrow>
+                     ${CMAKE_CURRENT_BINARY_DIR}/serve_publish.d $<TARGET_FILE:pserver_client>)
+    set_tests_properties(serve_publish PROPERTIES TIMEOUT 240 LABELS "integration;kafka")
+endif()

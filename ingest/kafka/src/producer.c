@@ -351,3 +351,60 @@ void spw_kafka_producer_destroy(spw_kafka_producer_t *p, int timeout_ms)
     rd_kafka_destroy(p->rk);
     free(p);
 }
+
+spw_err_t spw_kafka_producer_high_watermarks(spw_kafka_producer_t *p, const char *topic,
+                                             struct spw_kafka_partition *out, size_t max, size_t *n,
+                                             int timeout_ms)
+{
+    *n = 0;
+    if (strlen(topic) >= sizeof(out[0].topic))
+        return SPW_ERR_INVALID;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(p->rk, topic, NULL);
+    if (!rkt)
+        return SPW_ERR_KAFKA;
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(p->rk, 0, rkt, &md, timeout_ms);
+    rd_kafka_topic_destroy(rkt);
+    if (err) {
+        SPW_WARN("kafka metadata failed", "topic=%s error=\"%s\"", topic, rd_kafka_err2str(err));
+        return SPW_ERR_KAFKA;
+    }
+    spw_err_t rc = SPW_OK;
+    if (md->topic_cnt != 1 || md->topics[0].err || md->topics[0].partition_cnt <= 0) {
+        SPW_WARN("kafka topic unknown", "topic=%s error=\"%s\"", topic,
+                 md->topic_cnt == 1 ? rd_kafka_err2str(md->topics[0].err) : "no metadata");
+        rc = SPW_ERR_KAFKA;
+        goto out_destroy_md;
+    }
+    const rd_kafka_metadata_topic_t *t = &md->topics[0];
+    if ((size_t)t->partition_cnt > max) {
+        rc = SPW_ERR_INVALID;
+        goto out_destroy_md;
+    }
+    for (int i = 0; i < t->partition_cnt; i++) {
+        int64_t lo = 0, hi = 0;
+        int32_t part = t->partitions[i].id;
+        err = rd_kafka_query_watermark_offsets(p->rk, topic, part, &lo, &hi, timeout_ms);
+        if (err) {
+            SPW_WARN("kafka watermark query failed", "topic=%s partition=%" PRId32 " error=\"%s\"",
+                     topic, part, rd_kafka_err2str(err));
+            rc = SPW_ERR_KAFKA;
+            goto out_destroy_md;
+        }
+        /* Insertion in partition order (metadata need not be sorted). */
+        size_t j = *n;
+        while (j > 0 && out[j - 1].partition > part) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        snprintf(out[j].topic, sizeof(out[j].topic), "%s", topic);
+        out[j].partition = part;
+        out[j].offset = hi;
+        (*n)++;
+    }
+out_destroy_md:
+    if (rc != SPW_OK)
+        *n = 0;
+    rd_kafka_metadata_destroy(md);
+    return rc;
+}

@@ -1,0 +1,660 @@
+/* The shard's update-stream publisher: changed rows as absolute ModelUpdate records and TTL
+ * tombstones to Kafka `model-updates`, from a thread of its own (DESIGN.md §6). */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ps_int.h"
+#include "sparrow/arena.h"
+#include "sparrow/hash.h"
+#include "sparrow/log.h"
+#include "sparrow/metrics.h"
+#include "sparrow/sparrow.pb-c.h"
+#include "sparrow/time.h"
+
+#define IDLE_POLL_MS     100
+#define FINAL_FLUSH_MS   10000
+#define SYNC_TIMEOUT_MS  5000 /* per step: flush, metadata, each watermark query */
+#define SET_MIN_CAP      1024u
+#define REQUEUE_MAX_KEYS (64u << 20) /* failed records remembered for re-publishing */
+
+/* A changed key since the last hand-off: the newest event time and apply time behind it. */
+struct pub_entry {
+    uint64_t key;
+    int64_t event_ms;
+    int64_t applied_ms;
+    uint8_t used;
+    uint8_t tomb; /* evicted by TTL (a tombstone unless the key has a row again) */
+};
+
+/* Open-addressing set of changed keys (load <= 1/2). Owned by the loop thread. */
+struct pub_set {
+    struct pub_entry *e;
+    size_t cap, n;
+};
+
+/* Rows copied for the publisher thread. Owned by the loop thread while idle, else by the
+ * publisher thread. */
+struct pub_batch {
+    size_t n, cap;
+    uint64_t epoch;
+    struct pub_entry *meta; /* key, times, tomb (1: publish a tombstone) */
+    uint32_t *versions;
+    float *weights; /* n × dim */
+};
+
+/* What rides along with each produced record, to re-publish the key if delivery fails. */
+struct pub_record {
+    struct spw_ps__publisher *pub;
+    uint64_t key;
+    int64_t event_ms, applied_ms;
+    uint8_t tomb;
+};
+
+struct spw_ps__publisher {
+    uint32_t dim, shard;
+    uint64_t interval_ms, next_ms;
+    char *topic;
+    spw_kafka_producer_t *producer; /* used by the publisher thread only (after creation) */
+    size_t row_floats;
+    struct spw_ps_row_copy *row; /* loop thread scratch */
+    struct pub_set set;
+    struct pub_batch batch;
+    uint8_t *buf; /* publisher thread: encoded record */
+    size_t buf_cap;
+    spw_counter_t *m_rows, *m_tombs, *m_failed;
+    spw_gauge_t *m_lag;
+
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* Under mu. */
+    bool has_batch, busy, stop, want_sync;
+    uint64_t sync_done;
+    int sync_timeout_ms;
+    spw_err_t sync_rc;
+    struct spw_kafka_partition *marks;
+    size_t n_marks;
+    struct pub_entry *failed; /* keys whose delivery failed, to hand off again */
+    size_t n_failed, cap_failed;
+    uint64_t failed_total;
+};
+
+/* ---- changed-key set ---- */
+
+static bool set_grow(struct pub_set *s)
+{
+    size_t cap = s->cap ? s->cap * 2 : SET_MIN_CAP;
+    struct pub_entry *e = calloc(cap, sizeof(*e));
+    if (!e)
+        return false;
+    for (size_t i = 0; i < s->cap; i++) {
+        if (!s->e[i].used)
+            continue;
+        size_t j = spw_hash_mix64(s->e[i].key) & (cap - 1);
+        while (e[j].used)
+            j = (j + 1) & (cap - 1);
+        e[j] = s->e[i];
+    }
+    free(s->e);
+    s->e = e;
+    s->cap = cap;
+    return true;
+}
+
+/* The entry of key, inserted when absent (NULL when out of memory). */
+static struct pub_entry *set_get(struct pub_set *s, uint64_t key)
+{
+    if ((s->n + 1) * 2 > s->cap && !set_grow(s))
+        return NULL;
+    size_t j = spw_hash_mix64(key) & (s->cap - 1);
+    while (s->e[j].used) {
+        if (s->e[j].key == key)
+            return &s->e[j];
+        j = (j + 1) & (s->cap - 1);
+    }
+    s->e[j].used = 1;
+    s->e[j].key = key;
+    s->e[j].event_ms = 0;
+    s->e[j].applied_ms = 0;
+    s->e[j].tomb = 0;
+    s->n++;
+    return &s->e[j];
+}
+
+static void set_clear(struct pub_set *s)
+{
+    if (s->cap > SET_MIN_CAP && s->n * 8 < s->cap) {
+        /* Shrink after a burst so that an idle shard does not hold a huge table. */
+        free(s->e);
+        s->e = NULL;
+        s->cap = 0;
+        s->n = 0;
+        set_grow(s);
+        return;
+    }
+    if (s->e)
+        memset(s->e, 0, s->cap * sizeof(*s->e));
+    s->n = 0;
+}
+
+/* ---- loop thread ---- */
+
+void spw_ps__publisher_touch(spw_ps__publisher_t *pub, const uint64_t *keys, size_t n,
+                             int64_t event_ms)
+{
+    int64_t now = spw_time_wall_ms();
+    for (size_t i = 0; i < n; i++) {
+        struct pub_entry *e = set_get(&pub->set, keys[i]);
+        if (!e) {
+            SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish set out of memory", "key=%" PRIu64,
+                                keys[i]);
+            return;
+        }
+        e->tomb = 0;
+        if (event_ms > e->event_ms)
+            e->event_ms = event_ms;
+        e->applied_ms = now;
+    }
+}
+
+void spw_ps__publisher_on_evict(void *opaque, uint64_t key, uint32_t version)
+{
+    (void)version;
+    spw_ps__publisher_t *pub = opaque;
+    struct pub_entry *e = set_get(&pub->set, key);
+    if (!e) {
+        SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish set out of memory", "key=%" PRIu64, key);
+        return;
+    }
+    e->tomb = 1;
+    e->applied_ms = spw_time_wall_ms();
+}
+
+/* Remembers e to be handed off again at the next round. mu held. */
+static void requeue_add_locked(spw_ps__publisher_t *pub, const struct pub_entry *e)
+{
+    if (pub->n_failed == pub->cap_failed && pub->cap_failed < REQUEUE_MAX_KEYS) {
+        size_t cap = pub->cap_failed ? pub->cap_failed * 2 : 256;
+        struct pub_entry *f = realloc(pub->failed, cap * sizeof(*f));
+        if (f) {
+            pub->failed = f;
+            pub->cap_failed = cap;
+        }
+    }
+    if (pub->n_failed < pub->cap_failed)
+        pub->failed[pub->n_failed++] = *e;
+    else
+        SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish: failed record not re-queued",
+                            "key=%" PRIu64, e->key);
+}
+
+/* Moves keys whose delivery failed back into the set (unless changed again since). mu held. */
+static void requeue_failed_locked(spw_ps__publisher_t *pub)
+{
+    for (size_t i = 0; i < pub->n_failed; i++) {
+        const struct pub_entry *f = &pub->failed[i];
+        size_t before = pub->set.n;
+        struct pub_entry *e = set_get(&pub->set, f->key);
+        if (e && pub->set.n != before) {
+            e->event_ms = f->event_ms;
+            e->applied_ms = f->applied_ms;
+            e->tomb = f->tomb;
+        }
+    }
+    pub->n_failed = 0;
+}
+
+static bool batch_reserve(struct pub_batch *b, size_t n, uint32_t dim)
+{
+    if (n <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < n)
+        cap *= 2;
+    struct pub_entry *meta = realloc(b->meta, cap * sizeof(*meta));
+    if (meta)
+        b->meta = meta;
+    uint32_t *v = realloc(b->versions, cap * sizeof(*v));
+    if (v)
+        b->versions = v;
+    float *w = realloc(b->weights, cap * dim * sizeof(*w));
+    if (w)
+        b->weights = w;
+    if (!meta || !v || !w)
+        return false;
+    b->cap = cap;
+    return true;
+}
+
+/* Copies the changed rows into the batch and clears the set. The thread must be idle. */
+static void fill_batch(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch)
+{
+    struct pub_batch *b = &pub->batch;
+    b->n = 0;
+    b->epoch = epoch;
+    if (pub->set.n == 0)
+        return;
+    if (!batch_reserve(b, pub->set.n, pub->dim)) {
+        SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish batch out of memory; retrying later",
+                            "rows=%zu", pub->set.n);
+        return; /* the set keeps its keys */
+    }
+    for (size_t i = 0; i < pub->set.cap; i++) {
+        const struct pub_entry *e = &pub->set.e[i];
+        if (!e->used)
+            continue;
+        spw_err_t rc = spw_ps_store_get_row(store, e->key, pub->row);
+        struct pub_entry *m = &b->meta[b->n];
+        *m = *e;
+        if (rc == SPW_OK) {
+            m->tomb = 0;
+            b->versions[b->n] = pub->row->version;
+            memcpy(&b->weights[b->n * pub->dim], pub->row->data, pub->dim * sizeof(float));
+            b->n++;
+        } else if (rc == SPW_ERR_NOT_FOUND) {
+            if (e->tomb) { /* evicted and not recreated */
+                b->versions[b->n] = 0;
+                b->n++;
+            } /* else never admitted: nothing to publish */
+        } else {
+            SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish: reading a row failed",
+                                "key=%" PRIu64 " err=\"%s\"", e->key, spw_err_str(rc));
+            /* Kept for the next round. */
+            pthread_mutex_lock(&pub->mu);
+            requeue_add_locked(pub, e);
+            pthread_mutex_unlock(&pub->mu);
+        }
+    }
+    set_clear(&pub->set);
+}
+
+/* Hands the changes to the thread. wait: wait for a busy thread first (else skip if busy). */
+static void hand_off(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch, bool wait)
+{
+    pthread_mutex_lock(&pub->mu);
+    requeue_failed_locked(pub);
+    while (wait && (pub->busy || pub->has_batch))
+        pthread_cond_wait(&pub->cv, &pub->mu);
+    bool idle = !pub->busy && !pub->has_batch;
+    pthread_mutex_unlock(&pub->mu);
+    if (!idle || pub->set.n == 0)
+        return;
+    fill_batch(pub, store, epoch);
+    if (pub->batch.n == 0)
+        return;
+    pthread_mutex_lock(&pub->mu);
+    pub->has_batch = true;
+    pthread_cond_broadcast(&pub->cv);
+    pthread_mutex_unlock(&pub->mu);
+}
+
+void spw_ps__publisher_tick(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch)
+{
+    uint64_t now = spw_time_mono_ms();
+    if (now < pub->next_ms)
+        return;
+    pub->next_ms = now + pub->interval_ms;
+    hand_off(pub, store, epoch, false);
+}
+
+spw_err_t spw_ps__publisher_sync(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch,
+                                 int timeout_ms, struct spw_kafka_partition *out, size_t *n)
+{
+    *n = 0;
+    hand_off(pub, store, epoch, true);
+    pthread_mutex_lock(&pub->mu);
+    while (pub->busy || pub->has_batch)
+        pthread_cond_wait(&pub->cv, &pub->mu);
+    uint64_t ticket = pub->sync_done + 1;
+    pub->want_sync = true;
+    pub->sync_timeout_ms = timeout_ms;
+    pthread_cond_broadcast(&pub->cv);
+    while (pub->sync_done < ticket)
+        pthread_cond_wait(&pub->cv, &pub->mu);
+    spw_err_t rc = pub->sync_rc;
+    if (rc == SPW_OK) {
+        memcpy(out, pub->marks, pub->n_marks * sizeof(*out));
+        *n = pub->n_marks;
+    }
+    pthread_mutex_unlock(&pub->mu);
+    return rc;
+}
+
+void spw_ps__publisher_fill_offsets(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch,
+                                    spw_arena_t *arena, Sparrow__CheckpointReply *ck)
+{
+    struct spw_kafka_partition *marks =
+        spw_arena_alloc(arena, SPW_PS_PUBLISH_MAX_PARTITIONS * sizeof(*marks));
+    size_t n = 0;
+    if (!marks) {
+        SPW_ERROR("checkpoint without update offsets", "reason=\"out of memory\"");
+        return;
+    }
+    spw_err_t rc = spw_ps__publisher_sync(pub, store, epoch, SYNC_TIMEOUT_MS, marks, &n);
+    if (rc != SPW_OK) {
+        SPW_ERROR("checkpoint without update offsets", "epoch=%" PRIu64 " err=\"%s\"", epoch,
+                  spw_err_str(rc));
+        return;
+    }
+    Sparrow__PartitionOffset *po = spw_arena_alloc(arena, n * sizeof(*po));
+    Sparrow__PartitionOffset **pp = spw_arena_alloc(arena, n * sizeof(*pp));
+    if (n == 0 || !po || !pp)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        sparrow__partition_offset__init(&po[i]);
+        po[i].topic = marks[i].topic;
+        po[i].has_partition = po[i].has_offset = true;
+        po[i].partition = marks[i].partition;
+        po[i].offset = marks[i].offset;
+        pp[i] = &po[i];
+    }
+    ck->n_update_offsets = n;
+    ck->update_offsets = pp;
+    SPW_INFO("checkpoint update offsets", "epoch=%" PRIu64 " partitions=%zu", epoch, n);
+}
+
+/* ---- publisher thread ---- */
+
+static void on_delivery(void *opaque, void *msg_opaque, spw_err_t err, int32_t partition,
+                        int64_t offset)
+{
+    (void)partition;
+    (void)offset;
+    spw_ps__publisher_t *pub = opaque;
+    struct pub_record *r = msg_opaque;
+    if (err == SPW_OK) {
+        if (r->tomb) {
+            if (pub->m_tombs)
+                spw_counter_inc(pub->m_tombs);
+        } else if (pub->m_rows) {
+            spw_counter_inc(pub->m_rows);
+        }
+        if (pub->m_lag && r->applied_ms > 0) {
+            int64_t lag = spw_time_wall_ms() - r->applied_ms;
+            spw_gauge_set(pub->m_lag, lag > 0 ? (double)lag / 1000.0 : 0.0);
+        }
+        free(r);
+        return;
+    }
+    if (pub->m_failed)
+        spw_counter_inc(pub->m_failed);
+    pthread_mutex_lock(&pub->mu);
+    pub->failed_total++;
+    struct pub_entry f = {.key = r->key,
+                          .event_ms = r->event_ms,
+                          .applied_ms = r->applied_ms,
+                          .used = 1,
+                          .tomb = r->tomb};
+    requeue_add_locked(pub, &f);
+    pthread_mutex_unlock(&pub->mu);
+    free(r);
+}
+
+/* Encodes and produces one record. */
+static void produce_one(spw_ps__publisher_t *pub, const struct pub_batch *b, size_t i)
+{
+    const struct pub_entry *m = &b->meta[i];
+    Sparrow__ModelUpdate u = SPARROW__MODEL_UPDATE__INIT;
+    u.has_key = u.has_version = u.has_epoch = u.has_shard = u.has_applied_ms = true;
+    u.key = m->key;
+    u.version = b->versions[i];
+    u.epoch = b->epoch;
+    u.shard = pub->shard;
+    u.applied_ms = m->applied_ms;
+    if (m->event_ms > 0) {
+        u.has_event_time_ms = true;
+        u.event_time_ms = m->event_ms;
+    }
+    if (m->tomb) {
+        u.has_tombstone = true;
+        u.tombstone = true;
+    } else {
+        u.has_weights = true;
+        u.weights.data = (uint8_t *)&b->weights[i * pub->dim];
+        u.weights.len = pub->dim * sizeof(float);
+    }
+    size_t len = sparrow__model_update__get_packed_size(&u);
+    if (len > pub->buf_cap) {
+        uint8_t *nb = realloc(pub->buf, len);
+        if (!nb)
+            goto out_requeue;
+        pub->buf = nb;
+        pub->buf_cap = len;
+    }
+    sparrow__model_update__pack(&u, pub->buf);
+    char key[8];
+    spw_ps__key_encode(m->key, key);
+    struct pub_record *r = malloc(sizeof(*r));
+    if (!r)
+        goto out_requeue;
+    *r = (struct pub_record){pub, m->key, m->event_ms, m->applied_ms, m->tomb};
+    spw_err_t rc =
+        spw_kafka_producer_send(pub->producer, pub->topic, -1, key, 8, pub->buf, len, NULL, 0, r);
+    if (rc == SPW_OK)
+        return;
+    SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish: produce refused", "err=\"%s\"",
+                        spw_err_str(rc));
+    free(r);
+out_requeue:;
+    struct pub_record tmp = {pub, m->key, m->event_ms, m->applied_ms, m->tomb};
+    struct pub_record *copy = malloc(sizeof(*copy));
+    if (copy) {
+        *copy = tmp;
+        on_delivery(pub, copy, SPW_ERR_KAFKA, -1, -1);
+    } else {
+        SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish: record lost (out of memory)",
+                            "key=%" PRIu64, m->key);
+    }
+}
+
+static void *publisher_main(void *arg)
+{
+    spw_ps__publisher_t *pub = arg;
+    pthread_mutex_lock(&pub->mu);
+    for (;;) {
+        if (pub->has_batch) {
+            pub->has_batch = false;
+            pub->busy = true;
+            pthread_mutex_unlock(&pub->mu);
+            for (size_t i = 0; i < pub->batch.n; i++)
+                produce_one(pub, &pub->batch, i);
+            spw_kafka_producer_poll(pub->producer, 0);
+            pthread_mutex_lock(&pub->mu);
+            pub->busy = false;
+            pthread_cond_broadcast(&pub->cv);
+            continue;
+        }
+        if (pub->want_sync) {
+            int timeout_ms = pub->sync_timeout_ms;
+            pthread_mutex_unlock(&pub->mu);
+            /* The flush only saves replays: the offsets are right either way, since the server
+             * loop changes nothing until they are taken (later changes land above them). */
+            if (spw_kafka_producer_flush(pub->producer, timeout_ms) != SPW_OK)
+                SPW_WARN("publish: flush timed out before a checkpoint", "outstanding=%" PRIu64,
+                         spw_kafka_producer_outstanding(pub->producer));
+            size_t n = 0;
+            spw_err_t rc =
+                spw_kafka_producer_high_watermarks(pub->producer, pub->topic, pub->marks,
+                                                   SPW_PS_PUBLISH_MAX_PARTITIONS, &n, timeout_ms);
+            pthread_mutex_lock(&pub->mu);
+            pub->n_marks = n;
+            pub->sync_rc = rc;
+            pub->want_sync = false;
+            pub->sync_done++;
+            pthread_cond_broadcast(&pub->cv);
+            continue;
+        }
+        if (pub->stop)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += IDLE_POLL_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        int w = pthread_cond_timedwait(&pub->cv, &pub->mu, &ts);
+        if (w == ETIMEDOUT && spw_kafka_producer_outstanding(pub->producer) > 0) {
+            pthread_mutex_unlock(&pub->mu);
+            spw_kafka_producer_poll(pub->producer, 0);
+            pthread_mutex_lock(&pub->mu);
+        }
+    }
+    pthread_mutex_unlock(&pub->mu);
+    return NULL;
+}
+
+/* ---- lifecycle ---- */
+
+static const char *bootstrap_of(const struct spw_ps_server_conf *conf,
+                                const spw_kafka_props_t *props)
+{
+    if (conf->publish_brokers && conf->publish_brokers[0])
+        return conf->publish_brokers;
+    return spw_kafka_props_get(props, "bootstrap.servers");
+}
+
+spw_ps__publisher_t *spw_ps__publisher_new(const struct spw_ps_server_conf *conf,
+                                           struct spw_metrics *metrics, char *errstr,
+                                           size_t errstr_size)
+{
+    errstr[0] = '\0';
+    if (conf->publish_interval_ms == 0)
+        return NULL;
+    spw_kafka_props_t *props = spw_kafka_props_new();
+    if (!props) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    if (conf->kafka_config && spw_kafka_props_from_config(props, conf->kafka_config) != SPW_OK) {
+        snprintf(errstr, errstr_size, "kafka properties: out of memory");
+        goto out_destroy_props;
+    }
+    const char *bootstrap = bootstrap_of(conf, props);
+    if (!bootstrap || !bootstrap[0]) {
+        SPW_INFO("update publishing off: no kafka.bootstrap.servers or pserver.publish.brokers",
+                 NULL);
+        goto out_destroy_props;
+    }
+    if (bootstrap == conf->publish_brokers &&
+        spw_kafka_props_set(props, "bootstrap.servers", bootstrap) != SPW_OK) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto out_destroy_props;
+    }
+    spw_ps__publisher_t *pub = calloc(1, sizeof(*pub));
+    if (!pub) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto out_destroy_props;
+    }
+    pub->dim = conf->store.dim;
+    pub->shard = conf->store.shard;
+    pub->interval_ms = conf->publish_interval_ms;
+    pub->next_ms = spw_time_mono_ms() + pub->interval_ms;
+    pub->topic = strdup(conf->publish_topic && conf->publish_topic[0] ? conf->publish_topic
+                                                                      : "model-updates");
+    pub->row_floats = pub->dim + spw_ps_slot_floats(conf->store.optim.kind, pub->dim);
+    pub->row = malloc(sizeof(*pub->row) + pub->row_floats * sizeof(float));
+    pub->marks = calloc(SPW_PS_PUBLISH_MAX_PARTITIONS, sizeof(*pub->marks));
+    if (!pub->topic || !pub->row || !pub->marks || !set_grow(&pub->set)) {
+        snprintf(errstr, errstr_size, "out of memory");
+        goto out_free_pub;
+    }
+    if (metrics) {
+        pub->m_rows = spw_metrics_counter_new(metrics, "sparrow_ps_published_total",
+                                              "Model updates delivered to the update stream.",
+                                              "kind=\"row\"");
+        pub->m_tombs = spw_metrics_counter_new(metrics, "sparrow_ps_published_total",
+                                               "Model updates delivered to the update stream.",
+                                               "kind=\"tombstone\"");
+        pub->m_failed = spw_metrics_counter_new(
+            metrics, "sparrow_ps_publish_failures_total",
+            "Model-update deliveries that failed (the key is published again).", NULL);
+        pub->m_lag = spw_metrics_gauge_new(
+            metrics, "sparrow_ps_publish_lag_seconds",
+            "Applied on the shard to delivered to Kafka, of the last delivered update.", NULL);
+    }
+    char labels[64];
+    snprintf(labels, sizeof(labels), "role=\"pserver-publish\"");
+    struct spw_kafka_producer_opts po = {
+        .on_delivery = on_delivery,
+        .opaque = pub,
+        .metrics = metrics,
+        .metrics_labels = labels,
+    };
+    pub->producer = spw_kafka_producer_new(props, &po, errstr, errstr_size);
+    if (!pub->producer)
+        goto out_free_pub;
+    pthread_mutex_init(&pub->mu, NULL);
+    pthread_cond_init(&pub->cv, NULL);
+    if (pthread_create(&pub->thread, NULL, publisher_main, pub) != 0) {
+        snprintf(errstr, errstr_size, "pthread_create failed");
+        goto out_destroy_sync;
+    }
+    SPW_INFO("publishing model updates", "topic=%s interval_ms=%" PRIu64 " brokers=%s", pub->topic,
+             pub->interval_ms, spw_kafka_props_get(props, "bootstrap.servers"));
+    spw_kafka_props_destroy(props);
+    return pub;
+
+out_destroy_sync:
+    pthread_cond_destroy(&pub->cv);
+    pthread_mutex_destroy(&pub->mu);
+    spw_kafka_producer_destroy(pub->producer, 0);
+out_free_pub:
+    free(pub->set.e);
+    free(pub->marks);
+    free(pub->row);
+    free(pub->topic);
+    free(pub);
+out_destroy_props:
+    spw_kafka_props_destroy(props);
+    return NULL;
+}
+
+void spw_ps__publisher_destroy(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch)
+{
+    if (!pub)
+        return;
+    if (store) {
+        /* Final publish: everything changed so far, re-sending failures once more. */
+        struct spw_kafka_partition *marks = calloc(SPW_PS_PUBLISH_MAX_PARTITIONS, sizeof(*marks));
+        size_t n = 0;
+        for (int round = 0; round < 3; round++) {
+            if (marks)
+                spw_ps__publisher_sync(pub, store, epoch, FINAL_FLUSH_MS, marks, &n);
+            pthread_mutex_lock(&pub->mu);
+            bool again = pub->n_failed > 0;
+            pthread_mutex_unlock(&pub->mu);
+            if (!again && pub->set.n == 0)
+                break;
+        }
+        free(marks);
+    }
+    pthread_mutex_lock(&pub->mu);
+    pub->stop = true;
+    size_t lost = pub->n_failed + pub->set.n;
+    uint64_t failures = pub->failed_total;
+    pthread_cond_broadcast(&pub->cv);
+    pthread_mutex_unlock(&pub->mu);
+    pthread_join(pub->thread, NULL);
+    spw_kafka_producer_destroy(pub->producer, FINAL_FLUSH_MS);
+    if (lost)
+        SPW_ERROR("model updates not published at shutdown", "keys=%zu", lost);
+    SPW_INFO("update publisher stopped", "delivery_failures=%" PRIu64, failures);
+    pthread_cond_destroy(&pub->cv);
+    pthread_mutex_destroy(&pub->mu);
+    free(pub->failed);
+    free(pub->batch.meta);
+    free(pub->batch.versions);
+    free(pub->batch.weights);
+    free(pub->buf);
+    free(pub->set.e);
+    free(pub->marks);
+    free(pub->row);
+    free(pub->topic);
+    free(pub);
+}
