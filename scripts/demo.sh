@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
-# `make demo`: runs Sparrow's main job on the embedded default. Until the trainers and shards exist,
-# that is the synthetic click stream: one million examples with drift, then the generator's summary.
-# usage: scripts/demo.sh PATH_TO_SPARROW
+# `make demo`: runs the whole pipeline locally for 30 s (`sparrow demo`: Kafka mock, generator
+# producing to Kafka with drift, coordinator, two shards, two CPU trainers, serve), with a live
+# progress line and a final summary naming the run directory that holds every log.
+# usage: scripts/demo.sh PATH_TO_SPARROW [extra `sparrow demo` arguments]
 set -euo pipefail
 sparrow=${1:-build/sparrow}
-out=$(dirname "$sparrow")/demo
-mkdir -p "$out"
-echo "demo: sparrow gen -> $out/examples.pb (1,000,000 examples, 39 fields, FM k=4, drift 0.5 rad/M)"
-"$sparrow" gen --n 1000000 --seed 7 --fields 39 --latent-dim 4 --drift 0.5 --format pb \
-    --out "$out/examples.pb"
-echo "demo: the first example as JSON:"
-"$sparrow" gen --n 1 --seed 7 --format json --out -
+shift || true
+run_dir=$(cd "$(dirname "$sparrow")" && pwd)/demo-run
+rm -rf "$run_dir"
+exec "$sparrow" demo --duration 30 --run-dir "$run_dir" "$@"

@@ -16,6 +16,8 @@
 
 #define MAX_RID 256
 #define ID_MAX  128
+/* Pause before a recovery whose shard restore failed is started again. */
+#define COORD_RESTORE_RETRY_MS 1000
 
 enum phase {
     PHASE_RUN,
@@ -64,6 +66,8 @@ struct shard {
     char checksum[17];
     uint64_t rows;
     spw_err_t result;
+    struct spw_coord_offset *upd; /* model-updates offsets of its last CheckpointReply (malloc) */
+    size_t n_upd;
 };
 
 struct spw_coord_server {
@@ -85,6 +89,7 @@ struct spw_coord_server {
     uint64_t start_ms;
     bool initial_recovery_done;
     bool recovery_wanted;
+    uint64_t restore_failed_ms; /* when the shards' restore last failed; 0 none (retry backoff) */
     struct spw_coord_server_stats stats;
 };
 
@@ -316,11 +321,14 @@ static void on_register(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_
         return;
     }
     bool was_live = m->live;
+    /* the same process rejoining (partitions moved) keeps its clock base: its steps go on */
+    bool same_process = was_live && m->incarnation == r->incarnation;
     m->live = true;
     m->role = r->has_role ? (int)r->role : SPARROW__MEMBER_ROLE__ROLE_TRAINER;
     m->incarnation = r->incarnation;
     m->last_seen_ms = spw_time_mono_ms();
-    m->based = false;
+    if (!same_process)
+        m->based = false;
     m->waiting = false;
     m->reported = false;
     m->examples_reported = m->examples_counted = 0;
@@ -509,6 +517,31 @@ static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const c
         memcpy(m.checksums[i], srv->shards[i].checksum, 17);
         m.rows[i] = srv->shards[i].rows;
     }
+    /* Update-stream offsets: per partition the MINIMUM over shards, since each shard publishes
+     * its post-checkpoint changes at or above its own report (replaying older absolute values
+     * before them is harmless). Absent when a shard reported none; a partition some shard did
+     * not report is left out (a reader starts it from the beginning). */
+    bool upd_all = srv->n_shards > 0;
+    for (uint32_t i = 0; i < srv->n_shards; i++)
+        upd_all = upd_all && srv->shards[i].n_upd > 0;
+    if (upd_all && (m.update_offsets = calloc(srv->shards[0].n_upd, sizeof(*m.update_offsets)))) {
+        for (size_t j = 0; j < srv->shards[0].n_upd; j++) {
+            struct spw_coord_offset o = srv->shards[0].upd[j];
+            bool everywhere = true;
+            for (uint32_t i = 1; i < srv->n_shards && everywhere; i++) {
+                const struct shard *s = &srv->shards[i];
+                size_t k = 0;
+                while (k < s->n_upd && !(s->upd[k].partition == o.partition &&
+                                         strcmp(s->upd[k].topic, o.topic) == 0))
+                    k++;
+                everywhere = k < s->n_upd;
+                if (everywhere && s->upd[k].offset < o.offset)
+                    o.offset = s->upd[k].offset;
+            }
+            if (everywhere)
+                m.update_offsets[m.n_update_offsets++] = o;
+        }
+    }
     if (spw_coord_manifest_write(srv->dir, &m, err, sizeof(err)) != SPW_OK ||
         spw_coord_latest_write(srv->dir, m.epoch, err, sizeof(err)) != SPW_OK) {
         SPW_ERROR("manifest write failed", "epoch=%" PRIu64 " err=\"%s\"", m.epoch, err);
@@ -636,7 +669,14 @@ static void evaluate(spw_coord_server_t *srv)
         case PHASE_REC_SHARDS:
             if (shards_done(srv)) {
                 if (shards_result(srv) != SPW_OK) {
-                    start_recovery(srv, "a shard failed to restore");
+                    /* retried after a pause, not in a loop: the tick calls evaluate again */
+                    uint64_t now = spw_time_mono_ms();
+                    if (!srv->restore_failed_ms)
+                        srv->restore_failed_ms = now;
+                    if (now - srv->restore_failed_ms >= COORD_RESTORE_RETRY_MS) {
+                        srv->restore_failed_ms = 0;
+                        start_recovery(srv, "a shard failed to restore");
+                    }
                 } else {
                     SPW_INFO("recovery completed",
                              "generation=%" PRIu64 " epoch=%" PRIu64 " trainers=%u",
@@ -765,6 +805,21 @@ static void on_shard_reply(spw_coord_server_t *srv, struct shard *sh, const void
                  rep->checkpoint->checksum ? rep->checkpoint->checksum : "");
         sh->rows = rep->checkpoint->rows;
         sh->result = SPW_OK;
+        sh->n_upd = 0;
+        size_t nu = rep->checkpoint->n_update_offsets;
+        struct spw_coord_offset *upd =
+            nu && nu <= SPW_COORD_MAX_PARTITIONS ? realloc(sh->upd, nu * sizeof(*upd)) : NULL;
+        if (upd) {
+            sh->upd = upd;
+            for (size_t i = 0; i < nu; i++) {
+                const Sparrow__PartitionOffset *o = rep->checkpoint->update_offsets[i];
+                snprintf(upd[i].topic, sizeof(upd[i].topic), "%s", o->topic ? o->topic : "");
+                upd[i].partition = o->partition;
+                upd[i].offset = o->offset;
+                upd[i].skip = 0;
+            }
+            sh->n_upd = nu;
+        }
     } else if (rep->body_case == SPARROW__REPLY__BODY_RESTORE) {
         sh->result = SPW_OK;
     } else {
@@ -999,6 +1054,8 @@ void spw_coord_server_destroy(spw_coord_server_t *srv)
     for (uint32_t i = 0; i < srv->n_shards; i++)
         if (srv->shards[i].sock)
             zmq_close(srv->shards[i].sock);
+    for (uint32_t i = 0; i < srv->n_shards; i++)
+        free(srv->shards[i].upd);
     free(srv->shards);
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
         free(srv->members[i].offsets);

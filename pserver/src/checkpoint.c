@@ -524,3 +524,28 @@ spw_err_t spw_ps_checkpoint_restore(const char *root, uint32_t shard, const char
     free(epochs);
     return ret;
 }
+
+spw_err_t spw_ps_checkpoint_restore_epoch(const char *root, uint32_t shard, uint64_t epoch,
+                                          const char *db_path, char *errstr, size_t errstr_size)
+{
+    char dir[4096];
+    struct stat st;
+    if (!spw_ps__path(dir, sizeof(dir), "%s/checkpoints/%" PRIu64 "/shard-%u", root, epoch,
+                      shard) ||
+        stat(dir, &st) != 0) {
+        snprintf(errstr, errstr_size, "no checkpoint of shard %u at epoch %" PRIu64 " under %s",
+                 shard, epoch, root);
+        return SPW_ERR_NOT_FOUND;
+    }
+    spw_err_t ret = spw_ps_checkpoint_verify(dir, NULL);
+    if (ret != SPW_OK) {
+        snprintf(errstr, errstr_size, "checkpoint %s does not verify: %s", dir, spw_err_str(ret));
+        return ret == SPW_ERR_NOT_FOUND ? SPW_ERR_CORRUPT : ret;
+    }
+    ret = install(dir, db_path);
+    if (ret != SPW_OK)
+        snprintf(errstr, errstr_size, "installing %s into %s: %s", dir, db_path, strerror(errno));
+    else
+        SPW_INFO("restored checkpoint", "path=%s epoch=%" PRIu64, dir, epoch);
+    return ret;
+}

@@ -63,6 +63,7 @@ struct spw_ps_server {
     struct ps_metrics m;
     struct spw_ps_store_stats last; /* store stats already added to the counters */
     uint64_t epoch;
+    int64_t started_ms; /* wall clock at start: StatsReply.started_ms (restart detection) */
     uint8_t (*allowed)[32];
     size_t n_allowed;
     struct dedup_entry *dedup;
@@ -74,6 +75,7 @@ struct spw_ps_server {
     size_t f16_cap;
     uint32_t *tau_buf;
     size_t tau_cap;
+    spw_ps__publisher_t *pub; /* update-stream publisher; NULL when not publishing */
 };
 
 static const char *const error_names[ERRS] = {"none",     "malformed",   "version",
@@ -433,6 +435,9 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
             return;
         }
         dedup_mark(srv, e, push->epoch, push->seq);
+        if (srv->pub)
+            spw_ps__publisher_touch(srv->pub, keys, n,
+                                    push->has_max_event_time_ms ? push->max_event_time_ms : 0);
         if (taus && srv->m.staleness)
             for (size_t i = 0; i < n; i++)
                 spw_histogram_observe(srv->m.staleness, (double)taus[i]);
@@ -468,6 +473,8 @@ static void handle_stats(spw_ps_server_t *srv, struct peer *peer, const Sparrow_
     sr.pushes = st.rows_pushed;
     sr.bytes_dram = st.bytes_dram;
     sr.epoch = srv->epoch;
+    sr.has_started_ms = true;
+    sr.started_ms = srv->started_ms;
     Sparrow__Reply reply = SPARROW__REPLY__INIT;
     reply.has_version = true;
     reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
@@ -547,6 +554,8 @@ static void handle_checkpoint(spw_ps_server_t *srv, struct peer *peer, const Spa
     ck.rows = info.rows;
     ck.path = info.path;
     ck.checksum = info.checksum;
+    if (srv->pub)
+        spw_ps__publisher_fill_offsets(srv->pub, srv->store, cr->epoch, srv->arena, &ck);
     Sparrow__Reply reply = SPARROW__REPLY__INIT;
     reply.has_version = true;
     reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
@@ -555,6 +564,73 @@ static void handle_checkpoint(spw_ps_server_t *srv, struct peer *peer, const Spa
     reply.body_case = SPARROW__REPLY__BODY_CHECKPOINT;
     reply.checkpoint = &ck;
     spw_counter_inc(srv->m.req[3]);
+    send_reply(srv, peer, &reply);
+}
+
+/* RestoreRequest(epoch) from the coordinator: the live store is replaced by checkpoint epoch of
+ * this shard (epoch 0: the empty model). On failure the shard keeps serving its previous store
+ * when it can be reopened and answers an error (the coordinator falls back or retries). */
+static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
+{
+    uint64_t epoch = req->restore->has_epoch ? req->restore->epoch : 0;
+    char err[1024] = "";
+    if (epoch > 0) {
+        /* verify before closing the live store, so that a bad epoch changes nothing */
+        char dir[4096];
+        if (!spw_ps__path(dir, sizeof(dir), "%s/checkpoints/%" PRIu64 "/shard-%u", srv->ckpt_dir,
+                          epoch, srv->conf.store.shard) ||
+            spw_ps_checkpoint_verify(dir, NULL) != SPW_OK) {
+            snprintf(err, sizeof(err),
+                     "checkpoint epoch %" PRIu64 " of shard %u missing or corrupt", epoch,
+                     srv->conf.store.shard);
+            SPW_WARN("restore refused", "epoch=%" PRIu64 " reason=\"%s\"", epoch, err);
+            send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_UNAVAILABLE, err);
+            return;
+        }
+    }
+    spw_ps_store_close(srv->store);
+    srv->store = NULL;
+    spw_err_t rc = SPW_OK;
+    if (epoch == 0)
+        spw_ps__rmtree(srv->db_path);
+    else
+        rc = spw_ps_checkpoint_restore_epoch(srv->ckpt_dir, srv->conf.store.shard, epoch,
+                                             srv->db_path, err, sizeof(err));
+    struct spw_ps_store_conf sc = srv->conf.store;
+    sc.db_path = srv->db_path;
+    char oerr[512] = "";
+    srv->store = spw_ps_store_open(&sc, oerr, sizeof(oerr));
+    if (!srv->store) {
+        /* no store to serve from: exit loudly, the restarted shard restores at startup */
+        SPW_ERROR("reopening the store after a restore failed", "epoch=%" PRIu64 " err=\"%s\"",
+                  epoch, oerr);
+        abort();
+    }
+    spw_ps_store_set_now(srv->store, (uint32_t)(spw_time_wall_ms() / 1000));
+    memset(&srv->last, 0, sizeof(srv->last));
+    if (rc != SPW_OK) {
+        SPW_ERROR("restore failed", "epoch=%" PRIu64 " err=\"%s\"", epoch, err);
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_UNAVAILABLE, err);
+        return;
+    }
+    srv->epoch = epoch;
+    if (srv->m.epoch)
+        spw_gauge_set(srv->m.epoch, (double)epoch);
+    struct spw_ps_store_stats st;
+    spw_ps_store_get_stats(srv->store, &st);
+    SPW_INFO("restored", "epoch=%" PRIu64 " rows=%" PRIu64, epoch,
+             spw_ps_store_rows_on_disk(srv->store) + st.rows_dram);
+    Sparrow__RestoreReply rr = SPARROW__RESTORE_REPLY__INIT;
+    rr.has_epoch = rr.has_rows = true;
+    rr.epoch = epoch;
+    rr.rows = spw_ps_store_rows_on_disk(srv->store) + st.rows_dram;
+    Sparrow__Reply reply = SPARROW__REPLY__INIT;
+    reply.has_version = true;
+    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    reply.has_request_id = true;
+    reply.request_id = req->request_id;
+    reply.body_case = SPARROW__REPLY__BODY_RESTORE;
+    reply.restore = &rr;
     send_reply(srv, peer, &reply);
 }
 
@@ -615,6 +691,9 @@ static void handle_body(spw_ps_server_t *srv, struct peer *peer, zmq_msg_t *body
         break;
     case SPARROW__REQUEST__BODY_HEALTH:
         handle_health(srv, peer, req);
+        break;
+    case SPARROW__REQUEST__BODY_RESTORE:
+        handle_restore(srv, peer, req);
         break;
     default:
         send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
@@ -870,6 +949,7 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
         return NULL;
     }
     srv->conf = *conf;
+    srv->started_ms = spw_time_wall_ms();
     srv->conf.listen = NULL;
     srv->conf.data_dir = srv->conf.checkpoint_dir = NULL;
     srv->conf.curve_secret_key_file = srv->conf.curve_allowed_clients_file = NULL;
@@ -933,6 +1013,13 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
         spw_gauge_set(srv->m.epoch, (double)srv->epoch);
     struct spw_ps_store_conf sc = conf->store;
     sc.db_path = srv->db_path;
+    srv->pub = spw_ps__publisher_new(conf, srv->metrics, errstr, errstr_size);
+    if (!srv->pub && errstr[0])
+        goto out_destroy;
+    if (srv->pub) { /* TTL evictions become tombstones (also for stores reopened later) */
+        sc.on_evict = srv->conf.store.on_evict = spw_ps__publisher_on_evict;
+        sc.evict_opaque = srv->conf.store.evict_opaque = srv->pub;
+    }
     srv->store = spw_ps_store_open(&sc, errstr, errstr_size);
     if (!srv->store)
         goto out_destroy;
@@ -1037,6 +1124,8 @@ static void housekeeping(spw_ps_server_t *srv)
                      (unsigned long long)vfs.f_bavail * vfs.f_frsize);
         }
     }
+    if (srv->pub)
+        spw_ps__publisher_tick(srv->pub, srv->store, srv->epoch);
     metrics_sync(srv);
 }
 
@@ -1087,6 +1176,7 @@ void spw_ps_server_destroy(spw_ps_server_t *srv)
         zmq_close(srv->zap);
     if (srv->zctx)
         zmq_ctx_term(srv->zctx);
+    spw_ps__publisher_destroy(srv->pub, srv->store, srv->epoch); /* final publish and flush */
     spw_ps_store_close(srv->store);
     spw_arena_destroy(srv->arena);
     if (srv->own_metrics)

@@ -2,3 +2,10 @@
 foreach(_coord_unit coord_modes coord_files coord_epochs)
     spw_unit(${_coord_unit} sparrow_coordinator)
 endforeach()
+# The local launcher of `sparrow demo`, tests and benchmarks (tools/src/launch.c), listed here
+# with the pipeline it runs.
+spw_unit(launch sparrow_tools)
+# The trainer-side recovery calls (top-k drop, PS client abandon, Kafka seek).
+if(TARGET sparrow_kafka)
+    spw_unit(coord_restore sparrow_trainer sparrow_tools sparrow_kafka)
+endif()

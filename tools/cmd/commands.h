@@ -41,4 +41,7 @@ int spw_serve_main(int argc, char **argv);
 extern const struct spw_config_prop spw_serve_config_props[];
 extern const size_t spw_serve_config_n_props;
 
+/* `sparrow demo` (tools/cmd/demo.c): the local pipeline behind `make demo`. */
+int spw_demo_main(int argc, char **argv);
+
 #endif

@@ -2,12 +2,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "commands.h"
 #include "sparrow/config.h"
 #include "sparrow/eval.h"
+#include "sparrow/kafka.h"
 #include "sparrow/log.h"
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
@@ -20,6 +22,11 @@ extern char **environ;
 /* Examples between checks of the stop flag and the progress clock. */
 #define GEN_CHECK_EVERY 4096
 #define GEN_PROGRESS_MS 10000
+/* Kafka output: examples per ExampleBatch record, and the longest wait for deliveries at the end.
+ */
+#define GEN_KAFKA_BATCH    256
+#define GEN_KAFKA_FLUSH_MS 30000
+#define GEN_KAFKA_PREFIX   "kafka://"
 
 static const struct spw_cli_alias aliases[] = {
     {"--n", "gen.n"},
@@ -44,7 +51,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: sparrow gen [--n N] [--seed S] [--fields F] [--latent-dim K] [--drift D]\n"
-            "                   [--format pb|json|criteo] [--out -|FILE] [--ctr C] [--signal X]\n"
+            "                   [--format pb|json|criteo] [--out -|FILE|kafka://H:P/TOPIC]\n"
+            "                   [--ctr C] [--signal X]\n"
             "                   [--zipf A] [--vocab-min V] [--vocab-max V] [--new-values R]\n"
             "                   [--start-ms MS] [--rate R] [--log-level L]\n"
             "                   [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
@@ -52,6 +60,8 @@ static void usage(FILE *out)
             "vocabularies per field, a calibrated base CTR, optional drift and new values. Each\n"
             "example carries oracle_p, the true click probability. The output is a function of\n"
             "the seed alone. A summary (CTR, Bayes-optimal logloss and AUC, rate) ends on stderr.\n"
+            "With --out kafka://HOST:PORT/TOPIC it produces ExampleBatch records of 256 examples\n"
+            "paced in wall time at --rate examples/s (a live stream; --n 0 runs until SIGTERM).\n"
             "Each flag is shorthand for the property in the table below.\n\n"
             "properties:\n");
     spw_config_doc_help(spw_gen_config_props, spw_gen_config_n_props, out);
@@ -77,6 +87,111 @@ static int load_config(spw_config_t *cfg, int argc, char **argv)
         return 0;
     }
     return -1;
+}
+
+/*
+ * `--out kafka://HOST:PORT/TOPIC`: ExampleBatch records of GEN_KAFKA_BATCH examples, paced in wall
+ * time at gen.rate examples/s (the steady stream of the demo), until gen.n or SIGTERM. An
+ * ExampleBatch is `repeated Example examples = 1`, so each example is the pb encoding (varint
+ * length + Example) behind the field's tag byte 0x0a. Returns the exit code.
+ */
+static int gen_to_kafka(spw_gen_t *gen, const struct spw_gen_params *params, const char *url,
+                        spw_eval_t *ev)
+{
+    char errstr[512];
+    char bootstrap[512];
+    const char *rest = url + strlen(GEN_KAFKA_PREFIX);
+    const char *slash = strchr(rest, '/');
+    if (!slash || slash == rest || !slash[1] || (size_t)(slash - rest) >= sizeof(bootstrap) ||
+        strlen(slash + 1) > 249) {
+        SPW_ERROR("bad Kafka output", "out=%s expected=kafka://HOST:PORT/TOPIC", url);
+        return 2;
+    }
+    memcpy(bootstrap, rest, (size_t)(slash - rest));
+    bootstrap[slash - rest] = '\0';
+    const char *topic = slash + 1;
+    int rc = 1;
+    spw_kafka_props_t *props = spw_kafka_props_new();
+    if (!props || spw_kafka_props_set(props, "bootstrap.servers", bootstrap) != SPW_OK ||
+        spw_kafka_props_set(props, "linger.ms", "5") != SPW_OK) {
+        SPW_ERROR("out of memory", "%s", "");
+        goto out_destroy_props;
+    }
+    struct spw_kafka_producer_opts opts = {0};
+    spw_kafka_producer_t *prod = spw_kafka_producer_new(props, &opts, errstr, sizeof(errstr));
+    if (!prod) {
+        SPW_ERROR("cannot create the Kafka producer", "error=\"%s\"", errstr);
+        goto out_destroy_props;
+    }
+    spw_signal_install();
+    SPW_INFO("gen start", "n=%llu seed=%llu fields=%u latent_dim=%u out=%s rate=%g drift=%g",
+             (unsigned long long)params->n, (unsigned long long)params->seed, params->fields,
+             params->latent_dim, url, params->rate, params->drift);
+    struct spw_wire_buf buf = {0};
+    uint64_t written = 0, records = 0, in_batch = 0;
+    uint64_t t0 = spw_time_mono_ns(), next_progress = spw_time_mono_ms() + GEN_PROGRESS_MS;
+    spw_err_t err = SPW_OK;
+    while ((params->n == 0 || written < params->n) && !spw_signal_stop_requested()) {
+        /* pacing: example `written` is due at t0 + written / rate */
+        uint64_t due_ns = t0 + (uint64_t)((double)written / params->rate * 1e9);
+        uint64_t now = spw_time_mono_ns();
+        if (in_batch == 0 && due_ns > now) {
+            uint64_t ms = (due_ns - now) / 1000000u;
+            spw_kafka_producer_poll(prod, ms > 100 ? 100 : (int)ms);
+            continue;
+        }
+        const struct spw_gen_example *ex = spw_gen_next(gen);
+        if ((err = spw_wire_buf_reserve(&buf, 1)) != SPW_OK)
+            break;
+        buf.data[buf.len++] = 0x0a;
+        if ((err = spw_gen_encode(gen, ex, SPW_FORMAT_PB, &buf)) != SPW_OK)
+            break;
+        spw_eval_add(ev, ex->oracle_p, ex->label);
+        written++;
+        in_batch++;
+        if (in_batch == GEN_KAFKA_BATCH || written == params->n) {
+            err =
+                spw_kafka_producer_send(prod, topic, -1, NULL, 0, buf.data, buf.len, NULL, 0, NULL);
+            if (err != SPW_OK)
+                break;
+            records++;
+            buf.len = 0;
+            in_batch = 0;
+            spw_kafka_producer_poll(prod, 0);
+        }
+        if (spw_time_mono_ms() >= next_progress) {
+            next_progress += GEN_PROGRESS_MS;
+            SPW_INFO("gen progress", "examples=%llu records=%llu", (unsigned long long)written,
+                     (unsigned long long)records);
+        }
+    }
+    if (err == SPW_OK && in_batch > 0) { /* stopped mid-batch: send what is there */
+        err = spw_kafka_producer_send(prod, topic, -1, NULL, 0, buf.data, buf.len, NULL, 0, NULL);
+        if (err == SPW_OK)
+            records++;
+    }
+    spw_err_t ferr = spw_kafka_producer_flush(prod, GEN_KAFKA_FLUSH_MS);
+    uint64_t failed = spw_kafka_producer_failed(prod);
+    double seconds = (double)(spw_time_mono_ns() - t0) / 1e9;
+    struct spw_eval_summary sum;
+    spw_eval_cumulative(ev, &sum);
+    if (err != SPW_OK || ferr != SPW_OK || failed > 0) {
+        SPW_ERROR("Kafka output failed", "out=%s error=\"%s\" failed_records=%llu", url,
+                  spw_err_str(err != SPW_OK ? err : ferr), (unsigned long long)failed);
+    } else {
+        rc = 0;
+    }
+    SPW_INFO("gen done",
+             "examples=%llu records=%llu ctr=%.5f bayes_logloss=%.5f bayes_auc=%.5f "
+             "seconds=%.3f examples_per_s=%.0f stopped=%d",
+             (unsigned long long)written, (unsigned long long)records, sum.ctr, sum.logloss,
+             sum.auc, seconds, seconds > 0 ? (double)written / seconds : 0.0,
+             spw_signal_stop_requested() ? 1 : 0);
+    free(buf.data);
+    spw_kafka_producer_destroy(prod, GEN_KAFKA_FLUSH_MS);
+out_destroy_props:
+    spw_kafka_props_destroy(props);
+    return rc;
 }
 
 int spw_gen_main(int argc, char **argv)
@@ -123,6 +238,10 @@ int spw_gen_main(int argc, char **argv)
         goto out_destroy_gen;
     }
     const char *path = spw_config_str(cfg, "gen.out");
+    if (strncmp(path, GEN_KAFKA_PREFIX, strlen(GEN_KAFKA_PREFIX)) == 0) {
+        rc = gen_to_kafka(gen, &params, path, ev);
+        goto out_destroy_eval;
+    }
     bool to_stdout = strcmp(path, "-") == 0;
     int fd = to_stdout ? STDOUT_FILENO : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {

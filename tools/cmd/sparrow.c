@@ -24,6 +24,8 @@ static const struct spw_command commands[] = {
      spw_coordinator_main, spw_coordinator_config_props, &spw_coordinator_config_n_props},
     {"serve", "serve predictions from the latest checkpoint and the model-update stream",
      spw_serve_main, spw_serve_config_props, &spw_serve_config_n_props},
+    {"demo", "run the whole pipeline locally with a live progress line (make demo)", spw_demo_main,
+     NULL, NULL},
     {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main,
      NULL, NULL},
 };

@@ -728,6 +728,28 @@ void spw_trainer_loop_drop_rows(spw_trainer_loop_t *loop)
             forget_pull(loop, &loop->mbs[i]);
 }
 
+spw_err_t spw_trainer_loop_restore(spw_trainer_loop_t *loop, spw_trainer_resume_fn resume,
+                                   void *opaque)
+{
+    if (!loop->src.kafka)
+        return SPW_ERR_UNSUPPORTED;
+    for (int i = 0; i < 2; i++) {
+        struct mb *mb = &loop->mbs[i];
+        if (!mb->filled)
+            continue;
+        forget_pull(loop, mb); /* its examples are read again after the seek */
+        mb->filled = false;
+    }
+    if (loop->acc)
+        spw_grad_acc_reset(loop->acc);
+    step_reset(loop);
+    size_t residuals = loop->tk ? spw_topk_drop_all(loop->tk) : 0;
+    uint32_t pushes = spw_ps_client_abandon_pushes(loop->client);
+    loop->marks_head = loop->marks_n = loop->marks_assigned = 0;
+    SPW_INFO("recovery: dropped state", "residuals=%zu pushes_abandoned=%u", residuals, pushes);
+    return spw_trn__source_seek(&loop->src, resume, opaque);
+}
+
 const char *spw_trainer_loop_topic(const spw_trainer_loop_t *loop)
 {
     return loop->src.kafka ? loop->src.topic : NULL;

@@ -110,6 +110,11 @@ spw_err_t spw_trn__source_store(struct spw_trn__source *src, int32_t part, int64
 size_t spw_trn__source_positions(const struct spw_trn__source *src,
                                  struct spw_trainer_position *out, size_t n_max);
 
+/* Seeks every assigned partition to resume()'s position (see spw_trainer_loop_restore): the
+ * current record is released, resume positions are skipped into as on assignment, and the
+ * stored positions become the resume positions. */
+spw_err_t spw_trn__source_seek(struct spw_trn__source *src, spw_trainer_resume_fn resume,
+                               void *opaque);
 /* Commits stored offsets (Kafka). */
 spw_err_t spw_trn__source_commit(struct spw_trn__source *src, bool sync);
 

@@ -354,6 +354,50 @@ spw_err_t spw_trn__source_store(struct spw_trn__source *src, int32_t part, int64
     return spw_kafka_consumer_store(src->consumer, src->topic, part, offset);
 }
 
+spw_err_t spw_trn__source_seek(struct spw_trn__source *src, spw_trainer_resume_fn resume,
+                               void *opaque)
+{
+    if (!src->kafka)
+        return SPW_ERR_UNSUPPORTED;
+    release_msg(src);
+    size_t n = 0;
+    for (size_t p = 0; p < src->n_parts; p++)
+        n += src->parts[p].assigned;
+    struct spw_kafka_partition *kp = calloc(n ? n : 1, sizeof(*kp));
+    if (!kp)
+        return SPW_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t p = 0; p < src->n_parts; p++) {
+        struct spw_trn__part *pt = &src->parts[p];
+        if (!pt->assigned)
+            continue;
+        int64_t offset = -1;
+        uint32_t skip = 0;
+        if (resume(opaque, src->topic, (int32_t)p, &offset, &skip) != SPW_OK || offset < 0) {
+            /* not in the manifest: from the first record (an absolute offset; a logical one
+             * races with the fetcher's own start-offset lookup right after an assignment) */
+            offset = 0;
+            skip = 0;
+        }
+        *pt = (struct spw_trn__part){.assigned = true,
+                                     .offset = -1,
+                                     .skip_at = skip > 0 ? offset : -1,
+                                     .skip_n = skip,
+                                     .stored_valid = true,
+                                     .stored_offset = offset,
+                                     .stored_skip = skip};
+        snprintf(kp[k].topic, sizeof(kp[k].topic), "%s", src->topic);
+        kp[k].partition = (int32_t)p;
+        kp[k].offset = offset;
+        k++;
+    }
+    spw_err_t err = spw_kafka_consumer_seek(src->consumer, kp, k, 10000);
+    free(kp);
+    if (err == SPW_OK)
+        SPW_INFO("partitions seeked for a recovery", "partitions=%zu", k);
+    return err;
+}
+
 spw_err_t spw_trn__source_commit(struct spw_trn__source *src, bool sync)
 {
     if (!src->consumer)
@@ -362,6 +406,15 @@ spw_err_t spw_trn__source_commit(struct spw_trn__source *src, bool sync)
 }
 
 #else /* no Kafka library in this build */
+
+spw_err_t spw_trn__source_seek(struct spw_trn__source *src, spw_trainer_resume_fn resume,
+                               void *opaque)
+{
+    (void)src;
+    (void)resume;
+    (void)opaque;
+    return SPW_ERR_UNSUPPORTED;
+}
 
 spw_err_t spw_trn__source_open_kafka(struct spw_trn__source *src, const char *url,
                                      const struct spw_trainer_loop_conf *conf,

@@ -617,6 +617,28 @@ void spw_psc__push_part_done(spw_ps_client_t *c, struct spw_psc__push *slot, uin
     update_window_gauge(c);
 }
 
+uint32_t spw_ps_client_abandon_pushes(spw_ps_client_t *c)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < c->window; i++) {
+        struct spw_psc__push *slot = &c->ring[i];
+        if (!slot->busy)
+            continue;
+        for (uint32_t s = 0; s < c->n_shards; s++) {
+            if (slot->parts[s].state != PSC_PART_PENDING)
+                continue;
+            slot->parts[s].state = PSC_PART_DONE;
+            c->shards[s].pending--;
+        }
+        slot->pending = 0;
+        slot->busy = false;
+        c->outstanding--;
+        n++;
+    }
+    update_window_gauge(c);
+    return n;
+}
+
 /* Writes shard s's rows of the sorted push into dst: keys, then versions, then gradients (f32
  * or f16 by es). ent[lo..hi) are the shard's entries. */
 static void gather_push(spw_ps_client_t *c, const struct spw_ps_push *push,

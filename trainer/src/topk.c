@@ -320,6 +320,18 @@ bool spw_topk_drop(spw_topk_t *tk, uint64_t key)
     return true;
 }
 
+size_t spw_topk_drop_all(spw_topk_t *tk)
+{
+    size_t n = tk->count;
+    tk->stats.rows_dropped += n;
+    tk->count = 0;
+    tk->pool_used = 0;
+    tk->head = tk->tail = tk->free_head = SPW_TRN__NONE;
+    spw_trn__keyidx_clear(&tk->index);
+    tk->stats.residual_rows = 0;
+    return n;
+}
+
 bool spw_topk_residual(const spw_topk_t *tk, uint64_t key, float *out)
 {
     uint32_t slot = spw_trn__keyidx_find(&tk->index, key);

@@ -96,6 +96,9 @@ const struct spw_config_prop spw_trainer_config_props[] = {
     {"trainer.debug.slow_factor", SPW_CONFIG_DOUBLE, "1", 1, 1000, NULL,
      "Straggler injection: stretch every micro-batch's compute to this many times its duration "
      "(by sleeping)."},
+    {"trainer.coordinator", SPW_CONFIG_STRING, "", 0, 255, NULL,
+     "Coordinator endpoint (tcp://host:port): clocks, checkpoint epochs and recovery; offsets are "
+     "then committed on its signal only. Empty: no coordinator."},
     {"trainer.http.addr", SPW_CONFIG_STRING, "0.0.0.0", 0, 255, NULL,
      "Address of the /metrics, /healthz, /readyz endpoint."},
     {"trainer.http.port", SPW_CONFIG_INT, "9200", -1, 65535, NULL,

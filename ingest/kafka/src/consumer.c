@@ -494,6 +494,37 @@ spw_err_t spw_kafka_consumer_store(spw_kafka_consumer_t *c, const char *topic, i
     return SPW_OK;
 }
 
+spw_err_t spw_kafka_consumer_seek(spw_kafka_consumer_t *c, const struct spw_kafka_partition *parts,
+                                  size_t n, int timeout_ms)
+{
+    if (n == 0)
+        return SPW_OK;
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new((int)n);
+    if (!list)
+        return SPW_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++)
+        rd_kafka_topic_partition_list_add(list, parts[i].topic, parts[i].partition)->offset =
+            parts[i].offset >= 0 ? parts[i].offset : RD_KAFKA_OFFSET_BEGINNING;
+    spw_err_t ret = SPW_OK;
+    rd_kafka_error_t *error = rd_kafka_seek_partitions(c->rk, list, timeout_ms);
+    if (error) {
+        SPW_ERROR("kafka seek failed", "error=\"%s\"", rd_kafka_error_string(error));
+        rd_kafka_error_destroy(error);
+        ret = SPW_ERR_KAFKA;
+    } else {
+        for (int i = 0; i < list->cnt; i++) {
+            if (list->elems[i].err) {
+                SPW_ERROR("kafka seek failed", "topic=%s partition=%d error=\"%s\"",
+                          list->elems[i].topic, (int)list->elems[i].partition,
+                          rd_kafka_err2str(list->elems[i].err));
+                ret = SPW_ERR_KAFKA;
+            }
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(list);
+    return ret;
+}
+
 spw_err_t spw_kafka_consumer_commit(spw_kafka_consumer_t *c, bool sync)
 {
     if (c->closed)

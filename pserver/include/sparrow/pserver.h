@@ -165,6 +165,13 @@ spw_err_t spw_ps_store_checkpoint(spw_ps_store_t *store, const char *root, uint6
 spw_err_t spw_ps_checkpoint_restore(const char *root, uint32_t shard, const char *db_path,
                                     uint64_t *epoch, char *errstr, size_t errstr_size);
 
+/* Replaces db_path's contents with the checkpoint of shard at exactly epoch under
+ * <root>/checkpoints after verifying its CHECKSUM (the coordinator's RestoreRequest).
+ * SPW_ERR_NOT_FOUND when absent, SPW_ERR_CORRUPT when it does not verify (db_path untouched in both
+ * cases); errstr says which. */
+spw_err_t spw_ps_checkpoint_restore_epoch(const char *root, uint32_t shard, uint64_t epoch,
+                                          const char *db_path, char *errstr, size_t errstr_size);
+
 /* Verifies one checkpoint directory against its CHECKSUM file: SPW_OK, SPW_ERR_CORRUPT,
  * SPW_ERR_NOT_FOUND (no CHECKSUM) or SPW_ERR_IO. hex (may be NULL) receives the digest. */
 spw_err_t spw_ps_checkpoint_verify(const char *dir, char hex[17]);
@@ -218,6 +225,14 @@ struct spw_ps_server_conf {
     struct spw_ps_store_conf store;         /* db_path is ignored (derived from data_dir) */
     struct spw_metrics *metrics;            /* borrowed; may be NULL */
     struct spw_http *http;                  /* borrowed; readiness is reported to it; may be NULL */
+    /* Update stream (DESIGN.md §6): changed rows every publish_interval_ms (0: off) to
+     * publish_topic, through librdkafka properties `kafka.*` of kafka_config (borrowed, may be
+     * NULL) with bootstrap.servers replaced by publish_brokers when that is non-empty. Publishing
+     * is off when no bootstrap servers are configured either way. */
+    uint32_t publish_interval_ms;
+    const char *publish_topic;
+    const char *publish_brokers;
+    const spw_config_t *kafka_config;
 };
 
 /* Fills conf from a configuration of spw_pserver_config_props (strings borrowed from cfg, which

@@ -216,6 +216,11 @@ spw_err_t spw_ps_client_flush(spw_ps_client_t *client, int64_t timeout_ms);
  * grace period). SPW_ERR_TIMEOUT when pushes are still unacknowledged at the deadline. */
 spw_err_t spw_ps_client_drain(spw_ps_client_t *client, uint64_t timeout_ms);
 
+/* Forgets every push not yet acknowledged: no resend, later replies ignored, the window empties
+ * (a recovery restores the shards to a checkpoint those pushes postdate). Seqs go on. Returns
+ * how many pushes were abandoned. */
+uint32_t spw_ps_client_abandon_pushes(spw_ps_client_t *client);
+
 /* Pushes sent and not yet acknowledged (by every shard they touched). */
 uint32_t spw_ps_client_outstanding(const spw_ps_client_t *client);
 

@@ -307,6 +307,10 @@ spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out);
 /* Forgets the residual of key (the server evicted its row). True when there was one. */
 bool spw_topk_drop(spw_topk_t *tk, uint64_t key);
 
+/* Forgets every residual (a recovery restored the model to a checkpoint, which the residuals
+ * postdate); counted in rows_dropped. Returns how many there were. */
+size_t spw_topk_drop_all(spw_topk_t *tk);
+
 /* The residual of key copied into out (dim floats); false when there is none. For tests and
  * inspection. */
 bool spw_topk_residual(const spw_topk_t *tk, uint64_t key, float *out);

@@ -174,6 +174,22 @@ spw_err_t spw_trainer_loop_checkpoint(spw_trainer_loop_t *loop, int64_t timeout_
                                       struct spw_trainer_position *positions, size_t n_max,
                                       size_t *n);
 
+/* Where a partition resumes after a recovery: SPW_OK with *offset (next record) and *skip
+ * (examples of it already trained), SPW_ERR_NOT_FOUND to start from the earliest record. */
+typedef spw_err_t (*spw_trainer_resume_fn)(void *opaque, const char *topic, int32_t partition,
+                                           int64_t *offset, uint32_t *skip);
+
+/*
+ * From a hook (after_step or idle): the trainer side of a recovery (DESIGN.md §5). Forgets
+ * everything that postdates the checkpoint the shards are restored to: micro-batches read but
+ * not computed, the partial accumulation, every residual, every unacknowledged push (no
+ * resend), the offset marks not yet stored; then seeks every assigned Kafka partition to
+ * resume(partition) (records already fetched are discarded) and sets its stored position there.
+ * File input: SPW_ERR_UNSUPPORTED. SPW_ERR_KAFKA when a seek fails.
+ */
+spw_err_t spw_trainer_loop_restore(spw_trainer_loop_t *loop, spw_trainer_resume_fn resume,
+                                   void *opaque);
+
 /* From a hook: forgets the rows pulled for micro-batches read but not yet computed (a prefetch),
  * so that they are pulled again before their compute (hybrid mode's "drop cached rows" after a
  * barrier; spw_trainer_loop_checkpoint does it too). The loop keeps no other row cache. */

@@ -142,6 +142,13 @@ spw_err_t spw_kafka_consumer_poll(spw_kafka_consumer_t *consumer, int timeout_ms
 spw_err_t spw_kafka_consumer_store(spw_kafka_consumer_t *consumer, const char *topic,
                                    int32_t partition, int64_t offset_next);
 
+/* Moves the fetch position of assigned partitions parts[0..n) to their offsets (offset < 0: the
+ * earliest offset held), discarding records already fetched for them (a recovery seeks to a
+ * checkpoint manifest's offsets). Waits up to timeout_ms. SPW_ERR_KAFKA with the failure logged
+ * (a partition not assigned fails). */
+spw_err_t spw_kafka_consumer_seek(spw_kafka_consumer_t *consumer,
+                                  const struct spw_kafka_partition *parts, size_t n,
+                                  int timeout_ms);
 /* Commits the stored offsets. sync waits for the broker's answer. Nothing stored: SPW_OK. */
 spw_err_t spw_kafka_consumer_commit(spw_kafka_consumer_t *consumer, bool sync);
 
@@ -222,6 +229,17 @@ spw_err_t spw_kafka_producer_txn_send_offsets(spw_kafka_producer_t *producer,
                                               int timeout_ms);
 spw_err_t spw_kafka_producer_txn_commit(spw_kafka_producer_t *producer, int timeout_ms);
 spw_err_t spw_kafka_producer_txn_abort(spw_kafka_producer_t *producer, int timeout_ms);
+
+/*
+ * The high-water offset (the offset the next record will get) of every partition of topic,
+ * asked from the brokers (metadata for the partitions, then one watermark query each; at most
+ * timeout_ms per query). Fills out[0..*n) with topic, partition and offset, in partition order.
+ * SPW_ERR_INVALID when the topic has more than max partitions, SPW_ERR_KAFKA (logged) when a
+ * query fails or the topic is unknown. On the producer's thread.
+ */
+spw_err_t spw_kafka_producer_high_watermarks(spw_kafka_producer_t *producer, const char *topic,
+                                             struct spw_kafka_partition *out, size_t max, size_t *n,
+                                             int timeout_ms);
 
 /* Flushes (at most timeout_ms), logs what could not be delivered, and frees. NULL is a no-op. */
 void spw_kafka_producer_destroy(spw_kafka_producer_t *producer, int timeout_ms);

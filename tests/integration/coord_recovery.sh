@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Recovery through real processes: one Kafka trainer under the coordinator (hybrid:10, checkpoint
+# every 20 steps) with two shards; after a checkpoint epoch E, shard 1 is killed -9 and restarted:
+# the coordinator sees a new StatsReply.started_ms, runs a recovery, both shards restore epoch E
+# (RestoreRequest) and the trainer seeks back to the manifest's offsets and trains on.
+SPARROW=$1
+DIR=$2
+rm -rf "$DIR" && mkdir -p "$DIR"
+source "$(dirname "${BASH_SOURCE[0]}")/trainer_common.sh"
+
+"$SPARROW" kafka-mock --brokers 1 --topic examples:2 --port-file "$DIR/port" \
+    >"$DIR/mock.out" 2>"$DIR/mock.log" &
+PIDS+=("$!")
+wait_for "the mock broker" 20 test -s "$DIR/port"
+BS=$(cat "$DIR/port")
+CK="$DIR/ck"
+p0=$(free_port)
+p1=$(free_port)
+cp=$(free_port)
+start_shard 0 2 "$p0" 5 --set pserver.checkpoint.dir="$CK"
+start_shard 1 2 "$p1" 5 --set pserver.checkpoint.dir="$CK"
+S1=$SHARD_PID
+"$SPARROW" coordinator --listen "tcp://127.0.0.1:$cp" --mode hybrid:10 \
+    --shards "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" --checkpoint-dir "$CK" \
+    --set coordinator.startup.grace=500ms --set coordinator.checkpoint.steps=20 \
+    >"$DIR/coord.log" 2>&1 &
+PIDS+=("$!")
+"$SPARROW" trainer --in "kafka://$BS/examples" --shards "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" \
+    --model fm --latent-dim 4 --batch 256 --backend cpu --group g --id 1 --http-port -1 \
+    --set trainer.coordinator="tcp://127.0.0.1:$cp" --set trainer.debug.delay_ms=20 \
+    --set trainer.shutdown.grace=3s >"$DIR/trainer.log" 2>&1 &
+TR=$!
+PIDS+=("$TR")
+wait_for "the trainer's assignment" 30 grep -q "partition assigned" "$DIR/trainer.log"
+# paced: the mock broker keeps only the last few dozen records of a partition
+"$SPARROW" gen --n 30000 --seed 4 --rate 4000 --out "kafka://$BS/examples" 2>"$DIR/gen.log" &
+GEN=$!
+PIDS+=("$GEN")
+wait_for "checkpoint epoch 2" 60 grep -q "checkpoint completed epoch=2 " "$DIR/coord.log"
+kill -9 "$S1"
+wait "$S1" 2>/dev/null || true
+start_shard 1 2 "$p1" 5 --set pserver.checkpoint.dir="$CK"
+wait_for "the recovery" 30 grep -q 'recovery completed .*epoch=[1-9]' "$DIR/coord.log"
+E=$(grep 'recovery completed .*epoch=[1-9]' "$DIR/coord.log" | tail -1 | grep -o ' epoch=[0-9]*' | cut -d= -f2)
+grep -q "shard restarted" "$DIR/coord.log" || fail "the coordinator did not see the restart"
+grep -q "restored epoch=$E " "$DIR/shard-0.log" || fail "shard 0 did not restore epoch $E"
+grep -q "restored epoch=$E " "$DIR/shard-1.log" || fail "shard 1 did not restore epoch $E"
+grep -q "partitions seeked for a recovery partitions=2" "$DIR/trainer.log" ||
+    fail "the trainer did not seek its partitions"
+before=$(grep -c "checkpoint reported" "$DIR/trainer.log")
+wait_for "a checkpoint after the recovery" 60 bash -c \
+    "[ \$(grep -c 'checkpoint reported' '$DIR/trainer.log') -gt $before ]"
+wait "$GEN" || fail "gen to Kafka"
+echo "coord_recovery: shard 1 killed after epoch 2; both shards restored epoch $E, trainer re-seeked and checkpointed again"
+kill -TERM "$TR"
+wait "$TR" || fail "trainer exit status after SIGTERM"
+echo "coord_recovery: ok"

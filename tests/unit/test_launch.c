@@ -1,0 +1,181 @@
+/* Unit tests of the local launcher (tools/src/launch.c) with /bin/sh as the executable. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sparrow/launch.h"
+#include "sparrow/time.h"
+
+static char dir[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/spw-launch-XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static spw_launch_t *new_launch(const char *sub)
+{
+    char path[300], err[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, sub);
+    spw_launch_t *l = spw_launch_new(path, "/bin/sh", err, sizeof(err));
+    assert_non_null(l);
+    return l;
+}
+
+/* Waits for the launcher to report an unexpected exit. */
+static int wait_check(spw_launch_t *l, int *status)
+{
+    for (int i = 0; i < 500; i++) {
+        int idx = spw_launch_check(l, status);
+        if (idx >= 0)
+            return idx;
+        spw_time_sleep_ms(10);
+    }
+    return -1;
+}
+
+static void test_launch_logs_and_reports_unexpected_exit(void **state)
+{
+    (void)state;
+    spw_launch_t *l = new_launch("a/b");
+    char err[256];
+    const char *args[] = {"-c", "echo hello; echo oops >&2; exit 3", NULL};
+    int idx = spw_launch_start(l, "role-1", args, err, sizeof(err));
+    assert_int_equal(idx, 0);
+    int status = 0;
+    assert_int_equal(wait_check(l, &status), 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 3);
+    assert_int_equal(spw_launch_check(l, &status), -1); /* reported once */
+    FILE *f = fopen(spw_launch_log(l, idx), "r");
+    assert_non_null(f);
+    char buf[64] = "";
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    assert_string_equal(buf, "hello\noops\n");
+    char st[32];
+    assert_string_equal(spw_launch_status_str(status, st, sizeof(st)), "exit 3");
+    spw_launch_destroy(l);
+}
+
+static void test_launch_rejects_bad_and_duplicate_names(void **state)
+{
+    (void)state;
+    spw_launch_t *l = new_launch("names");
+    char err[256];
+    const char *args[] = {"-c", "sleep 30", NULL};
+    assert_int_equal(spw_launch_start(l, "../evil", args, err, sizeof(err)), -1);
+    assert_int_equal(spw_launch_start(l, "", args, err, sizeof(err)), -1);
+    assert_int_equal(spw_launch_start(l, "x", args, err, sizeof(err)), 0);
+    assert_int_equal(spw_launch_start(l, "x", args, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "already used"));
+    assert_int_equal(spw_launch_find(l, "x"), 0);
+    assert_int_equal(spw_launch_find(l, "y"), -1);
+    spw_launch_destroy(l); /* stops the sleeping child */
+}
+
+static void test_launch_kill9_and_restart(void **state)
+{
+    (void)state;
+    spw_launch_t *l = new_launch("kill");
+    char err[256];
+    const char *args[] = {"-c", "echo started; exec sleep 30", NULL};
+    int idx = spw_launch_start(l, "victim", args, err, sizeof(err));
+    assert_int_equal(idx, 0);
+    pid_t first = spw_launch_pid(l, idx);
+    assert_true(first > 0);
+    assert_int_equal(spw_launch_wait_file(spw_launch_log(l, idx), 5000), SPW_OK);
+    assert_int_equal(spw_launch_kill(l, idx, SIGKILL), SPW_OK);
+    assert_false(spw_launch_alive(l, idx));
+    int status;
+    assert_int_equal(spw_launch_check(l, &status),
+                     -1); /* a kill through the launcher is expected */
+    assert_int_equal(spw_launch_kill(l, idx, SIGKILL), SPW_ERR_STATE);
+    assert_int_equal(spw_launch_restart(l, idx, err, sizeof(err)), SPW_OK);
+    assert_true(spw_launch_alive(l, idx));
+    assert_true(spw_launch_pid(l, idx) != first);
+    FILE *f = NULL;
+    char buf[64] = "";
+    for (int i = 0; i < 500 && strcmp(buf, "started\nstarted\n") != 0; i++) {
+        spw_time_sleep_ms(10);
+        f = fopen(spw_launch_log(l, idx), "r");
+        assert_non_null(f);
+        size_t got = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[got] = '\0';
+    }
+    f = fopen(spw_launch_log(l, idx), "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    assert_string_equal(buf, "started\nstarted\n"); /* the log is appended across restarts */
+    spw_launch_destroy(l);
+}
+
+static void test_launch_stop_escalates_to_sigkill(void **state)
+{
+    (void)state;
+    spw_launch_t *l = new_launch("stop");
+    char err[256];
+    const char *polite[] = {"-c", "exec sleep 30", NULL};
+    const char *stubborn[] = {"-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done", NULL};
+    int a = spw_launch_start(l, "polite", polite, err, sizeof(err));
+    int b = spw_launch_start(l, "stubborn", stubborn, err, sizeof(err));
+    assert_true(a >= 0 && b >= 0);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/stop/stubborn.log", dir);
+    assert_int_equal(spw_launch_wait_file(path, 5000), SPW_OK); /* the trap is set */
+    int status = 0;
+    assert_int_equal(spw_launch_stop(l, a, 5000, &status), SPW_OK);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+    uint64_t t0 = spw_time_mono_ms();
+    assert_int_equal(spw_launch_stop(l, b, 300, &status), SPW_ERR_TIMEOUT);
+    assert_true(spw_time_mono_ms() - t0 >= 300);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    assert_int_equal(spw_launch_check(l, &status), -1);
+    spw_launch_destroy(l);
+}
+
+static void test_launch_free_port_and_wait_file(void **state)
+{
+    (void)state;
+    int port = spw_launch_free_port();
+    assert_true(port > 0 && port < 65536);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/never", dir);
+    assert_int_equal(spw_launch_wait_file(path, 100), SPW_ERR_TIMEOUT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_launch_logs_and_reports_unexpected_exit),
+        cmocka_unit_test(test_launch_rejects_bad_and_duplicate_names),
+        cmocka_unit_test(test_launch_kill9_and_restart),
+        cmocka_unit_test(test_launch_stop_escalates_to_sigkill),
+        cmocka_unit_test(test_launch_free_port_and_wait_file),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
