@@ -7,9 +7,6 @@
 #include "sparrow/coordinator.h"
 #include "sparrow/log.h"
 #include "sparrow/pserver.h"
-#include "sparrow/signal.h"
-
-extern char **environ;
 
 static const struct spw_cli_alias aliases[] = {
     {"--listen", "coordinator.listen"}, {"--mode", "coordinator.mode"},
@@ -45,34 +42,11 @@ int spw_coordinator_main(int argc, char **argv)
 {
     char errstr[1024];
     int rc = 1;
-    spw_config_t *cfg = spw_config_new(spw_coordinator_config_props, spw_coordinator_config_n_props,
-                                       errstr, sizeof(errstr));
-    if (!cfg) {
-        fprintf(stderr, "sparrow coordinator: %s\n", errstr);
-        return 1;
-    }
-    struct spw_cli_result res = {0};
-    if (spw_cli_load(cfg, argc, argv, aliases, sizeof(aliases) / sizeof(aliases[0]), environ, &res,
-                     errstr, sizeof(errstr)) != SPW_OK) {
-        fprintf(stderr, "sparrow coordinator: %s\n(sparrow coordinator --help lists the options)\n",
-                errstr);
-        rc = 2;
-        goto out_destroy_cfg;
-    }
-    if (res.help) {
-        usage(stdout);
-        rc = 0;
-        goto out_destroy_cfg;
-    }
-    if (res.dump_config) {
-        spw_config_dump(cfg, stdout);
-        rc = 0;
-        goto out_destroy_cfg;
-    }
-    enum spw_log_level level = SPW_LOG_INFO;
-    spw_log_level_parse(spw_config_str(cfg, "log.level"), &level);
-    spw_log_init("coordinator", level);
-    spw_signal_install();
+    spw_config_t *cfg = spw_cli_role_init(
+        "coordinator", spw_coordinator_config_props, spw_coordinator_config_n_props, aliases,
+        sizeof(aliases) / sizeof(aliases[0]), argc, argv, usage, &rc);
+    if (!cfg)
+        return rc;
     struct spw_coord_server_conf conf;
     if (spw_coord_server_conf_from_config(cfg, &conf, errstr, sizeof(errstr)) != SPW_OK) {
         SPW_ERROR("invalid configuration", "error=\"%s\"", errstr);

@@ -8,9 +8,6 @@
 #include "sparrow/log.h"
 #include "sparrow/metrics.h"
 #include "sparrow/pserver.h"
-#include "sparrow/signal.h"
-
-extern char **environ;
 
 static const struct spw_cli_alias aliases[] = {
     {"--listen", "pserver.listen"},       {"--shard", "pserver.shard"},
@@ -39,34 +36,11 @@ int spw_pserver_main(int argc, char **argv)
 {
     char errstr[1024];
     int rc = 1;
-    spw_config_t *cfg = spw_config_new(spw_pserver_config_props, spw_pserver_config_n_props, errstr,
-                                       sizeof(errstr));
-    if (!cfg) {
-        fprintf(stderr, "sparrow pserver: %s\n", errstr);
-        return 1;
-    }
-    struct spw_cli_result res = {0};
-    if (spw_cli_load(cfg, argc, argv, aliases, sizeof(aliases) / sizeof(aliases[0]), environ, &res,
-                     errstr, sizeof(errstr)) != SPW_OK) {
-        fprintf(stderr, "sparrow pserver: %s\n(sparrow pserver --help lists the options)\n",
-                errstr);
-        rc = 2;
-        goto out_destroy_cfg;
-    }
-    if (res.help) {
-        usage(stdout);
-        rc = 0;
-        goto out_destroy_cfg;
-    }
-    if (res.dump_config) {
-        spw_config_dump(cfg, stdout);
-        rc = 0;
-        goto out_destroy_cfg;
-    }
-    enum spw_log_level level = SPW_LOG_INFO;
-    spw_log_level_parse(spw_config_str(cfg, "log.level"), &level);
-    spw_log_init("pserver", level);
-    spw_signal_install();
+    spw_config_t *cfg =
+        spw_cli_role_init("pserver", spw_pserver_config_props, spw_pserver_config_n_props, aliases,
+                          sizeof(aliases) / sizeof(aliases[0]), argc, argv, usage, &rc);
+    if (!cfg)
+        return rc;
 
     struct spw_ps_server_conf conf;
     if (spw_ps_server_conf_from_config(cfg, &conf, errstr, sizeof(errstr)) != SPW_OK) {

@@ -5,9 +5,6 @@
 #include "sparrow/config.h"
 #include "sparrow/log.h"
 #include "sparrow/serve.h"
-#include "sparrow/signal.h"
-
-extern char **environ;
 
 static const struct spw_cli_alias aliases[] = {
     {"--checkpoint-dir", "serve.checkpoint.dir"}, {"--port", "serve.http.port"},
@@ -33,32 +30,10 @@ int spw_serve_main(int argc, char **argv)
     char errstr[1024];
     int rc = 1;
     spw_config_t *cfg =
-        spw_config_new(spw_serve_config_props, spw_serve_config_n_props, errstr, sizeof(errstr));
-    if (!cfg) {
-        fprintf(stderr, "sparrow serve: %s\n", errstr);
-        return 1;
-    }
-    struct spw_cli_result res = {0};
-    if (spw_cli_load(cfg, argc, argv, aliases, sizeof(aliases) / sizeof(aliases[0]), environ, &res,
-                     errstr, sizeof(errstr)) != SPW_OK) {
-        fprintf(stderr, "sparrow serve: %s\n(sparrow serve --help lists the options)\n", errstr);
-        rc = 2;
-        goto out_destroy_cfg;
-    }
-    if (res.help) {
-        usage(stdout);
-        rc = 0;
-        goto out_destroy_cfg;
-    }
-    if (res.dump_config) {
-        spw_config_dump(cfg, stdout);
-        rc = 0;
-        goto out_destroy_cfg;
-    }
-    enum spw_log_level level = SPW_LOG_INFO;
-    spw_log_level_parse(spw_config_str(cfg, "log.level"), &level);
-    spw_log_init("serve", level);
-    spw_signal_install();
+        spw_cli_role_init("serve", spw_serve_config_props, spw_serve_config_n_props, aliases,
+                          sizeof(aliases) / sizeof(aliases[0]), argc, argv, usage, &rc);
+    if (!cfg)
+        return rc;
     spw_serve_t *serve = spw_serve_new(cfg, errstr, sizeof(errstr));
     if (!serve) {
         SPW_ERROR("serve failed to start", "error=\"%s\"", errstr);

@@ -13,11 +13,8 @@
 #include "sparrow/log.h"
 #include "sparrow/metrics.h"
 #include "sparrow/sparrow.pb-c.h"
-#include "sparrow/signal.h"
 #include "sparrow/trainer.h"
 #include "sparrow/trainer_loop.h"
-
-extern char **environ;
 
 static const struct spw_cli_alias aliases[] = {
     {"--in", "trainer.in"},
@@ -192,34 +189,11 @@ int spw_trainer_main(int argc, char **argv)
 {
     char errstr[1024];
     int rc = 1;
-    spw_config_t *cfg = spw_config_new(spw_trainer_config_props, spw_trainer_config_n_props, errstr,
-                                       sizeof(errstr));
-    if (!cfg) {
-        fprintf(stderr, "sparrow trainer: %s\n", errstr);
-        return 1;
-    }
-    struct spw_cli_result res = {0};
-    if (spw_cli_load(cfg, argc, argv, aliases, sizeof(aliases) / sizeof(aliases[0]), environ, &res,
-                     errstr, sizeof(errstr)) != SPW_OK) {
-        fprintf(stderr, "sparrow trainer: %s\n(sparrow trainer --help lists the options)\n",
-                errstr);
-        rc = 2;
-        goto out_destroy_cfg;
-    }
-    if (res.help) {
-        usage(stdout);
-        rc = 0;
-        goto out_destroy_cfg;
-    }
-    if (res.dump_config) {
-        spw_config_dump(cfg, stdout);
-        rc = 0;
-        goto out_destroy_cfg;
-    }
-    enum spw_log_level level = SPW_LOG_INFO;
-    spw_log_level_parse(spw_config_str(cfg, "log.level"), &level);
-    spw_log_init("trainer", level);
-    spw_signal_install();
+    spw_config_t *cfg =
+        spw_cli_role_init("trainer", spw_trainer_config_props, spw_trainer_config_n_props, aliases,
+                          sizeof(aliases) / sizeof(aliases[0]), argc, argv, usage, &rc);
+    if (!cfg)
+        return rc;
 
     struct spw_trainer_loop_conf conf;
     if (spw_trainer_loop_conf_from_config(cfg, &conf, errstr, sizeof(errstr)) != SPW_OK) {

@@ -157,4 +157,16 @@ spw_err_t spw_cli_load(spw_config_t *cfg, int argc, char **argv,
                        const struct spw_cli_alias *aliases, size_t n_aliases, char *const *envp,
                        struct spw_cli_result *res, char *errstr, size_t errstr_size);
 
+/*
+ * The start every role's main shares: creates a configuration of props, loads it with
+ * spw_cli_load (argv, environ), answers --help (usage) and --dump-config, then initialises logging
+ * (role, the table's "log.level") and the SIGTERM/SIGINT handlers. Returns the configuration (the
+ * caller destroys it) or NULL with *exit_code set: 0 after --help/--dump-config, 2 for a bad
+ * argument or value (the message is on stderr), 1 when out of memory. Call once, from main.
+ */
+spw_config_t *spw_cli_role_init(const char *role, const struct spw_config_prop *props,
+                                size_t n_props, const struct spw_cli_alias *aliases,
+                                size_t n_aliases, int argc, char **argv, void (*usage)(FILE *out),
+                                int *exit_code);
+
 #endif
