@@ -49,8 +49,12 @@ format-check:
 docs: build
 	cmake --build $(BUILD) --target config-doc
 
+# The component benchmarks, each printing its figures as ratios against a baseline of the same run.
 bench: build
-	bench/run_all.sh $(BUILD)
+	bench/gen_bench.sh $(BUILD)
+	$(BUILD)/bench/pserver_bench --sparrow $(BUILD)/sparrow
+	bench/ingest_bench.sh $(BUILD)
+	bench/trainer_bench.sh $(BUILD)
 
 tidy: build
 	clang-tidy -p $(BUILD) --quiet $(filter %.c,$(SOURCES))
