@@ -11,7 +11,7 @@ packages=(
     libcmocka-dev libzmq3-dev libmicrohttpd-dev
     libxxhash-dev libjson-c-dev
     kcat prometheus wrk
-    gnuplot-nox time procps
+    gnuplot-nox time procps curl python3
 )
 # deploy/ checks: yamllint, PyYAML and a kubectl (Debian's kubernetes-client, unless a kubectl from
 # another package is present: the two conflict on /usr/bin/kubectl).
