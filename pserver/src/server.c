@@ -229,14 +229,21 @@ static void send_reply(spw_ps_server_t *srv, struct peer *peer, Sparrow__Reply *
     }
 }
 
-static void send_error(spw_ps_server_t *srv, struct peer *peer, uint64_t request_id,
-                       Sparrow__ErrorCode code, const char *msg)
+/* A reply envelope of this protocol version answering request_id; the caller sets the body. */
+static Sparrow__Reply reply_for(uint64_t request_id)
 {
     Sparrow__Reply reply = SPARROW__REPLY__INIT;
     reply.has_version = true;
     reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
     reply.has_request_id = true;
     reply.request_id = request_id;
+    return reply;
+}
+
+static void send_error(spw_ps_server_t *srv, struct peer *peer, uint64_t request_id,
+                       Sparrow__ErrorCode code, const char *msg)
+{
+    Sparrow__Reply reply = reply_for(request_id);
     reply.has_error = true;
     reply.error = code;
     reply.error_message = (char *)msg;
@@ -357,11 +364,7 @@ static void handle_pull(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
     pr.has_versions = true;
     pr.versions.data = (uint8_t *)versions;
     pr.versions.len = n * sizeof(uint32_t);
-    Sparrow__Reply reply = SPARROW__REPLY__INIT;
-    reply.has_version = true;
-    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
-    reply.has_request_id = true;
-    reply.request_id = req->request_id;
+    Sparrow__Reply reply = reply_for(req->request_id);
     reply.body_case = SPARROW__REPLY__BODY_PULL;
     reply.pull = &pr;
     spw_counter_inc(srv->m.req[0]);
@@ -448,11 +451,7 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
         ack.has_dropped_stale = true;
         ack.dropped_stale = res.dropped_stale;
     }
-    Sparrow__Reply reply = SPARROW__REPLY__INIT;
-    reply.has_version = true;
-    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
-    reply.has_request_id = true;
-    reply.request_id = req->request_id;
+    Sparrow__Reply reply = reply_for(req->request_id);
     reply.body_case = SPARROW__REPLY__BODY_PUSH;
     reply.push = &ack;
     spw_counter_inc(srv->m.req[1]);
@@ -475,11 +474,7 @@ static void handle_stats(spw_ps_server_t *srv, struct peer *peer, const Sparrow_
     sr.epoch = srv->epoch;
     sr.has_started_ms = true;
     sr.started_ms = srv->started_ms;
-    Sparrow__Reply reply = SPARROW__REPLY__INIT;
-    reply.has_version = true;
-    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
-    reply.has_request_id = true;
-    reply.request_id = req->request_id;
+    Sparrow__Reply reply = reply_for(req->request_id);
     reply.body_case = SPARROW__REPLY__BODY_STATS;
     reply.stats = &sr;
     spw_counter_inc(srv->m.req[2]);
@@ -556,11 +551,7 @@ static void handle_checkpoint(spw_ps_server_t *srv, struct peer *peer, const Spa
     ck.checksum = info.checksum;
     if (srv->pub)
         spw_ps__publisher_fill_offsets(srv->pub, srv->store, cr->epoch, srv->arena, &ck);
-    Sparrow__Reply reply = SPARROW__REPLY__INIT;
-    reply.has_version = true;
-    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
-    reply.has_request_id = true;
-    reply.request_id = req->request_id;
+    Sparrow__Reply reply = reply_for(req->request_id);
     reply.body_case = SPARROW__REPLY__BODY_CHECKPOINT;
     reply.checkpoint = &ck;
     spw_counter_inc(srv->m.req[3]);
@@ -624,11 +615,7 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
     rr.has_epoch = rr.has_rows = true;
     rr.epoch = epoch;
     rr.rows = spw_ps_store_rows_on_disk(srv->store) + st.rows_dram;
-    Sparrow__Reply reply = SPARROW__REPLY__INIT;
-    reply.has_version = true;
-    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
-    reply.has_request_id = true;
-    reply.request_id = req->request_id;
+    Sparrow__Reply reply = reply_for(req->request_id);
     reply.body_case = SPARROW__REPLY__BODY_RESTORE;
     reply.restore = &rr;
     send_reply(srv, peer, &reply);
@@ -640,11 +627,7 @@ static void handle_health(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     hr.has_ready = true;
     hr.ready = !srv->disk_full;
     hr.state = srv->disk_full ? "disk_full" : "serving";
-    Sparrow__Reply reply = SPARROW__REPLY__INIT;
-    reply.has_version = true;
-    reply.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
-    reply.has_request_id = true;
-    reply.request_id = req->request_id;
+    Sparrow__Reply reply = reply_for(req->request_id);
     reply.body_case = SPARROW__REPLY__BODY_HEALTH;
     reply.health = &hr;
     spw_counter_inc(srv->m.req[4]);
