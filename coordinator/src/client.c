@@ -33,6 +33,9 @@ struct spw_coord_client {
     struct spw_coord_offset *offsets;
     size_t n_offsets;
     uint64_t latest_epoch, generation;
+    uint64_t registrations; /* registrations so far (each makes a waiting Clock resend) */
+    spw_coord_wait_fn wait;
+    void *wait_opaque;
 };
 
 static void *make_socket(spw_coord_client_t *c)
@@ -191,6 +194,7 @@ static spw_err_t do_register(spw_coord_client_t *c, int64_t wait_ms)
             if (r == 1 && cr->has_registered && cr->registered) {
                 take_offsets(c, cr);
                 atomic_store(&c->unknown, false);
+                c->registrations++;
                 return SPW_OK;
             }
         }
@@ -279,6 +283,7 @@ spw_err_t spw_coord_client_clock(spw_coord_client_t *c, uint64_t clock, struct s
 {
     memset(ev, 0, sizeof(*ev));
     send_clock(c, clock);
+    uint64_t regs = c->registrations;
     for (;;) {
         if (atomic_load(&c->unknown)) {
             SPW_WARN("coordinator does not know this member: registering again", "member=%s",
@@ -286,14 +291,21 @@ spw_err_t spw_coord_client_clock(spw_coord_client_t *c, uint64_t clock, struct s
             spw_err_t rc = do_register(c, -1);
             if (rc != SPW_OK)
                 return rc;
+        }
+        if (c->registrations != regs) {
+            /* registered again (here or in the wait function): the coordinator forgot the Clock */
+            regs = c->registrations;
             send_clock(c, clock);
         }
         const Sparrow__ClockReply *cr = NULL;
-        int r = recv_reply(c, 50, &cr);
+        int r = recv_reply(c, c->wait ? 20 : 50, &cr);
         if (r < 0)
             return SPW_ERR_STOPPED;
-        if (r == 0)
+        if (r == 0) {
+            if (c->wait)
+                c->wait(c->wait_opaque, 20);
             continue;
+        }
         ev->generation = c->generation;
         if (cr->has_restore && cr->restore) {
             take_offsets(c, cr);
@@ -315,6 +327,12 @@ spw_err_t spw_coord_client_clock(spw_coord_client_t *c, uint64_t clock, struct s
         }
         /* a stale `registered` reply: keep waiting */
     }
+}
+
+void spw_coord_client_set_wait(spw_coord_client_t *c, spw_coord_wait_fn wait, void *opaque)
+{
+    c->wait = wait;
+    c->wait_opaque = opaque;
 }
 
 spw_err_t spw_coord_client_checkpoint_report(spw_coord_client_t *c, uint64_t epoch,
@@ -369,6 +387,8 @@ spw_err_t spw_coord_client_restore_report(spw_coord_client_t *c, uint64_t genera
 
 spw_err_t spw_coord_client_rejoin(spw_coord_client_t *c)
 {
+    /* the coordinator forgets a held Clock at a Register: a wait in progress sends it again */
+    c->registrations++;
     return send_register(c);
 }
 

@@ -223,8 +223,9 @@ static void shard_send(spw_coord_server_t *srv, struct shard *sh, int body, uint
         req.body_case = SPARROW__REQUEST__BODY_CHECKPOINT;
         req.checkpoint = &ck;
     } else if (body == SPARROW__REQUEST__BODY_RESTORE) {
-        rs.has_epoch = true;
+        rs.has_epoch = rs.has_generation = true;
         rs.epoch = epoch;
+        rs.generation = srv->generation;
         req.body_case = SPARROW__REQUEST__BODY_RESTORE;
         req.restore = &rs;
     } else {
@@ -914,6 +915,11 @@ spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *con
         return NULL;
     }
     srv->conf = *conf;
+    /* Generations fence pushes at the shards (RestoreRequest.generation), so they must grow across
+     * coordinator restarts too: a restarted coordinator starts from the wall clock in ms, which is
+     * past any generation its predecessor reached (one per recovery) */
+    srv->generation = (uint64_t)spw_time_wall_ms();
+    srv->stats.generation = srv->generation;
     if (srv->conf.keep == 0)
         srv->conf.keep = 1;
     srv->listen = strdup(conf->listen);

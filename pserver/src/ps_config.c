@@ -43,6 +43,9 @@ const struct spw_config_prop spw_pserver_config_props[] = {
      "drop:<max_tau>."},
     {"pserver.admit.min_count", SPW_CONFIG_INT, "1", 0, 65535, NULL,
      "Sightings (pushes) before a key gets a row; <= 1 admits every key."},
+    {"pserver.debug.counter_key", SPW_CONFIG_INT, "0", 0, 9.2e18, NULL,
+     "A reserved key kept as a plain counter (a push adds its first gradient value to w[0], "
+     "no optimizer, no penalty); pairs with trainer.debug.counter_key. 0: none."},
     {"pserver.ttl", SPW_CONFIG_DURATION_MS, "0", 0, 3.2e12, NULL,
      "Rows not updated for this long are evicted (tombstoned); 0 disables."},
     {"pserver.ttl.sweep_rows", SPW_CONFIG_INT, "10000", 1, 1e9, NULL,
@@ -116,6 +119,7 @@ spw_err_t spw_ps_server_conf_from_config(const spw_config_t *cfg, struct spw_ps_
     }
     sc->admit_min_count = (uint32_t)spw_config_int(cfg, "pserver.admit.min_count");
     sc->ttl_s = (uint32_t)(spw_config_duration_ms(cfg, "pserver.ttl") / 1000);
+    sc->counter_key = (uint64_t)spw_config_int(cfg, "pserver.debug.counter_key");
     if (spw_config_duration_ms(cfg, "pserver.ttl") > 0 && sc->ttl_s == 0)
         sc->ttl_s = 1;
     sc->rocksdb_options = spw_config_str(cfg, "rocksdb.options");

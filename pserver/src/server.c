@@ -43,7 +43,7 @@ struct ps_metrics {
     spw_counter_t *rows_pull, *rows_push;
     spw_counter_t *errors[ERRS]; /* by Sparrow__ErrorCode */
     spw_counter_t *dropped_frames;
-    spw_counter_t *rej_nonfinite, *rej_stale, *rej_unadmitted, *duplicates;
+    spw_counter_t *rej_nonfinite, *rej_stale, *rej_unadmitted, *duplicates, *fenced;
     spw_counter_t *admitted, *evict_spill, *evict_ttl, *db_reads;
     spw_counter_t *ckpt_ok, *ckpt_failed;
     spw_histogram_t *staleness;
@@ -68,6 +68,7 @@ struct spw_ps_server {
     size_t n_allowed;
     struct dedup_entry *dedup;
     uint64_t dedup_clock;
+    uint64_t fence; /* pushes of an older recovery generation are refused (RestoreRequest) */
     bool disk_full;
     uint64_t disk_checked_ms;
     uint64_t need_bytes;
@@ -117,6 +118,9 @@ static bool metrics_register(spw_ps_server_t *srv)
     m->duplicates =
         spw_metrics_counter_new(r, "sparrow_ps_duplicate_pushes_total",
                                 "Pushes acknowledged without applying (seq seen).", NULL);
+    m->fenced = spw_metrics_counter_new(
+        r, "sparrow_ps_fenced_pushes_total",
+        "Pushes refused because they predate the last global restore (older generation).", NULL);
     m->admitted = spw_metrics_counter_new(r, "sparrow_ps_admitted_total",
                                           "Keys given a row after min_count sightings.", NULL);
     m->evict_spill = spw_metrics_counter_new(r, "sparrow_ps_evictions_total",
@@ -422,7 +426,15 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
     ack.has_seq = true;
     ack.seq = push->seq;
     struct dedup_entry *e = dedup_find(srv, push->trainer_id, true);
-    if (dedup_seen(e, push->epoch, push->seq)) {
+    if (push->has_generation && push->generation < srv->fence) {
+        /* sent before the global restore this shard last applied: the trainer dropped it */
+        ack.has_fenced = true;
+        ack.fenced = true;
+        spw_counter_inc(srv->m.fenced);
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "push fenced",
+                            "trainer=%u generation=%" PRIu64 " fence=%" PRIu64, push->trainer_id,
+                            push->generation, srv->fence);
+    } else if (dedup_seen(e, push->epoch, push->seq)) {
         e->touched = ++srv->dedup_clock;
         ack.has_duplicate = true;
         ack.duplicate = true;
@@ -564,6 +576,8 @@ static void handle_checkpoint(spw_ps_server_t *srv, struct peer *peer, const Spa
 static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
 {
     uint64_t epoch = req->restore->has_epoch ? req->restore->epoch : 0;
+    if (req->restore->has_generation)
+        srv->fence = req->restore->generation;
     char err[1024] = "";
     if (epoch > 0) {
         /* verify before closing the live store, so that a bad epoch changes nothing */

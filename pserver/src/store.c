@@ -136,6 +136,17 @@ static inline struct spw_ps_row *slot_row(const spw_ps_store_t *store, uint32_t 
     return (struct spw_ps_row *)(store->slab + (size_t)slot * store->stride);
 }
 
+/* A new row's initial value: the optimizer's, except the counter row, which starts at zero. */
+static void row_init(const spw_ps_store_t *store, uint64_t key, float *data)
+{
+    if (store->conf.counter_key && key == store->conf.counter_key)
+        memset(data, 0,
+               (store->dim + spw_ps_slot_floats(store->conf.optim.kind, store->dim)) *
+                   sizeof(float));
+    else
+        spw_ps__row_init(&store->conf.optim, store->dim, store->conf.seed, key, data);
+}
+
 /* Zero-filled anonymous memory for the slab and the index, aligned to and advised for
  * transparent huge pages where the kernel offers them (random row and index accesses then miss
  * the TLB far less). Pages become resident only when touched. NULL when out of memory. */
@@ -406,7 +417,7 @@ static spw_err_t insert_row(spw_ps_store_t *store, uint64_t key, uint32_t h, con
         row->version = 0;
         row->last_update = store->now_s;
         row->count = 0;
-        spw_ps__row_init(&store->conf.optim, store->dim, store->conf.seed, key, row->data);
+        row_init(store, key, row->data);
         store->stats.rows_created++;
     }
     row->key = key;
@@ -553,7 +564,10 @@ spw_err_t spw_ps_store_pull(spw_ps_store_t *store, const uint64_t *keys, size_t 
                 if (versions)
                     versions[off + i] = row->version;
             } else {
-                spw_ps__row_init(&store->conf.optim, dim, store->conf.seed, keys[off + i], dst);
+                /* the initial row holds optimizer slots too: only its weights go out */
+                float init[SPW_PS_MAX_DIM * 3 + 1];
+                row_init(store, keys[off + i], init);
+                memcpy(dst, init, dim * sizeof(float));
                 if (versions)
                     versions[off + i] = 0;
                 store->stats.pulls_unadmitted++;
@@ -594,6 +608,17 @@ spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t 
                     taus[k] = 0;
                 continue;
             }
+            if (store->conf.counter_key && keys[k] == store->conf.counter_key) {
+                /* the counter row: a plain sum, no optimizer, no staleness penalty */
+                if (!isfinite(grads[k * dim])) {
+                    r.rejected++;
+                    continue;
+                }
+                row->data[0] += grads[k * dim];
+                if (taus)
+                    taus[k] = 0;
+                goto applied;
+            }
             if (versions) {
                 uint32_t d = row->version - versions[k];
                 tau = (int32_t)d < 0 ? 0 : d; /* a version from the future counts as fresh */
@@ -610,6 +635,7 @@ spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t 
                 r.rejected++;
                 continue;
             }
+        applied:
             row->version++;
             row->last_update = store->now_s;
             row->count++;

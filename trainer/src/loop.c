@@ -91,6 +91,7 @@ struct spw_trainer_loop {
 
     float *grads, *preds;
     size_t cap_grads, cap_preds;
+    float *counter_grad; /* dim floats: the counter row's push (conf.counter_key) */
 
     struct mark *marks;                                    /* FIFO [head, n) */
     size_t marks_head, marks_n, marks_cap, marks_assigned; /* [head, assigned) have a seq */
@@ -295,6 +296,7 @@ void spw_trainer_loop_destroy(spw_trainer_loop_t *loop)
     spw_pv_destroy(loop->pv);
     spw_backend_destroy(loop->be);
     free(loop->grads);
+    free(loop->counter_grad);
     free(loop->preds);
     free(loop->marks);
     free(loop);
@@ -509,6 +511,22 @@ static spw_err_t push_rows(spw_trainer_loop_t *loop, const uint64_t *keys, float
     return push_set(loop, &set, examples, max_event, last_seq);
 }
 
+/* The step's example count to the counter key (conf.counter_key), uncompressed. */
+static spw_err_t push_counter(spw_trainer_loop_t *loop, uint64_t examples, uint64_t *last_seq)
+{
+    static const uint32_t version0 = 0;
+    if (!loop->counter_grad &&
+        !(loop->counter_grad = calloc(loop->dim ? loop->dim : 1, sizeof(float))))
+        return SPW_ERR_NOMEM;
+    loop->counter_grad[0] = (float)examples;
+    struct spw_push_set set = {.n = 1,
+                               .dim = loop->dim,
+                               .keys = &loop->conf.counter_key,
+                               .versions = &version0,
+                               .values = loop->counter_grad};
+    return push_set(loop, &set, 0, INT64_MIN, last_seq);
+}
+
 static void step_reset(spw_trainer_loop_t *loop)
 {
     loop->micro = 0;
@@ -536,6 +554,8 @@ static spw_err_t end_step(spw_trainer_loop_t *loop, struct mb *mb, bool hooks)
                       spw_batch_unique(mb->batch), loop->step_examples, loop->step_max_event, &seq);
     if (loop->acc)
         spw_grad_acc_reset(loop->acc);
+    if (!err && loop->conf.counter_key && loop->step_examples)
+        err = push_counter(loop, loop->step_examples, &seq);
     if (err) {
         /* the compressor has taken the gradient in: a retry would count it twice */
         step_reset(loop);
@@ -748,6 +768,16 @@ spw_err_t spw_trainer_loop_restore(spw_trainer_loop_t *loop, spw_trainer_resume_
     loop->marks_head = loop->marks_n = loop->marks_assigned = 0;
     SPW_INFO("recovery: dropped state", "residuals=%zu pushes_abandoned=%u", residuals, pushes);
     return spw_trn__source_seek(&loop->src, resume, opaque);
+}
+
+spw_err_t spw_trainer_loop_hold_input(spw_trainer_loop_t *loop, int timeout_ms)
+{
+    return spw_trn__source_hold(&loop->src, timeout_ms);
+}
+
+spw_err_t spw_trainer_loop_release_input(spw_trainer_loop_t *loop)
+{
+    return spw_trn__source_release(&loop->src);
 }
 
 const char *spw_trainer_loop_topic(const spw_trainer_loop_t *loop)

@@ -89,6 +89,11 @@ void spw_trn__source_close(struct spw_trn__source *src);
  */
 spw_err_t spw_trn__source_next(struct spw_trn__source *src, int timeout_ms, Sparrow__Example **ex);
 
+/* Kafka input held (spw_kafka_consumer_serve: rebalances served, nothing consumed, at most
+ * timeout_ms) and released again. No-ops for file input. */
+spw_err_t spw_trn__source_hold(struct spw_trn__source *src, int timeout_ms);
+spw_err_t spw_trn__source_release(struct spw_trn__source *src);
+
 /* Counts one example the batch refused (reason index 0). */
 void spw_trn__source_reject(struct spw_trn__source *src);
 

@@ -405,6 +405,16 @@ spw_err_t spw_trn__source_commit(struct spw_trn__source *src, bool sync)
     return spw_kafka_consumer_commit(src->consumer, sync);
 }
 
+spw_err_t spw_trn__source_hold(struct spw_trn__source *src, int timeout_ms)
+{
+    return src->consumer ? spw_kafka_consumer_serve(src->consumer, timeout_ms) : SPW_OK;
+}
+
+spw_err_t spw_trn__source_release(struct spw_trn__source *src)
+{
+    return src->consumer ? spw_kafka_consumer_resume(src->consumer) : SPW_OK;
+}
+
 #else /* no Kafka library in this build */
 
 spw_err_t spw_trn__source_seek(struct spw_trn__source *src, spw_trainer_resume_fn resume,
@@ -443,6 +453,18 @@ spw_err_t spw_trn__source_store(struct spw_trn__source *src, int32_t part, int64
 spw_err_t spw_trn__source_commit(struct spw_trn__source *src, bool sync)
 {
     (void)src, (void)sync;
+    return SPW_OK;
+}
+
+spw_err_t spw_trn__source_hold(struct spw_trn__source *src, int timeout_ms)
+{
+    (void)src, (void)timeout_ms;
+    return SPW_OK;
+}
+
+spw_err_t spw_trn__source_release(struct spw_trn__source *src)
+{
+    (void)src;
     return SPW_OK;
 }
 

@@ -315,6 +315,11 @@ spw_err_t spw_ps_client_set_epoch(spw_ps_client_t *c, uint64_t epoch)
     return SPW_OK;
 }
 
+void spw_ps_client_set_generation(spw_ps_client_t *c, uint64_t generation)
+{
+    c->generation = generation;
+}
+
 void spw_ps_client_get_stats(const spw_ps_client_t *c, struct spw_ps_client_stats *out)
 {
     *out = c->stats;
@@ -748,6 +753,7 @@ spw_err_t spw_ps_client_push(spw_ps_client_t *c, const struct spw_ps_push *push,
     struct spw_psc__push *slot = &c->ring[idx];
     slot->seq = c->next_seq;
     slot->epoch = c->epoch;
+    slot->generation = c->generation;
     slot->fp16 = push->fp16;
     slot->max_event_time_ms = push->max_event_time_ms;
     slot->examples = push->examples;

@@ -80,6 +80,7 @@ struct spw_psc__push {
     bool fp16;
     uint64_t seq;
     uint64_t epoch;
+    uint64_t generation; /* recovery generation (0: not coordinated) */
     int64_t max_event_time_ms;
     uint32_t examples;
     uint32_t pending;
@@ -131,6 +132,7 @@ struct spw_ps_client {
     uint32_t outstanding;
     uint64_t next_seq;
     uint64_t epoch;
+    uint64_t generation;
     uint64_t next_req;
 
     struct spw_psc__sorter sorter;

@@ -182,6 +182,8 @@ void spw_psc__send(spw_ps_client_t *c, uint32_t s, bool push, uint32_t idx,
         ps.trainer_id = c->conf.trainer_id;
         ps.epoch = slot->epoch;
         ps.seq = slot->seq;
+        ps.has_generation = slot->generation != 0;
+        ps.generation = slot->generation;
         ps.dim = c->conf.dim;
         ps.has_keys = ps.has_versions = ps.has_grads = true;
         ps.keys.data = part->blocks.data;
@@ -328,7 +330,14 @@ static void on_push_ack(spw_ps_client_t *c, uint32_t s, const Sparrow__PushAck *
         spw_psc__push_part_done(c, slot, s);
         return;
     }
-    if (ack->has_duplicate && ack->duplicate) {
+    if (ack->has_fenced && ack->fenced) {
+        /* pushes of an abandoned generation never get here (their replies come in late): the
+         * shard restored a generation this client has not been told of */
+        spw_psc__set_sticky(c, SPW_ERR_STATE,
+                            "shard %u (%s) fenced push seq %" PRIu64 " of generation %" PRIu64
+                            ": the shard restored a newer generation",
+                            s, c->shards[s].endpoint, slot->seq, slot->generation);
+    } else if (ack->has_duplicate && ack->duplicate) {
         if (part->attempts <= 1) {
             /* The shard saw this (trainer_id, epoch, seq) before we ever sent it: another
              * client (or an earlier run) uses the same identity, and these rows were dropped. */

@@ -96,6 +96,9 @@ const struct spw_config_prop spw_trainer_config_props[] = {
     {"trainer.debug.slow_factor", SPW_CONFIG_DOUBLE, "1", 1, 1000, NULL,
      "Straggler injection: stretch every micro-batch's compute to this many times its duration "
      "(by sleeping)."},
+    {"trainer.debug.counter_key", SPW_CONFIG_INT, "0", 0, 9.2e18, NULL,
+     "Every step also pushes its example count, uncompressed, to this reserved key (the shards "
+     "count it with pserver.debug.counter_key): the exactly-once test. 0: off."},
     {"trainer.coordinator", SPW_CONFIG_STRING, "", 0, 255, NULL,
      "Coordinator endpoint (tcp://host:port): clocks, checkpoint epochs and recovery; offsets are "
      "then committed on its signal only. Empty: no coordinator."},

@@ -65,10 +65,17 @@ spw_coord_client_t *spw_coord_client_new(const struct spw_coord_client_conf *con
 void spw_coord_client_destroy(spw_coord_client_t *client);
 
 /* Sends Clock(clock) and waits for the answer (see conventions). A coordinator that stays silent
- * for register_timeout_ms (restarted) is registered with again and the Clock resent.
- * SPW_ERR_STOPPED on a stop request. */
+ * for register_timeout_ms (restarted) is registered with again and the Clock resent; so is a
+ * Clock whose member registered again while it waited (spw_coord_client_rejoin from the wait
+ * function). SPW_ERR_STOPPED on a stop request. */
 spw_err_t spw_coord_client_clock(spw_coord_client_t *client, uint64_t clock,
                                  struct spw_coord_event *ev);
+
+/* While spw_coord_client_clock waits, it calls wait(opaque, budget_ms) about every 20 ms from the
+ * calling thread; wait may block for up to budget_ms and may call spw_coord_client_rejoin (a
+ * trainer keeps its Kafka group membership alive there). NULL: none. */
+typedef void (*spw_coord_wait_fn)(void *opaque, int budget_ms);
+void spw_coord_client_set_wait(spw_coord_client_t *client, spw_coord_wait_fn wait, void *opaque);
 
 /* Reports a checkpoint: offsets (n, borrowed) and the examples trained since the last restore
  * (cumulative: the coordinator counts the difference). */

@@ -27,6 +27,7 @@ struct spw_kafka_consumer {
     spw_err_t sticky; /* set once offsets are lost under LOST_FAIL */
 
     uint64_t consumed, rebalances, lost;
+    bool paused; /* spw_kafka_consumer_serve paused the assignment */
     int64_t lag;
     uint64_t next_lag_ms;
 
@@ -492,6 +493,57 @@ spw_err_t spw_kafka_consumer_store(spw_kafka_consumer_t *c, const char *topic, i
         return SPW_ERR_KAFKA;
     }
     return SPW_OK;
+}
+
+/* Pauses (or resumes) every partition of the current assignment. */
+static spw_err_t pause_assignment(spw_kafka_consumer_t *c, bool pause)
+{
+    rd_kafka_topic_partition_list_t *list = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_assignment(c->rk, &list);
+    if (!err && list->cnt > 0)
+        err = pause ? rd_kafka_pause_partitions(c->rk, list)
+                    : rd_kafka_resume_partitions(c->rk, list);
+    if (list)
+        rd_kafka_topic_partition_list_destroy(list);
+    if (err) {
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "kafka pause/resume failed",
+                            "pause=%d error=\"%s\"", pause, rd_kafka_err2str(err));
+        return SPW_ERR_KAFKA;
+    }
+    return SPW_OK;
+}
+
+spw_err_t spw_kafka_consumer_serve(spw_kafka_consumer_t *c, int timeout_ms)
+{
+    if (c->sticky)
+        return c->sticky;
+    if (c->closed)
+        return SPW_ERR_STATE;
+    /* again at every call: a rebalance may have assigned new (unpaused) partitions */
+    spw_err_t ret = pause_assignment(c, true);
+    c->paused = true;
+    struct spw_kafka_msg msg;
+    spw_err_t err = spw_kafka_consumer_poll(c, timeout_ms, &msg);
+    if (err == SPW_OK) {
+        struct spw_kafka_partition back = {.partition = msg.partition, .offset = msg.offset};
+        snprintf(back.topic, sizeof(back.topic), "%s", msg.topic);
+        c->consumed--;
+        err = spw_kafka_consumer_seek(c, &back, 1, 1000);
+        spw_kafka_msg_release(&msg);
+        if (err == SPW_OK)
+            err = pause_assignment(c, true);
+    }
+    if (err == SPW_ERR_TIMEOUT)
+        err = SPW_OK;
+    return err ? err : ret;
+}
+
+spw_err_t spw_kafka_consumer_resume(spw_kafka_consumer_t *c)
+{
+    if (!c->paused || c->closed)
+        return SPW_OK;
+    c->paused = false;
+    return pause_assignment(c, false);
 }
 
 spw_err_t spw_kafka_consumer_seek(spw_kafka_consumer_t *c, const struct spw_kafka_partition *parts,

@@ -90,6 +90,10 @@ struct spw_ps_store_conf {
     const char *rocksdb_options; /* passed to rocksdb_get_options_from_string; NULL: none */
     uint32_t admit_min_count;    /* <= 1: every key is admitted on first touch */
     uint32_t ttl_s;              /* 0: rows never expire */
+    /* A reserved key whose row is a plain counter (0: none): it starts at zero and a push adds
+     * its gradient's first value to w[0], with no optimizer and no staleness penalty. The
+     * exactly-once test counts every trained example there. */
+    uint64_t counter_key;
     spw_ps_evict_fn on_evict;    /* may be NULL */
     void *evict_opaque;
 };

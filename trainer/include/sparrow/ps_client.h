@@ -236,6 +236,12 @@ uint64_t spw_ps_client_acked_through(const spw_ps_client_t *client);
  * outstanding (flush first), SPW_ERR_INVALID for an older epoch. */
 spw_err_t spw_ps_client_set_epoch(spw_ps_client_t *client, uint64_t epoch);
 
+/* Later pushes carry the coordinator's recovery generation (0, the default: none). Call after
+ * spw_ps_client_abandon_pushes when the coordinator restores: a shard that applied a restore of
+ * a newer generation refuses older pushes (PushAck.fenced), which this client reports as a
+ * sticky SPW_ERR_STATE, since a push in the current generation is never fenced. */
+void spw_ps_client_set_generation(spw_ps_client_t *client, uint64_t generation);
+
 /* Counters since creation. */
 struct spw_ps_client_stats {
     uint64_t pulls;         /* pulls completed */

@@ -120,6 +120,8 @@ struct spw_trainer_loop_conf {
     uint64_t grace_ms;           /* on stop: longest wait for pushes to be acknowledged */
     uint64_t debug_delay_ms;     /* straggler injection: sleep before every step */
     double debug_slow_factor;    /* straggler injection: stretch compute to this factor (>= 1) */
+    uint64_t counter_key; /* non-zero: every step also pushes its example count to this key
+                           * (uncompressed; the shards' pserver.debug.counter_key adds it up) */
     struct spw_metrics *metrics; /* borrowed; may be NULL; sparrow_trainer_* */
     struct spw_http *http;       /* borrowed; may be NULL; readiness is reported to it */
 };
@@ -194,6 +196,13 @@ spw_err_t spw_trainer_loop_restore(spw_trainer_loop_t *loop, spw_trainer_resume_
  * so that they are pulled again before their compute (hybrid mode's "drop cached rows" after a
  * barrier; spw_trainer_loop_checkpoint does it too). The loop keeps no other row cache. */
 void spw_trainer_loop_drop_rows(spw_trainer_loop_t *loop);
+
+/* From a hook that waits (a coordinator barrier): keeps the Kafka group membership alive without
+ * taking records (partitions paused; rebalances and their on_assign/on_revoke hooks run inside)
+ * for at most timeout_ms. spw_trainer_loop_release_input resumes consumption; call it before the
+ * hook returns. SPW_OK for file input. */
+spw_err_t spw_trainer_loop_hold_input(spw_trainer_loop_t *loop, int timeout_ms);
+spw_err_t spw_trainer_loop_release_input(spw_trainer_loop_t *loop);
 
 /* The Kafka topic of the input (owned by the loop), NULL for file input. Positions name
  * partitions of it. */

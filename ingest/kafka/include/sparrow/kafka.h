@@ -149,6 +149,20 @@ spw_err_t spw_kafka_consumer_store(spw_kafka_consumer_t *consumer, const char *t
 spw_err_t spw_kafka_consumer_seek(spw_kafka_consumer_t *consumer,
                                   const struct spw_kafka_partition *parts, size_t n,
                                   int timeout_ms);
+/*
+ * Serves the group without consuming, for a caller that must not take records now (a trainer
+ * held at a coordinator barrier) but must keep taking part in rebalances: pauses every assigned
+ * partition (paused partitions are not fetched; records already fetched for them are dropped and
+ * fetched again after the resume), then polls for at most timeout_ms, which runs rebalance
+ * callbacks. A record that still arrives (a partition assigned during this call) is not
+ * delivered: its partition is sought back to it. Call spw_kafka_consumer_resume to consume again.
+ * Same thread as spw_kafka_consumer_poll.
+ */
+spw_err_t spw_kafka_consumer_serve(spw_kafka_consumer_t *consumer, int timeout_ms);
+
+/* Resumes every assigned partition (after spw_kafka_consumer_serve). No-op when none paused. */
+spw_err_t spw_kafka_consumer_resume(spw_kafka_consumer_t *consumer);
+
 /* Commits the stored offsets. sync waits for the broker's answer. Nothing stored: SPW_OK. */
 spw_err_t spw_kafka_consumer_commit(spw_kafka_consumer_t *consumer, bool sync);
 

@@ -1,0 +1,242 @@
+/* The trainer's side of the coordinator: see trainer_coord.h. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sparrow/coord_client.h"
+#include "sparrow/log.h"
+#include "sparrow/metrics.h"
+#include "sparrow/ps_client.h"
+#include "sparrow/sparrow.pb-c.h"
+#include "sparrow/time.h"
+#include "trainer_coord.h"
+
+/* Partitions whose resume offset is remembered (positions not yet stored report it). */
+#define COORD_MAX_PARTS 1024
+
+struct spw_trainer_coord {
+    spw_coord_client_t *client;
+    spw_trainer_loop_t *loop;
+    /* The clock: steps plus idle ticks. An idle trainer (no partitions, or no records) ticks
+     * too, so that it never holds a barrier the others wait at, and the barriers (and the
+     * checkpoints taken there) go on while the whole stream is quiet. */
+    uint64_t clock;
+    uint64_t examples_base;          /* the loop's example count at the last restore */
+    int64_t resume[COORD_MAX_PARTS]; /* offset a partition (re)started from; -1 unknown */
+    struct spw_trainer_position pos[COORD_MAX_PARTS];
+    struct spw_coord_offset offs[COORD_MAX_PARTS];
+    spw_gauge_t *m_clock;
+    spw_histogram_t *m_wait, *m_pause;
+};
+
+static spw_err_t coord_resume(void *opaque, const char *topic, int32_t partition, int64_t *offset,
+                              uint32_t *skip)
+{
+    spw_trainer_coord_t *tc = opaque;
+    spw_err_t err = spw_coord_client_offset(tc->client, topic, partition, offset, skip);
+    if (partition >= 0 && partition < COORD_MAX_PARTS)
+        tc->resume[partition] = err == SPW_OK ? *offset : 0;
+    return err;
+}
+
+/* While a Clock waits: Kafka rebalances go on (a held trainer must not stall the group). */
+static void coord_wait(void *opaque, int budget_ms)
+{
+    spw_trainer_coord_t *tc = opaque;
+    if (tc->loop)
+        spw_trainer_loop_hold_input(tc->loop, budget_ms);
+}
+
+static spw_err_t report_checkpoint(spw_trainer_coord_t *tc, uint64_t epoch)
+{
+    size_t n = 0;
+    spw_err_t err = spw_trainer_loop_checkpoint(tc->loop, -1, tc->pos, COORD_MAX_PARTS, &n);
+    if (err)
+        return err;
+    if (n > COORD_MAX_PARTS)
+        n = COORD_MAX_PARTS;
+    const char *topic = spw_trainer_loop_topic(tc->loop);
+    for (size_t i = 0; i < n; i++) {
+        struct spw_coord_offset *o = &tc->offs[i];
+        snprintf(o->topic, sizeof(o->topic), "%s", topic ? topic : "");
+        o->partition = tc->pos[i].partition;
+        o->offset = tc->pos[i].offset;
+        o->skip = tc->pos[i].skip;
+        if (tc->pos[i].offset < 0) { /* nothing stored yet: where it (re)started */
+            int32_t p = tc->pos[i].partition;
+            o->offset = p >= 0 && p < COORD_MAX_PARTS && tc->resume[p] >= 0 ? tc->resume[p] : 0;
+            o->skip = 0;
+        }
+    }
+    struct spw_trainer_loop_stats st;
+    spw_trainer_loop_get_stats(tc->loop, &st);
+    uint64_t examples = st.examples - tc->examples_base;
+    if ((err = spw_coord_client_checkpoint_report(tc->client, epoch, tc->offs, n, examples)))
+        return err;
+    SPW_INFO("checkpoint reported", "epoch=%" PRIu64 " partitions=%zu examples=%" PRIu64, epoch, n,
+             examples);
+    return SPW_OK;
+}
+
+static spw_err_t restore(spw_trainer_coord_t *tc, const struct spw_coord_event *ev)
+{
+    spw_err_t err = spw_trainer_loop_restore(tc->loop, coord_resume, tc);
+    if (err)
+        return err;
+    /* pushes from now on are of the new generation; older ones still in flight get fenced */
+    spw_ps_client_set_generation(spw_trainer_loop_client(tc->loop), ev->generation);
+    struct spw_trainer_loop_stats st;
+    spw_trainer_loop_get_stats(tc->loop, &st);
+    tc->examples_base = st.examples;
+    if ((err = spw_coord_client_restore_report(tc->client, ev->generation)))
+        return err;
+    SPW_INFO("restored", "generation=%" PRIu64 " epoch=%" PRIu64, ev->generation, ev->epoch);
+    return SPW_OK;
+}
+
+/* Clocks `clock` and acts on the answers until the coordinator says proceed. */
+static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock)
+{
+    uint64_t t0 = spw_time_mono_ns();
+    bool checkpointed = false;
+    spw_err_t err = SPW_OK;
+    tc->clock = clock;
+    if (tc->m_clock)
+        spw_gauge_set(tc->m_clock, (double)clock);
+    for (;;) {
+        struct spw_coord_event ev;
+        if ((err = spw_coord_client_clock(tc->client, clock, &ev)))
+            break;
+        if (ev.kind == SPW_COORD_EV_PROCEED) {
+            if (ev.drop_cache)
+                spw_trainer_loop_drop_rows(tc->loop);
+            spw_err_t cerr;
+            if (ev.commit && (cerr = spw_trainer_loop_commit(tc->loop, false)) != SPW_OK)
+                SPW_WARN("offset commit failed", "error=\"%s\"", spw_err_str(cerr));
+            break;
+        }
+        if (ev.kind == SPW_COORD_EV_CHECKPOINT) {
+            checkpointed = true;
+            err = report_checkpoint(tc, ev.epoch);
+        } else {
+            err = restore(tc, &ev);
+        }
+        if (err)
+            break;
+    }
+    spw_err_t rerr = spw_trainer_loop_release_input(tc->loop);
+    if (rerr)
+        SPW_WARN("resuming the input failed", "error=\"%s\"", spw_err_str(rerr));
+    double secs = (double)(spw_time_mono_ns() - t0) * 1e-9;
+    if (tc->m_wait)
+        spw_histogram_observe(tc->m_wait, secs);
+    if (checkpointed && tc->m_pause)
+        spw_histogram_observe(tc->m_pause, secs);
+    return err;
+}
+
+static spw_err_t coord_after_step(void *opaque, spw_trainer_loop_t *loop,
+                                  const struct spw_trainer_step_info *info)
+{
+    (void)loop, (void)info;
+    spw_trainer_coord_t *tc = opaque;
+    return clock_at(tc, tc->clock + 1);
+}
+
+static spw_err_t coord_idle(void *opaque, spw_trainer_loop_t *loop)
+{
+    (void)loop;
+    spw_trainer_coord_t *tc = opaque;
+    return clock_at(tc, tc->clock + 1);
+}
+
+static void coord_on_assign(void *opaque, struct spw_trainer_position *parts, size_t n)
+{
+    spw_trainer_coord_t *tc = opaque;
+    const char *topic = tc->loop ? spw_trainer_loop_topic(tc->loop) : NULL;
+    for (size_t i = 0; topic && i < n; i++) {
+        int64_t offset;
+        uint32_t skip;
+        if (coord_resume(tc, topic, parts[i].partition, &offset, &skip) == SPW_OK) {
+            parts[i].offset = offset;
+            parts[i].skip = skip;
+        }
+    }
+    /* partitions moved: the coordinator runs a recovery */
+    spw_err_t err = spw_coord_client_rejoin(tc->client);
+    if (err)
+        SPW_WARN("rejoin failed", "error=\"%s\"", spw_err_str(err));
+}
+
+static void metrics_register(spw_trainer_coord_t *tc, spw_metrics_t *r)
+{
+    static const double secs[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                  0.5,   1,     2.5,  5,     10,   30,  60};
+    const size_t n = sizeof(secs) / sizeof(secs[0]);
+    tc->m_clock = spw_metrics_gauge_new(
+        r, "sparrow_trainer_clock", "The coordinator clock reached (steps and idle ticks).", NULL);
+    tc->m_wait = spw_metrics_histogram_new(
+        r, "sparrow_trainer_coord_wait_seconds",
+        "Time from a Clock to the coordinator's proceed (barriers, checkpoints, recoveries).", NULL,
+        secs, n);
+    tc->m_pause = spw_metrics_histogram_new(
+        r, "sparrow_trainer_checkpoint_pause_seconds",
+        "Time a trainer stood still for a checkpoint epoch (flush, report, wait for the shards).",
+        NULL, secs, n);
+}
+
+spw_trainer_coord_t *spw_trainer_coord_new(const char *endpoint, uint32_t trainer_id,
+                                           spw_metrics_t *metrics, struct spw_trainer_hooks *hooks,
+                                           char *errstr, size_t errstr_size)
+{
+    spw_trainer_coord_t *tc = calloc(1, sizeof(*tc));
+    if (!tc) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < COORD_MAX_PARTS; i++)
+        tc->resume[i] = -1;
+    char member[128];
+    if (trainer_id)
+        snprintf(member, sizeof(member), "trainer-%u", trainer_id);
+    else {
+        char host[64] = "";
+        gethostname(host, sizeof(host) - 1);
+        snprintf(member, sizeof(member), "trainer-%s-%ld", host, (long)getpid());
+    }
+    struct spw_coord_client_conf cc = {.endpoint = endpoint,
+                                       .member_id = member,
+                                       .role = SPARROW__MEMBER_ROLE__ROLE_TRAINER,
+                                       .heartbeat_ms = 200,
+                                       .register_timeout_ms = 1000};
+    SPW_INFO("registering with the coordinator", "endpoint=%s member=%s", endpoint, member);
+    tc->client = spw_coord_client_new(&cc, 60000, errstr, errstr_size);
+    if (!tc->client) {
+        free(tc);
+        return NULL;
+    }
+    spw_coord_client_set_wait(tc->client, coord_wait, tc);
+    if (metrics)
+        metrics_register(tc, metrics);
+    *hooks = (struct spw_trainer_hooks){.opaque = tc,
+                                        .after_step = coord_after_step,
+                                        .idle = coord_idle,
+                                        .on_assign = coord_on_assign};
+    return tc;
+}
+
+spw_err_t spw_trainer_coord_start(spw_trainer_coord_t *tc, spw_trainer_loop_t *loop)
+{
+    tc->loop = loop;
+    return clock_at(tc, 0);
+}
+
+void spw_trainer_coord_destroy(spw_trainer_coord_t *tc)
+{
+    if (!tc)
+        return;
+    spw_coord_client_destroy(tc->client);
+    free(tc);
+}

@@ -1,0 +1,31 @@
+/* The trainer's side of the coordinator (DESIGN.md §5): clocks after every step and while idle,
+ * checkpoint reports, recovery, and Kafka group membership kept alive while held at a barrier. */
+#ifndef SPARROW_TRAINER_COORD_H
+#define SPARROW_TRAINER_COORD_H
+
+#include <stdint.h>
+
+#include "sparrow/err.h"
+#include "sparrow/trainer_loop.h"
+
+struct spw_metrics;
+typedef struct spw_trainer_coord spw_trainer_coord_t;
+
+/* Registers with the coordinator at endpoint (waiting up to a minute) as "trainer-<id>" (id 0:
+ * "trainer-<host>-<pid>"), registering its metrics in metrics (borrowed, may be NULL). Fills
+ * *hooks for spw_trainer_loop_new. NULL with errstr on failure. One thread uses it. */
+spw_trainer_coord_t *spw_trainer_coord_new(const char *endpoint, uint32_t trainer_id,
+                                           struct spw_metrics *metrics,
+                                           struct spw_trainer_hooks *hooks, char *errstr,
+                                           size_t errstr_size);
+
+/* Clock 0 before any data, once the loop exists (the loop is borrowed from now on), so that
+ * trainers started together share the coordinator's clock base and the startup recovery runs.
+ * SPW_ERR_STOPPED on a stop request. */
+spw_err_t spw_trainer_coord_start(spw_trainer_coord_t *tc, spw_trainer_loop_t *loop);
+
+/* Unregisters nothing (the coordinator times the member out), stops the heartbeat, frees. NULL
+ * is a no-op. */
+void spw_trainer_coord_destroy(spw_trainer_coord_t *tc);
+
+#endif
