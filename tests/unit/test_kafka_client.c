@@ -332,6 +332,79 @@ static void test_kafka_client_assign_seeks_to_supplied_offset(void **state)
     spw_kafka_mock_destroy(mock);
 }
 
+/* A consumer held by spw_kafka_consumer_serve (a trainer at a barrier) takes part in the
+ * rebalance a joining member triggers, without consuming; after the resume, the two consumers
+ * read every record exactly once between them. */
+static void test_kafka_client_serve_keeps_group_alive(void **state)
+{
+    (void)state;
+    spw_kafka_mock_t *mock = mock_with("hold", 2);
+    spw_kafka_props_t *props = props_for(mock);
+    produce_n(props, "hold", 0, 40, 0);
+    const char *topic = "hold";
+    struct spw_kafka_consumer_opts oa = {0};
+    spw_kafka_consumer_t *a = consumer_for(props, "g-hold", &topic, &oa);
+    unsigned char seen[64] = {0};
+    assert_int_equal(consume_n(a, 10, seen, 64, true), 10);
+    assert_int_equal(spw_kafka_consumer_commit(a, true), SPW_OK);
+
+    struct assign_ctx bctx = {.start = SPW_KAFKA_OFFSET_STORED};
+    struct spw_kafka_consumer_opts ob = {.on_revoke = on_revoke, .opaque = &bctx};
+    spw_kafka_consumer_t *b = consumer_for(props, "g-hold", &topic, &ob);
+    uint64_t consumed = spw_kafka_consumer_consumed(a);
+    uint64_t rebalances = spw_kafka_consumer_rebalances(a);
+    int got_b = 0;
+    uint64_t deadline = spw_time_mono_ms() + WAIT_MS;
+    /* until b has records: a only serves the group */
+    while (got_b == 0 && spw_time_mono_ms() < deadline) {
+        assert_int_equal(spw_kafka_consumer_serve(a, 50), SPW_OK);
+        struct spw_kafka_msg msg;
+        spw_err_t err = spw_kafka_consumer_poll(b, 50, &msg);
+        if (err == SPW_ERR_TIMEOUT)
+            continue;
+        assert_int_equal(err, SPW_OK);
+        int idx = -1;
+        char text[32] = {0};
+        memcpy(text, msg.value, msg.len < 31 ? msg.len : 31);
+        assert_int_equal(sscanf(text, "value-%d", &idx), 1);
+        seen[idx]++;
+        spw_kafka_msg_release(&msg);
+        got_b++;
+    }
+    assert_int_equal(got_b, 1);
+    assert_int_equal(spw_kafka_consumer_consumed(a), consumed); /* nothing taken while held */
+    assert_true(spw_kafka_consumer_rebalances(a) > rebalances);
+    assert_int_equal(spw_kafka_consumer_resume(a), SPW_OK);
+    /* the other 29 records, each once, between a and b */
+    int total = 11;
+    deadline = spw_time_mono_ms() + WAIT_MS;
+    while (total < 40 && spw_time_mono_ms() < deadline) {
+        for (int i = 0; i < 2; i++) {
+            struct spw_kafka_msg msg;
+            spw_err_t err = spw_kafka_consumer_poll(i ? b : a, 50, &msg);
+            if (err == SPW_ERR_TIMEOUT)
+                continue;
+            assert_int_equal(err, SPW_OK);
+            int idx = -1;
+            char text[32] = {0};
+            memcpy(text, msg.value, msg.len < 31 ? msg.len : 31);
+            assert_int_equal(sscanf(text, "value-%d", &idx), 1);
+            seen[idx]++;
+            spw_kafka_msg_release(&msg);
+            total++;
+        }
+    }
+    for (int i = 0; i < 40; i++)
+        if (seen[i] != 1)
+            fprintf(stderr, "record %d seen %d times (total %d)\n", i, seen[i], total);
+    for (int i = 0; i < 40; i++)
+        assert_int_equal(seen[i], 1);
+    spw_kafka_consumer_destroy(b);
+    spw_kafka_consumer_destroy(a);
+    spw_kafka_props_destroy(props);
+    spw_kafka_mock_destroy(mock);
+}
+
 static void test_kafka_client_retention_loss_is_loud(void **state)
 {
     (void)state;
@@ -437,6 +510,7 @@ int main(void)
         cmocka_unit_test(test_kafka_mock_commands),
         cmocka_unit_test(test_kafka_client_roundtrip_commit_resume),
         cmocka_unit_test(test_kafka_client_assign_seeks_to_supplied_offset),
+        cmocka_unit_test(test_kafka_client_serve_keeps_group_alive),
         cmocka_unit_test(test_kafka_client_retention_loss_is_loud),
         cmocka_unit_test(test_kafka_client_transaction_delivers_records),
     };

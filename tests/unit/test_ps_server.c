@@ -160,11 +160,16 @@ static Sparrow__Reply *pull(void *s, spw_arena_t *arena, const uint64_t *keys, s
     return recv_reply(s, arena);
 }
 
+/* The recovery generation push() sends (0: none). */
+static uint64_t push_generation;
+
 static Sparrow__Reply *push(void *s, spw_arena_t *arena, uint32_t trainer, uint64_t epoch,
                             uint64_t seq, const uint64_t *keys, size_t n, const float *grads,
                             const uint32_t *versions)
 {
     Sparrow__PushRequest p = SPARROW__PUSH_REQUEST__INIT;
+    p.has_generation = push_generation != 0;
+    p.generation = push_generation;
     p.has_trainer_id = p.has_epoch = p.has_seq = p.has_dim = true;
     p.trainer_id = trainer;
     p.epoch = epoch;
@@ -227,6 +232,57 @@ static void test_ps_server_pull_push_dedup(void **state)
     assert_float_equal(vals[DIM], -4.0, 1e-6); /* 2 (seq 5) + 2 (trainer 2) on key 20 */
     assert_int_equal(vers[0], 2);
     assert_int_equal(vers[1], 2);
+    spw_arena_destroy(arena);
+    stop(e);
+}
+
+/* A restore of generation G fences pushes of older generations (sent before the restore, still
+ * in flight): acknowledged as fenced, not applied; pushes without a generation (trainers without
+ * a coordinator) and of G or newer are applied. */
+static void test_ps_server_restore_fences_older_generations(void **state)
+{
+    struct env *e = *state;
+    struct spw_ps_server_conf c = server_conf(e, e->dir);
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    uint64_t key = 10;
+    float g[DIM] = {1, 1, 1, 1};
+    uint32_t v = 0;
+    push_generation = 5;
+    Sparrow__Reply *r = push(e->client, arena, 1, 1, 1, &key, 1, g, &v);
+    assert_int_equal(r->push->applied, 1);
+    assert_false(r->push->fenced);
+    Sparrow__RestoreRequest rr = SPARROW__RESTORE_REQUEST__INIT;
+    rr.has_epoch = rr.has_generation = true;
+    rr.epoch = 0; /* back to empty */
+    rr.generation = 6;
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    req.has_version = req.has_request_id = true;
+    req.version = 1;
+    req.request_id = 99;
+    req.body_case = SPARROW__REQUEST__BODY_RESTORE;
+    req.restore = &rr;
+    send_request(e->client, &req);
+    r = recv_reply(e->client, arena);
+    assert_false(r->has_error && r->error != 0);
+    assert_int_equal(r->body_case, SPARROW__REPLY__BODY_RESTORE);
+    /* generation 5's late push: fenced */
+    r = push(e->client, arena, 1, 1, 2, &key, 1, g, &v);
+    assert_true(r->push->has_fenced && r->push->fenced);
+    assert_int_equal(r->push->applied, 0);
+    r = pull(e->client, arena, &key, 1, 7);
+    float val;
+    memcpy(&val, r->pull->values.data, sizeof(val));
+    assert_float_equal(val, 0.0, 1e-6); /* the restored (empty) state: init scale 0 */
+    /* generation 6 and an unversioned push: applied */
+    push_generation = 6;
+    r = push(e->client, arena, 1, 2, 1, &key, 1, g, &v);
+    assert_int_equal(r->push->applied, 1);
+    assert_false(r->push->fenced);
+    push_generation = 0;
+    r = push(e->client, arena, 2, 1, 1, &key, 1, g, &v);
+    assert_int_equal(r->push->applied, 1);
     spw_arena_destroy(arena);
     stop(e);
 }
@@ -494,6 +550,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ps_server_pull_push_dedup, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_server_bad_frames_answered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_server_restore_fences_older_generations, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_ps_server_wrong_shard_and_rpc_checkpoint, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ps_server_curve_rejects_unknown_clients, setup,

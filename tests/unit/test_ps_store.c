@@ -390,6 +390,44 @@ static void test_ps_store_admission(void **state)
     spw_ps_store_close(s);
 }
 
+/* The counter key: starts at zero, adds its gradient's first value, no optimizer, no penalty
+ * (even at a large tau under drop), rejects non-finite values; other keys train as usual. */
+static void test_ps_store_counter_key(void **state)
+{
+    struct fixture *fx = *state;
+    char p[128];
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, 3);
+    c.counter_key = 0x5eed;
+    c.optim.init_scale = 0.1f;
+    assert_int_equal(spw_ps_penalty_parse("drop:2", &c.penalty), SPW_OK);
+    spw_ps_store_t *s = open_ok(&c);
+    uint64_t keys[2] = {0x5eed, 42};
+    float v[6];
+    uint32_t ver[2];
+    assert_int_equal(spw_ps_store_pull(s, keys, 2, v, ver), SPW_OK);
+    assert_float_equal(v[0], 0.0, 0.0);
+    assert_float_equal(v[1], 0.0, 0.0);
+    const float w42 = v[3];
+    float g[6] = {256, 0, 0, 0.5f, 0.5f, 0.5f};
+    uint32_t stale[2] = {0, 0};
+    struct spw_ps_push_result r;
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(spw_ps_store_push(s, keys, 2, g, stale, NULL, &r), SPW_OK);
+        assert_int_equal(r.applied + r.dropped_stale, 2);
+    }
+    /* far behind: key 42 is dropped by the penalty, the counter is not */
+    assert_int_equal(spw_ps_store_push(s, keys, 2, g, stale, NULL, &r), SPW_OK);
+    assert_int_equal(r.dropped_stale, 1);
+    float bad[6] = {NAN, 0, 0, 0, 0, 0};
+    assert_int_equal(spw_ps_store_push(s, keys, 1, bad, NULL, NULL, &r), SPW_OK);
+    assert_int_equal(r.rejected, 1);
+    assert_int_equal(spw_ps_store_pull(s, keys, 2, v, ver), SPW_OK);
+    assert_float_equal(v[0], 11 * 256.0, 0.0);
+    assert_float_equal(v[1], 0.0, 0.0);
+    assert_true(v[3] < w42); /* key 42 trained (adagrad steps against its gradient) */
+    spw_ps_store_close(s);
+}
+
 struct evicted {
     uint64_t keys[64];
     int n;
@@ -487,6 +525,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ps_store_index_grows_with_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_store_large_flush_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_store_admission, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_store_counter_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_store_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_store_reopen_persists_and_checks_layout, setup,
                                         teardown),

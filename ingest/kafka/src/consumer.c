@@ -27,7 +27,12 @@ struct spw_kafka_consumer {
     spw_err_t sticky; /* set once offsets are lost under LOST_FAIL */
 
     uint64_t consumed, rebalances, lost;
-    bool paused; /* spw_kafka_consumer_serve paused the assignment */
+    /* Where a held partition (spw_kafka_consumer_serve until spw_kafka_consumer_resume) resumes:
+     * a paused partition drops what it had fetched, and librdkafka resumes one that delivered
+     * nothing since its assignment from wherever its fetcher got to. */
+    bool paused;
+    rd_kafka_topic_partition_list_t *starts;    /* assigned partitions: their start offsets */
+    rd_kafka_topic_partition_list_t *held_back; /* records not delivered while held: offset */
     int64_t lag;
     uint64_t next_lag_ms;
 
@@ -156,6 +161,34 @@ static void update_assigned_gauge(spw_kafka_consumer_t *c)
         rd_kafka_topic_partition_list_destroy(now);
 }
 
+/* Sets (replacing) or removes topic/partition in a held list. */
+static void held_set(rd_kafka_topic_partition_list_t *held, const char *topic, int32_t partition,
+                     int64_t offset, bool remove)
+{
+    if (!held)
+        return;
+    if (remove) {
+        rd_kafka_topic_partition_list_del(held, topic, partition);
+        return;
+    }
+    rd_kafka_topic_partition_t *e = rd_kafka_topic_partition_list_find(held, topic, partition);
+    if (!e)
+        e = rd_kafka_topic_partition_list_add(held, topic, partition);
+    e->offset = offset;
+}
+
+/* Partitions assigned start where they were assigned; what was noted while held for partitions
+ * that moved no longer applies. */
+static void note_rebalance(spw_kafka_consumer_t *c, const rd_kafka_topic_partition_list_t *list,
+                           bool assign)
+{
+    for (int i = 0; i < list->cnt; i++) {
+        const rd_kafka_topic_partition_t *e = &list->elems[i];
+        held_set(c->held_back, e->topic, e->partition, 0, true);
+        held_set(c->starts, e->topic, e->partition, e->offset, !assign);
+    }
+}
+
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *list, void *opaque)
 {
@@ -168,6 +201,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         for (int i = 0; i < list->cnt; i++)
             SPW_INFO("kafka partition assigned", "topic=%s partition=%" PRId32 " offset=%" PRId64,
                      list->elems[i].topic, list->elems[i].partition, list->elems[i].offset);
+        note_rebalance(c, list, true);
         if (cooperative) {
             rd_kafka_error_t *e = rd_kafka_incremental_assign(rk, list);
             if (e) {
@@ -179,6 +213,10 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             if (e)
                 SPW_ERROR("kafka assign failed", "error=\"%s\"", rd_kafka_err2str(e));
         }
+        /* librdkafka keeps a partition's pause across a revoke and a new assignment: a
+         * partition paused by an earlier hold must not come back paused */
+        if (!c->paused)
+            rd_kafka_resume_partitions(rk, list);
     } else {
         inc(c->m_revokes, 1);
         SPW_INFO("kafka partitions revoked", "count=%d lost=%d", list->cnt,
@@ -190,6 +228,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                 SPW_WARN("kafka commit on revoke failed", "error=\"%s\"", rd_kafka_err2str(ce));
         }
         report_revoke(c, list);
+        note_rebalance(c, list, false);
         for (int i = 0; i < list->cnt; i++) {
             spw_gauge_t *g = partition_lag_gauge(c, list->elems[i].topic, list->elems[i].partition);
             if (g)
@@ -255,6 +294,7 @@ spw_kafka_consumer_t *spw_kafka_consumer_new(const spw_kafka_props_t *props,
         return NULL;
     }
     c->on_assign = opts->on_assign;
+    c->starts = rd_kafka_topic_partition_list_new(8);
     c->on_revoke = opts->on_revoke;
     c->opaque = opts->opaque;
     c->start_latest = opts->start_latest;
@@ -519,19 +559,25 @@ spw_err_t spw_kafka_consumer_serve(spw_kafka_consumer_t *c, int timeout_ms)
         return c->sticky;
     if (c->closed)
         return SPW_ERR_STATE;
+    if (!c->paused) {
+        if (c->held_back)
+            rd_kafka_topic_partition_list_destroy(c->held_back);
+        c->held_back = rd_kafka_topic_partition_list_new(4);
+        c->paused = true;
+    }
     /* again at every call: a rebalance may have assigned new (unpaused) partitions */
     spw_err_t ret = pause_assignment(c, true);
-    c->paused = true;
     struct spw_kafka_msg msg;
     spw_err_t err = spw_kafka_consumer_poll(c, timeout_ms, &msg);
     if (err == SPW_OK) {
-        struct spw_kafka_partition back = {.partition = msg.partition, .offset = msg.offset};
-        snprintf(back.topic, sizeof(back.topic), "%s", msg.topic);
+        /* fetched before its partition was paused: not delivered, read again after the resume */
+        rd_kafka_topic_partition_t *e =
+            rd_kafka_topic_partition_list_find(c->held_back, msg.topic, msg.partition);
+        if (!e || msg.offset < e->offset)
+            held_set(c->held_back, msg.topic, msg.partition, msg.offset, false);
         c->consumed--;
-        err = spw_kafka_consumer_seek(c, &back, 1, 1000);
         spw_kafka_msg_release(&msg);
-        if (err == SPW_OK)
-            err = pause_assignment(c, true);
+        err = pause_assignment(c, true);
     }
     if (err == SPW_ERR_TIMEOUT)
         err = SPW_OK;
@@ -542,8 +588,41 @@ spw_err_t spw_kafka_consumer_resume(spw_kafka_consumer_t *c)
 {
     if (!c->paused || c->closed)
         return SPW_OK;
+    /* where each assigned partition goes on: a record noted while held, else the position
+     * after the last record delivered, else the offset it was assigned with */
+    rd_kafka_topic_partition_list_t *list = NULL;
+    spw_err_t ret = SPW_OK;
+    if (rd_kafka_assignment(c->rk, &list) == RD_KAFKA_RESP_ERR_NO_ERROR && list->cnt > 0) {
+        rd_kafka_position(c->rk, list);
+        for (int i = 0; i < list->cnt; i++) {
+            rd_kafka_topic_partition_t *e = &list->elems[i];
+            const rd_kafka_topic_partition_t *b =
+                rd_kafka_topic_partition_list_find(c->held_back, e->topic, e->partition);
+            const rd_kafka_topic_partition_t *st =
+                rd_kafka_topic_partition_list_find(c->starts, e->topic, e->partition);
+            if (b)
+                e->offset = b->offset;
+            else if (e->offset < 0 && st)
+                e->offset = st->offset;
+            if (e->offset == RD_KAFKA_OFFSET_INVALID) /* not known: librdkafka decides */
+                e->offset = RD_KAFKA_OFFSET_STORED;
+        }
+        ret = pause_assignment(c, false);
+        rd_kafka_error_t *error = rd_kafka_seek_partitions(c->rk, list, 5000);
+        if (error) {
+            SPW_ERROR("kafka seek after a hold failed", "error=\"%s\"",
+                      rd_kafka_error_string(error));
+            rd_kafka_error_destroy(error);
+            ret = SPW_ERR_KAFKA;
+        }
+    }
+    if (list)
+        rd_kafka_topic_partition_list_destroy(list);
+    if (c->held_back)
+        rd_kafka_topic_partition_list_destroy(c->held_back);
+    c->held_back = NULL;
     c->paused = false;
-    return pause_assignment(c, false);
+    return ret;
 }
 
 spw_err_t spw_kafka_consumer_seek(spw_kafka_consumer_t *c, const struct spw_kafka_partition *parts,
@@ -629,5 +708,9 @@ void spw_kafka_consumer_destroy(spw_kafka_consumer_t *c)
         return;
     spw_kafka_consumer_close(c);
     rd_kafka_destroy(c->rk);
+    if (c->starts)
+        rd_kafka_topic_partition_list_destroy(c->starts);
+    if (c->held_back)
+        rd_kafka_topic_partition_list_destroy(c->held_back);
     free(c);
 }
