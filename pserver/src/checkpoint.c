@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <rocksdb/c.h>
 #include <xxhash.h>
 
 #include "ps_int.h"
@@ -312,6 +313,40 @@ spw_err_t spw_ps__checksum_dir(const char *dir, struct spw_ps__digest_cache *cac
     if (!ok)
         return SPW_ERR_IO;
     return fsync_path(dir, O_RDONLY | O_DIRECTORY);
+}
+
+spw_err_t spw_ps__checkpoint_db(rocksdb_t *db, const char *tmp, const char *final,
+                                struct spw_ps__digest_cache *cache, char hex[17], uint64_t *bytes,
+                                char *errstr, size_t errstr_size)
+{
+    spw_ps__rmtree(tmp);
+    char *rerr = NULL;
+    rocksdb_checkpoint_t *cp = rocksdb_checkpoint_object_create(db, &rerr);
+    if (!rerr)
+        rocksdb_checkpoint_create(cp, tmp, 0, &rerr);
+    if (cp)
+        rocksdb_checkpoint_object_destroy(cp);
+    if (rerr) {
+        snprintf(errstr, errstr_size, "rocksdb checkpoint %s: %s", tmp, rerr);
+        rocksdb_free(rerr);
+        spw_ps__rmtree(tmp);
+        char rtmp[4200]; /* RocksDB stages the checkpoint in "<dir>.tmp" */
+        if (spw_ps__path(rtmp, sizeof(rtmp), "%s.tmp", tmp))
+            spw_ps__rmtree(rtmp);
+        return SPW_ERR_IO;
+    }
+    spw_err_t err = spw_ps__checksum_dir(tmp, cache, hex, bytes);
+    if (err) {
+        snprintf(errstr, errstr_size, "writing checksum in %s: %s", tmp, strerror(errno));
+        spw_ps__rmtree(tmp);
+        return err;
+    }
+    if (rename(tmp, final) != 0) {
+        snprintf(errstr, errstr_size, "rename %s: %s", tmp, strerror(errno));
+        spw_ps__rmtree(tmp);
+        return SPW_ERR_IO;
+    }
+    return SPW_OK;
 }
 
 spw_err_t spw_ps_checkpoint_verify(const char *dir, char hex[17])

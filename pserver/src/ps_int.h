@@ -100,6 +100,11 @@ struct spw_arena;
 struct Sparrow__CheckpointReply;
 void spw_ps__publisher_fill_offsets(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch,
                                     struct spw_arena *arena, struct Sparrow__CheckpointReply *ck);
+/* After the store was restored to checkpoint epoch (epoch 0: the empty model): the publisher
+ * thread reads the stream back and re-publishes every key this shard published since that epoch
+ * (its restored row, or a tombstone when the restored store lacks it), so that readers of the
+ * stream converge to the restored state. Returns at once. */
+void spw_ps__publisher_restored(spw_ps__publisher_t *pub, uint64_t epoch);
 /* Final publish and flush (at SIGTERM), then stops the thread and frees. NULL is a no-op. */
 void spw_ps__publisher_destroy(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch);
 
@@ -144,6 +149,23 @@ void spw_ps__digest_cache_fini(struct spw_ps__digest_cache *cache);
  * cache holds exactly the SST files of dir. hex gets the digest, *bytes the bytes covered. */
 spw_err_t spw_ps__checksum_dir(const char *dir, struct spw_ps__digest_cache *cache, char hex[17],
                                uint64_t *bytes);
+/* The meta key of a shard database and its value (format 2; see ps_ckpt.h). */
+#define SPW_PS_META_KEY     "\0meta"
+#define SPW_PS_META_KEY_LEN 5u
+#define SPW_PS_META_FORMAT  "sparrow-ps 2 dim=%u optimizer=%s"
+
+/* RocksDB options of a shard database (store.c); the caller destroys them. */
+struct rocksdb_options_t;
+struct rocksdb_options_t *spw_ps__db_options(void);
+
+/* Checkpoints db into tmp (RocksDB's checkpoint: SST files hard-linked where possible), writes
+ * its CHECKSUM (spw_ps__checksum_dir with cache, may be NULL) and renames tmp to final. On
+ * failure removes tmp and what RocksDB staged, with errstr. hex and *bytes as checksum_dir. */
+struct rocksdb_t;
+spw_err_t spw_ps__checkpoint_db(struct rocksdb_t *db, const char *tmp, const char *final,
+                                struct spw_ps__digest_cache *cache, char hex[17], uint64_t *bytes,
+                                char *errstr, size_t errstr_size);
+
 /* snprintf into a path buffer; false when the result does not fit. */
 bool spw_ps__path(char *out, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -28,10 +28,7 @@
 #define IDX_SALT      0x9e3779b97f4a7c15ull
 #define PREFETCH_DIST 8
 #define SKETCH_DEPTH  4u
-#define META_KEY      "\0meta"
-#define META_KEY_LEN  5u
-#define SLOT_FREE     8u /* flags bit of a slot on the free list */
-#define META_FORMAT   "sparrow-ps 2 dim=%u optimizer=%s"
+#define SLOT_FREE     8u                /* flags bit of a slot on the free list */
 #define INGEST_PREFIX "SPARROW-INGEST-" /* + part + ".tmp" in db_path; not a RocksDB name */
 #define BLOOM_BITS    10.0
 
@@ -1149,11 +1146,12 @@ bool spw_ps__store_wait_idle(spw_ps_store_t *store, uint32_t timeout_ms)
 static spw_err_t check_meta(spw_ps_store_t *store, char *errstr, size_t errstr_size)
 {
     char want[128];
-    snprintf(want, sizeof(want), META_FORMAT, store->dim,
+    snprintf(want, sizeof(want), SPW_PS_META_FORMAT, store->dim,
              spw_ps_optimizer_name(store->conf.optim.kind));
     char *err = NULL;
     size_t vlen = 0;
-    char *val = rocksdb_get(store->db, store->ropts, META_KEY, META_KEY_LEN, &vlen, &err);
+    char *val =
+        rocksdb_get(store->db, store->ropts, SPW_PS_META_KEY, SPW_PS_META_KEY_LEN, &vlen, &err);
     if (err) {
         snprintf(errstr, errstr_size, "rocksdb get meta: %s", err);
         rocksdb_free(err);
@@ -1167,7 +1165,8 @@ static spw_err_t check_meta(spw_ps_store_t *store, char *errstr, size_t errstr_s
         rocksdb_free(val);
         return same ? SPW_OK : SPW_ERR_INVALID;
     }
-    rocksdb_put(store->db, store->wopts, META_KEY, META_KEY_LEN, want, strlen(want), &err);
+    rocksdb_put(store->db, store->wopts, SPW_PS_META_KEY, SPW_PS_META_KEY_LEN, want, strlen(want),
+                &err);
     if (err) {
         snprintf(errstr, errstr_size, "rocksdb put meta: %s", err);
         rocksdb_free(err);
@@ -1189,7 +1188,7 @@ static uint32_t pow2_ceil_shift(uint64_t v)
  * filters in the tables and the memtable, hashed data-block index, XXH3 block checksums (far
  * cheaper to verify per read than this build's CRC32c), and mmap reads (no read syscall and
  * copy per block). rocksdb.options, applied on top, may change any of them. */
-static rocksdb_options_t *base_options(void)
+rocksdb_options_t *spw_ps__db_options(void)
 {
     rocksdb_options_t *base = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(base, 1);
@@ -1303,7 +1302,7 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
     }
     for (uint32_t i = 0; i < FLUSH_THREADS; i++)
         unlink(store->ingest_paths[i]); /* left by a crash during a flush */
-    rocksdb_options_t *base = base_options();
+    rocksdb_options_t *base = spw_ps__db_options();
     if (conf->rocksdb_options && conf->rocksdb_options[0]) {
         char *err = NULL;
         store->opts = rocksdb_options_create();
@@ -1446,35 +1445,12 @@ spw_err_t spw_ps_store_checkpoint(spw_ps_store_t *store, const char *root, uint6
         snprintf(errstr, errstr_size, "mkdir %s: %s", parent, strerror(errno));
         return SPW_ERR_IO;
     }
-    spw_ps__rmtree(tmp);
-    char *rerr = NULL;
-    rocksdb_checkpoint_t *cp = rocksdb_checkpoint_object_create(store->db, &rerr);
-    if (!rerr)
-        rocksdb_checkpoint_create(cp, tmp, 0, &rerr);
-    if (cp)
-        rocksdb_checkpoint_object_destroy(cp);
-    if (rerr) {
-        snprintf(errstr, errstr_size, "rocksdb checkpoint %s: %s", tmp, rerr);
-        rocksdb_free(rerr);
-        spw_ps__rmtree(tmp);
-        char rtmp[4200]; /* RocksDB stages the checkpoint in "<dir>.tmp" */
-        if (spw_ps__path(rtmp, sizeof(rtmp), "%s.tmp", tmp))
-            spw_ps__rmtree(rtmp);
-        return SPW_ERR_IO;
-    }
     char hex[17];
     uint64_t bytes = 0;
-    err = spw_ps__checksum_dir(tmp, &store->digests, hex, &bytes);
-    if (err) {
-        snprintf(errstr, errstr_size, "writing checksum in %s: %s", tmp, strerror(errno));
-        spw_ps__rmtree(tmp);
+    err = spw_ps__checkpoint_db(store->db, tmp, final, &store->digests, hex, &bytes, errstr,
+                                errstr_size);
+    if (err)
         return err;
-    }
-    if (rename(tmp, final) != 0) {
-        snprintf(errstr, errstr_size, "rename %s: %s", tmp, strerror(errno));
-        spw_ps__rmtree(tmp);
-        return SPW_ERR_IO;
-    }
     if (info) {
         info->epoch = epoch;
         info->rows = spw_ps_store_rows_on_disk(store);

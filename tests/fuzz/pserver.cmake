@@ -6,3 +6,5 @@ endif()
 if(TARGET fuzz_ps_request)
     target_include_directories(fuzz_ps_request PRIVATE ${PROJECT_SOURCE_DIR}/pserver/src)
 endif()
+# The shard checkpoint decoders (meta value, rows) behind the checkpoint reader.
+spw_fuzz(ps_ckpt_row sparrow_pserver)

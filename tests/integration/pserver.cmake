@@ -14,3 +14,14 @@ if(TARGET sparrow_pserver)
         endif()
     endforeach()
 endif()
+# `sparrow reshard` end to end: a checkpoint taken by shards, coordinator and a Kafka trainer,
+# resharded 2 -> 3, 3 -> 2, 2 -> 1, each restored into fresh shards and checked row by row by
+# reshard_check (the checkpoint reader, the PS client).
+if(TARGET sparrow_trainer AND TARGET sparrow_coordinator AND TARGET sparrow_kafka)
+    add_executable(reshard_check ${CMAKE_CURRENT_SOURCE_DIR}/reshard_check.c)
+    target_link_libraries(reshard_check PRIVATE sparrow_trainer sparrow_coordinator sparrow_pserver)
+    add_test(NAME reshard
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/reshard.sh $<TARGET_FILE:sparrow>
+                     ${CMAKE_CURRENT_BINARY_DIR}/reshard.d $<TARGET_FILE:reshard_check>)
+    set_tests_properties(reshard PROPERTIES TIMEOUT 240 LABELS "integration;kafka")
+endif()

@@ -43,5 +43,7 @@ extern const size_t spw_serve_config_n_props;
 
 /* `sparrow demo` (tools/cmd/demo.c): the local pipeline behind `make demo`. */
 int spw_demo_main(int argc, char **argv);
+/* `sparrow reshard` (tools/cmd/reshard.c): a checkpoint rewritten for another shard count. */
+int spw_reshard_main(int argc, char **argv);
 
 #endif

@@ -26,6 +26,7 @@ static const struct spw_command commands[] = {
      spw_serve_main, spw_serve_config_props, &spw_serve_config_n_props},
     {"demo", "run the whole pipeline locally with a live progress line (make demo)", spw_demo_main,
      NULL, NULL},
+    {"reshard", "rewrite a checkpoint for another shard count", spw_reshard_main, NULL, NULL},
     {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main,
      NULL, NULL},
 };
