@@ -5,13 +5,15 @@
 #include "commands.h"
 #include "sparrow/config.h"
 #include "sparrow/coordinator.h"
+#include "sparrow/http.h"
 #include "sparrow/log.h"
+#include "sparrow/metrics.h"
 #include "sparrow/pserver.h"
 
 static const struct spw_cli_alias aliases[] = {
-    {"--listen", "coordinator.listen"}, {"--mode", "coordinator.mode"},
-    {"--shards", "coordinator.shards"}, {"--checkpoint-dir", "coordinator.checkpoint.dir"},
-    {"--log-level", "log.level"},
+    {"--listen", "coordinator.listen"},       {"--mode", "coordinator.mode"},
+    {"--shards", "coordinator.shards"},       {"--checkpoint-dir", "coordinator.checkpoint.dir"},
+    {"--http-port", "coordinator.http.port"}, {"--log-level", "log.level"},
 };
 
 /* The shards' own verification (every file against CHECKSUM), and the manifest's digest. */
@@ -29,8 +31,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: sparrow coordinator [--listen tcp://HOST:PORT] [--mode MODE]\n"
             "                           [--shards EP,EP...] [--checkpoint-dir DIR]\n"
-            "                           [--log-level L] [--config FILE] [--set key=value]...\n"
-            "                           [--dump-config] [--help]\n\n"
+            "                           [--http-port P] [--log-level L] [--config FILE]\n"
+            "                           [--set key=value]... [--dump-config] [--help]\n\n"
             "Tracks trainers and shards, serves clocks (async, sync, ssp:S, hybrid:K), runs\n"
             "checkpoint epochs (shards' checkpoints, MANIFEST with Kafka offsets, LATEST) and\n"
             "global recovery after any failure. Stops cleanly on SIGTERM.\n\n"
@@ -54,14 +56,39 @@ int spw_coordinator_main(int argc, char **argv)
         goto out_destroy_cfg;
     }
     conf.verify = verify_shard;
+    spw_metrics_t *metrics = spw_metrics_new();
+    if (!metrics) {
+        SPW_ERROR("out of memory", NULL);
+        goto out_destroy_cfg;
+    }
+    conf.metrics = metrics;
+    spw_http_t *http = NULL;
+    int64_t port = spw_config_int(cfg, "coordinator.http.port");
+    if (port >= 0) {
+        http = spw_http_start(spw_config_str(cfg, "coordinator.http.addr"), (uint16_t)port, metrics,
+                              1 << 16, errstr, sizeof(errstr));
+        if (!http) {
+            SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
+            goto out_destroy_metrics;
+        }
+        SPW_INFO("http endpoint", "port=%u", (unsigned)spw_http_port(http));
+    }
     spw_coord_server_t *server = spw_coord_server_new(&conf, errstr, sizeof(errstr));
     if (!server) {
         SPW_ERROR("coordinator failed to start", "error=\"%s\"", errstr);
-        goto out_destroy_cfg;
+        goto out_stop_http;
     }
+    if (http)
+        spw_http_set_ready(http, true, NULL);
     rc = spw_coord_server_run(server) == SPW_OK ? 0 : 1;
+    if (http)
+        spw_http_set_ready(http, false, "stopping");
     spw_coord_server_destroy(server);
     SPW_INFO("coordinator stopped", "rc=%d", rc);
+out_stop_http:
+    spw_http_stop(http);
+out_destroy_metrics:
+    spw_metrics_destroy(metrics);
 out_destroy_cfg:
     spw_config_destroy(cfg);
     return rc;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "coord_int.h"
 #include "sparrow/arena.h"
 #include "sparrow/coordinator.h"
 #include "sparrow/log.h"
@@ -91,6 +92,8 @@ struct spw_coord_server {
     bool recovery_wanted;
     uint64_t restore_failed_ms; /* when the shards' restore last failed; 0 none (retry backoff) */
     struct spw_coord_server_stats stats;
+    struct spw_coord__metrics m;
+    uint64_t last_completed_ms; /* the last checkpoint completed (start before the first) */
 };
 
 /* ---- sending ---- */
@@ -563,6 +566,7 @@ static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const c
     srv->stats.latest_epoch = m.epoch;
     srv->stats.example_count = m.example_count;
     srv->stats.epochs_completed++;
+    srv->last_completed_ms = spw_time_mono_ms();
     spw_coord_prune(srv->dir, m.epoch, srv->conf.keep, 0);
     SPW_INFO("checkpoint completed",
              "epoch=%" PRIu64 " examples=%" PRIu64 " partitions=%zu shards=%u seconds=%.3f",
@@ -870,6 +874,13 @@ static void tick(spw_coord_server_t *srv)
             start_recovery(srv, "trainers did not restore in time");
     }
     evaluate(srv);
+    uint64_t min, max;
+    uint32_t down = 0;
+    for (uint32_t i = 0; i < srv->n_shards; i++)
+        down += srv->shards[i].down;
+    srv->stats.trainers = live_trainers(srv, &min, &max);
+    spw_coord__metrics_sync(&srv->m, &srv->stats, down,
+                            (double)(spw_time_mono_ms() - srv->last_completed_ms) / 1000.0);
 }
 
 static void on_member_message(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len,
@@ -915,6 +926,7 @@ spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *con
         return NULL;
     }
     srv->conf = *conf;
+    spw_coord__metrics_register(&srv->m, conf->metrics);
     /* Generations fence pushes at the shards (RestoreRequest.generation), so they must grow across
      * coordinator restarts too: a restarted coordinator starts from the wall clock in ms, which is
      * past any generation its predecessor reached (one per recovery) */
@@ -979,7 +991,7 @@ spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *con
         SPW_WARN("LATEST is corrupt", "dir=%s", srv->dir);
     srv->stats.latest_epoch = lr == SPW_OK ? latest : 0;
     srv->next_epoch = (top > latest ? top : latest) + 1;
-    srv->start_ms = srv->last_ckpt_ms = spw_time_mono_ms();
+    srv->start_ms = srv->last_ckpt_ms = srv->last_completed_ms = spw_time_mono_ms();
     char mode[32];
     spw_coord_mode_format(&conf->mode, mode, sizeof(mode));
     SPW_INFO("coordinator listening",

@@ -15,6 +15,10 @@
 
 /* Partitions whose resume offset is remembered (positions not yet stored report it). */
 #define COORD_MAX_PARTS 1024
+/* A Clock that waits longer than this holds the Kafka input (partitions paused, the group served)
+ * until it is answered. Shorter waits (every step of sync mode) leave the fetches alone: a hold
+ * drops what was prefetched and the resume fetches it again. Well below any rebalance timeout. */
+#define COORD_HOLD_AFTER_MS 1000
 
 struct spw_trainer_coord {
     spw_coord_client_t *client;
@@ -23,6 +27,7 @@ struct spw_trainer_coord {
      * too, so that it never holds a barrier the others wait at, and the barriers (and the
      * checkpoints taken there) go on while the whole stream is quiet. */
     uint64_t clock;
+    uint64_t clock_sent_ms; /* when the Clock now waiting was sent */
     uint64_t examples_base;          /* the loop's example count at the last restore */
     int64_t resume[COORD_MAX_PARTS]; /* offset a partition (re)started from; -1 unknown */
     struct spw_trainer_position pos[COORD_MAX_PARTS];
@@ -45,7 +50,7 @@ static spw_err_t coord_resume(void *opaque, const char *topic, int32_t partition
 static void coord_wait(void *opaque, int budget_ms)
 {
     spw_trainer_coord_t *tc = opaque;
-    if (tc->loop)
+    if (tc->loop && spw_time_mono_ms() - tc->clock_sent_ms >= COORD_HOLD_AFTER_MS)
         spw_trainer_loop_hold_input(tc->loop, budget_ms);
 }
 
@@ -103,6 +108,7 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock)
     bool checkpointed = false;
     spw_err_t err = SPW_OK;
     tc->clock = clock;
+    tc->clock_sent_ms = spw_time_mono_ms();
     if (tc->m_clock)
         spw_gauge_set(tc->m_clock, (double)clock);
     for (;;) {

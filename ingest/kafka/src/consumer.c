@@ -413,6 +413,8 @@ static spw_err_t handle_offset_reset(spw_kafka_consumer_t *c, rd_kafka_message_t
     }
     /* After auto.offset.reset=error the partition's fetcher is stopped and a seek does not
      * restart it: take the partition out of the assignment and put it back at target. */
+    held_set(c->starts, topic, partition, target, false);
+    held_set(c->held_back, topic, partition, 0, true);
     rd_kafka_error_t *e = NULL;
     if (strcmp(rd_kafka_rebalance_protocol(c->rk), "COOPERATIVE") == 0) {
         rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
@@ -429,10 +431,15 @@ static spw_err_t handle_offset_reset(spw_kafka_consumer_t *c, rd_kafka_message_t
             rd_kafka_position(c->rk, list);
             for (int i = 0; i < list->cnt; i++) {
                 rd_kafka_topic_partition_t *p = &list->elems[i];
-                if (p->partition == partition && strcmp(p->topic, topic) == 0)
+                if (p->partition == partition && strcmp(p->topic, topic) == 0) {
                     p->offset = target;
-                else if (p->offset < 0)
-                    p->offset = RD_KAFKA_OFFSET_STORED;
+                } else if (p->offset < 0) {
+                    /* nothing delivered yet: where it was assigned (a committed offset that
+                     * does not exist would send it through here again) */
+                    const rd_kafka_topic_partition_t *st =
+                        rd_kafka_topic_partition_list_find(c->starts, p->topic, p->partition);
+                    p->offset = st ? st->offset : RD_KAFKA_OFFSET_STORED;
+                }
             }
             aerr = rd_kafka_assign(c->rk, list);
         }
@@ -553,6 +560,53 @@ static spw_err_t pause_assignment(spw_kafka_consumer_t *c, bool pause)
     return SPW_OK;
 }
 
+/* Seeks every partition of list to its offset. A partition whose fetcher is (re)starting (just
+ * assigned) refuses a seek with __STATE, and a busy broker thread may not answer in time: both
+ * are retried for up to timeout_ms. Failures are logged. */
+static spw_err_t seek_list(spw_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *list,
+                           int timeout_ms)
+{
+    uint64_t deadline = spw_time_mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    rd_kafka_topic_partition_list_t *todo = rd_kafka_topic_partition_list_copy(list);
+    spw_err_t ret = SPW_OK;
+    for (;;) {
+        rd_kafka_error_t *error =
+            rd_kafka_seek_partitions(c->rk, todo, timeout_ms < 1000 ? timeout_ms : 1000);
+        if (error) {
+            bool retry = rd_kafka_error_code(error) == RD_KAFKA_RESP_ERR__TIMED_OUT &&
+                         spw_time_mono_ms() < deadline;
+            SPW_LOG_RATELIMITED(retry ? SPW_LOG_WARN : SPW_LOG_ERROR, 2000, "kafka seek failed",
+                                "error=\"%s\" retry=%d", rd_kafka_error_string(error), retry);
+            rd_kafka_error_destroy(error);
+            if (retry)
+                continue;
+            ret = SPW_ERR_KAFKA;
+            break;
+        }
+        rd_kafka_topic_partition_list_t *again = rd_kafka_topic_partition_list_new(todo->cnt);
+        for (int i = 0; i < todo->cnt; i++) {
+            rd_kafka_topic_partition_t *e = &todo->elems[i];
+            if (e->err == RD_KAFKA_RESP_ERR__STATE && spw_time_mono_ms() < deadline) {
+                rd_kafka_topic_partition_t *a =
+                    rd_kafka_topic_partition_list_add(again, e->topic, e->partition);
+                a->offset =
+                    rd_kafka_topic_partition_list_find(list, e->topic, e->partition)->offset;
+            } else if (e->err) {
+                SPW_ERROR("kafka seek failed", "topic=%s partition=%d error=\"%s\"", e->topic,
+                          (int)e->partition, rd_kafka_err2str(e->err));
+                ret = SPW_ERR_KAFKA;
+            }
+        }
+        rd_kafka_topic_partition_list_destroy(todo);
+        todo = again;
+        if (todo->cnt == 0)
+            break;
+        spw_time_sleep_ms(20);
+    }
+    rd_kafka_topic_partition_list_destroy(todo);
+    return ret;
+}
+
 spw_err_t spw_kafka_consumer_serve(spw_kafka_consumer_t *c, int timeout_ms)
 {
     if (c->sticky)
@@ -608,13 +662,9 @@ spw_err_t spw_kafka_consumer_resume(spw_kafka_consumer_t *c)
                 e->offset = RD_KAFKA_OFFSET_STORED;
         }
         ret = pause_assignment(c, false);
-        rd_kafka_error_t *error = rd_kafka_seek_partitions(c->rk, list, 5000);
-        if (error) {
-            SPW_ERROR("kafka seek after a hold failed", "error=\"%s\"",
-                      rd_kafka_error_string(error));
-            rd_kafka_error_destroy(error);
-            ret = SPW_ERR_KAFKA;
-        }
+        spw_err_t serr = seek_list(c, list, 5000);
+        if (serr)
+            ret = serr;
     }
     if (list)
         rd_kafka_topic_partition_list_destroy(list);
@@ -633,25 +683,13 @@ spw_err_t spw_kafka_consumer_seek(spw_kafka_consumer_t *c, const struct spw_kafk
     rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new((int)n);
     if (!list)
         return SPW_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++)
-        rd_kafka_topic_partition_list_add(list, parts[i].topic, parts[i].partition)->offset =
-            parts[i].offset >= 0 ? parts[i].offset : RD_KAFKA_OFFSET_BEGINNING;
-    spw_err_t ret = SPW_OK;
-    rd_kafka_error_t *error = rd_kafka_seek_partitions(c->rk, list, timeout_ms);
-    if (error) {
-        SPW_ERROR("kafka seek failed", "error=\"%s\"", rd_kafka_error_string(error));
-        rd_kafka_error_destroy(error);
-        ret = SPW_ERR_KAFKA;
-    } else {
-        for (int i = 0; i < list->cnt; i++) {
-            if (list->elems[i].err) {
-                SPW_ERROR("kafka seek failed", "topic=%s partition=%d error=\"%s\"",
-                          list->elems[i].topic, (int)list->elems[i].partition,
-                          rd_kafka_err2str(list->elems[i].err));
-                ret = SPW_ERR_KAFKA;
-            }
-        }
+    for (size_t i = 0; i < n; i++) {
+        int64_t off = parts[i].offset >= 0 ? parts[i].offset : RD_KAFKA_OFFSET_BEGINNING;
+        rd_kafka_topic_partition_list_add(list, parts[i].topic, parts[i].partition)->offset = off;
+        /* held: the resume seeks there (a record refused while held no longer applies) */
+        held_set(c->held_back, parts[i].topic, parts[i].partition, off, false);
     }
+    spw_err_t ret = c->paused ? SPW_OK : seek_list(c, list, timeout_ms);
     rd_kafka_topic_partition_list_destroy(list);
     return ret;
 }
