@@ -70,15 +70,25 @@ SERVE=$!
 PIDS+=("$SERVE")
 wait_for "serve's port file" 30 test -s "$DIR/serve.port"
 
+CP=$(free_port)
+"$SPARROW" coordinator --listen "tcp://127.0.0.1:$CP" --shards "tcp://127.0.0.1:$P0" \
+    --checkpoint-dir "$DIR/checkpoints" --http-port 0 --set coordinator.http.addr=127.0.0.1 \
+    --set coordinator.startup.grace=200ms >"$DIR/coordinator.log" 2>&1 &
+COORD=$!
+PIDS+=("$COORD")
+wait_for "the coordinator's http port" 20 has_port "$DIR/coordinator.log"
+
 sleep 3 # let every role do some work, so its counters and histograms carry values
 check_metrics pserver "$(http_port "$DIR/shard-0.log")"
 check_metrics trainer "$(http_port "$DIR/trainer.log")"
 check_metrics ingest "$(http_port "$DIR/ingest.log")"
 check_metrics serve "$(cat "$DIR/serve.port")"
+check_metrics coordinator "$(http_port "$DIR/coordinator.log")"
 
 stop trainer "$TRAINER"
 stop ingest "$INGEST"
 stop serve "$SERVE"
+stop coordinator "$COORD"
 stop pserver "$SHARD"
 stop kafka-mock "$MOCK"
 echo "deploy_metrics: every role's /metrics passes promtool; every role exits 0 on SIGTERM"
