@@ -49,12 +49,11 @@ format-check:
 docs: build
 	cmake --build $(BUILD) --target config-doc
 
-# The component benchmarks, each printing its figures as ratios against a baseline of the same run.
+# Every benchmark (each printing its figures as ratios against a baseline of the same run) and the
+# studies of issue 9, written to docs/BENCHMARKS.md with plots in docs/bench/ (about 30 minutes on
+# 2 cores; `bench/run_all --quick` is the 5-minute smoke run CI does).
 bench: build
-	bench/gen_bench.sh $(BUILD)
-	$(BUILD)/bench/pserver_bench --sparrow $(BUILD)/sparrow
-	bench/ingest_bench.sh $(BUILD)
-	bench/trainer_bench.sh $(BUILD)
+	bench/run_all --build $(BUILD)
 
 tidy: build
 	clang-tidy -p $(BUILD) --quiet $(filter %.c,$(SOURCES))

@@ -1,0 +1,783 @@
+#!/usr/bin/env python3
+"""Writes docs/BENCHMARKS.md (and its PNG plots, with gnuplot) from the results.json of
+bench/run_all. Every number in the report is read from the benchmarks' printed output or the
+studies' measurements; where a benchmark did not run or its output lacks a figure, the table says
+so. The prose of "How to choose" and "Sizing" is filled in from the same numbers.
+usage: bench/report.py RESULTS_DIR [--out FILE]   (rewrites the report without running anything)"""
+
+import csv
+import io
+import math
+import os
+import re
+import subprocess
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the checkout
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_lib as rl  # noqa: E402
+
+
+def f0(x):
+    return "—" if x is None else "{:,.0f}".format(x)
+
+
+def f2(x):
+    return "—" if x is None else "{:.2f}".format(x)
+
+
+def f4(x):
+    return "—" if x is None else "{:.4f}".format(x)
+
+
+def sgn4(x):
+    return "—" if x is None else "{:+.4f}".format(x)
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |")
+    return "\n".join(out)
+
+
+# ---- component benchmarks against their targets ------------------------------------------------
+
+NUM = r"([\d][\d,]*\.?\d*)"
+
+# (component, label, target text, regex with the figure in group 1, test of the figure)
+TARGETS = [
+    ("gen", "gen: pb examples/s of the generator thread (to /dev/null)", ">= 500,000",
+     r"gen_bench target pb_devnull_examples_per_s>=\d+ got=(\d+)", lambda v: v >= 500000),
+    ("pserver", "pserver (b)/(a): row store vs flat-array Adagrad", ">= 0.5",
+     r"b/a = " + NUM, lambda v: v >= 0.5),
+    ("pserver", "pserver: resident bytes per DRAM row (payload 128 B)",
+     "<= 190.4 (1.3 x payload + 24)",
+     r"resident per DRAM row\s+" + NUM + " bytes", lambda v: v <= 190.4),
+    ("pserver", "pserver (b)/(c): row store vs RocksDB get+put", ">= 20",
+     r"b/c = " + NUM, lambda v: v >= 20),
+    ("pserver", "pserver (d)/(b): ZeroMQ push vs in-process row store", ">= 0.25",
+     r"d/b = " + NUM, lambda v: v >= 0.25),
+    ("pserver", "pserver (d): ZeroMQ push rows/s vs ps-lite's 5.5M", ">= 0.5",
+     r"vs ps-lite 5\.5M push: " + NUM, lambda v: v >= 0.5),
+    ("pserver", "pserver (d): ZeroMQ pull rows/s vs ps-lite's 13M", ">= 0.5",
+     r"vs ps-lite 13M pull: " + NUM, lambda v: v >= 0.5),
+    ("pserver", "pserver (e)/(b): model 10x the DRAM budget", ">= 0.1",
+     r"e/b = " + NUM, lambda v: v >= 0.1),
+    ("pserver", "pserver (f): checkpoint MB/s vs dd", ">= 0.3",
+     r"f/dd = " + NUM, lambda v: v >= 0.3),
+    ("ingest", "ingest JSON (39 features): ingest / bare consume", ">= 0.5",
+     r"json.*?ratio " + NUM, lambda v: v >= 0.5),
+    ("ingest", "ingest protobuf: events/s", ">= 300,000",
+     r"protobuf.*?ingest\s+" + NUM + " events/s", lambda v: v >= 300000),
+]
+for _m in ("fm", "lr"):
+    TARGETS += [
+        ("trainer",
+         "trainer %s: (b) in-process shard / (a) reference loop, examples/s" % _m.upper(),
+         ">= 0.7", r"== ratios, %s.*?b/a examples/s\s+%s" % (_m, NUM), lambda v: v >= 0.7),
+        ("trainer", "trainer %s: (c) sparrow pserver / (a) reference loop, examples/s" % _m.upper(),
+         ">= 0.35", r"== ratios, %s.*?c/a examples/s\s+%s" % (_m, NUM), lambda v: v >= 0.35),
+        ("trainer", "trainer %s: final-window logloss (b) vs (a), %%" % _m.upper(), "within ±1%",
+         r"== ratios, %s.*?logloss b vs a\s+(-?[\d.]+)%%" % _m, lambda v: abs(v) <= 1.0),
+        ("trainer", "trainer %s: >= 10x fewer bytes for <= +0.002 logloss (error feedback); "
+         "without it visibly worse" % _m.upper(), "met at some ratio",
+         r"== ratios, %s.*?with error feedback: (MET at ratio [\d.]+|MISSED)" % _m, None),
+    ]
+
+
+def serve_rows(c):
+    """serve_bench's rows: its held-rate-while-training and freshness verdicts when it prints them
+    (the issue 7 conditions), else the closed-loop figures of its older form, said to be so."""
+    out, status = c.get("output", ""), c.get("status", "not run")
+    t_lat = "p99 <= 10 ms at 2,000 single-example req/s while training runs"
+    t_fresh = "p99 <= 3 s with a 1 s publish interval"
+    rows = []
+    suffix = "" if status == "ok" else " (run %s)" % status
+    m = re.search(r"target p99 <= 10 ms at (\d+) single req/s while training: achieved ([\d.]+) "
+                  r"req/s, p99 ([\d.]+) ms -> (met|MISSED)", out)
+    if m:
+        rows.append(("serve: single-example requests held at %s req/s while the demo trains" %
+                     m.group(1), "%s req/s achieved, p99 %s ms" % (f0(rl.num(m.group(2))),
+                                                                    m.group(3)),
+                     t_lat, ("yes" if m.group(4) == "met" else "**no**") + suffix))
+    else:
+        m = re.search(r"^single: (\d+) requests/s p50 ([\d.]+) ms p99 ([\d.]+) ms", out, re.M)
+        if m:
+            ok = float(m.group(1)) >= 2000 and float(m.group(3)) <= 10
+            rows.append(("serve: single-example requests, wrk closed loop, no training running",
+                         "%s req/s, p99 %s ms" % (f0(rl.num(m.group(1))), m.group(3)), t_lat,
+                         ("yes" if ok else "**no**") + " (not the target's condition: "
+                         "no training ran)" + suffix))
+        else:
+            rows.append(("serve: single-example p99 while training runs",
+                         status if status != "ok" else "not in the output", t_lat, "—"))
+    m = re.search(r"target freshness p99 <= 3 s \(1 s publish interval\): p99 ([\d.na]+) s -> "
+                  r"(met|MISSED)", out)
+    if m:
+        rows.append(("serve: freshness p99, event time to visible in serving", m.group(1) + " s",
+                     t_fresh, ("yes" if m.group(2) == "met" else "**no**") + suffix))
+    else:
+        rows.append(("serve: freshness p99, event time to visible in serving",
+                     status if status not in ("ok",) else "not measured by this serve_bench",
+                     t_fresh, "—"))
+    for kind, label in (("single", "single example of 39 features"), ("batch64", "batch of 64")):
+        m = re.search(r"idle %s: ([\d.]+) req/s p50 ([\d.]+) ms p99 ([\d.]+) ms" % kind, out)
+        if m:
+            rows.append(("serve, idle (closed loop): %s" % label,
+                         "%s req/s, p50 %s ms, p99 %s ms" % (f0(rl.num(m.group(1))), m.group(2),
+                                                            m.group(3)), "(no target)", "n/a"))
+    return rows
+
+
+def component_rows(res):
+    rows, rates = [], {}
+    comps = res.get("components", {})
+    for comp, label, target, rx, test in TARGETS:
+        c = comps.get(comp, {})
+        status = c.get("status", "not run")
+        out = c.get("output", "")
+        if rx is None:
+            rows.append((label, "not measured by %s_bench" % comp, target, "n/a"))
+            continue
+        m = re.search(rx, out, re.S) if out else None
+        if m:
+            fig = m.group(1)
+            v = rl.num(fig)
+            if re.fullmatch(r"\d{4,}", fig):
+                fig = f0(v)
+            if test is None:
+                if fig.startswith("MET"):
+                    ok = "yes" if re.search(r"with error feedback: MET.*?\((MET)\)",
+                                            out[m.start():], re.S) else \
+                        "half: fewer bytes met, the run without error feedback not visibly worse"
+                elif fig == "MISSED":
+                    ok = "**no**"
+                elif comp == "serve":
+                    p99 = re.search(r"single: \d+ requests/s p50 [\d.]+ ms p99 ([\d.]+) ms", out)
+                    ok = ("yes at saturation, without training" if v >= 2000 and p99 and
+                          float(p99.group(1)) <= 10 else "**no** (at saturation, without training)")
+                else:
+                    ok = "n/a"
+            else:
+                ok = "yes" if test(v) else "**no**"
+            if status != "ok":
+                ok += " (run %s)" % status
+            rows.append((label, fig, target, ok))
+        else:
+            why = status if status != "ok" else "not in the output"
+            rows.append((label, why, target, "—"))
+    rows += serve_rows(comps.get("serve", {}))
+    # the per-process rates of the sizing section
+    t = comps.get("trainer", {}).get("output", "")
+    m = re.search(r"^\s+fm\.c\s+examples/s\s+(\d+)", t, re.M)
+    rates["trainer"] = rl.num(m.group(1)) if m else None
+    p = comps.get("pserver", {}).get("output", "")
+    m = re.search(r"\(d\) ZeroMQ push to sparrow pserver\s+(\d+) rows/s", p)
+    rates["push"] = rl.num(m.group(1)) if m else None
+    m = re.search(r"ZeroMQ pull\s+(\d+) rows/s", p)
+    rates["pull"] = rl.num(m.group(1)) if m else None
+    m = re.search(r"resident per DRAM row\s+([\d.]+) bytes", p)
+    rates["row_bytes"] = rl.num(m.group(1)) if m else None
+    i = comps.get("ingest", {}).get("output", "")
+    m = re.search(r"protobuf.*?ingest\s+([\d,]+) events/s", i)
+    rates["ingest"] = rl.num(m.group(1)) if m else None
+    s = comps.get("serve", {}).get("output", "")
+    m = re.search(r"idle single: ([\d.]+) req/s", s) or re.search(r"^single: (\d+) requests/s", s,
+                                                                   re.M)
+    rates["serve"] = rl.num(m.group(1)) if m else None
+    return rows, rates
+
+
+# ---- plots -------------------------------------------------------------------------------------
+
+class Plots:
+    def __init__(self, out_dir, rel_dir):
+        self.dir, self.rel, self.errors = out_dir, rel_dir, []
+        os.makedirs(out_dir, exist_ok=True)
+
+    def plot(self, name, script, data):
+        """data: {file name: text}; script refers to them by name. Returns the markdown image
+        reference, or a line saying the plot failed (a failed plot never fails the run)."""
+        for fn, text in data.items():
+            with open(os.path.join(self.dir, fn), "w") as f:
+                f.write(text)
+        png = name + ".png"
+        full = ("set terminal pngcairo noenhanced size 900,540 font ',10'\n"
+                "set output '%s'\n" % png) + script
+        try:
+            r = subprocess.run(["gnuplot"], input=full, text=True, capture_output=True,
+                               cwd=self.dir, timeout=60)
+            ok = r.returncode == 0 and os.path.exists(os.path.join(self.dir, png))
+            err = r.stderr.strip()[-300:]
+        except (OSError, subprocess.SubprocessError) as e:
+            ok, err = False, str(e)
+        finally:
+            for fn in data:
+                try:
+                    os.unlink(os.path.join(self.dir, fn))
+                except OSError:
+                    pass
+        if not ok:
+            self.errors.append("%s: %s" % (name, err))
+            return "*(plot %s not drawn: %s)*" % (name, err or "gnuplot failed")
+        return "![%s](%s/%s)" % (name, self.rel, png)
+
+
+# ---- sections ----------------------------------------------------------------------------------
+
+def header(res):
+    m = res["machine"]
+    lines = ["# Sparrow benchmarks", ""]
+    if res.get("quick"):
+        lines += ["> **Smoke run (`bench/run_all --quick`)**: every benchmark and study at small "
+                  "sizes, to show that they run to the end and produce their tables. Its figures "
+                  "say nothing about Sparrow's speed or model quality; the committed report comes "
+                  "from a full run (`make bench`) on a quiet machine.", ""]
+    lines += ["Generated by `%s` on %s, commit `%s`%s, in %.0f s." %
+              (res.get("argv", "bench/run_all"), res["date"], m.get("git", "?"),
+               " (with uncommitted changes)" if m.get("git_dirty") else "", res.get("seconds", 0))]
+    la, lb = m.get("load_start"), m.get("load_end")
+    if la and lb:
+        lines += ["", "Load average (1/5/15 min) at the start %s, at the end %s: %s." %
+                  ("/".join("%.2f" % x for x in la), "/".join("%.2f" % x for x in lb),
+                   "other work was running on the machine, so rates are lower and noisier than "
+                   "on a quiet one" if max(la[0], lb[0]) > 0.5 * max(1, int(m.get("nproc") or 1))
+                   else "the machine was quiet")]
+    if res.get("note"):
+        lines += ["", "**Note:** " + res["note"]]
+    lines += ["", "## Machine", "", "```", "nproc: %s" % m.get("nproc"),
+              "memory: %s" % m.get("memory"), "os: %s, kernel %s" % (m.get("os"), m.get("kernel")),
+              "compiler: %s" % m.get("compiler"), m.get("lscpu", ""), "```", ""]
+    return lines
+
+
+def components_section(res, rows):
+    lines = ["## Component benchmarks against their targets", "",
+             "From the benchmarks of issues 2–7 (each prints its figures as ratios against a "
+             "baseline measured in the same run; their full output is at the end). *met* is "
+             "judged on the figure as printed.", ""]
+    st = []
+    for name, c in res.get("components", {}).items():
+        if name == "modes":
+            continue
+        st.append("`%s`: %s%s" % (name, c.get("status", "not run"),
+                                  " (%.0f s)" % c["secs"] if "secs" in c else ""))
+    lines += ["Runs: " + "; ".join(st) + ".", ""]
+    lines += [table(["benchmark", "figure as measured", "target", "met?"], rows), ""]
+    return lines
+
+
+def _cell(v):
+    """A CSV value for a table: numbers rounded for reading, the rest as written."""
+    x = rl.num(v)
+    if x is None or not v.strip() or v.strip().lower() in ("nan", "inf"):
+        return v
+    if float(x).is_integer() and abs(x) < 1e15:
+        return "{:,.0f}".format(x) if abs(x) >= 10000 else "%d" % x
+    return "{:,.0f}".format(x) if abs(x) >= 1000 else "%.4g" % x
+
+
+def parse_csv(text):
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error:
+        return None, None
+    rows = [r for r in rows if r]
+    return (rows[0], rows[1:]) if rows else (None, None)
+
+
+def stream_section(res):
+    st = res.get("stream")
+    if not st:
+        return []
+    sm = st.get("summary", {})
+    return ["## The studies' common stream", "",
+            "`sparrow gen --n %s --seed %s --fields %s --set gen.drift=%s --set gen.vocab.max=%s`:"
+            " %s examples, click rate %s, Bayes-optimal logloss %s and AUC %s over the whole "
+            "stream (the planted model, drifting %s rad per million examples). Every study "
+            "below trains on this file (or on parts of it) with the same seeds." %
+            (st.get("examples"), st.get("seed"), st.get("fields"), st.get("drift"),
+             st.get("vocab_max"), f0(st.get("examples")), sm.get("ctr", "?"),
+             sm.get("bayes_logloss", "?"), sm.get("bayes_auc", "?"), st.get("drift")), ""]
+
+
+def modes_section(res, plots):
+    c = res.get("components", {}).get("modes", {})
+    lines = ["## Modes: sync, async, SSP, hybrid, with stragglers", ""]
+    status = c.get("status", "not run")
+    lines += ["`%s`: %s." % (_rel(res, c.get("cmd", "bench/modes_bench.sh")), status), ""]
+    best = {}
+    hdr, rows = parse_csv(c.get("csv", "")) if c.get("csv") else (None, None)
+    if status == "missing":
+        lines += [table(["mode", "examples/s", "final-window logloss"],
+                        [("not run: bench/modes_bench.sh does not exist in this tree", "—",
+                          "—")]),
+                  ""]
+        return lines, best
+    if not hdr:
+        out = c.get("output", "")
+        lines += [table(["mode", "result"], [("not run" if not out else "no CSV written",
+                                              status)]), ""]
+        if out:
+            lines += ["Printed output:", "", "```", out.strip()[-6000:], "```", ""]
+        return lines, best
+    if "ok" in [h.lower() for h in hdr]:
+        oc = [h.lower() for h in hdr].index("ok")
+        nok = sum(1 for r in rows if oc < len(r) and r[oc].lower() in ("true", "1", "yes"))
+        lines += ["%d of %d configurations finished (column `ok`); the others' figures are "
+                  "those of an unfinished run." % (nok, len(rows)), ""]
+    lines += [table(hdr, [[_cell(v) for v in r] for r in rows]), "",
+              "Issue 9 asks for sync, async (penalty none / inverse / exp), ssp:S for several S "
+              "and hybrid:K for several K, each with 0 and 1 straggler slowed 2x and 4x, with "
+              "logloss against examples seen and the staleness histogram as plots. The table is "
+              "what bench/modes_bench.sh ran; the plots below are of its final figures only "
+              "(configurations that did not finish left out).", ""]
+    # plots of whichever columns the CSV has: a throughput and a logloss column, by name
+    low = [h.lower() for h in hdr]
+    metric = re.compile(r"ex|per_?s|/s|logloss|auc|gap|bayes|tau|stale|p\d|sec|rate|bytes|"
+                        r"pause|time|ms$|count|steps")
+    lab_cols = ([low.index("config")] if "config" in low else
+                [i for i, h in enumerate(low) if not metric.search(h) and h != "ok"])
+    ok_col = low.index("ok") if "ok" in low else None
+    n_all = len(rows)
+    if ok_col is not None:  # a configuration that did not finish is neither best nor plotted
+        rows = [r for r in rows if ok_col < len(r) and r[ok_col].lower() in ("true", "1", "yes")]
+    best["finished"] = (len(rows), n_all)
+
+    def label(r):
+        parts = []
+        for i in lab_cols:
+            if i < len(r) and r[i] != "":
+                parts.append(r[i] if rl.num(r[i]) is None else "%s=%s" % (hdr[i], r[i]))
+        return " ".join(parts) or "?"
+
+    rate_col = next((i for i, h in enumerate(low) if re.search(r"ex.*(per_?s|/s)", h)), None)
+    ll_col = next((i for i, h in enumerate(low) if "logloss" in h and "bayes" not in h), None)
+    for col, what, key in ((rate_col, "examples/s", "rate"), (ll_col, "final logloss", "logloss")):
+        if col is None:
+            continue
+        pts = [(label(r), rl.num(r[col])) for r in rows if col < len(r) and
+               rl.num(r[col]) is not None]
+        if not pts:
+            continue
+        best[key] = (max if key == "rate" else min)(pts, key=lambda p: p[1])
+        best[key + "_all"] = pts
+        data = "".join('"%s" %g\n' % (lbl.replace('"', "'"), v) for lbl, v in pts)
+        lines += [plots.plot("modes_" + key,
+                             "set style fill solid 0.6\nset boxwidth 0.7\nset yrange [0:*]\n"
+                             "set xtics rotate by -40\nset ylabel '%s'\nset grid y\nunset key\n"
+                             "set title 'Modes: %s (bench/modes_bench.sh, finished runs)'\n"
+                             "plot 'modes_%s.dat' using 0:2:xtic(1) with boxes\n" %
+                             (what, what, key), {"modes_%s.dat" % key: data}), ""]
+    return lines, best
+
+
+def staleness_section(res, plots):
+    s = res.get("studies", {}).get("staleness", {})
+    lines = ["## Staleness control: tau against logloss, per penalty", ""]
+    if s.get("rows") is None or s.get("status", "").startswith("not run"):
+        lines += [table(["writers", "penalty", "result"],
+                        [("—", "—", s.get("status", "not run"))]),
+                  ""]
+        return lines, {}
+    lines += ["K concurrent `sparrow trainer` processes (K = %s), each sleeping %s ms before every "
+              "step (`trainer.debug.delay_ms`) and reading its own part of the common stream "
+              "(%s examples dealt in blocks of %s, so every part spans the whole stream), push to "
+              "one `sparrow pserver` shard with `pserver.staleness.penalty` = none, inverse "
+              "(1/(1+tau)) or exp:0.5 (0.5^tau). FM k=8, Adagrad, lr 0.05. tau is what the shard "
+              "measured for every pushed row (`sparrow_ps_staleness`): the mean, and the bucket "
+              "bounds (0, 1, 2, 4, … 1024) holding the 50th/90th/99th percentiles. tau comes from "
+              "the other writers' pushes landing between a trainer's pull and its push (plus up "
+              "to one from its own pipelined pull), so it grows with K; the delay is the same in "
+              "every run. Logloss: the mean of the trainers' final-window logloss (the last "
+              "quarter of each part)." %
+              (", ".join(map(str, s.get("writers", []))), s.get("delay_ms"),
+               f0(s.get("examples")), s.get("batch")), ""]
+    rows = s["rows"]
+    t = [(r["writers"], r["penalty"], f2(r["tau_mean"]),
+          "%s / %s / %s" % tuple(("%g" % q if q is not None else "—")
+                                 for q in (r["tau_p50"], r["tau_p90"], r["tau_p99"])),
+          "%.0f%%" % (100 * r["tau_zero_frac"]) if r.get("tau_zero_frac") is not None else "—",
+          f4(r["window_logloss"]), f4(r["window_auc"]),
+          sgn4(r["window_logloss"] - r["bayes_logloss"]), f0(r["ex_per_s"]))
+         for r in rows]
+    lines += [table(["writers K", "penalty", "tau mean (measured)", "tau p50 / p90 / p99 (bucket)",
+                     "rows with tau 0", "final-window logloss", "AUC", "gap to Bayes",
+                     "examples/s (all)"], t), ""]
+    if s.get("failures"):
+        lines += ["Failed runs: " + "; ".join(s["failures"]), ""]
+    data, script = {}, []
+    for i, pen in enumerate(s.get("penalties", [])):
+        pts = sorted((r["tau_mean"], r["window_logloss"]) for r in rows if r["penalty"] == pen
+                     and r["tau_mean"] is not None)
+        if pts:
+            fn = "stale_%d.dat" % i
+            data[fn] = "".join("%g %g\n" % p for p in pts)
+            script.append("'%s' using 1:2 with linespoints lw 2 title 'penalty %s'" % (fn, pen))
+    if script:
+        bayes = [r["bayes_logloss"] for r in rows if r.get("bayes_logloss")]
+        extra = (", %g with lines dt 2 lc rgb 'gray' title 'Bayes-optimal'" %
+                 (sum(bayes) / len(bayes))) if bayes else ""
+        lines += [plots.plot("staleness",
+                             "set logscale xy\nset xlabel 'tau, mean over pushed rows (measured "
+                             "by the shard)'\nset ylabel 'final-window logloss'\nset grid\nset "
+                             "key top left\nset title 'Staleness control: K = %s writers'\nplot "
+                             "[0.1:] %s%s\n" % (", ".join(map(str, s.get("writers", []))),
+                                                ", ".join(script), extra), data), ""]
+    return lines, s
+
+
+def compression_section(res, plots):
+    s = res.get("studies", {}).get("compression", {})
+    lines = ["## Compression: bytes pushed per example against logloss", ""]
+    if s.get("rows") is None or s.get("status", "").startswith("not run"):
+        lines += [table(["variant", "result"], [("—", s.get("status", "not run"))]), ""]
+        return lines, {}
+    lines += ["One `sparrow trainer` per variant on the common stream (%s examples), FM k=8, "
+              "batch 512, in-process shard, Adagrad lr 0.05; `trainer.topk.ratio` R, "
+              "`trainer.push.fp16`, `trainer.error_feedback`. Bytes per example are those of "
+              "the steps' pushes; the residual flush at the end of the run (a checkpoint's "
+              "work, amortised over a checkpoint interval in a long run) is shown beside them. "
+              "Ratio 1.0 sends every row, so error feedback keeps nothing: one run per value "
+              "type stands for both lines." % f0(s.get("examples")), ""]
+    rows = s["rows"]
+    base = next((r for r in rows if not r["fp16"] and r["ratio"] == 1.0 and r["ef"]), None)
+    t = []
+    for r in rows:
+        if r.get("shared"):
+            continue
+        red = (base["step_bytes_per_example"] / r["step_bytes_per_example"]
+               if base and r["step_bytes_per_example"] else None)
+        t.append(("fp16" if r["fp16"] else "fp32", "—" if r["ratio"] == 1.0 else
+                  ("on" if r["ef"] else "off"), "%g" % r["ratio"],
+                  f2(r["step_bytes_per_example"]), f2(r["bytes_per_example"]),
+                  "%.1fx" % red if red else "—", f4(r["window_logloss"]),
+                  sgn4(r["window_logloss"] - base["window_logloss"]) if base else "—",
+                  f4(r["window_auc"]), f0(r["ex_per_s"])))
+    lines += [table(["values", "error feedback", "top-k ratio", "bytes/example (steps)",
+                     "with final flush", "fewer bytes vs fp32 1.0", "final-window logloss",
+                     "vs fp32 1.0", "AUC", "examples/s"], t), ""]
+    if s.get("failures"):
+        lines += ["Failed runs: " + "; ".join(s["failures"]), ""]
+    data, script = {}, []
+    for i, (fp16, ef) in enumerate(((False, True), (False, False), (True, True), (True, False))):
+        pts = sorted((r["step_bytes_per_example"], r["window_logloss"]) for r in rows
+                     if r["fp16"] == fp16 and r["ef"] == ef and r["step_bytes_per_example"])
+        if pts:
+            fn = "comp_%d.dat" % i
+            data[fn] = "".join("%g %g\n" % p for p in pts)
+            script.append("'%s' using 1:2 with linespoints lw 2 title '%s, %s error feedback'" %
+                          (fn, "fp16" if fp16 else "fp32", "with" if ef else "without"))
+    if script:
+        lines += [plots.plot("compression",
+                             "set logscale x\nset xlabel 'bytes pushed per example (top-k ratios "
+                             "1.0 ... 0.001)'\nset ylabel 'final-window logloss'\nset grid\nset "
+                             "key below\nset title 'Compression: FM k=8, %s examples'\nplot "
+                             "%s\n" % (f0(s.get("examples")), ", ".join(script)), data), ""]
+    return lines, s
+
+
+def _big_batch(s, prefetch=True):
+    """The one-large-batch row of the accumulation study (with or without pipelined pulls)."""
+    return next((r for r in s.get("rows") or [] if r["acc_steps"] == 1 and
+                 r["batch"] == s.get("micro_batch", 0) * 8 and
+                 r.get("prefetch", True) == prefetch), None)
+
+
+def accumulation_section(res):
+    s = res.get("studies", {}).get("accumulation", {})
+    lines = ["## Gradient accumulation: memory, rate, logloss", ""]
+    if s.get("rows") is None or s.get("status", "").startswith("not run"):
+        lines += [table(["variant", "result"], [("—", s.get("status", "not run"))]), ""]
+        return lines, {}
+    lines += ["`trainer.acc_steps` 1, 2, 4, 8 at micro-batch %s against one batch of %s "
+              "(acc_steps 1), on the common stream (%s examples), FM k=8, one `sparrow pserver` "
+              "shard started fresh per run. Peak resident memory is the trainer process's own "
+              "(getrusage of the child, from wait4); the shard is another process." %
+              (s.get("micro_batch"), s.get("micro_batch", 0) * 8, f0(s.get("examples"))), ""]
+    rows = s["rows"]
+    t = []
+    for r in rows:
+        big = _big_batch(s, r.get("prefetch", True))
+        t.append((r["batch"], r["acc_steps"], r["step_examples"],
+                  "on" if r.get("prefetch", True) else "off", "%.1f" % r["max_rss_mib"],
+                  ("%+.1f" % (r["max_rss_mib"] - big["max_rss_mib"])) if big else "—",
+                  f0(r["ex_per_s"]), f4(r["window_logloss"]),
+                  sgn4(r["window_logloss"] - big["window_logloss"]) if big else "—",
+                  f4(r["window_auc"])))
+    lines += [table(["micro-batch", "acc_steps", "examples per push", "pipelined pulls",
+                     "peak RSS, MiB",
+                     "vs one large batch, MiB", "examples/s", "final-window logloss",
+                     "vs one large batch", "AUC"], t), ""]
+    if s.get("failures"):
+        lines += ["Failed runs: " + "; ".join(s["failures"]), ""]
+    return lines, s
+
+
+def choose_section(res, modes_best, stale, comp, acc):
+    lines = ["## How to choose (from the figures above)", ""]
+    q = " (smoke-run figures: re-read after a full run)" if res.get("quick") else ""
+    lines += ["Every statement below is computed from this run's tables%s." % q, ""]
+    # modes
+    if modes_best.get("rate") or modes_best.get("logloss"):
+        parts = []
+        if modes_best.get("rate"):
+            parts.append("the highest throughput was `%s` (%s examples/s)" %
+                         (modes_best["rate"][0], f0(modes_best["rate"][1])))
+        if modes_best.get("logloss"):
+            parts.append("the lowest final logloss was `%s` (%s)" %
+                         (modes_best["logloss"][0], f4(modes_best["logloss"][1])))
+        fin = modes_best.get("finished")
+        among = (" (among the %d of %d configurations that finished)" % fin
+                 if fin and fin[0] < fin[1] else "")
+        lines += ["- **Mode.** In the modes benchmark%s " % among + " and ".join(parts) + ".",
+                  ""]
+    elif modes_best.get("finished"):
+        lines += ["- **Mode.** No modes configuration finished in this run (%d of %d)." %
+                  modes_best["finished"], ""]
+    else:
+        lines += ["- **Mode.** No modes figures in this run (bench/modes_bench.sh: %s)." %
+                  res.get("components", {}).get("modes", {}).get("status", "not run"), ""]
+    # staleness
+    rows = stale.get("rows") or []
+    if rows:
+        base = [r for r in rows if r["writers"] == min(x["writers"] for x in rows)]
+        b = min(base, key=lambda r: r["window_logloss"])
+        out = []
+        for k in sorted(set(r["writers"] for r in rows)):
+            rk = [r for r in rows if r["writers"] == k]
+            best = min(rk, key=lambda r: r["window_logloss"])
+            none = next((r for r in rk if r["penalty"] == "none"), None)
+            taus = sorted(r["tau_mean"] for r in rk if r["tau_mean"] is not None)
+            tau_s = (f2(taus[0]) if taus[0] == taus[-1] or len(taus) == 1 else
+                     "%s–%s" % (f2(taus[0]), f2(taus[-1]))) if taus else "—"
+            out.append("K=%d (tau mean %s): best `%s` at %s%s" %
+                       (k, tau_s, best["penalty"], f4(best["window_logloss"]),
+                        (", `none` %s (%s)" % (f4(none["window_logloss"]),
+                                               sgn4(none["window_logloss"] -
+                                                    best["window_logloss"])))
+                        if none and none is not best else ""))
+        worst_none = max((r for r in rows if r["penalty"] == "none"),
+                         key=lambda r: r["tau_mean"] or 0, default=None)
+        lines += ["- **Staleness penalty.** With one writer the logloss is %s (tau mean %s). "
+                  "By measured staleness: %s." % (f4(b["window_logloss"]), f2(b["tau_mean"]),
+                                                   "; ".join(out))]
+        if worst_none:
+            lines += ["  Without a penalty, the most stale setting (tau mean %s) ends %s above "
+                      "the one-writer logloss; the best penalty there ends %s above it." %
+                      (f2(worst_none["tau_mean"]),
+                       sgn4(worst_none["window_logloss"] - b["window_logloss"]),
+                       sgn4(min((r for r in rows if r["writers"] == worst_none["writers"]),
+                                key=lambda r: r["window_logloss"])["window_logloss"] -
+                            b["window_logloss"]))]
+        lines += [""]
+    # compression
+    crow = [r for r in comp.get("rows") or [] if not r.get("shared")]
+    base = next((r for r in crow if not r["fp16"] and r["ratio"] == 1.0), None)
+    if base:
+        ok = [r for r in crow if r["ef"] or r["ratio"] == 1.0]
+        ok = [r for r in ok if r["window_logloss"] - base["window_logloss"] <= 0.002 and
+              r["step_bytes_per_example"]]
+        pick = min(ok, key=lambda r: r["step_bytes_per_example"]) if ok else None
+        text = "- **Compression.** Uncompressed fp32 pushes %s bytes/example at logloss %s. " % (
+            f2(base["step_bytes_per_example"]), f4(base["window_logloss"]))
+        if pick:
+            noef = next((r for r in crow if r["fp16"] == pick["fp16"] and
+                         r["ratio"] == pick["ratio"] and not r["ef"]), None)
+            text += ("The fewest bytes within +0.002 logloss of it: top-k %g, %s, error feedback "
+                     "on: %s bytes/example (%.1fx fewer; %s counting the final residual flush "
+                     "of this %s-example run), logloss %s (%s)" %
+                     (pick["ratio"], "fp16" if pick["fp16"] else "fp32",
+                      f2(pick["step_bytes_per_example"]),
+                      base["step_bytes_per_example"] / pick["step_bytes_per_example"],
+                      f2(pick["bytes_per_example"]), f0(comp.get("examples")),
+                      f4(pick["window_logloss"]),
+                      sgn4(pick["window_logloss"] - base["window_logloss"])))
+            if noef and noef is not pick:
+                text += "; the same without error feedback: %s (%s)" % (
+                    f4(noef["window_logloss"]), sgn4(noef["window_logloss"] -
+                                                     pick["window_logloss"]))
+            text += "."
+        else:
+            text += "No compressed variant stayed within +0.002 logloss of it."
+        h = next((r for r in crow if r["fp16"] and r["ratio"] == 1.0), None)
+        if h:
+            text += (" fp16 alone: %.2fx the bytes of fp32 at logloss %s." %
+                     (h["step_bytes_per_example"] / base["step_bytes_per_example"],
+                      sgn4(h["window_logloss"] - base["window_logloss"])))
+        lines += [text, ""]
+    # accumulation
+    arow = acc.get("rows") or []
+    big = _big_batch(acc)
+    a8 = next((r for r in arow if r["acc_steps"] == 8 and r.get("prefetch", True)), None)
+    big0 = _big_batch(acc, False)
+    a80 = next((r for r in arow if r["acc_steps"] == 8 and not r.get("prefetch", True)), None)
+    if big and a8:
+        d = big["max_rss_mib"] - a8["max_rss_mib"]
+        lines += ["- **Gradient accumulation.** acc_steps 8 at micro-batch %d peaked at %.1f MiB, "
+                  "one batch of %d at %.1f MiB: accumulation %s %.1f MiB (%.0f%%), at %s "
+                  "examples/s against %s, logloss %s against %s." %
+                  (a8["batch"], a8["max_rss_mib"], big["batch"], big["max_rss_mib"],
+                   "saved" if d >= 0 else "cost", abs(d), 100 * abs(d) / big["max_rss_mib"],
+                   f0(a8["ex_per_s"]), f0(big["ex_per_s"]), f4(a8["window_logloss"]),
+                   f4(big["window_logloss"]))]
+        if big0 and a80 and abs(a80["window_logloss"] - big0["window_logloss"]) < \
+                abs(a8["window_logloss"] - big["window_logloss"]):
+            lines += ["  Without pipelined pulls the two end at logloss %s and %s (%s apart), "
+                      "with them at %s and %s: a prefetched pull misses the push of the step "
+                      "before it, which costs one large batch a whole step and accumulation only "
+                      "its first micro-batch." %
+                      (f4(a80["window_logloss"]), f4(big0["window_logloss"]),
+                       sgn4(a80["window_logloss"] - big0["window_logloss"]),
+                       f4(a8["window_logloss"]), f4(big["window_logloss"]))]
+        lines += [""]
+    return lines
+
+
+def sizing_section(res, rates, comp):
+    lines = ["## Sizing", ""]
+    crow = comp.get("rows") or []
+    base = next((r for r in crow if not r["fp16"] and r["ratio"] == 1.0 and r["ef"]), None)
+    rpe = base["rows_pushed"] / base["examples"] if base and base.get("examples") else None
+    need = {"trainer examples/s per process (trainer_bench (c), FM k=16)": rates.get("trainer"),
+            "shard push rows/s per process (pserver_bench (d))": rates.get("push"),
+            "shard pull rows/s per process (pserver_bench (d))": rates.get("pull"),
+            "ingest protobuf events/s per process (ingest_bench)": rates.get("ingest"),
+            "serve single-example requests/s per process (serve_bench)": rates.get("serve"),
+            "resident bytes per DRAM row, dim 16 (pserver_bench (b))": rates.get("row_bytes"),
+            "distinct rows per example per push, batch 512 (compression study, ratio 1.0)": rpe}
+    lines += ["Measured per-process rates (each process counted as one core; on this %s-core "
+              "machine a process also shared the cores with its peer, so these are lower "
+              "bounds of one core's rate):" % res["machine"].get("nproc"), ""]
+    lines += [table(["rate", "measured"], [(k, f2(v) if v is not None and v < 1000 else f0(v))
+                                           for k, v in need.items()]), ""]
+    if any(v is None for k, v in need.items() if "serve" not in k):
+        lines += ["Some rates are missing from this run, so no sizing table is computed.", ""]
+        return lines
+    mem_gib = 32
+    models = [(100e6, "100M rows"), (1e9, "1B rows")]
+    shard_s_per_ex = rpe / rates["push"] + rpe / rates["pull"]
+    t, first_last, big_kind = [], [], []
+    for rate in (1e5, 1e6, 1e7):
+        for rows_n, name in models:
+            ing = math.ceil(rate / rates["ingest"])
+            trn = math.ceil(rate / rates["trainer"])
+            tp = math.ceil(rate * shard_s_per_ex)
+            mem = math.ceil(rows_n * rates["row_bytes"] / (mem_gib * 2**30))
+            counts = {"ingest": ing, "trainers": trn,
+                      "shards (%s)" % ("memory" if mem > tp else "pushes and pulls"): max(tp, mem)}
+            top = max(counts.values())
+            bott = " = ".join(k for k, v in counts.items() if v == top)
+            t.append((f0(rate), name, ing, trn, tp, mem, max(tp, mem), sum(counts.values()),
+                      bott))
+            first_last.append((f0(rate), name, bott))
+            if rows_n == models[-1][0]:
+                big_kind.append((f0(rate), "memory" if mem > tp else "pushes and pulls"))
+    lines += ["Processes needed (ceil of the event rate over the measured per-process rate; a "
+              "shard's load is %.1f rows pulled and pushed per example; a shard is assumed to "
+              "hold %d GiB of rows in DRAM, colder rows going to RocksDB at the (e) rate; "
+              "the largest count is the bottleneck to scale first):" % (rpe, mem_gib), ""]
+    lines += [table(["events/s", "model", "ingest", "trainers", "shards for pushes+pulls",
+                     "shards for memory", "shards", "processes", "largest count"], t), ""]
+    moves = "; ".join("%s events/s with %s: %s" % x for x in first_last)
+    lines += ["Where the bottleneck moves (from the table): %s. Trainers scale with the event "
+              "rate at %s examples/s each; a shard carries %s examples/s of pushes and pulls "
+              "(top-k with error feedback cuts the push share, see Compression). For the %s "
+              "model the shard count is set by %s at %s events/s and by %s at %s events/s. "
+              "Serving is sized by request rate, not event rate: %s single-example requests/s "
+              "per process." %
+              (moves, f0(rates["trainer"]), f0(1 / shard_s_per_ex), models[-1][1],
+               big_kind[0][1], big_kind[0][0], big_kind[-1][1], big_kind[-1][0],
+               f0(rates.get("serve"))), ""]
+    return lines
+
+
+def _rel(res, cmd):
+    """A command line with the checkout's and the work directory's absolute paths shortened."""
+    if res.get("work"):
+        cmd = cmd.replace(res["work"], "$WORK")
+    if res.get("root"):
+        cmd = cmd.replace(res["root"] + "/", "")
+    return cmd
+
+
+def commands_section(res):
+    lines = ["## Commands", "",
+             "`%s` ran, in order (exit status, seconds). Studies' runs are listed one by one; "
+             "the staleness study's K trainers of one run are listed once with `trainer.id=1` "
+             "(the others differ in id and part file)." % res.get("argv", "bench/run_all"), ""]
+    cmds = res.get("commands", [])
+    main = [c for c in cmds if "benchmark" in c["what"] or "stream" in c["what"]]
+    lines += ["```"] + ["%s    # %s, rc=%s, %.1f s" % (_rel(res, c["cmd"]), c["what"], c["rc"],
+                                                         c["secs"]) for c in main] + ["```", ""]
+    for s in ("compression", "accumulation", "staleness"):
+        st = res.get("studies", {}).get(s, {})
+        if st.get("command"):
+            lines += ["%s study, per run: `%s`" % (s.capitalize(), _rel(res, st["command"])), ""]
+    rest = [c for c in cmds if c not in main]
+    if rest:
+        lines += ["<details><summary>Every study run (%d commands)</summary>" % len(rest), "",
+                  "```"]
+        lines += ["%s    # %s, rc=%s, %.1f s" % (_rel(res, c["cmd"]), c["what"], c["rc"], c["secs"])
+                  for c in rest]
+        lines += ["```", "", "</details>", ""]
+    return lines
+
+
+def raw_section(res):
+    lines = ["## Benchmark output as printed", ""]
+    for name, c in res.get("components", {}).items():
+        out = c.get("output")
+        lines += ["### %s (%s)" % (name, c.get("status", "not run")), ""]
+        if out:
+            lines += ["```", out.strip()[-8000:], "```", ""]
+        else:
+            lines += ["No output.", ""]
+    return lines
+
+
+def write(res, out_path, log=print):
+    """Writes the report and its plots; returns the names of tables that could not be made."""
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    plots = Plots(os.path.join(out_dir, "bench"), "bench")
+    problems = []
+    comp_rows, rates = component_rows(res)
+    lines = header(res)
+    body = []
+    body += components_section(res, comp_rows)
+    body += stream_section(res)
+    mlines, mbest = modes_section(res, plots)
+    body += mlines
+    slines, stale = staleness_section(res, plots)
+    body += slines
+    clines, comp = compression_section(res, plots)
+    body += clines
+    alines, acc = accumulation_section(res)
+    body += alines
+    lines += body
+    lines += choose_section(res, mbest, stale, comp, acc)
+    lines += sizing_section(res, rates, comp)
+    lines += commands_section(res)
+    lines += raw_section(res)
+    text = "\n".join(lines).rstrip() + "\n"
+    for title in ("## Component benchmarks", "## Modes", "## Staleness control", "## Compression",
+                  "## Gradient accumulation", "## How to choose", "## Sizing", "## Machine"):
+        if title not in text:
+            problems.append("table missing: " + title)
+    with open(out_path, "w") as f:
+        f.write(text)
+    for e in plots.errors:
+        log("plot not drawn (not an error of the run): " + e)
+    return problems
+
+
+if __name__ == "__main__":
+    import json
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "BENCHMARKS.md")
+    with open(os.path.join(sys.argv[1], "results.json")) as fh:
+        r = json.load(fh)
+    sys.exit(1 if write(r, out) else 0)
