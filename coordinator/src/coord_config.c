@@ -27,8 +27,9 @@ const struct spw_config_prop spw_coordinator_config_props[] = {
      "After start, wait this long for members to (re)join before the first recovery."},
     {"coordinator.http.addr", SPW_CONFIG_STRING, "0.0.0.0", 0, 255, NULL,
      "Address of the /metrics, /healthz, /readyz endpoint."},
-    {"coordinator.http.port", SPW_CONFIG_INT, "7101", -1, 65535, NULL,
-     "Port of the HTTP endpoint (0: any free port, logged; -1: no endpoint)."},
+    {"coordinator.http.port", SPW_CONFIG_INT, "-1", -1, 65535, NULL,
+     "Port of the HTTP endpoint (0: any free port, logged; -1: no endpoint). The Kubernetes "
+     "manifests use 7101."},
     {"log.level", SPW_CONFIG_ENUM, "info", 0, 0, "error|warn|info|debug",
      "Lowest level of log line written to stderr."},
 };

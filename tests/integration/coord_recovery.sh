@@ -18,6 +18,7 @@ p0=$(free_port)
 p1=$(free_port)
 cp=$(free_port)
 start_shard 0 2 "$p0" 5 --set pserver.checkpoint.dir="$CK"
+S0=$SHARD_PID
 start_shard 1 2 "$p1" 5 --set pserver.checkpoint.dir="$CK"
 S1=$SHARD_PID
 "$SPARROW" coordinator --listen "tcp://127.0.0.1:$cp" --mode hybrid:10 \
@@ -57,4 +58,28 @@ wait "$GEN" || fail "gen to Kafka"
 echo "coord_recovery: shard 1 killed after epoch 2; both shards restored epoch $E, trainer re-seeked and checkpointed again"
 kill -TERM "$TR"
 wait "$TR" || fail "trainer exit status after SIGTERM"
+
+# Pruning kept coordinator.checkpoint.keep (3) epochs, LATEST the newest.
+L=$(cat "$CK/checkpoints/LATEST")
+kept=$(ls "$CK/checkpoints" | grep -c '^[0-9]*$')
+[ "$kept" -eq 3 ] || fail "$kept epochs kept, want 3: $(ls "$CK/checkpoints" | tr '\n' ' ')"
+[ "$(ls "$CK/checkpoints" | grep '^[0-9]*$' | sort -n | tail -1)" = "$L" ] || fail "LATEST $L is not the newest"
+# A corrupt shard checkpoint in LATEST: the next recovery (shard 0 restarted) moves both shards
+# back to the previous epoch together.
+P=$(ls "$CK/checkpoints" | grep '^[0-9]*$' | sort -n | tail -2 | head -1)
+# (a copy: the epochs' SST files are hard links of one another, RocksDB checkpoints share them)
+sst=$(ls "$CK/checkpoints/$L/shard-1/"*.sst | head -1)
+cp "$sst" "$sst.tmp" && printf 'corrupt' | dd of="$sst.tmp" bs=1 seek=64 conv=notrunc 2>/dev/null
+mv "$sst.tmp" "$sst"
+recoveries=$(grep -c 'recovery completed' "$DIR/coord.log")
+kill -9 "$S0" 2>/dev/null
+wait "$S0" 2>/dev/null || true
+start_shard 0 2 "$p0" 5 --set pserver.checkpoint.dir="$CK"
+wait_for "the recovery after the corruption" 60 bash -c \
+    "[ \$(grep -c 'recovery completed' '$DIR/coord.log') -gt $recoveries ]"
+grep 'recovery completed' "$DIR/coord.log" | tail -1 | grep -q " epoch=$P " ||
+    fail "the recovery did not fall back to epoch $P: $(grep 'recovery' "$DIR/coord.log" | tail -2)"
+grep -q "restored epoch=$P " "$DIR/shard-0.log" || fail "shard 0 did not restore epoch $P"
+grep -q "restored epoch=$P " "$DIR/shard-1.log" || fail "shard 1 did not restore epoch $P"
+echo "coord_recovery: LATEST $L's shard-1 corrupted; both shards restored epoch $P together"
 echo "coord_recovery: ok"
