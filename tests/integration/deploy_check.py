@@ -20,10 +20,11 @@ import yaml
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")
 ROLES_WITH_HTTP = {"pserver": "pserver.http.port", "trainer": "trainer.http.port",
-                   "serve": "serve.http.port", "ingest": "ingest.http.port"}
+                   "serve": "serve.http.port", "ingest": "ingest.http.port",
+                   "coordinator": "coordinator.http.port"}
 # Roles whose SIGTERM drain has a configured bound: the grace period must exceed it.
 DRAIN_PROPS = {"trainer": "trainer.shutdown.grace", "ingest": "ingest.shutdown.timeout"}
-KAFKA_ROLES = ("trainer", "ingest", "serve")
+KAFKA_ROLES = ("trainer", "ingest", "serve", "pserver")
 PUBLIC_ROLE = "serve"
 
 errors = []
