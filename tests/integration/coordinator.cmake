@@ -1,7 +1,20 @@
 # coordinator integration tests: `sparrow coordinator` as a process.
 spw_integration(coord_cli 60)
-# coord_modes.sh (the coordinator wired into real trainers and shards) takes about 90 s: run by
-# hand until trainers keep polling Kafka while held at a barrier.
+# The modes through real processes: sync and ssp bound the clocks, async runs ahead, a trainer
+# killed during sync is removed and the other goes on.
+if(TARGET sparrow_kafka)
+    spw_integration(coord_modes 300)
+endif()
+# Exactly-once under 10 random kill -9 of trainers, shards and the coordinator (hybrid mode): the
+# counter row in the LATEST checkpoint equals the examples produced.
+if(TARGET sparrow_kafka AND TARGET sparrow_pserver)
+    add_executable(ckpt_counter ${CMAKE_CURRENT_SOURCE_DIR}/ckpt_counter.c)
+    target_link_libraries(ckpt_counter PRIVATE sparrow_coordinator sparrow_pserver)
+    add_test(NAME coord_exactly_once
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/coord_exactly_once.sh $<TARGET_FILE:sparrow>
+                     ${CMAKE_CURRENT_BINARY_DIR}/coord_exactly_once.d $<TARGET_FILE:ckpt_counter>)
+    set_tests_properties(coord_exactly_once PROPERTIES TIMEOUT 900 LABELS "integration;kafka")
+endif()
 # Recovery through real processes: a shard killed -9 and restarted after a checkpoint epoch, both
 # shards restore it, the trainer seeks back to the manifest's offsets.
 if(TARGET sparrow_kafka)

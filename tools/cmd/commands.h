@@ -43,6 +43,8 @@ extern const size_t spw_serve_config_n_props;
 
 /* `sparrow demo` (tools/cmd/demo.c): the local pipeline behind `make demo`. */
 int spw_demo_main(int argc, char **argv);
+/* `sparrow launch` (tools/cmd/launch.c): a configurable local cluster with fault injection. */
+int spw_launch_main(int argc, char **argv);
 /* `sparrow reshard` (tools/cmd/reshard.c): a checkpoint rewritten for another shard count. */
 int spw_reshard_main(int argc, char **argv);
 

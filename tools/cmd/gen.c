@@ -113,7 +113,10 @@ static int gen_to_kafka(spw_gen_t *gen, const struct spw_gen_params *params, con
     int rc = 1;
     spw_kafka_props_t *props = spw_kafka_props_new();
     if (!props || spw_kafka_props_set(props, "bootstrap.servers", bootstrap) != SPW_OK ||
-        spw_kafka_props_set(props, "linger.ms", "5") != SPW_OK) {
+        spw_kafka_props_set(props, "linger.ms", "5") != SPW_OK ||
+        /* no sticky partitioning: a burst (high --rate) would land in one partition and outgrow
+         * its retention; each record goes to a random partition instead */
+        spw_kafka_props_set(props, "sticky.partitioning.linger.ms", "0") != SPW_OK) {
         SPW_ERROR("out of memory", "%s", "");
         goto out_destroy_props;
     }

@@ -27,6 +27,8 @@ static const struct spw_command commands[] = {
     {"demo", "run the whole pipeline locally with a live progress line (make demo)", spw_demo_main,
      NULL, NULL},
     {"reshard", "rewrite a checkpoint for another shard count", spw_reshard_main, NULL, NULL},
+    {"launch", "run a local cluster (modes, slow trainers, kills) and write summary.json",
+     spw_launch_main, NULL, NULL},
     {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main,
      NULL, NULL},
 };

@@ -227,6 +227,11 @@ out_free_proc:
     return -1;
 }
 
+int spw_launch_count(const spw_launch_t *launch)
+{
+    return launch->n;
+}
+
 int spw_launch_find(const spw_launch_t *launch, const char *name)
 {
     for (int i = 0; i < launch->n; i++)
@@ -250,7 +255,12 @@ const char *spw_launch_log(const spw_launch_t *launch, int idx)
     return launch->procs[idx].log_path;
 }
 
-/* Non-blocking reap of child p. */
+int spw_launch_status(const spw_launch_t *launch, int idx)
+{
+    return launch->procs[idx].status;
+}
+
+/* Reap of child p (blocking or not). */
 static void proc_reap(struct launch_proc *p, bool block)
 {
     if (p->pid <= 0)
@@ -294,7 +304,8 @@ spw_err_t spw_launch_kill(spw_launch_t *launch, int idx, int sig)
     proc_reap(p, false);
     if (p->pid <= 0)
         return SPW_ERR_STATE;
-    p->expected_exit = true;
+    if (sig != SIGSTOP && sig != SIGCONT && sig != 0)
+        p->expected_exit = true;
     if (kill(p->pid, sig) != 0)
         return SPW_ERR_STATE;
     if (sig == SIGKILL)

@@ -27,7 +27,7 @@ struct spw_trainer_coord {
      * too, so that it never holds a barrier the others wait at, and the barriers (and the
      * checkpoints taken there) go on while the whole stream is quiet. */
     uint64_t clock;
-    uint64_t clock_sent_ms; /* when the Clock now waiting was sent */
+    uint64_t clock_sent_ms;          /* when the Clock now waiting was sent */
     uint64_t examples_base;          /* the loop's example count at the last restore */
     int64_t resume[COORD_MAX_PARTS]; /* offset a partition (re)started from; -1 unknown */
     struct spw_trainer_position pos[COORD_MAX_PARTS];
@@ -176,6 +176,21 @@ static void coord_on_assign(void *opaque, struct spw_trainer_position *parts, si
         SPW_WARN("rejoin failed", "error=\"%s\"", spw_err_str(err));
 }
 
+/* Partitions taken away: what this trainer trained from them since the last checkpoint is in its
+ * example count but their offsets can no longer be stored or reported, so no checkpoint may
+ * complete with this trainer's state as it is. The Register makes the coordinator start a
+ * recovery before any later CheckpointReport of this trainer (same socket, in order). */
+static void coord_on_revoke(void *opaque, const struct spw_trainer_position *parts, size_t n)
+{
+    spw_trainer_coord_t *tc = opaque;
+    (void)parts;
+    if (n == 0)
+        return;
+    spw_err_t err = spw_coord_client_rejoin(tc->client);
+    if (err)
+        SPW_WARN("rejoin failed", "error=\"%s\"", spw_err_str(err));
+}
+
 static void metrics_register(spw_trainer_coord_t *tc, spw_metrics_t *r)
 {
     static const double secs[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
@@ -229,7 +244,8 @@ spw_trainer_coord_t *spw_trainer_coord_new(const char *endpoint, uint32_t traine
     *hooks = (struct spw_trainer_hooks){.opaque = tc,
                                         .after_step = coord_after_step,
                                         .idle = coord_idle,
-                                        .on_assign = coord_on_assign};
+                                        .on_assign = coord_on_assign,
+                                        .on_revoke = coord_on_revoke};
     return tc;
 }
 

@@ -42,6 +42,9 @@ const char *spw_launch_dir(const spw_launch_t *launch);
 int spw_launch_start(spw_launch_t *launch, const char *name, const char *const *args, char *errstr,
                      size_t errstr_size);
 
+/* How many children were started (indexes 0 .. count-1). */
+int spw_launch_count(const spw_launch_t *launch);
+
 /* Index of the child called name, -1 when none. */
 int spw_launch_find(const spw_launch_t *launch, const char *name);
 
@@ -49,6 +52,9 @@ int spw_launch_find(const spw_launch_t *launch, const char *name);
 const char *spw_launch_name(const spw_launch_t *launch, int idx);
 pid_t spw_launch_pid(const spw_launch_t *launch, int idx);
 const char *spw_launch_log(const spw_launch_t *launch, int idx);
+
+/* The wait status of child idx's last exit (0 before any). */
+int spw_launch_status(const spw_launch_t *launch, int idx);
 
 /* Reaps exited children without blocking. true when child idx is still running. */
 bool spw_launch_alive(spw_launch_t *launch, int idx);
@@ -61,7 +67,8 @@ bool spw_launch_alive(spw_launch_t *launch, int idx);
 int spw_launch_check(spw_launch_t *launch, int *status);
 
 /* Sends sig (e.g. SIGKILL) to child idx and, for SIGKILL, waits for it. The exit counts as
- * expected. SPW_ERR_STATE when it is not running. */
+ * expected (SIGSTOP and SIGCONT only pause and resume it). SPW_ERR_STATE when it is not
+ * running. */
 spw_err_t spw_launch_kill(spw_launch_t *launch, int idx, int sig);
 
 /* Restarts child idx with its original arguments (stopping it first with SIGKILL if running). */

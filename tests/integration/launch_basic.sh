@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# `sparrow launch` end to end: bad arguments exit 2 with a message; a finite async run (20000
+# examples produced in a burst) drains: the generator's count, the LATEST manifest's example_count
+# and summary.json agree, samples.csv has a line per trainer per sample, the stop is clean.
+# usage: launch_basic.sh PATH_TO_SPARROW SCRATCH_DIR
+set -euo pipefail
+SPARROW=$1
+DIR=$2
+rm -rf "$DIR" && mkdir -p "$DIR"
+fail() {
+    echo "FAIL: $*"
+    tail -30 "$DIR"/out*.txt 2>/dev/null || true
+    for f in "$DIR"/run/*.log; do
+        [ -f "$f" ] || continue
+        echo "== $f (tail)"
+        grep -v '^DBG' "$f" | tail -15
+    done
+    exit 1
+}
+
+# bad arguments: exit 2 and say what is wrong, before anything starts
+bad() {
+    local want=$1
+    shift
+    local rc=0
+    "$SPARROW" launch --run-dir "$DIR/bad" "$@" >"$DIR/bad.txt" 2>&1 || rc=$?
+    [ "$rc" -eq 2 ] || fail "launch $* exited $rc, want 2"
+    grep -q -- "$want" "$DIR/bad.txt" || fail "launch $*: no message about '$want': $(cat "$DIR/bad.txt")"
+}
+bad "--shards" --shards 9
+bad "--trainers" --trainers 0
+bad "--mode" --mode ssp
+bad "--penalty" --penalty exp:2
+bad "--slow" --slow 1:0.5
+bad "trainer 3" --slow 3:2
+bad "--set" --set nobody:a=b
+bad "go together" --kill trainer
+bad "--kill" --kill shard --kills 2
+bad "no process called 'trainer-2'" --kill-at 3:trainer-2
+bad "--kill-at" --kill-at 3:trainer-1:later
+bad "--checkpoint-interval" --checkpoint-interval 10x
+bad "unknown" --frobnicate 1
+[ ! -e "$DIR/bad/kafka-mock.log" ] || fail "bad arguments started processes"
+"$SPARROW" launch --help | grep -q -- '--kill-at' || fail "--help does not document --kill-at"
+
+timeout 200 "$SPARROW" launch --examples 20000 --rate 20000 --mode async --duration 120 \
+    --run-dir "$DIR/run" >"$DIR/out.txt" 2>&1 || fail "launch exit status"
+cat "$DIR/out.txt"
+grep -q "^launch summary: ok" "$DIR/out.txt" || fail "no ok summary line"
+python3 - "$DIR/run" <<'PY' || fail "summary.json"
+import json, sys
+d = sys.argv[1]
+s = json.load(open(d + "/summary.json"))
+def want(cond, what):
+    if not cond:
+        print("summary.json:", what, json.dumps(s, indent=1)[:3000])
+        sys.exit(1)
+want(s["ok"] and s["drained"], "not ok/drained")
+want(s["mode"] == "async" and s["trainers"] == 2 and s["shards"] == 2, "mode/trainers/shards")
+want(s["examples_produced"] == 20000, "examples_produced != 20000")
+want(s["checkpoint"]["manifest_example_count"] == 20000, "manifest example_count != 20000")
+want(s["examples_trained"] >= 20000, "examples_trained < 20000")
+want(len(s["per_trainer"]) == 2, "per_trainer")
+want(all(0 < t["window_logloss"] < 1 for t in s["per_trainer"]), "window logloss")
+want(s["staleness"]["count"] > 0, "no staleness histogram")
+want(s["chaos"] == {"kills": 0, "restarts": 0}, "chaos")
+want(all(p["exit"] == "exit 0" for p in s["processes"]), "exit statuses")
+lines = open(d + "/samples.csv").read().split("\n")
+want(lines[0] == "t_ms,trainer,step,clock,examples", "samples.csv header")
+rows = [l.split(",") for l in lines[1:] if l]
+want(len(rows) >= 4 and all(len(r) == 5 for r in rows), "samples.csv rows")
+want({r[1] for r in rows} == {"0", "1"}, "samples.csv trainers")
+want(max(float(r[4]) for r in rows) > 0, "samples.csv never saw an example")
+PY
+echo "launch_basic: ok"

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `sparrow launch` fault injection: in sync mode trainer-1 is killed -9 and not restarted; the
+# coordinator removes the dead member, trainer-0 takes its partitions (after the Kafka group's
+# session timeout) and the run still drains to exactly the examples produced.
+# usage: launch_kill.sh PATH_TO_SPARROW SCRATCH_DIR
+set -euo pipefail
+SPARROW=$1
+DIR=$2
+rm -rf "$DIR" && mkdir -p "$DIR"
+fail() {
+    echo "FAIL: $*"
+    tail -40 "$DIR"/out.txt 2>/dev/null || true
+    for f in "$DIR"/run/coordinator.log "$DIR"/run/trainer-*.log; do
+        [ -f "$f" ] || continue
+        echo "== $f (tail)"
+        grep -v '^DBG' "$f" | tail -15
+    done
+    exit 1
+}
+
+# 20000 examples at 2000/s: 10 s of stream, well inside the Kafka mock's retention window
+timeout 400 "$SPARROW" launch --examples 20000 --rate 2000 --mode sync \
+    --kill-at 4:trainer-1:norestart --duration 330 --run-dir "$DIR/run" >"$DIR/out.txt" 2>&1 ||
+    fail "launch exit status"
+cat "$DIR/out.txt"
+grep -q "^chaos: t=.*kill -9 trainer-1 (pid [0-9]*), not restarted" "$DIR/out.txt" ||
+    fail "the kill is not on stdout"
+grep -q "kill -9 trainer-1" "$DIR/run/chaos.log" || fail "the kill is not in chaos.log"
+python3 - "$DIR/run/summary.json" <<'PY' || fail "summary.json"
+import json, sys
+s = json.load(open(sys.argv[1]))
+def want(cond, what):
+    if not cond:
+        print("summary.json:", what, json.dumps(s, indent=1)[:3000])
+        sys.exit(1)
+want(s["ok"] and s["drained"], "not ok/drained")
+want(s["mode"] == "sync", "mode")
+want(s["examples_produced"] == 20000, "examples_produced != 20000")
+want(s["checkpoint"]["manifest_example_count"] == 20000, "manifest example_count != 20000")
+want(s["chaos"] == {"kills": 1, "restarts": 0}, "chaos counts")
+procs = {p["name"]: p["exit"] for p in s["processes"]}
+want(procs["trainer-1"] == "signal 9", "trainer-1 exit")
+want(procs["trainer-0"] == "exit 0", "trainer-0 exit")
+PY
+echo "launch_kill: ok"

@@ -1,0 +1,222 @@
+/* The local pipeline behind `sparrow demo` and `sparrow launch`: starting every role on loopback,
+ * scraping their /metrics, fault injection and the run's summary. */
+#ifndef SPARROW_PIPELINE_H
+#define SPARROW_PIPELINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sparrow/launch.h"
+
+/*
+ * Conventions: pointers are non-NULL unless a comment says otherwise; strings passed in are
+ * borrowed for the call (or, for a conf, for the pipeline's life); a handle belongs to one thread.
+ */
+
+#define SPW_PIPELINE_MAX_TRAINERS   8
+#define SPW_PIPELINE_MAX_SHARDS     8
+#define SPW_PIPELINE_MAX_PARTITIONS 64
+/* --set values given per role (all roles together). */
+#define SPW_PIPELINE_MAX_SETS 32
+/* Buckets kept of a histogram summed over processes. */
+#define SPW_PIPELINE_MAX_BUCKETS 64
+
+/* The roles a --set can address. */
+enum spw_pipeline_role {
+    SPW_PIPELINE_TRAINER,
+    SPW_PIPELINE_PSERVER,
+    SPW_PIPELINE_COORDINATOR,
+    SPW_PIPELINE_GEN,
+    SPW_PIPELINE_SERVE,
+    SPW_PIPELINE_ALL,
+};
+
+/* Parses "trainer", "pserver", "coordinator", "gen", "serve" or "all"; -1 when none. */
+int spw_pipeline_role_parse(const char *s, size_t len);
+
+/* One `--set key=value` for a role; trainer >= 0 narrows a trainer set to trainer `trainer`. */
+struct spw_pipeline_set {
+    enum spw_pipeline_role role;
+    int trainer;
+    const char *kv; /* key=value, borrowed */
+};
+
+struct spw_pipeline_conf {
+    const char *run_dir; /* created when missing */
+    const char *prefix;  /* printed before each line: "demo", "launch" */
+    bool quiet;          /* print nothing but failures */
+    long shards, trainers, partitions;
+    const char *mode;  /* coordinator --mode */
+    const char *group; /* the trainers' consumer group */
+    uint64_t gen_n;    /* examples to produce; 0: endless */
+    uint64_t seed;
+    double drift, rate;
+    bool serve;
+    bool gen_first; /* gen_n > 0: produce the whole stream while the trainers are paused */
+    const char *checkpoint_interval; /* coordinator.checkpoint.interval */
+    const struct spw_pipeline_set *sets;
+    size_t n_sets;
+};
+
+typedef struct spw_pipeline spw_pipeline_t;
+
+/*
+ * Starts kafka-mock (topics examples:<partitions> and model-updates:1), shards shard-<i>, the
+ * coordinator, trainers trainer-<i> (--id i+1), gen (a finite stream once the trainers' group is
+ * stable) and, with conf->serve, serve, each logging to
+ * <run_dir>/<name>.log, on free ports of 127.0.0.1. Prints one line per component unless quiet.
+ * conf (and the strings it points to) must outlive the pipeline. NULL with errstr (naming the log
+ * to read) on failure, every started process stopped.
+ */
+spw_pipeline_t *spw_pipeline_start(const struct spw_pipeline_conf *conf, char *errstr,
+                                   size_t errstr_size);
+
+/* Stops every running process (SIGKILL after 5 s) and frees. NULL: no-op. */
+void spw_pipeline_destroy(spw_pipeline_t *p);
+
+/* The launcher that owns the processes (owned by p). */
+spw_launch_t *spw_pipeline_launch(spw_pipeline_t *p);
+
+/* The HTTP (/metrics) port of trainer t. */
+int spw_pipeline_trainer_http(const spw_pipeline_t *p, long t);
+
+/*
+ * Clean stop, producer first: gen, serve, trainers, coordinator, shards, kafka-mock, each SIGTERM
+ * then SIGKILL after grace_ms. A process that was running and did not exit 0 is reported on stderr
+ * (naming its log) when it is gen, serve or a trainer, or any process with check_all. Returns how
+ * many were reported.
+ */
+int spw_pipeline_stop(spw_pipeline_t *p, uint64_t grace_ms, bool check_all);
+
+/* Prints "<prefix>: FAILED: <name> died (<status>); read <log>" and the log's last lines. */
+void spw_pipeline_report_death(spw_pipeline_t *p, int idx, int status);
+
+/* ---- scraping /metrics ---- */
+
+/* GET http://127.0.0.1:port/metrics (1 s timeouts): a malloc'd NUL-terminated page the caller
+ * frees; NULL when unreachable or not 200. */
+char *spw_pipeline_metrics_get(int port);
+
+/* Sum of the samples of metric name (any labels) in page; NAN when absent or not finite. */
+double spw_pipeline_metric_sum(const char *page, const char *name);
+
+/* Cumulative histogram buckets, summed over processes by their upper bound. */
+struct spw_pipeline_hist {
+    double le[SPW_PIPELINE_MAX_BUCKETS], count[SPW_PIPELINE_MAX_BUCKETS];
+    size_t n;
+};
+
+/* Adds the buckets of histogram name in page to h. */
+void spw_pipeline_hist_add(struct spw_pipeline_hist *h, const char *page, const char *name);
+
+/* The upper bound of the first bucket holding quantile q; NAN when h is empty. */
+double spw_pipeline_hist_quantile(const struct spw_pipeline_hist *h, double q);
+
+/* The total count of h (its +Inf bucket); 0 when empty. */
+double spw_pipeline_hist_total(const struct spw_pipeline_hist *h);
+
+/* One trainer as its /metrics shows it; NAN where unknown. */
+struct spw_pipeline_trainer {
+    bool up; /* the page was read */
+    double examples, ex_per_s, logloss, auc, bayes_logloss, bayes_auc;
+    double step, clock, lag, bytes_saved;
+};
+
+/* What one scrape of every role found. NAN where unknown. */
+struct spw_pipeline_snapshot {
+    double examples;     /* trained, all trainers */
+    double ex_per_s;     /* sum of the trainers' rates */
+    double logloss, auc; /* window, mean over trainers that report one */
+    double bayes_logloss, bayes_auc;
+    double bytes_saved; /* push bytes saved by top-k compression, estimated */
+    double lag;         /* consumer lag, all trainers */
+    double tau_p50, tau_p99;
+    long epoch; /* last completed checkpoint epoch (coordinator's log), -1 none */
+    struct spw_pipeline_trainer trainer[SPW_PIPELINE_MAX_TRAINERS];
+    struct spw_pipeline_hist tau;   /* the shards' sparrow_ps_staleness */
+    struct spw_pipeline_hist pause; /* the trainers' checkpoint pause, seconds */
+};
+
+/* Reads trainer t's /metrics into *tr. */
+void spw_pipeline_scrape_trainer(const spw_pipeline_t *p, long t, struct spw_pipeline_trainer *tr);
+
+/* Scrapes every trainer and shard and the coordinator's log into *s. */
+void spw_pipeline_scrape(const spw_pipeline_t *p, struct spw_pipeline_snapshot *s);
+
+/* The demo's one-line progress: t=, examples=, ex/s=, logloss (bayes), auc, tau, saved, ckpt, lag.
+ */
+void spw_pipeline_format_line(const struct spw_pipeline_snapshot *s, double elapsed, char *line,
+                              size_t size);
+
+/* The value of " key=" in the last line of log_path containing marker; NAN when none. */
+double spw_pipeline_log_value(const char *log_path, const char *marker, const char *key);
+
+/* ---- fault injection ---- */
+
+/* A schedule of kill -9 and restarts over the pipeline's processes. Owned by one thread. */
+typedef struct spw_chaos spw_chaos_t;
+
+/* One scheduled kill: name at at_ms after the start, restarted unless norestart. */
+struct spw_chaos_at {
+    uint64_t at_ms;
+    char name[SPW_LAUNCH_NAME_MAX];
+    bool norestart;
+};
+
+struct spw_chaos_conf {
+    /* random kills: roles (bit 1<<SPW_PIPELINE_TRAINER | PSERVER | COORDINATOR), 0: none */
+    unsigned roles;
+    long kills;
+    uint64_t interval_min_ms, interval_max_ms;
+    uint64_t restart_after_ms;
+    uint64_t seed;
+    const struct spw_chaos_at *at; /* borrowed for the schedule's life */
+    size_t n_at;
+};
+
+/* A schedule starting now; log_path (appended, may be NULL) and stdout (unless quiet) get one
+ * line per kill and restart. NULL on out of memory. */
+spw_chaos_t *spw_chaos_new(const struct spw_chaos_conf *conf, const char *log_path, bool quiet);
+void spw_chaos_destroy(spw_chaos_t *c);
+
+/* Performs what is due at now_ms (ms since the run started) on p's processes. SPW_ERR_IO (errstr)
+ * when a restart failed. */
+spw_err_t spw_chaos_step(spw_chaos_t *c, spw_pipeline_t *p, uint64_t now_ms, char *errstr,
+                         size_t errstr_size);
+
+/* True when every kill was made and every process to restart runs again. */
+bool spw_chaos_done(const spw_chaos_t *c);
+
+/* Kills and restarts performed so far. */
+long spw_chaos_kills(const spw_chaos_t *c);
+long spw_chaos_restarts(const spw_chaos_t *c);
+
+/* ---- the run's summary ---- */
+
+/* What `sparrow launch` measured; NAN (written as null) where unknown. */
+struct spw_pipeline_result {
+    const char *mode, *penalty; /* borrowed */
+    bool ok, drained;
+    double duration_s;
+    double examples_produced, examples_trained, ex_per_s;
+    double train_ex_per_s; /* examples trained over the span in which they were trained */
+    double trainer_examples[SPW_PIPELINE_MAX_TRAINERS];
+    double trainer_ex_per_s[SPW_PIPELINE_MAX_TRAINERS];
+    struct spw_pipeline_snapshot snap; /* the last scrape, window metrics overridden from the
+                                          trainers' "finished" lines */
+    long latest_epoch;                 /* -1: no checkpoint */
+    double manifest_examples;          /* LATEST manifest's example_count */
+    long kills, restarts;
+};
+
+/* Writes r as JSON to path, with every process's name and last exit status. SPW_ERR_IO. */
+spw_err_t spw_pipeline_summary_write(const spw_pipeline_t *p, const struct spw_pipeline_result *r,
+                                     const char *path);
+
+/* Reads the coordinator's LATEST checkpoint under the run directory: *epoch and the manifest's
+ * example_count. SPW_ERR_NOT_FOUND when there is none, or the manifest's read error. */
+spw_err_t spw_pipeline_latest(const spw_pipeline_t *p, uint64_t *epoch, uint64_t *examples);
+
+#endif

@@ -1,0 +1,20 @@
+/* Not API: the pipeline handle's fields, shared by tools/src/pipeline*.c. */
+#ifndef SPARROW_PIPELINE_INT_H
+#define SPARROW_PIPELINE_INT_H
+
+#include "sparrow/pipeline.h"
+
+#define SPW_PIPELINE_PATH_MAX 1200
+
+struct spw_pipeline {
+    const struct spw_pipeline_conf *conf; /* borrowed */
+    spw_launch_t *launch;                 /* owned */
+    char bootstrap[512];                  /* kafka-mock's HOST:PORT */
+    char examples_url[600];               /* kafka://HOST:PORT/examples */
+    char coord[64];                       /* the coordinator's endpoint */
+    char shard_list[SPW_PIPELINE_MAX_SHARDS * 32];
+    int shard_port[SPW_PIPELINE_MAX_SHARDS], shard_http[SPW_PIPELINE_MAX_SHARDS];
+    int trainer_http[SPW_PIPELINE_MAX_TRAINERS];
+};
+
+#endif

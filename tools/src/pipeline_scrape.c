@@ -1,0 +1,293 @@
+/* Reading the pipeline's state: /metrics pages of trainers and shards (Prometheus text), histogram
+ * quantiles, key=value fields of log lines, and the demo's progress line. */
+#include <math.h>
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "pipeline_int.h"
+
+/* The largest /metrics page read from a role. */
+#define PIPELINE_METRICS_MAX (1u << 20)
+
+char *spw_pipeline_metrics_get(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return NULL;
+    struct timeval tv = {.tv_sec = 1};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    char *buf = NULL;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+        goto out_close;
+    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(req) - 1))
+        goto out_close;
+    size_t cap = 65536, len = 0;
+    buf = malloc(cap);
+    if (!buf)
+        goto out_close;
+    for (;;) {
+        if (len + 1 == cap) {
+            if (cap >= PIPELINE_METRICS_MAX)
+                break;
+            char *nb = realloc(buf, cap * 2);
+            if (!nb)
+                break;
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t n = recv(fd, buf + len, cap - 1 - len, 0);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    if (strncmp(buf, "HTTP/1.", 7) != 0 || !strstr(buf, " 200")) {
+        free(buf);
+        buf = NULL;
+    }
+out_close:
+    close(fd);
+    return buf;
+}
+
+/* The value at the end of the line starting at line. */
+static double line_value(const char *line)
+{
+    const char *eol = strchr(line, '\n');
+    const char *sp = eol ? eol : line + strlen(line);
+    while (sp > line && sp[-1] != ' ')
+        sp--;
+    return strtod(sp, NULL);
+}
+
+double spw_pipeline_metric_sum(const char *page, const char *name)
+{
+    size_t nlen = strlen(name);
+    double sum = 0;
+    bool found = false;
+    for (const char *line = page; line && *line;
+         line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        if (strncmp(line, name, nlen) != 0 || (line[nlen] != ' ' && line[nlen] != '{'))
+            continue;
+        double v = line_value(line);
+        if (isfinite(v)) {
+            sum += v;
+            found = true;
+        }
+    }
+    return found ? sum : NAN;
+}
+
+void spw_pipeline_hist_add(struct spw_pipeline_hist *h, const char *page, const char *name)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof(prefix), "%s_bucket{", name);
+    size_t plen = strlen(prefix);
+    for (const char *line = page; line && *line;
+         line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        if (strncmp(line, prefix, plen) != 0)
+            continue;
+        const char *le = strstr(line, "le=\"");
+        const char *eol = strchr(line, '\n');
+        if (!le || (eol && le > eol))
+            continue;
+        double bound = strncmp(le + 4, "+Inf", 4) == 0 ? INFINITY : strtod(le + 4, NULL);
+        double v = line_value(line);
+        if (!isfinite(v))
+            continue;
+        size_t i = 0;
+        while (i < h->n && h->le[i] != bound)
+            i++;
+        if (i == h->n) {
+            if (h->n == SPW_PIPELINE_MAX_BUCKETS)
+                continue;
+            h->le[h->n] = bound;
+            h->count[h->n++] = 0;
+        }
+        h->count[i] += v;
+    }
+}
+
+double spw_pipeline_hist_total(const struct spw_pipeline_hist *h)
+{
+    for (size_t i = 0; i < h->n; i++)
+        if (isinf(h->le[i]))
+            return h->count[i];
+    return 0;
+}
+
+double spw_pipeline_hist_quantile(const struct spw_pipeline_hist *h, double q)
+{
+    double total = spw_pipeline_hist_total(h);
+    if (total <= 0)
+        return NAN;
+    double best = INFINITY;
+    for (size_t i = 0; i < h->n; i++)
+        if (h->count[i] >= q * total && h->le[i] < best)
+            best = h->le[i];
+    return best;
+}
+
+/* The epoch of the last "checkpoint completed" line in the coordinator's log, -1 when none. */
+static long last_epoch(const char *log_path)
+{
+    double e = spw_pipeline_log_value(log_path, "checkpoint completed", "epoch");
+    return isfinite(e) ? (long)e : -1;
+}
+
+double spw_pipeline_log_value(const char *log_path, const char *marker, const char *key)
+{
+    FILE *f = fopen(log_path, "r");
+    if (!f)
+        return NAN;
+    char pat[80];
+    snprintf(pat, sizeof(pat), " %s=", key);
+    double v = NAN;
+    char line[4096];
+    while (fgets(line, sizeof(line), f)) {
+        if (!strstr(line, marker))
+            continue;
+        const char *e = strstr(line, pat);
+        if (e) {
+            char *end;
+            double x = strtod(e + strlen(pat), &end);
+            if (end != e + strlen(pat))
+                v = x;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+/* Fills *tr from trainer page (NULL: down) and adds its checkpoint pauses to pause (may be NULL).
+ */
+static void trainer_from_page(const char *page, struct spw_pipeline_trainer *tr,
+                              struct spw_pipeline_hist *pause)
+{
+    *tr = (struct spw_pipeline_trainer){false, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    if (!page)
+        return;
+    tr->up = true;
+    tr->examples = spw_pipeline_metric_sum(page, "sparrow_trainer_examples_total");
+    tr->ex_per_s = spw_pipeline_metric_sum(page, "sparrow_trainer_examples_per_second");
+    tr->lag = spw_pipeline_metric_sum(page, "sparrow_kafka_consumer_lag");
+    tr->step = spw_pipeline_metric_sum(page, "sparrow_trainer_step");
+    tr->clock = spw_pipeline_metric_sum(page, "sparrow_trainer_clock");
+    double bpe = spw_pipeline_metric_sum(page, "sparrow_trainer_push_bytes_per_example");
+    double ratio = spw_pipeline_metric_sum(page, "sparrow_trainer_compression_ratio");
+    if (isfinite(tr->examples) && isfinite(bpe) && isfinite(ratio) && ratio >= 1)
+        tr->bytes_saved = tr->examples * bpe * (ratio - 1);
+    /* 0 means "no window yet" for these gauges */
+    static const char *const names[] = {
+        "sparrow_trainer_window_logloss", "sparrow_trainer_window_auc",
+        "sparrow_trainer_bayes_window_logloss", "sparrow_trainer_bayes_window_auc"};
+    double *dst[] = {&tr->logloss, &tr->auc, &tr->bayes_logloss, &tr->bayes_auc};
+    for (size_t i = 0; i < 4; i++) {
+        double v = spw_pipeline_metric_sum(page, names[i]);
+        *dst[i] = isfinite(v) && v > 0 ? v : NAN;
+    }
+    if (pause)
+        spw_pipeline_hist_add(pause, page, "sparrow_trainer_checkpoint_pause_seconds");
+}
+
+void spw_pipeline_scrape_trainer(const spw_pipeline_t *p, long t, struct spw_pipeline_trainer *tr)
+{
+    char *page = spw_pipeline_metrics_get(p->trainer_http[t]);
+    trainer_from_page(page, tr, NULL);
+    free(page);
+}
+
+/* *acc += v when v is finite (*acc NAN counts as 0). */
+static void add(double *acc, double v)
+{
+    if (isfinite(v))
+        *acc = (isfinite(*acc) ? *acc : 0) + v;
+}
+
+/* Mean of the finite field values of the trainers; NAN when none. */
+static double mean(const struct spw_pipeline_snapshot *s, long n, size_t offset)
+{
+    double sum = 0;
+    int k = 0;
+    for (long t = 0; t < n; t++) {
+        double v = *(const double *)((const char *)&s->trainer[t] + offset);
+        if (isfinite(v))
+            sum += v, k++;
+    }
+    return k ? sum / k : NAN;
+}
+
+void spw_pipeline_scrape(const spw_pipeline_t *p, struct spw_pipeline_snapshot *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->examples = s->ex_per_s = s->bytes_saved = s->lag = NAN;
+    long n = p->conf->trainers;
+    for (long t = 0; t < n; t++) {
+        struct spw_pipeline_trainer *tr = &s->trainer[t];
+        char *page = spw_pipeline_metrics_get(p->trainer_http[t]);
+        trainer_from_page(page, tr, &s->pause);
+        free(page);
+        add(&s->examples, tr->examples);
+        add(&s->ex_per_s, tr->ex_per_s);
+        add(&s->bytes_saved, tr->bytes_saved);
+        if (tr->lag >= 0)
+            add(&s->lag, tr->lag);
+    }
+    s->logloss = mean(s, n, offsetof(struct spw_pipeline_trainer, logloss));
+    s->auc = mean(s, n, offsetof(struct spw_pipeline_trainer, auc));
+    s->bayes_logloss = mean(s, n, offsetof(struct spw_pipeline_trainer, bayes_logloss));
+    s->bayes_auc = mean(s, n, offsetof(struct spw_pipeline_trainer, bayes_auc));
+    for (long i = 0; i < p->conf->shards; i++) {
+        char *page = spw_pipeline_metrics_get(p->shard_http[i]);
+        if (!page)
+            continue;
+        spw_pipeline_hist_add(&s->tau, page, "sparrow_ps_staleness");
+        free(page);
+    }
+    s->tau_p50 = spw_pipeline_hist_quantile(&s->tau, 0.5);
+    s->tau_p99 = spw_pipeline_hist_quantile(&s->tau, 0.99);
+    char path[SPW_PIPELINE_PATH_MAX];
+    snprintf(path, sizeof(path), "%s/coordinator.log", p->conf->run_dir);
+    s->epoch = last_epoch(path);
+}
+
+/* Formats v with prec decimals, or "-" when not finite. */
+static const char *fmt_num(char *buf, size_t size, int prec, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, size, "%.*f", prec, v);
+    else
+        snprintf(buf, size, "-");
+    return buf;
+}
+
+void spw_pipeline_format_line(const struct spw_pipeline_snapshot *s, double elapsed, char *line,
+                              size_t size)
+{
+    char a[10][32];
+    char ep[32];
+    if (s->epoch >= 0)
+        snprintf(ep, sizeof(ep), "%ld", s->epoch);
+    else
+        snprintf(ep, sizeof(ep), "none");
+    snprintf(
+        line, size,
+        "t=%3.0fs examples=%s ex/s=%s logloss=%s (bayes %s) auc=%s (bayes %s) tau p50/p99=%s/%s "
+        "saved=%sMB ckpt=%s lag=%s",
+        elapsed, fmt_num(a[0], 32, 0, s->examples), fmt_num(a[1], 32, 0, s->ex_per_s),
+        fmt_num(a[2], 32, 4, s->logloss), fmt_num(a[3], 32, 4, s->bayes_logloss),
+        fmt_num(a[4], 32, 4, s->auc), fmt_num(a[5], 32, 4, s->bayes_auc),
+        fmt_num(a[6], 32, 0, s->tau_p50), fmt_num(a[7], 32, 0, s->tau_p99),
+        fmt_num(a[8], 32, 1, s->bytes_saved / 1e6), ep, fmt_num(a[9], 32, 0, s->lag));
+}
