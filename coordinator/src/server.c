@@ -461,6 +461,11 @@ static void open_epoch(spw_coord_server_t *srv, const char *why)
 
 static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const char *why)
 {
+    if (ok && srv->recovery_wanted) {
+        /* a shard restarted while the epoch ran: its checkpoint may hold the restarted state */
+        ok = false;
+        why = "a shard restarted during the epoch";
+    }
     uint64_t now_mono = spw_time_mono_ms();
     srv->last_ckpt_ms = now_mono;
     if (srv->conf.mode.kind == SPW_COORD_HYBRID) /* the epoch was a barrier: drop caches */
@@ -805,6 +810,15 @@ static void on_shard_reply(spw_coord_server_t *srv, struct shard *sh, const void
         SPW_WARN("shard request failed", "shard=%s error=%d msg=\"%s\"", sh->endpoint,
                  (int)rep->error, rep->error_message ? rep->error_message : "");
         sh->result = SPW_ERR_RPC;
+    } else if (rep->body_case == SPARROW__REPLY__BODY_CHECKPOINT &&
+               rep->checkpoint->has_started_ms && sh->started_ms != 0 &&
+               rep->checkpoint->started_ms != sh->started_ms) {
+        /* a new process (restored from an older epoch, or empty) answered: its checkpoint is not
+         * this epoch's state; the epoch is aborted and everyone recovers */
+        SPW_WARN("shard restarted", "shard=%s during=checkpoint", sh->endpoint);
+        sh->started_ms = rep->checkpoint->started_ms;
+        sh->result = SPW_ERR_STATE;
+        srv->recovery_wanted = true;
     } else if (rep->body_case == SPARROW__REPLY__BODY_CHECKPOINT) {
         snprintf(sh->checksum, sizeof(sh->checksum), "%s",
                  rep->checkpoint->checksum ? rep->checkpoint->checksum : "");

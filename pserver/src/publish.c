@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ps_int.h"
 #include "sparrow/arena.h"
@@ -15,12 +16,16 @@
 #include "sparrow/metrics.h"
 #include "sparrow/sparrow.pb-c.h"
 #include "sparrow/time.h"
+#include "sparrow/wire.h"
 
 #define IDLE_POLL_MS     100
 #define FINAL_FLUSH_MS   10000
 #define SYNC_TIMEOUT_MS  5000 /* per step: flush, metadata, each watermark query */
 #define SET_MIN_CAP      1024u
 #define REQUEUE_MAX_KEYS (64u << 20) /* failed records remembered for re-publishing */
+#define SCAN_TIMEOUT_MS  60000       /* reading the stream back after a restore */
+#define SCAN_POLL_MS     200
+#define SCAN_MAX_UPDATE  (1u << 20)
 
 /* A changed key since the last hand-off: the newest event time and apply time behind it. */
 struct pub_entry {
@@ -28,7 +33,9 @@ struct pub_entry {
     int64_t event_ms;
     int64_t applied_ms;
     uint8_t used;
-    uint8_t tomb; /* evicted by TTL (a tombstone unless the key has a row again) */
+    /* Evicted, or published before a restore: owes a tombstone unless the key has a row (then
+     * the row is published). */
+    uint8_t tomb;
 };
 
 /* Open-addressing set of changed keys (load <= 1/2). Owned by the loop thread. */
@@ -59,6 +66,7 @@ struct spw_ps__publisher {
     uint32_t dim, shard;
     uint64_t interval_ms, next_ms;
     char *topic;
+    spw_kafka_props_t *props;       /* for the restore scan's consumer */
     spw_kafka_producer_t *producer; /* used by the publisher thread only (after creation) */
     size_t row_floats;
     struct spw_ps_row_copy *row; /* loop thread scratch */
@@ -66,14 +74,15 @@ struct spw_ps__publisher {
     struct pub_batch batch;
     uint8_t *buf; /* publisher thread: encoded record */
     size_t buf_cap;
-    spw_counter_t *m_rows, *m_tombs, *m_failed;
+    spw_counter_t *m_rows, *m_tombs, *m_failed, *m_restore_keys;
     spw_gauge_t *m_lag;
 
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* Under mu. */
-    bool has_batch, busy, stop, want_sync;
+    bool has_batch, busy, stop, want_sync, want_restore;
+    uint64_t restore_epoch; /* the oldest restored epoch not yet scanned for */
     uint64_t sync_done;
     int sync_timeout_ms;
     spw_err_t sync_rc;
@@ -155,7 +164,8 @@ void spw_ps__publisher_touch(spw_ps__publisher_t *pub, const uint64_t *keys, siz
                                 keys[i]);
             return;
         }
-        e->tomb = 0;
+        /* tomb stays: a key evicted (or restored away) and pushed again without being admitted
+         * still owes its tombstone; a key with a row again publishes the row. */
         if (event_ms > e->event_ms)
             e->event_ms = event_ms;
         e->applied_ms = now;
@@ -204,6 +214,8 @@ static void requeue_failed_locked(spw_ps__publisher_t *pub)
             e->event_ms = f->event_ms;
             e->applied_ms = f->applied_ms;
             e->tomb = f->tomb;
+        } else if (e) {
+            e->tomb |= f->tomb;
         }
     }
     pub->n_failed = 0;
@@ -358,7 +370,142 @@ void spw_ps__publisher_fill_offsets(spw_ps__publisher_t *pub, spw_ps_store_t *st
     SPW_INFO("checkpoint update offsets", "epoch=%" PRIu64 " partitions=%zu", epoch, n);
 }
 
+void spw_ps__publisher_restored(spw_ps__publisher_t *pub, uint64_t epoch)
+{
+    pthread_mutex_lock(&pub->mu);
+    if (!pub->want_restore || epoch < pub->restore_epoch)
+        pub->restore_epoch = epoch;
+    pub->want_restore = true;
+    pthread_cond_broadcast(&pub->cv);
+    pthread_mutex_unlock(&pub->mu);
+    SPW_INFO("restore: re-publishing the keys published since the restored epoch", "epoch=%" PRIu64,
+             epoch);
+}
+
 /* ---- publisher thread ---- */
+
+/* What the restore scan tracks per partition: the high watermark to reach, the next offset. */
+struct scan_part {
+    int32_t partition;
+    int64_t target, next;
+};
+
+struct scan_state {
+    struct scan_part *parts;
+    size_t n;
+};
+
+static struct scan_part *scan_part_of(struct scan_state *st, int32_t partition)
+{
+    for (size_t i = 0; i < st->n; i++)
+        if (st->parts[i].partition == partition)
+            return &st->parts[i];
+    return NULL;
+}
+
+static bool scan_done(const struct scan_state *st)
+{
+    for (size_t i = 0; i < st->n; i++)
+        if (st->parts[i].next < st->parts[i].target)
+            return false;
+    return true;
+}
+
+/*
+ * After a restore to epoch: reads the update stream back from its beginning up to the high
+ * watermarks (taken after every earlier record was flushed) and re-queues, as owing a
+ * tombstone, every key this shard published with an epoch >= the restored one. Those are the
+ * keys whose published value may be newer than the restored store (a record published after
+ * checkpoint E carries epoch >= E); the next hand-off publishes each key's restored row, or a
+ * tombstone when the restored store lacks it, after every stale record of the key in its
+ * partition. So any reader of the stream (serve) converges to the restored state. Runs on the
+ * publisher thread (mu not held).
+ */
+static void restore_scan(spw_ps__publisher_t *pub, uint64_t epoch)
+{
+    uint64_t t0 = spw_time_mono_ms();
+    if (spw_kafka_producer_flush(pub->producer, SYNC_TIMEOUT_MS) != SPW_OK)
+        SPW_WARN("restore scan: flush timed out", "outstanding=%" PRIu64,
+                 spw_kafka_producer_outstanding(pub->producer));
+    size_t n = 0;
+    if (spw_kafka_producer_high_watermarks(pub->producer, pub->topic, pub->marks,
+                                           SPW_PS_PUBLISH_MAX_PARTITIONS, &n,
+                                           SYNC_TIMEOUT_MS) != SPW_OK) {
+        SPW_ERROR("restore scan failed: serving replicas may keep rows newer than the restored "
+                  "epoch",
+                  "epoch=%" PRIu64 " reason=\"high watermarks unknown\"", epoch);
+        return;
+    }
+    struct scan_state st = {calloc(n ? n : 1, sizeof(struct scan_part)), n};
+    spw_arena_t *arena = spw_arena_new(1 << 16, 4 * (size_t)SCAN_MAX_UPDATE);
+    if (!st.parts || !arena) {
+        SPW_ERROR("restore scan failed", "epoch=%" PRIu64 " reason=\"out of memory\"", epoch);
+        goto out_free;
+    }
+    for (size_t i = 0; i < n; i++)
+        st.parts[i] = (struct scan_part){pub->marks[i].partition, pub->marks[i].offset, 0};
+    if (scan_done(&st))
+        goto out_free; /* nothing was ever published */
+    char group[128], errstr[256];
+    snprintf(group, sizeof(group), "sparrow-ps-restore-%u-%ld-%" PRId64, pub->shard, (long)getpid(),
+             spw_time_wall_ms());
+    const char *topics[1] = {pub->topic};
+    struct spw_kafka_consumer_opts co = {
+        .group_id = group,
+        .topics = topics,
+        .n_topics = 1,
+        .start_latest = false,
+        .lost = SPW_KAFKA_LOST_EARLIEST,
+    };
+    spw_kafka_consumer_t *c = spw_kafka_consumer_new(pub->props, &co, errstr, sizeof(errstr));
+    if (!c) {
+        SPW_ERROR("restore scan failed", "epoch=%" PRIu64 " reason=\"%s\"", epoch, errstr);
+        goto out_free;
+    }
+    uint64_t keys = 0, records = 0;
+    while (!scan_done(&st) && spw_time_mono_ms() - t0 < SCAN_TIMEOUT_MS) {
+        struct spw_kafka_msg msg;
+        spw_err_t rc = spw_kafka_consumer_poll(c, SCAN_POLL_MS, &msg);
+        if (rc == SPW_ERR_TIMEOUT || rc == SPW_ERR_CORRUPT)
+            continue;
+        if (rc != SPW_OK)
+            break;
+        struct scan_part *sp = scan_part_of(&st, msg.partition);
+        if (sp && msg.offset + 1 > sp->next)
+            sp->next = msg.offset + 1;
+        Sparrow__ModelUpdate *u = NULL;
+        spw_arena_reset(arena);
+        records++;
+        if (msg.value &&
+            spw_wire_unpack_model_update(msg.value, msg.len, SCAN_MAX_UPDATE, arena, &u) ==
+                SPW_OK &&
+            u->has_key && u->has_shard && u->shard == pub->shard &&
+            (!u->has_epoch || u->epoch >= epoch)) {
+            struct pub_entry e = {
+                .key = u->key, .used = 1, .tomb = 1, .applied_ms = spw_time_wall_ms()};
+            pthread_mutex_lock(&pub->mu);
+            requeue_add_locked(pub, &e);
+            pthread_mutex_unlock(&pub->mu);
+            keys++;
+        }
+        spw_kafka_msg_release(&msg);
+    }
+    bool complete = scan_done(&st);
+    spw_kafka_consumer_destroy(c);
+    if (pub->m_restore_keys)
+        spw_counter_add(pub->m_restore_keys, keys);
+    if (complete)
+        SPW_INFO("restore scan done: keys re-queued for publishing",
+                 "epoch=%" PRIu64 " records=%" PRIu64 " keys=%" PRIu64 " ms=%" PRIu64, epoch,
+                 records, keys, spw_time_mono_ms() - t0);
+    else
+        SPW_ERROR("restore scan incomplete: serving replicas may keep rows newer than the "
+                  "restored epoch",
+                  "epoch=%" PRIu64 " records=%" PRIu64 " keys=%" PRIu64, epoch, records, keys);
+out_free:
+    spw_arena_destroy(arena);
+    free(st.parts);
+}
 
 static void on_delivery(void *opaque, void *msg_opaque, spw_err_t err, int32_t partition,
                         int64_t offset)
@@ -489,6 +636,17 @@ static void *publisher_main(void *arg)
             pthread_cond_broadcast(&pub->cv);
             continue;
         }
+        if (pub->want_restore) {
+            uint64_t epoch = pub->restore_epoch;
+            pub->want_restore = false;
+            pub->busy = true;
+            pthread_mutex_unlock(&pub->mu);
+            restore_scan(pub, epoch);
+            pthread_mutex_lock(&pub->mu);
+            pub->busy = false;
+            pthread_cond_broadcast(&pub->cv);
+            continue;
+        }
         if (pub->stop)
             break;
         struct timespec ts;
@@ -574,6 +732,10 @@ spw_ps__publisher_t *spw_ps__publisher_new(const struct spw_ps_server_conf *conf
         pub->m_failed = spw_metrics_counter_new(
             metrics, "sparrow_ps_publish_failures_total",
             "Model-update deliveries that failed (the key is published again).", NULL);
+        pub->m_restore_keys = spw_metrics_counter_new(
+            metrics, "sparrow_ps_restore_republished_total",
+            "Keys re-published after restores (found in the stream since the restored epoch).",
+            NULL);
         pub->m_lag = spw_metrics_gauge_new(
             metrics, "sparrow_ps_publish_lag_seconds",
             "Applied on the shard to delivered to Kafka, of the last delivered update.", NULL);
@@ -597,7 +759,7 @@ spw_ps__publisher_t *spw_ps__publisher_new(const struct spw_ps_server_conf *conf
     }
     SPW_INFO("publishing model updates", "topic=%s interval_ms=%" PRIu64 " brokers=%s", pub->topic,
              pub->interval_ms, spw_kafka_props_get(props, "bootstrap.servers"));
-    spw_kafka_props_destroy(props);
+    pub->props = props;
     return pub;
 
 out_destroy_sync:
@@ -656,5 +818,6 @@ void spw_ps__publisher_destroy(spw_ps__publisher_t *pub, spw_ps_store_t *store, 
     free(pub->marks);
     free(pub->row);
     free(pub->topic);
+    spw_kafka_props_destroy(pub->props);
     free(pub);
 }

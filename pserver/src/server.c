@@ -556,7 +556,8 @@ static void handle_checkpoint(spw_ps_server_t *srv, struct peer *peer, const Spa
              "epoch=%" PRIu64 " path=%s rows=%" PRIu64 " bytes=%" PRIu64 " seconds=%.3f", cr->epoch,
              info.path, info.rows, info.bytes, secs);
     Sparrow__CheckpointReply ck = SPARROW__CHECKPOINT_REPLY__INIT;
-    ck.has_epoch = ck.has_rows = true;
+    ck.has_epoch = ck.has_rows = ck.has_started_ms = true;
+    ck.started_ms = srv->started_ms;
     ck.epoch = cr->epoch;
     ck.rows = info.rows;
     ck.path = info.path;
@@ -621,6 +622,8 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
     srv->epoch = epoch;
     if (srv->m.epoch)
         spw_gauge_set(srv->m.epoch, (double)epoch);
+    if (srv->pub) /* readers of the update stream drop what was published after epoch */
+        spw_ps__publisher_restored(srv->pub, epoch);
     struct spw_ps_store_stats st;
     spw_ps_store_get_stats(srv->store, &st);
     SPW_INFO("restored", "epoch=%" PRIu64 " rows=%" PRIu64, epoch,
@@ -1013,6 +1016,8 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
     srv->pub = spw_ps__publisher_new(conf, srv->metrics, errstr, errstr_size);
     if (!srv->pub && errstr[0])
         goto out_destroy;
+    if (srv->pub && conf->restore) /* what a previous process published after the epoch is gone */
+        spw_ps__publisher_restored(srv->pub, srv->epoch);
     if (srv->pub) { /* TTL evictions become tombstones (also for stores reopened later) */
         sc.on_evict = srv->conf.store.on_evict = spw_ps__publisher_on_evict;
         sc.evict_opaque = srv->conf.store.evict_opaque = srv->pub;

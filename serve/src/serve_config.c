@@ -34,8 +34,6 @@ const struct spw_config_prop spw_serve_config_props[] = {
     {"serve.auth.token_file", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
      "File holding a bearer token that /v1/* requests must carry (Authorization: Bearer ...); "
      "unset: no check. /metrics, /healthz and /readyz stay open."},
-    {"serve.catchup.idle", SPW_CONFIG_DURATION_MS, "1s", 0, 600000, NULL,
-     "Ready once no lag is seen and no update arrived for this long after assignment."},
     {"serve.strict", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
      "Exit non-zero when updates were lost to retention (else log, count and go on)."},
     {"kafka.*", SPW_CONFIG_PASSTHROUGH, NULL, 0, 0, NULL,

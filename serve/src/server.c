@@ -23,6 +23,8 @@
 #define MAX_PARTITIONS   1024
 #define MAX_UPDATE_BYTES (1u << 20) /* one ModelUpdate: key + 4096 floats and change */
 #define POLL_MS          100
+#define WATERMARK_MS     5000 /* per query of the partitions' high watermarks */
+#define WATERMARK_RETRY  1000 /* between failed queries */
 
 /* Per-request scratch, reused through a free list so that requests do not allocate in steady
  * state. A context is owned by one request at a time. */
@@ -56,13 +58,20 @@ struct spw_serve {
     const char *topic;
     char group[256];
     bool strict;
-    uint64_t catchup_idle_ms;
 
     _Atomic uint64_t epoch;
     _Atomic int64_t offsets[MAX_PARTITIONS]; /* next offset applied, -1: none */
     _Atomic int n_partitions;
     bool assigned, ready;
-    uint64_t quiet_since_ms;
+
+    /* Readiness (run thread): the high watermark of every partition, read once after start;
+     * ready once every partition's next offset reached its target. */
+    spw_kafka_producer_t *wm_client; /* only for the watermark query; NULL once it succeeded */
+    struct spw_kafka_partition *targets;
+    size_t n_targets;
+    bool targets_known;
+    uint64_t next_query_ms;
+    bool *part_assigned; /* MAX_PARTITIONS: assigned to this consumer (run thread) */
 
     pthread_mutex_t pool_lock;
     struct req_ctx *pool;
@@ -390,11 +399,13 @@ static void on_assign(void *opaque, struct spw_kafka_partition *parts, size_t n)
             if (have >= 0)
                 parts[i].offset = have;
         }
+        if (parts[i].partition >= 0 && parts[i].partition < MAX_PARTITIONS &&
+            strcmp(parts[i].topic, s->topic) == 0)
+            s->part_assigned[parts[i].partition] = true;
         SPW_INFO("update partition assigned", "partition=%" PRId32 " offset=%" PRId64,
                  parts[i].partition, parts[i].offset);
     }
     s->assigned = true;
-    s->quiet_since_ms = spw_time_mono_ms();
 }
 
 static void observe_freshness(spw_serve_t *s, const Sparrow__ModelUpdate *u)
@@ -486,23 +497,83 @@ static void note_offset(spw_serve_t *s, int32_t partition, int64_t next)
         atomic_store_explicit(&s->n_partitions, partition + 1, memory_order_release);
 }
 
+/* Reads the high watermark of every partition of the topic once (retried until it succeeds):
+ * the offsets "caught up" means reaching. Run thread. */
+static void query_targets(spw_serve_t *s)
+{
+    uint64_t now = spw_time_mono_ms();
+    if (now < s->next_query_ms)
+        return;
+    s->next_query_ms = now + WATERMARK_RETRY;
+    char errstr[256];
+    if (!s->wm_client) {
+        struct spw_kafka_producer_opts po = {0};
+        s->wm_client = spw_kafka_producer_new(s->props, &po, errstr, sizeof(errstr));
+        if (!s->wm_client) {
+            SPW_LOG_RATELIMITED(SPW_LOG_WARN, 10000, "cannot create the watermark client",
+                                "error=\"%s\"", errstr);
+            return;
+        }
+    }
+    size_t n = 0;
+    if (spw_kafka_producer_high_watermarks(s->wm_client, s->topic, s->targets, MAX_PARTITIONS, &n,
+                                           WATERMARK_MS) != SPW_OK)
+        return; /* logged; retried */
+    s->n_targets = n;
+    s->targets_known = true;
+    spw_kafka_producer_destroy(s->wm_client, 0);
+    s->wm_client = NULL;
+    for (size_t i = 0; i < n; i++)
+        SPW_INFO("catch-up target", "partition=%" PRId32 " high_watermark=%" PRId64,
+                 s->targets[i].partition, s->targets[i].offset);
+}
+
+/* The next offset of partition p this replica has reached: the newest applied record's + 1, or
+ * the checkpoint's offset when nothing was applied after it (-1: neither). */
+static int64_t position_of(const spw_serve_t *s, int32_t p)
+{
+    int64_t have = p >= 0 && p < MAX_PARTITIONS ? atomic_load(&s->offsets[p]) : -1;
+    for (size_t j = 0; j < s->boot.n_offsets; j++)
+        if (s->boot.offsets[j].partition == p && s->boot.offsets[j].offset > have)
+            have = s->boot.offsets[j].offset;
+    return have;
+}
+
+/* Exact catch-up: once partitions are assigned, the position of every assigned partition
+ * reached the high watermark read after start (a partition that was empty then needs nothing).
+ * With the default private group every partition is assigned; with a shared serve.group only this
+ * replica's share counts. */
+static bool caught_up(const spw_serve_t *s)
+{
+    if (!s->targets_known || !s->assigned)
+        return false;
+    for (size_t i = 0; i < s->n_targets; i++) {
+        int32_t p = s->targets[i].partition;
+        if (p < 0 || p >= MAX_PARTITIONS || !s->part_assigned[p] || s->targets[i].offset <= 0)
+            continue;
+        if (position_of(s, p) < s->targets[i].offset)
+            return false;
+    }
+    return true;
+}
+
 static void update_readiness(spw_serve_t *s)
 {
     spw_serve_table_t *table = atomic_load_explicit(&s->table, memory_order_relaxed);
     if (table)
         spw_gauge_set(s->m_table_rows, (double)spw_serve_table_rows(table));
     spw_gauge_set(s->m_epoch, (double)atomic_load(&s->epoch));
-    if (s->ready || !s->assigned)
+    if (s->ready)
         return;
-    if (spw_kafka_consumer_lag(s->consumer) > 0)
-        return;
-    if (spw_time_mono_ms() - s->quiet_since_ms < s->catchup_idle_ms)
+    if (!s->targets_known)
+        query_targets(s);
+    if (!caught_up(s))
         return;
     s->ready = true;
     spw_gauge_set(s->m_ready, 1);
     spw_http_set_ready(s->http, true, NULL);
-    SPW_INFO("caught up: ready", "epoch=%" PRIu64 " rows=%" PRIu64, atomic_load(&s->epoch),
-             table ? spw_serve_table_rows(table) : 0);
+    SPW_INFO("caught up: ready", "epoch=%" PRIu64 " rows=%" PRIu64 " partitions=%zu",
+             atomic_load(&s->epoch), table ? spw_serve_table_rows(table) : 0, s->n_targets);
 }
 
 spw_err_t spw_serve_run(spw_serve_t *s)
@@ -517,7 +588,6 @@ spw_err_t spw_serve_run(spw_serve_t *s)
                 note_offset(s, msg.partition, msg.offset + 1);
             }
             spw_kafka_msg_release(&msg);
-            s->quiet_since_ms = spw_time_mono_ms();
         } else if (rc == SPW_ERR_CORRUPT) {
             SPW_ERROR("model updates lost to retention", "strict=%d", (int)s->strict);
             if (s->strict) {
@@ -631,7 +701,6 @@ spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_
     s->limits.max_examples = (uint32_t)spw_config_int(cfg, "serve.max_examples");
     s->limits.max_depth = 16;
     s->strict = spw_config_bool(cfg, "serve.strict");
-    s->catchup_idle_ms = (uint64_t)spw_config_duration_ms(cfg, "serve.catchup.idle");
     atomic_init(&s->table, NULL);
     atomic_init(&s->epoch, 0);
     atomic_init(&s->n_partitions, 0);
@@ -639,7 +708,9 @@ spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_
         atomic_init(&s->offsets[i], -1);
     s->metrics = spw_metrics_new();
     s->upd_arena = spw_arena_new(1 << 16, 4 * (size_t)MAX_UPDATE_BYTES);
-    if (!s->metrics || !s->upd_arena || !register_metrics(s)) {
+    s->targets = calloc(MAX_PARTITIONS, sizeof(*s->targets));
+    s->part_assigned = calloc(MAX_PARTITIONS, sizeof(*s->part_assigned));
+    if (!s->metrics || !s->upd_arena || !s->targets || !s->part_assigned || !register_metrics(s)) {
         snprintf(errstr, errstr_size, "out of memory");
         goto out_destroy;
     }
@@ -732,6 +803,7 @@ void spw_serve_destroy(spw_serve_t *s)
         return;
     spw_http_stop(s->http); /* no handler runs after this */
     spw_kafka_consumer_destroy(s->consumer);
+    spw_kafka_producer_destroy(s->wm_client, 0);
     spw_kafka_props_destroy(s->props);
     spw_serve_table_destroy(atomic_load(&s->table));
     spw_serve_bootstrap_fini(&s->boot);
@@ -742,6 +814,8 @@ void spw_serve_destroy(spw_serve_t *s)
         ctx_free(c);
     }
     spw_arena_destroy(s->upd_arena);
+    free(s->targets);
+    free(s->part_assigned);
     spw_metrics_destroy(s->metrics);
     pthread_mutex_destroy(&s->pool_lock);
     free(s);

@@ -6,13 +6,13 @@ if(TARGET sparrow_serve)
     add_executable(serve_driver ${CMAKE_CURRENT_SOURCE_DIR}/serve_driver.c)
     target_link_libraries(serve_driver PRIVATE sparrow_pserver sparrow_coordinator sparrow_kafka
                           sparrow_proto)
-    foreach(_serve_it serve_updates)
+    foreach(_serve_it serve_updates serve_restore serve_ready)
         if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${_serve_it}.sh)
             add_test(NAME ${_serve_it}
                      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/${_serve_it}.sh $<TARGET_FILE:sparrow>
                              ${CMAKE_CURRENT_BINARY_DIR}/${_serve_it}.d
                              $<TARGET_FILE:serve_driver>)
-            set_tests_properties(${_serve_it} PROPERTIES TIMEOUT 180 LABELS "integration;kafka")
+            set_tests_properties(${_serve_it} PROPERTIES TIMEOUT 400 LABELS "integration;kafka")
         endif()
     endforeach()
 endif()

@@ -2,14 +2,21 @@
  * checkpoint (through the pserver store) with a manifest, from text lines on stdin.
  *   serve_driver produce BROKERS TOPIC     lines: "put KEY VERSION EPOCH EVENT_MS W1 .. Wd"
  *                                                 "del KEY EPOCH"
- *   serve_driver checkpoint ROOT EPOCH DIM TOPIC P:OFF,...   lines: "KEY W1 .. Wd" */
+ *   serve_driver checkpoint ROOT EPOCH DIM TOPIC P:OFF,...   lines: "KEY W1 .. Wd"
+ * and pulls rows from shards for comparisons:
+ *   serve_driver pull ENDPOINT,... DIM     lines: "KEY"; prints "KEY VERSION W1 .. Wd", the row
+ *                                          of the key's shard (in shard order; version 0: none) */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zmq.h>
 
 #include "sparrow/coordinator.h"
+#include "sparrow/hash.h"
 #include "sparrow/kafka.h"
+#include "sparrow/arena.h"
 #include "sparrow/pserver.h"
 #include "sparrow/time.h"
 #include "sparrow/wire.h"
@@ -144,8 +151,91 @@ static int checkpoint(const char *root, uint64_t epoch, uint32_t dim, const char
     return 0;
 }
 
+/* One PullRequest of n keys to sock; the reply's values (n × dim) and versions (n). */
+static int pull_one(void *sock, spw_arena_t *arena, const uint64_t *keys, size_t n, uint32_t dim,
+                    float *values, uint32_t *versions)
+{
+    static uint64_t next_id = 1;
+    Sparrow__PullRequest pr = SPARROW__PULL_REQUEST__INIT;
+    pr.has_keys = true;
+    pr.keys.data = (uint8_t *)keys;
+    pr.keys.len = n * 8;
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    req.has_version = req.has_request_id = true;
+    req.version = 1;
+    req.request_id = next_id++;
+    req.body_case = SPARROW__REQUEST__BODY_PULL;
+    req.pull = &pr;
+    struct spw_wire_buf buf = {0};
+    if (spw_wire_pack(&req.base, &buf) != SPW_OK || zmq_send(sock, buf.data, buf.len, 0) < 0)
+        return -1;
+    free(buf.data);
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, sock, 0) < 0)
+        return -1;
+    spw_arena_reset(arena);
+    Sparrow__Reply *r = NULL;
+    int rc = -1;
+    if (spw_wire_unpack_reply(zmq_msg_data(&msg), zmq_msg_size(&msg), 1u << 28, arena, &r) ==
+            SPW_OK &&
+        r->pull && r->pull->values.len == n * dim * 4 && r->pull->versions.len == n * 4) {
+        memcpy(values, r->pull->values.data, n * dim * 4);
+        memcpy(versions, r->pull->versions.data, n * 4);
+        rc = 0;
+    }
+    zmq_msg_close(&msg);
+    return rc;
+}
+
+static int pull(const char *endpoints, uint32_t dim)
+{
+    enum { MAXS = 16, BATCH = 256 };
+    void *ctx = zmq_ctx_new(), *socks[MAXS];
+    size_t ns = 0;
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", endpoints);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t && ns < MAXS; t = strtok_r(NULL, ",", &save)) {
+        socks[ns] = zmq_socket(ctx, ZMQ_DEALER);
+        int ms = 20000;
+        zmq_setsockopt(socks[ns], ZMQ_RCVTIMEO, &ms, sizeof(ms));
+        if (zmq_connect(socks[ns], t) != 0)
+            return 1;
+        ns++;
+    }
+    if (ns == 0 || dim == 0 || dim > MAXD)
+        return 1;
+    spw_arena_t *arena = spw_arena_new(1 << 20, 1u << 30);
+    /* One key at a time, each from the shard that owns it (spw_hash_shard): slow but simple. */
+    float vals[MAXD];
+    uint32_t ver;
+    char line[256];
+    while (fgets(line, sizeof(line), stdin)) {
+        if (line[0] < '0' || line[0] > '9')
+            continue;
+        uint64_t key = strtoull(line, NULL, 10);
+        void *sock = socks[ns > 1 ? spw_hash_shard(key, (uint32_t)ns) : 0];
+        if (pull_one(sock, arena, &key, 1, dim, vals, &ver) != 0) {
+            fprintf(stderr, "pull failed\n");
+            return 1;
+        }
+        printf("%" PRIu64 " %u", key, ver);
+        for (uint32_t d = 0; d < dim; d++)
+            printf(" %.9g", (double)vals[d]);
+        printf("\n");
+    }
+    for (size_t s = 0; s < ns; s++)
+        zmq_close(socks[s]);
+    zmq_ctx_term(ctx);
+    spw_arena_destroy(arena);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "pull") == 0)
+        return pull(argv[2], (uint32_t)atoi(argv[3]));
     if (argc == 4 && strcmp(argv[1], "produce") == 0)
         return produce(argv[2], argv[3]);
     if (argc == 7 && strcmp(argv[1], "checkpoint") == 0)

@@ -99,8 +99,7 @@ try:
         time.sleep(0.1)
 
     serve = subprocess.Popen([SPARROW, "serve", "--brokers", BS, "--port", "0",
-                              "--port-file", "serve.port", "--set", "serve.log.dir=" + os.getcwd(),
-                              "--set", "serve.catchup.idle=300ms"],
+                              "--port-file", "serve.port", "--set", "serve.log.dir=" + os.getcwd()],
                              stdout=subprocess.DEVNULL, stderr=open("serve.err", "w"))
     procs.append(serve)
     PORT = int(wait_file("serve.port", 30))

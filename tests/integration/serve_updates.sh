@@ -97,7 +97,7 @@ try:
         p = subprocess.Popen([SPARROW, "serve", "--checkpoint-dir", "ck", "--brokers", BS,
                               "--port", "0", "--port-file", name + ".port",
                               "--set", "serve.log.dir=" + os.getcwd(),
-                              "--set", "serve.catchup.idle=500ms", "--set", "serve.max_body=65536",
+                              "--set", "serve.max_body=65536",
                               "--set", "serve.max_features=64", *extra],
                              stdout=subprocess.DEVNULL, stderr=open(name + ".err", "a"))
         procs.append(p)

@@ -162,6 +162,8 @@ static int start_shards(spw_pipeline_t *p, char *errstr, size_t errstr_size)
         args_addf(&a, "64");
         args_addf(&a, "--set");
         args_addf(&a, "pserver.checkpoint.dir=%s", c->run_dir);
+        args_addf(&a, "--set"); /* changed rows to model-updates, for serve */
+        args_addf(&a, "pserver.publish.brokers=%s", p->bootstrap);
         args_add_sets(&a, c, SPW_PIPELINE_PSERVER, -1);
         if (start(p, name, &a, errstr, errstr_size) < 0)
             return -1;
@@ -213,6 +215,8 @@ static int start_gen(spw_pipeline_t *p, char *errstr, size_t errstr_size)
     args_addf(&a, "%g", c->drift);
     args_addf(&a, "--rate");
     args_addf(&a, "%.0f", c->rate);
+    args_addf(&a, "--start-ms"); /* event times from now: serve's freshness is measured on them */
+    args_addf(&a, "%lld", (long long)spw_time_wall_ms());
     args_addf(&a, "--out");
     args_addf(&a, "%s", p->examples_url);
     args_add_sets(&a, c, SPW_PIPELINE_GEN, -1);
