@@ -60,8 +60,7 @@ int main(int argc, char **argv)
             printf("%s%d:%" PRId64 "+%u", i ? "," : "", (int)m.offsets[i].partition,
                    m.offsets[i].offset, m.offsets[i].skip);
         printf("\n");
-    }
-    else
+    } else
         fprintf(stderr, "key %" PRIu64 " not in epoch %" PRIu64 "\n", key, epoch);
     spw_coord_manifest_fini(&m);
     return rc;

@@ -94,7 +94,7 @@ struct spw_ps_store_conf {
      * its gradient's first value to w[0], with no optimizer and no staleness penalty. The
      * exactly-once test counts every trained example there. */
     uint64_t counter_key;
-    spw_ps_evict_fn on_evict;    /* may be NULL */
+    spw_ps_evict_fn on_evict; /* may be NULL */
     void *evict_opaque;
 };
 

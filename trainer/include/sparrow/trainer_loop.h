@@ -120,8 +120,8 @@ struct spw_trainer_loop_conf {
     uint64_t grace_ms;           /* on stop: longest wait for pushes to be acknowledged */
     uint64_t debug_delay_ms;     /* straggler injection: sleep before every step */
     double debug_slow_factor;    /* straggler injection: stretch compute to this factor (>= 1) */
-    uint64_t counter_key; /* non-zero: every step also pushes its example count to this key
-                           * (uncompressed; the shards' pserver.debug.counter_key adds it up) */
+    uint64_t counter_key;        /* non-zero: every step also pushes its example count to this key
+                                  * (uncompressed; the shards' pserver.debug.counter_key adds it up) */
     struct spw_metrics *metrics; /* borrowed; may be NULL; sparrow_trainer_* */
     struct spw_http *http;       /* borrowed; may be NULL; readiness is reported to it */
 };
