@@ -1,6 +1,7 @@
 /* The HTTP endpoint (libmicrohttpd): /metrics, /healthz, /readyz and the routes a role adds. */
 #include "sparrow/http.h"
 #include "sparrow/log.h"
+#include "sparrow/time.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 /*
  * Threads: libmicrohttpd runs one listening thread and one thread per connection
@@ -32,6 +34,7 @@
 #define HTTP_MAX_PREFIX      128
 #define HTTP_CONN_LIMIT      64          /* concurrent connections (each one a thread) */
 #define HTTP_CONN_TIMEOUT_S  10          /* idle seconds before a connection is closed */
+#define HTTP_DRAIN_MS        10000       /* longest wait for requests in flight at stop */
 #define HTTP_CONN_MEMORY     (32 * 1024) /* request line + headers + read buffer per connection */
 #define HTTP_DISCARD_SLACK   (1u << 20) /* bytes of an oversized chunked body read before closing */
 #define HTTP_READY_REASON    256
@@ -64,6 +67,8 @@ struct spw_http {
     pthread_mutex_t ready_lock; /* guards ready_reason */
     _Atomic bool ready;
     char ready_reason[HTTP_READY_REASON];
+
+    _Atomic size_t in_flight; /* requests begun and not completed (spw_http_stop drains them) */
 };
 
 enum target {
@@ -313,6 +318,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!req)
             return MHD_NO;
         *con_cls = req;
+        atomic_fetch_add(&http->in_flight, 1);
         return on_headers(http, req, conn, url, method);
     }
     if (*upload_data_size > 0) {
@@ -346,13 +352,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     struct request *req = *con_cls;
-    (void)cls;
+    struct spw_http *http = cls;
     (void)conn;
     (void)toe;
     if (req) {
         free(req->body);
         free(req);
         *con_cls = NULL;
+        atomic_fetch_sub(&http->in_flight, 1);
     }
 }
 
@@ -376,8 +383,9 @@ spw_http_t *spw_http_start(const char *addr, uint16_t port, spw_metrics_t *metri
     struct sockaddr_in sin;
     struct sockaddr_in6 sin6;
     struct sockaddr *sa;
+    /* MHD_USE_ITC: MHD_quiesce_daemon (the drain at stop) needs it with internal threads */
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                         MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+                         MHD_USE_AUTO | MHD_USE_ERROR_LOG | MHD_USE_ITC;
 
     memset(&sin, 0, sizeof(sin));
     memset(&sin6, 0, sizeof(sin6));
@@ -492,6 +500,17 @@ void spw_http_stop(spw_http_t *http)
 {
     if (!http)
         return;
+    /* Drain: refuse new connections, let the requests already begun finish (up to
+     * HTTP_DRAIN_MS), then stop, which closes idle keep-alive connections. */
+    MHD_socket listen_fd = MHD_quiesce_daemon(http->daemon);
+    if (listen_fd != MHD_INVALID_SOCKET)
+        close(listen_fd);
+    uint64_t deadline = spw_time_mono_ms() + HTTP_DRAIN_MS;
+    while (atomic_load(&http->in_flight) > 0 && spw_time_mono_ms() < deadline)
+        spw_time_sleep_ms(10);
+    if (atomic_load(&http->in_flight) > 0)
+        SPW_WARN("http stop: requests still in flight after the drain", "requests=%zu",
+                 atomic_load(&http->in_flight));
     MHD_stop_daemon(http->daemon);
     pthread_mutex_destroy(&http->ready_lock);
     free(http);
