@@ -113,10 +113,7 @@ static int gen_to_kafka(spw_gen_t *gen, const struct spw_gen_params *params, con
     int rc = 1;
     spw_kafka_props_t *props = spw_kafka_props_new();
     if (!props || spw_kafka_props_set(props, "bootstrap.servers", bootstrap) != SPW_OK ||
-        spw_kafka_props_set(props, "linger.ms", "5") != SPW_OK ||
-        /* no sticky partitioning: a burst (high --rate) would land in one partition and outgrow
-         * its retention; each record goes to a random partition instead */
-        spw_kafka_props_set(props, "sticky.partitioning.linger.ms", "0") != SPW_OK) {
+        spw_kafka_props_set(props, "linger.ms", "5") != SPW_OK) {
         SPW_ERROR("out of memory", "%s", "");
         goto out_destroy_props;
     }
@@ -126,6 +123,14 @@ static int gen_to_kafka(spw_gen_t *gen, const struct spw_gen_params *params, con
         SPW_ERROR("cannot create the Kafka producer", "error=\"%s\"", errstr);
         goto out_destroy_props;
     }
+    /* Records go round-robin over the topic's partitions: the default partitioner sends keyless
+     * records of a burst (a high --rate) to few partitions, which then outgrow their retention.
+     * Unknown partition count (metadata unavailable): the partitioner decides (-1). */
+    static struct spw_kafka_partition wm[4096];
+    size_t n_parts = 0;
+    if (spw_kafka_producer_high_watermarks(prod, topic, wm, sizeof(wm) / sizeof(wm[0]), &n_parts,
+                                           5000) != SPW_OK)
+        n_parts = 0;
     spw_signal_install();
     SPW_INFO("gen start", "n=%llu seed=%llu fields=%u latent_dim=%u out=%s rate=%g drift=%g",
              (unsigned long long)params->n, (unsigned long long)params->seed, params->fields,
@@ -153,8 +158,9 @@ static int gen_to_kafka(spw_gen_t *gen, const struct spw_gen_params *params, con
         written++;
         in_batch++;
         if (in_batch == GEN_KAFKA_BATCH || written == params->n) {
-            err =
-                spw_kafka_producer_send(prod, topic, -1, NULL, 0, buf.data, buf.len, NULL, 0, NULL);
+            int32_t part = n_parts ? (int32_t)(records % n_parts) : -1;
+            err = spw_kafka_producer_send(prod, topic, part, NULL, 0, buf.data, buf.len, NULL, 0,
+                                          NULL);
             if (err != SPW_OK)
                 break;
             records++;
@@ -169,7 +175,8 @@ static int gen_to_kafka(spw_gen_t *gen, const struct spw_gen_params *params, con
         }
     }
     if (err == SPW_OK && in_batch > 0) { /* stopped mid-batch: send what is there */
-        err = spw_kafka_producer_send(prod, topic, -1, NULL, 0, buf.data, buf.len, NULL, 0, NULL);
+        int32_t part = n_parts ? (int32_t)(records % n_parts) : -1;
+        err = spw_kafka_producer_send(prod, topic, part, NULL, 0, buf.data, buf.len, NULL, 0, NULL);
         if (err == SPW_OK)
             records++;
     }
