@@ -343,10 +343,12 @@ spw_kafka_consumer_t *spw_kafka_consumer_new(const spw_kafka_props_t *props,
 
 out_destroy_rk:
     rd_kafka_destroy(c->rk);
+    rd_kafka_topic_partition_list_destroy(c->starts);
     free(c);
     return NULL;
 out_destroy_conf:
     rd_kafka_conf_destroy(conf);
+    rd_kafka_topic_partition_list_destroy(c->starts);
     free(c);
     return NULL;
 }
