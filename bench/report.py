@@ -302,7 +302,141 @@ def stream_section(res):
              sm.get("bayes_logloss", "?"), sm.get("bayes_auc", "?"), st.get("drift")), ""]
 
 
+def _slow_label(slow):
+    return "trainer %d at %gx" % (MODES_SLOWED, slow) if slow else "none"
+
+
+MODES_SLOWED = 3
+
+
+def _mode_label(r):
+    return r["mode"] + ("/" + r["penalty"] if r["mode"] == "async" else "")
+
+
+def _tau_bins(buckets):
+    """Per-bucket fractions [(label, fraction)] of a cumulative staleness histogram
+    [[bound or "+Inf", count], ...]."""
+    out, prev_b, prev_c = [], None, 0.0
+    total = buckets[-1][1] if buckets else 0
+    for b, c in buckets:
+        b = float("inf") if b == "+Inf" else float(b)
+        if prev_b is None:
+            lab = "%g" % b
+        elif b == float("inf"):
+            lab = ">%g" % prev_b
+        elif b == prev_b + 1:
+            lab = "%g" % b
+        else:
+            lab = "%g-%g" % (prev_b + 1, b)
+        out.append((lab, (c - prev_c) / total if total else 0.0))
+        prev_b, prev_c = b, c
+    return out
+
+
 def modes_section(res, plots):
+    st = res.get("studies", {}).get("modes")
+    if st is None and res.get("components", {}).get("modes"):
+        return modes_bench_section(res, plots)  # a results.json of the older run_all
+    st = st or {}
+    lines = ["## Modes: sync, async, SSP, hybrid, with stragglers", ""]
+    status = st.get("status", "not run")
+    if st.get("rows") is None or status.startswith("not run"):
+        lines += [table(["mode", "penalty", "straggler", "result"], [("—", "—", "—", status)]),
+                  ""]
+        return lines, {"study": st}
+    smp = st.get("stream", {})
+    lines += ["Each configuration is one `sparrow launch` run (bench/study_modes.py): %s CPU "
+              "trainers (FM k=4, batch 256), %s shards, the coordinator and the Kafka mock (%s "
+              "partitions) on loopback. The generator produces the same %s examples every time "
+              "(seed %s, %s fields, drift %s rad/M, vocabulary up to %s: the studies' stream "
+              "settings) before the trainers start, so the trainers set the pace; a run ends when "
+              "the coordinator's checkpoint counts all of them (checkpoints every 5 s), or fails "
+              "after %s s. The straggler is trainer %s slowed by `trainer.debug.slow_factor` (2x, "
+              "4x). examples/s: the examples trained between the first 100 ms sample that saw any "
+              "and the first that saw all, over that time; *vs sync*: against `sync` with the "
+              "same straggler. Logloss and AUC: the mean over the trainers of their final window "
+              "(their last %s examples each); *gap to Bayes*: that minus the Bayes-optimal "
+              "logloss of the same windows (the generator's planted model). tau: the shards' "
+              "`sparrow_ps_staleness` histogram (row version at push minus at pull, per pushed "
+              "row), as the bucket bounds holding p50/p99; checkpoint pause: the trainers' "
+              "histogram, bucket bounds. *slowed share*: the part of the examples trainer %s "
+              "trained (1/%s without a straggler, if partitions are dealt evenly). Penalties "
+              "other than async's are the shards' `inverse`. Every configuration ran once: no "
+              "repeat measures the run-to-run noise." %
+              (st.get("trainers"), st.get("shards"), st.get("partitions"), f0(st.get("examples")),
+               smp.get("seed"), smp.get("fields"), smp.get("drift"), f0(smp.get("vocab_max")),
+               st.get("duration"), st.get("slowed"), f0(st.get("window")), st.get("slowed"),
+               st.get("trainers")), "",
+              "Per run: `%s`." % _rel(res, st.get("command", "")), "",
+              "Study status: %s (%.0f s)." % (status, st.get("secs", 0)), ""]
+    rows = st["rows"]
+    t = []
+    for r in rows:
+        t.append((r["mode"], r["penalty"], _slow_label(r["slow"]), f0(r["ex_per_s"]),
+                  f2(r.get("ratio_vs_sync")), f4(r["window_logloss"]), f4(r["window_auc"]),
+                  sgn4(r["gap_to_bayes"]),
+                  "%s / %s" % tuple("%g" % q if q is not None else "—"
+                                    for q in (r["tau_p50"], r["tau_p99"])),
+                  "%s / %s" % tuple("%g" % q if q is not None else "—"
+                                    for q in (r["pause_p50_s"], r["pause_p99_s"])),
+                  f2(r.get("slowed_share")),
+                  "yes" if r["ok"] else "**no**: " + r.get("why", "")))
+    lines += [table(["mode", "penalty", "straggler", "examples/s", "vs sync", "window logloss",
+                     "AUC", "gap to Bayes", "tau p50 / p99", "ckpt pause p50 / p99 (s)",
+                     "slowed share", "drained"], t), ""]
+    if st.get("failures"):
+        lines += ["Failed or skipped runs (a run that did not drain has no examples/s; its other "
+                  "figures are those it had when it stopped): " + "; ".join(st["failures"]), ""]
+    slows = sorted(set(r["slow"] for r in rows))
+    shown = sorted(set((slows[0], slows[-1]))) if slows else []
+    if shown:
+        lines += ["The plots, for %s: the trainers' mean window logloss (sampled every %s ms from "
+                  "their /metrics, samples.csv) against the examples all trainers had trained by "
+                  "then (a trainer's window holds its last %s examples, fewer before it has seen "
+                  "that many), and the staleness histogram as the fraction of pushed rows per "
+                  "bucket." % (" and ".join("straggler " + _slow_label(x) for x in shown),
+                               st.get("samples_ms", "?"), f0(st.get("window"))), ""]
+    bayes = [r["bayes_logloss"] for r in rows if r.get("bayes_logloss")]
+    for slow in shown:
+        data, script = {}, []
+        for i, r in enumerate(x for x in rows if x["slow"] == slow):
+            if not r.get("series"):
+                continue
+            fn = "modes_ll_%g_%d.dat" % (slow, i)
+            data[fn] = "".join("%g %g\n" % (p[0], p[1]) for p in r["series"])
+            script.append("'%s' using 1:2 with lines lw 2 title '%s%s'" %
+                          (fn, _mode_label(r), "" if r["ok"] else " (not drained)"))
+        if script:
+            extra = (", %g with lines dt 2 lc rgb 'gray' title 'Bayes-optimal (mean)'" %
+                     (sum(bayes) / len(bayes))) if bayes else ""
+            lines += [plots.plot("modes_logloss_%s" % ("none" if not slow else "slow%g" % slow),
+                                 "set xlabel 'examples seen (all trainers)'\nset ylabel 'window "
+                                 "logloss (mean over trainers)'\nset grid\nset key outside "
+                                 "right\nset yrange [*:*]\nset title 'Modes: logloss against "
+                                 "examples seen, straggler: %s'\nplot %s%s\n" %
+                                 (_slow_label(slow), ", ".join(script), extra), data), ""]
+    for slow in shown:
+        hist = [(r, _tau_bins(r.get("tau_buckets") or [])) for r in rows if r["slow"] == slow]
+        hist = [(r, h) for r, h in hist if h]
+        if not hist:
+            continue
+        last = max(max((i for i, (_, v) in enumerate(h) if v > 0), default=0) for _, h in hist)
+        data, script = {}, []
+        for i, (r, h) in enumerate(hist):
+            fn = "modes_tau_%g_%d.dat" % (slow, i)
+            data[fn] = "".join('"%s" %g\n' % (lab, v) for lab, v in h[:last + 1])
+            script.append("'%s' using 0:2:xtic(1) with linespoints lw 2 title '%s'" %
+                          (fn, _mode_label(r)))
+        lines += [plots.plot("modes_tau_%s" % ("none" if not slow else "slow%g" % slow),
+                             "set xlabel 'tau (bucket of the shards'' histogram)'\nset ylabel "
+                             "'fraction of pushed rows'\nset grid\nset key outside right\n"
+                             "set yrange [0:*]\nset title 'Modes: staleness histogram, "
+                             "straggler: %s'\nplot %s\n" % (_slow_label(slow),
+                                                              ", ".join(script)), data), ""]
+    return lines, {"study": st}
+
+
+def modes_bench_section(res, plots):
     c = res.get("components", {}).get("modes", {})
     lines = ["## Modes: sync, async, SSP, hybrid, with stragglers", ""]
     status = c.get("status", "not run")
@@ -515,12 +649,90 @@ def accumulation_section(res):
     return lines, s
 
 
+def modes_choose(st):
+    """The modes bullet of "How to choose", computed from the study's drained runs."""
+    if not st.get("rows") and not st.get("failures"):
+        return ["- **Mode.** No modes figures in this run (bench/study_modes.py: %s)." %
+                st.get("status", "not run"), ""]
+    rows = [r for r in st.get("rows") or [] if r["ok"] and r["ex_per_s"]]
+    n_all = len(st.get("rows") or []) + len(st.get("skipped") or [])
+    if not rows:
+        return ["- **Mode.** No modes configuration drained in this run (%d of %d)." %
+                (0, n_all), ""]
+    among = (" (from the %d of %d configurations that drained)" % (len(rows), n_all)
+             if len(rows) < n_all else "")
+    out = ["- **Mode%s.**" % among]
+    for slow in sorted(set(r["slow"] for r in rows)):
+        rs = [r for r in rows if r["slow"] == slow]
+        fast = max(rs, key=lambda r: r["ex_per_s"])
+        best = min(rs, key=lambda r: r["window_logloss"] if r["window_logloss"] is not None
+                   else float("inf"))
+        sync = next((r for r in rs if r["mode"] == "sync"), None)
+        txt = "  - Straggler %s: the fastest was `%s`, %s examples/s%s; the lowest final-window " \
+              "logloss `%s`, %s (gap to Bayes %s)" % (
+                  _slow_label(slow), _mode_label(fast), f0(fast["ex_per_s"]),
+                  " (%sx sync)" % f2(fast.get("ratio_vs_sync")) if fast.get("ratio_vs_sync")
+                  else "", _mode_label(best), f4(best["window_logloss"]),
+                  sgn4(best["gap_to_bayes"]))
+        if sync:
+            txt += "; `sync` ran %s examples/s to %s" % (f0(sync["ex_per_s"]),
+                                                          f4(sync["window_logloss"]))
+            if best is not sync and sync["window_logloss"] is not None and \
+                    best["window_logloss"] is not None:
+                txt += " (%s against the lowest)" % sgn4(sync["window_logloss"] -
+                                                         best["window_logloss"])
+            if fast is not sync and fast["window_logloss"] is not None and \
+                    sync["window_logloss"] is not None:
+                txt += "; the fastest ended %s against sync's logloss" % sgn4(
+                    fast["window_logloss"] - sync["window_logloss"])
+        out.append(txt + ".")
+    # what a straggler costs each mode: its rate with the slowest straggler against none
+    slows = sorted(set(r["slow"] for r in rows))
+    if len(slows) > 1 and slows[0] == 0:
+        worst = slows[-1]
+        cost = []
+        for lab in dict.fromkeys(_mode_label(r) for r in rows):
+            a = next((r for r in rows if _mode_label(r) == lab and r["slow"] == 0), None)
+            b = next((r for r in rows if _mode_label(r) == lab and r["slow"] == worst), None)
+            if a and b:
+                cost.append("`%s` %sx" % (lab, f2(b["ex_per_s"] / a["ex_per_s"])))
+        if cost:
+            out.append("  - Examples/s with trainer %d at %gx, against no straggler: %s." %
+                       (MODES_SLOWED, worst, ", ".join(cost)))
+    # the penalty, where staleness is highest: async
+    for slow in slows:
+        asy = [r for r in rows if r["mode"] == "async" and r["slow"] == slow and
+               r["window_logloss"] is not None]
+        if len(asy) > 1:
+            b = min(asy, key=lambda r: r["window_logloss"])
+            out.append("  - Async penalties (straggler %s), final-window logloss: %s; the lowest "
+                       "`%s`." %
+                       (_slow_label(slow), ", ".join(
+                           "`%s` %s (tau p99 %s)" % (r["penalty"], f4(r["window_logloss"]),
+                                                     "%g" % r["tau_p99"] if r["tau_p99"] is not
+                                                     None else "—") for r in asy),
+                        b["penalty"]))
+    for fam, par in (("ssp", "S"), ("hybrid", "K")):
+        for slow in slows:
+            fr = sorted((r for r in rows if r["mode"].startswith(fam + ":") and
+                         r["slow"] == slow), key=lambda r: float(r["mode"].split(":")[1]))
+            if len(fr) > 1:
+                out.append("  - `%s:%s` (straggler %s), %s = %s: examples/s %s, logloss %s." %
+                           (fam, par, _slow_label(slow), par,
+                            ", ".join(r["mode"].split(":")[1] for r in fr),
+                            ", ".join(f0(r["ex_per_s"]) for r in fr),
+                            ", ".join(f4(r["window_logloss"]) for r in fr)))
+    return out + [""]
+
+
 def choose_section(res, modes_best, stale, comp, acc):
     lines = ["## How to choose (from the figures above)", ""]
     q = " (smoke-run figures: re-read after a full run)" if res.get("quick") else ""
     lines += ["Every statement below is computed from this run's tables%s." % q, ""]
     # modes
-    if modes_best.get("rate") or modes_best.get("logloss"):
+    if modes_best.get("study") is not None:
+        lines += modes_choose(modes_best["study"])
+    elif modes_best.get("rate") or modes_best.get("logloss"):
         parts = []
         if modes_best.get("rate"):
             parts.append("the highest throughput was `%s` (%s examples/s)" %
@@ -711,7 +923,7 @@ def commands_section(res):
     main = [c for c in cmds if "benchmark" in c["what"] or "stream" in c["what"]]
     lines += ["```"] + ["%s    # %s, rc=%s, %.1f s" % (_rel(res, c["cmd"]), c["what"], c["rc"],
                                                          c["secs"]) for c in main] + ["```", ""]
-    for s in ("compression", "accumulation", "staleness"):
+    for s in ("modes", "compression", "accumulation", "staleness"):
         st = res.get("studies", {}).get(s, {})
         if st.get("command"):
             lines += ["%s study, per run: `%s`" % (s.capitalize(), _rel(res, st["command"])), ""]

@@ -66,10 +66,11 @@ want(s["staleness"]["count"] > 0, "no staleness histogram")
 want(s["chaos"] == {"kills": 0, "restarts": 0}, "chaos")
 want(all(p["exit"] == "exit 0" for p in s["processes"]), "exit statuses")
 lines = open(d + "/samples.csv").read().split("\n")
-want(lines[0] == "t_ms,trainer,step,clock,examples", "samples.csv header")
+want(lines[0] == "t_ms,trainer,step,clock,examples,window_logloss", "samples.csv header")
 rows = [l.split(",") for l in lines[1:] if l]
-want(len(rows) >= 4 and all(len(r) == 5 for r in rows), "samples.csv rows")
+want(len(rows) >= 4 and all(len(r) == 6 for r in rows), "samples.csv rows")
 want({r[1] for r in rows} == {"0", "1"}, "samples.csv trainers")
 want(max(float(r[4]) for r in rows) > 0, "samples.csv never saw an example")
+want(any(0 < float(r[5]) < 1 for r in rows), "samples.csv never saw a window logloss")
 PY
 echo "launch_basic: ok"

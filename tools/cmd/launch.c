@@ -71,11 +71,12 @@ static void usage(FILE *out)
         "2000:5000), each restarted with its arguments after --restart-after ms (default 500).\n"
         "--kill-at 10:trainer-1[:norestart] kills one named process at that second. Each kill\n"
         "and restart is logged to stdout and DIR/chaos.log.\n\n"
-        "Every --samples-ms (default 500) DIR/samples.csv gets t_ms,trainer,step,clock,examples\n"
-        "per trainer (-1 where a metric is absent). At the end every process is stopped\n"
-        "(SIGTERM, SIGKILL after 10 s) and the summary (mode, throughput, window logloss/AUC\n"
-        "against the Bayes-optimal per trainer, staleness histogram, checkpoint epoch, example\n"
-        "count and pause, kills, exit statuses) goes to --summary (default DIR/summary.json).\n"
+        "Every --samples-ms (default 500) DIR/samples.csv gets t_ms,trainer,step,clock,examples,\n"
+        "window_logloss per trainer (-1 where a metric is absent). At the end every process is\n"
+        "stopped (SIGTERM, SIGKILL after 10 s) and the summary (mode, throughput, window\n"
+        "logloss/AUC against the Bayes-optimal per trainer, staleness histogram, checkpoint\n"
+        "epoch, example count and pause, kills, exit statuses) goes to --summary (default\n"
+        "DIR/summary.json).\n"
         "Exits 0 on success, 1 when a process dies unexpectedly (naming its log), does not stop\n"
         "cleanly or the run does not drain in time, 2 on bad arguments.\n");
 }
@@ -379,9 +380,10 @@ static void sample(spw_pipeline_t *p, const struct launch_opts *o, FILE *csv, ui
             lag_zero = false;
         total += ty->base[t] + ty->last[t];
         if (csv)
-            fprintf(csv, "%llu,%ld,%.0f,%.0f,%.0f\n", (unsigned long long)now_ms, t,
+            fprintf(csv, "%llu,%ld,%.0f,%.0f,%.0f,%.6g\n", (unsigned long long)now_ms, t,
                     isfinite(tr.step) ? tr.step : -1, isfinite(tr.clock) ? tr.clock : -1,
-                    isfinite(tr.examples) ? tr.examples : -1);
+                    isfinite(tr.examples) ? tr.examples : -1,
+                    isfinite(tr.logloss) ? tr.logloss : -1);
     }
     if (csv)
         fflush(csv);
@@ -647,7 +649,7 @@ int spw_launch_main(int argc, char **argv)
         spw_pipeline_destroy(p);
         return 1;
     }
-    fputs("t_ms,trainer,step,clock,examples\n", csv);
+    fputs("t_ms,trainer,step,clock,examples,window_logloss\n", csv);
     if (!o.quiet) {
         if (o.examples)
             printf("launch: mode %s, until %llu examples are trained (timeout %.0f s)\n", o.mode,
