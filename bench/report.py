@@ -307,6 +307,9 @@ def _slow_label(slow):
 
 
 MODES_SLOWED = 3
+# ten distinct line colours (gnuplot's default cycle repeats after eight)
+MODES_COLOURS = ["#9400d3", "#009e73", "#56b4e9", "#e69f00", "#c8b400", "#0072b2", "#e51e10",
+                 "#000000", "#ff69b4", "#8b4513"]
 
 
 def _mode_label(r):
@@ -397,6 +400,12 @@ def modes_section(res, plots):
                   "bucket." % (" and ".join("straggler " + _slow_label(x) for x in shown),
                                st.get("samples_ms", "?"), f0(st.get("window"))), ""]
     bayes = [r["bayes_logloss"] for r in rows if r.get("bayes_logloss")]
+    order = [tuple(m) for m in st.get("modes") or []]
+
+    def colour(r):  # the same colour for a mode in every plot
+        k = (r["mode"], r["penalty"])
+        return MODES_COLOURS[(order.index(k) if k in order else 0) % len(MODES_COLOURS)]
+
     for slow in shown:
         data, script = {}, []
         for i, r in enumerate(x for x in rows if x["slow"] == slow):
@@ -404,17 +413,21 @@ def modes_section(res, plots):
                 continue
             fn = "modes_ll_%g_%d.dat" % (slow, i)
             data[fn] = "".join("%g %g\n" % (p[0], p[1]) for p in r["series"])
-            script.append("'%s' using 1:2 with lines lw 2 title '%s%s'" %
-                          (fn, _mode_label(r), "" if r["ok"] else " (not drained)"))
+            script.append("'%s' using 1:2 with lines lw 2 lc rgb '%s' title '%s%s'" %
+                          (fn, colour(r), _mode_label(r), "" if r["ok"] else " (not drained)"))
         if script:
             extra = (", %g with lines dt 2 lc rgb 'gray' title 'Bayes-optimal (mean)'" %
                      (sum(bayes) / len(bayes))) if bayes else ""
+            top = max(p[1] for r in rows if r["slow"] == slow for p in r.get("series") or [])
+            clip = top > 1.0  # an early diverging line would flatten every other one
             lines += [plots.plot("modes_logloss_%s" % ("none" if not slow else "slow%g" % slow),
                                  "set xlabel 'examples seen (all trainers)'\nset ylabel 'window "
                                  "logloss (mean over trainers)'\nset grid\nset key outside "
-                                 "right\nset yrange [*:*]\nset title 'Modes: logloss against "
-                                 "examples seen, straggler: %s'\nplot %s%s\n" %
-                                 (_slow_label(slow), ", ".join(script), extra), data), ""]
+                                 "right\nset yrange [*:%s]\nset title 'Modes: logloss against "
+                                 "examples seen, straggler: %s%s'\nplot %s%s\n" %
+                                 ("1" if clip else "*", _slow_label(slow),
+                                  " (clipped at 1.0)" if clip else "", ", ".join(script),
+                                  extra), data), ""]
     for slow in shown:
         hist = [(r, _tau_bins(r.get("tau_buckets") or [])) for r in rows if r["slow"] == slow]
         hist = [(r, h) for r, h in hist if h]
@@ -425,8 +438,8 @@ def modes_section(res, plots):
         for i, (r, h) in enumerate(hist):
             fn = "modes_tau_%g_%d.dat" % (slow, i)
             data[fn] = "".join('"%s" %g\n' % (lab, v) for lab, v in h[:last + 1])
-            script.append("'%s' using 0:2:xtic(1) with linespoints lw 2 title '%s'" %
-                          (fn, _mode_label(r)))
+            script.append("'%s' using 0:2:xtic(1) with linespoints lw 2 lc rgb '%s' title '%s'" %
+                          (fn, colour(r), _mode_label(r)))
         lines += [plots.plot("modes_tau_%s" % ("none" if not slow else "slow%g" % slow),
                              "set xlabel 'tau (bucket of the shards'' histogram)'\nset ylabel "
                              "'fraction of pushed rows'\nset grid\nset key outside right\n"
