@@ -459,12 +459,41 @@ static void open_epoch(spw_coord_server_t *srv, const char *why)
     SPW_INFO("checkpoint epoch opened", "epoch=%" PRIu64 " trigger=%s", srv->epoch_open, why);
 }
 
+/* True when two live trainers reported the same partition in the epoch now closing. */
+static bool reports_overlap(const spw_coord_server_t *srv)
+{
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        const struct member *a = &srv->members[i];
+        if (!a->live || !a->reported)
+            continue;
+        for (size_t j = i + 1; j < SPW_COORD_MAX_MEMBERS; j++) {
+            const struct member *b = &srv->members[j];
+            if (!b->live || !b->reported)
+                continue;
+            for (size_t x = 0; x < a->n_offsets; x++)
+                for (size_t y = 0; y < b->n_offsets; y++)
+                    if (a->offsets[x].partition == b->offsets[y].partition &&
+                        strcmp(a->offsets[x].topic, b->offsets[y].topic) == 0)
+                        return true;
+        }
+    }
+    return false;
+}
+
 static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const char *why)
 {
     if (ok && srv->recovery_wanted) {
         /* a shard restarted while the epoch ran: its checkpoint may hold the restarted state */
         ok = false;
         why = "a shard restarted during the epoch";
+    }
+    if (ok && reports_overlap(srv)) {
+        /* two trainers reported one partition: one of them lost it (a session timeout, a
+         * process paused past it) without knowing yet, and both counted its records */
+        ok = false;
+        recover = false;
+        srv->recovery_wanted = true;
+        why = "two trainers reported the same partition";
     }
     uint64_t now_mono = spw_time_mono_ms();
     srv->last_ckpt_ms = now_mono;

@@ -263,6 +263,12 @@ static int start_trainers(spw_pipeline_t *p, char *errstr, size_t errstr_size)
         args_addf(&a, "trainer.eval.window=20000");
         args_addf(&a, "--set");
         args_addf(&a, "trainer.push.fp16=true");
+        /* a trainer gone (killed, paused) leaves the group after 6 s, not librdkafka's 45 s:
+         * until then its partitions stand still */
+        args_addf(&a, "--set");
+        args_addf(&a, "kafka.session.timeout.ms=6000");
+        args_addf(&a, "--set");
+        args_addf(&a, "kafka.heartbeat.interval.ms=500");
         args_addf(&a, "--set");
         args_addf(&a, "trainer.coordinator=%s", p->coord);
         args_add_sets(&a, c, SPW_PIPELINE_TRAINER, t);
