@@ -164,16 +164,24 @@ try:
     m = re.search(r"http endpoint port=(\d+)", open("pserver.err").read())
     if not m:
         fail("no pserver http port in its log")
-    st, page = http(int(m.group(1)), "/metrics")
-    def metric(name, labels=""):
+    # (the publisher's counters reach /metrics on the shard's next stats sync: wait for them)
+    def metric(page, name, labels=""):
         for line in page.splitlines():
             if line.startswith(name + labels + " ") or line.startswith(name + labels + "{"):
                 return float(line.split()[-1])
         return None
-    published = metric("sparrow_ps_published_total", '{kind="row"}')
-    tombs = metric("sparrow_ps_published_total", '{kind="tombstone"}')
-    failures = metric("sparrow_ps_publish_failures_total")
-    if published is None or published < len(rows) or tombs is None or tombs < len(rows) or failures != 0:
+    end = time.time() + 30
+    while True:
+        st, page = http(int(m.group(1)), "/metrics")
+        published = metric(page, "sparrow_ps_published_total", '{kind="row"}')
+        tombs = metric(page, "sparrow_ps_published_total", '{kind="tombstone"}')
+        failures = metric(page, "sparrow_ps_publish_failures_total")
+        ok = (published is not None and published >= len(rows) and tombs is not None and
+              tombs >= len(rows) and failures == 0)
+        if ok or time.time() > end:
+            break
+        time.sleep(0.5)
+    if not ok:
         fail("metrics: published %r (rows %d), tombstones %r, failures %r" %
              (published, len(rows), tombs, failures))
 
