@@ -332,6 +332,23 @@ static void test_kafka_client_assign_seeks_to_supplied_offset(void **state)
     spw_kafka_mock_destroy(mock);
 }
 
+/* Polls c for up to 50 ms; a record "value-<i>" counts in seen[i]. 1 when one arrived, else 0. */
+static int take_one(spw_kafka_consumer_t *c, unsigned char *seen)
+{
+    struct spw_kafka_msg msg;
+    spw_err_t err = spw_kafka_consumer_poll(c, 50, &msg);
+    if (err == SPW_ERR_TIMEOUT)
+        return 0;
+    assert_int_equal(err, SPW_OK);
+    int idx = -1;
+    char text[32] = {0};
+    memcpy(text, msg.value, msg.len < 31 ? msg.len : 31);
+    assert_int_equal(sscanf(text, "value-%d", &idx), 1);
+    seen[idx]++;
+    spw_kafka_msg_release(&msg);
+    return 1;
+}
+
 /* A consumer held by spw_kafka_consumer_serve (a trainer at a barrier) takes part in the
  * rebalance a joining member triggers, without consuming; after the resume, the two consumers
  * read every record exactly once between them. */
@@ -358,18 +375,7 @@ static void test_kafka_client_serve_keeps_group_alive(void **state)
     /* until b has records: a only serves the group */
     while (got_b == 0 && spw_time_mono_ms() < deadline) {
         assert_int_equal(spw_kafka_consumer_serve(a, 50), SPW_OK);
-        struct spw_kafka_msg msg;
-        spw_err_t err = spw_kafka_consumer_poll(b, 50, &msg);
-        if (err == SPW_ERR_TIMEOUT)
-            continue;
-        assert_int_equal(err, SPW_OK);
-        int idx = -1;
-        char text[32] = {0};
-        memcpy(text, msg.value, msg.len < 31 ? msg.len : 31);
-        assert_int_equal(sscanf(text, "value-%d", &idx), 1);
-        seen[idx]++;
-        spw_kafka_msg_release(&msg);
-        got_b++;
+        got_b += take_one(b, seen);
     }
     assert_int_equal(got_b, 1);
     assert_int_equal(spw_kafka_consumer_consumed(a), consumed); /* nothing taken while held */
@@ -379,20 +385,8 @@ static void test_kafka_client_serve_keeps_group_alive(void **state)
     int total = 11;
     deadline = spw_time_mono_ms() + WAIT_MS;
     while (total < 40 && spw_time_mono_ms() < deadline) {
-        for (int i = 0; i < 2; i++) {
-            struct spw_kafka_msg msg;
-            spw_err_t err = spw_kafka_consumer_poll(i ? b : a, 50, &msg);
-            if (err == SPW_ERR_TIMEOUT)
-                continue;
-            assert_int_equal(err, SPW_OK);
-            int idx = -1;
-            char text[32] = {0};
-            memcpy(text, msg.value, msg.len < 31 ? msg.len : 31);
-            assert_int_equal(sscanf(text, "value-%d", &idx), 1);
-            seen[idx]++;
-            spw_kafka_msg_release(&msg);
-            total++;
-        }
+        total += take_one(a, seen);
+        total += take_one(b, seen);
     }
     for (int i = 0; i < 40; i++)
         if (seen[i] != 1)
