@@ -15,7 +15,7 @@
 #include "sparrow/time.h"
 
 #define DEMO_PROGRESS_MS 2000
-#define DEMO_GRACE_MS    10000
+#define DEMO_GRACE_MS    35000 /* above trainer.shutdown.grace (30 s) */
 
 struct demo_opts {
     double duration_s;

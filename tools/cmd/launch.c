@@ -15,7 +15,7 @@
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
 
-#define LAUNCH_GRACE_MS    10000
+#define LAUNCH_GRACE_MS    35000 /* above trainer.shutdown.grace (30 s): a role drains first */
 #define LAUNCH_PROGRESS_MS 5000
 #define LAUNCH_LATEST_MS   500
 /* Without checkpoints: drained once lag is 0 and the examples trained stay put this long. */
@@ -73,7 +73,7 @@ static void usage(FILE *out)
         "and restart is logged to stdout and DIR/chaos.log.\n\n"
         "Every --samples-ms (default 500) DIR/samples.csv gets t_ms,trainer,step,clock,examples,\n"
         "window_logloss per trainer (-1 where a metric is absent). At the end every process is\n"
-        "stopped (SIGTERM, SIGKILL after 10 s) and the summary (mode, throughput, window\n"
+        "stopped (SIGTERM, SIGKILL after 35 s) and the summary (mode, throughput, window\n"
         "logloss/AUC against the Bayes-optimal per trainer, staleness histogram, checkpoint\n"
         "epoch, example count and pause, kills, exit statuses) goes to --summary (default\n"
         "DIR/summary.json).\n"
