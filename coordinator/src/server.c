@@ -384,7 +384,6 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
     copy_rid(m, rid, rid_len);
     m->last_seen_ms = spw_time_mono_ms();
     if (!m->based) {
-        uint64_t min, max;
         bool others = false;
         uint64_t omin = UINT64_MAX;
         for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
@@ -395,7 +394,6 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
                     omin = o->clock;
             }
         }
-        (void)live_trainers(srv, &min, &max);
         m->base = others ? (int64_t)omin - (int64_t)c->step : 0;
         m->based = true;
     }
@@ -1090,9 +1088,7 @@ spw_err_t spw_coord_server_run(spw_coord_server_t *srv)
                 on_shard_reply(srv, &srv->shards[i], zmq_msg_data(&body), zmq_msg_size(&body));
             }
         }
-        tick(srv);
-        uint64_t min, max;
-        srv->stats.trainers = live_trainers(srv, &min, &max);
+        tick(srv); /* also refreshes stats.trainers */
     }
     zmq_msg_close(&body);
     return SPW_OK;

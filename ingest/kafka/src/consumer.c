@@ -459,8 +459,10 @@ static spw_err_t handle_offset_reset(spw_kafka_consumer_t *c, rd_kafka_message_t
     return SPW_ERR_TIMEOUT;
 }
 
-spw_err_t spw_kafka_consumer_poll(spw_kafka_consumer_t *c, int timeout_ms,
-                                  struct spw_kafka_msg *msg)
+/* spw_kafka_consumer_poll; a record is counted as consumed only when deliver is true (serve hands
+ * records it refuses back to their partition). */
+static spw_err_t poll_one(spw_kafka_consumer_t *c, int timeout_ms, struct spw_kafka_msg *msg,
+                          bool deliver)
 {
     memset(msg, 0, sizeof(*msg));
     if (c->sticky)
@@ -504,9 +506,17 @@ spw_err_t spw_kafka_consumer_poll(spw_kafka_consumer_t *c, int timeout_ms,
     msg->len = rkm->len;
     msg->timestamp_ms = rd_kafka_message_timestamp(rkm, NULL);
     msg->rkm__ = rkm;
-    c->consumed++;
-    inc(c->m_consumed, 1);
+    if (deliver) {
+        c->consumed++;
+        inc(c->m_consumed, 1);
+    }
     return SPW_OK;
+}
+
+spw_err_t spw_kafka_consumer_poll(spw_kafka_consumer_t *c, int timeout_ms,
+                                  struct spw_kafka_msg *msg)
+{
+    return poll_one(c, timeout_ms, msg, true);
 }
 
 spw_err_t spw_kafka_msg_header(const struct spw_kafka_msg *msg, const char *name,
@@ -624,14 +634,13 @@ spw_err_t spw_kafka_consumer_serve(spw_kafka_consumer_t *c, int timeout_ms)
     /* again at every call: a rebalance may have assigned new (unpaused) partitions */
     spw_err_t ret = pause_assignment(c, true);
     struct spw_kafka_msg msg;
-    spw_err_t err = spw_kafka_consumer_poll(c, timeout_ms, &msg);
+    spw_err_t err = poll_one(c, timeout_ms, &msg, false);
     if (err == SPW_OK) {
         /* fetched before its partition was paused: not delivered, read again after the resume */
         rd_kafka_topic_partition_t *e =
             rd_kafka_topic_partition_list_find(c->held_back, msg.topic, msg.partition);
         if (!e || msg.offset < e->offset)
             held_set(c->held_back, msg.topic, msg.partition, msg.offset, false);
-        c->consumed--;
         spw_kafka_msg_release(&msg);
         err = pause_assignment(c, true);
     }
