@@ -13,7 +13,8 @@
 #include "sparrow/time.h"
 #include "trainer_coord.h"
 
-/* Partitions whose resume offset is remembered (positions not yet stored report it). */
+/* Partitions a checkpoint report may hold, and partition numbers whose resume offset is remembered
+ * (positions not yet stored report it); more is refused with an error, never truncated. */
 #define COORD_MAX_PARTS 1024
 /* A Clock that waits longer than this holds the Kafka input (partitions paused, the group served)
  * until it is answered. Shorter waits (every step of sync mode) leave the fetches alone: a hold
@@ -60,8 +61,12 @@ static spw_err_t report_checkpoint(spw_trainer_coord_t *tc, uint64_t epoch)
     spw_err_t err = spw_trainer_loop_checkpoint(tc->loop, -1, tc->pos, COORD_MAX_PARTS, &n);
     if (err)
         return err;
-    if (n > COORD_MAX_PARTS)
-        n = COORD_MAX_PARTS;
+    if (n > COORD_MAX_PARTS) {
+        /* dropping some would lose their offsets from the manifest: refuse, loudly */
+        SPW_ERROR("too many input partitions for a checkpoint report", "partitions=%zu max=%d", n,
+                  COORD_MAX_PARTS);
+        return SPW_ERR_TOO_BIG;
+    }
     const char *topic = spw_trainer_loop_topic(tc->loop);
     for (size_t i = 0; i < n; i++) {
         struct spw_coord_offset *o = &tc->offs[i];
@@ -71,7 +76,12 @@ static spw_err_t report_checkpoint(spw_trainer_coord_t *tc, uint64_t epoch)
         o->skip = tc->pos[i].skip;
         if (tc->pos[i].offset < 0) { /* nothing stored yet: where it (re)started */
             int32_t p = tc->pos[i].partition;
-            o->offset = p >= 0 && p < COORD_MAX_PARTS && tc->resume[p] >= 0 ? tc->resume[p] : 0;
+            if (p < 0 || p >= COORD_MAX_PARTS) {
+                SPW_ERROR("input partition beyond the coordinator glue's table",
+                          "partition=%d max=%d", (int)p, COORD_MAX_PARTS - 1);
+                return SPW_ERR_TOO_BIG;
+            }
+            o->offset = tc->resume[p] >= 0 ? tc->resume[p] : 0;
             o->skip = 0;
         }
     }
