@@ -5,7 +5,8 @@
  * selection of a quarter of the rows (the compressor's device work). Four batches rotate so that
  * no step reuses the last one's inputs. For each model and batch size: the median step time over
  * the repeats, examples/s, and cuda/cpu; before timing, the two backends' gradients on one batch
- * are compared (worst relative difference, printed).
+ * are compared (max diff: the largest difference over the largest gradient element; more than
+ * 1e-5, or different top-k sets, fail the run).
  * Usage: backend_bench [REPEATS]   (default 20). Without a usable CUDA device, prints the CPU
  * figures and says why CUDA was skipped. */
 #include <math.h>
@@ -126,7 +127,8 @@ fail:
     return -1;
 }
 
-/* Worst relative difference between the backends' gradients on batch 0 (floor 1e-6 x max). */
+/* The largest difference between the backends' gradients on batch 0, over the largest gradient
+ * element (the device sums heavy rows in chunks: rounding differences of terms that cancel). */
 static double compare(spw_backend_t *cpu, spw_backend_t *gpu, const struct step_inputs *in,
                       const struct spw_model *model, struct outputs *oc, struct outputs *og)
 {
@@ -136,11 +138,9 @@ static double compare(spw_backend_t *cpu, spw_backend_t *gpu, const struct step_
     double gmax = 0, worst = 0;
     for (size_t i = 0; i < nv; i++)
         gmax = fmax(gmax, fabs(oc->grads[i]));
-    for (size_t i = 0; i < nv; i++) {
-        double d = fabs((double)oc->grads[i] - og->grads[i]) /
-                   fmax(fmax(fabs(oc->grads[i]), 1e-6 * gmax), 1e-30);
-        worst = fmax(worst, d);
-    }
+    for (size_t i = 0; i < nv; i++)
+        worst = fmax(worst, fabs((double)oc->grads[i] - og->grads[i]));
+    worst = gmax > 0 ? worst / gmax : worst;
     if (memcmp(oc->selected, og->selected, spw_batch_unique(in->batch[0])) != 0)
         return INFINITY;
     return worst;
@@ -183,7 +183,7 @@ int main(int argc, char **argv)
            "and out), median of %d steps over %d rotating batches of sparrow gen (39 fields)\n",
            repeats, ROTATE);
     printf("%-8s %7s %12s %12s %12s %12s %9s %10s\n", "model", "batch", "cpu ms/step",
-           "cuda ms/step", "cpu ex/s", "cuda ex/s", "cuda/cpu", "max rel");
+           "cuda ms/step", "cpu ex/s", "cuda ex/s", "cuda/cpu", "max diff");
     for (size_t mi = 0; mi < sizeof(models) / sizeof(models[0]); mi++) {
         struct spw_model model;
         spw_model_init(&model, models[mi].kind, models[mi].k);
@@ -220,7 +220,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "backend_bench: a step failed\n");
                 rc = 1;
             }
-            if (gpu && !(worst <= 1e-4)) {
+            if (gpu && !(worst <= 1e-5)) {
                 fprintf(stderr, "backend_bench: %s batch %zu: backends disagree (%.3g)\n", name,
                         batches[bi], worst);
                 rc = 1;

@@ -6,9 +6,13 @@
 // - forward: one warp per example; lane f sums s_f and q_f over the example's occurrences in
 //   order; lane 0 sums the linear term in order, then the per-f terms s_f^2 - q_f in order;
 //   the sigmoid and the loss are computed in double from the float logit;
-// - backward: one warp per unique row; lane d walks the row's occurrences in ascending order (a
-//   stable counting sort made on the host), which is the order in which the CPU's scatter-add
-//   reaches that row; the bias row adds the per-example sum last, as the CPU does;
+// - backward: a row's occurrences, in ascending order (a stable counting sort made on the host:
+//   the order in which the CPU's scatter-add reaches that row), are cut into chunks of
+//   kChunk; one warp per chunk, lane d summing the chunk in order, then one warp per row summing
+//   its chunks in order. A row of at most kChunk occurrences is therefore summed exactly as the
+//   CPU sums it; a heavier row (a frequent feature value: in every example, say) differs from the
+//   CPU by rounding only, and no longer costs one serial pass over the whole batch. The bias row
+//   adds the per-example sum last, as the CPU does, summed in the same chunks;
 // - norms: a double sum per row, rounded once; top-k: the same 64-bit rank keys as the CPU
 //   (norm bits, then lower index first) and an exact radix select of the m-th largest.
 #include <cuda_runtime.h>
@@ -30,6 +34,7 @@ constexpr unsigned kWarpThreads = kWarp * kWarpsPerBlock;
 constexpr unsigned kThreads = 256;
 constexpr size_t kMaxBlocks = 65535;
 constexpr size_t kHistBlocks = 1024;
+constexpr uint32_t kChunk = SPW_TRN_CUDA_CHUNK; // see trainer_cuda.h
 
 // A device buffer that grows (at least doubling) and is reused.
 template <typename T> struct dbuf {
@@ -142,14 +147,20 @@ struct bwd_args {
     uint32_t k, dim;
     const uint32_t *row_start, *row_occ, *occ_ex;
     const float *occ_w, *rows, *S, *dz;
+    // chunks: row_chunk[u] .. row_chunk[u + 1] are row u's; chunk c starts at chunk_beg[c] in
+    // row_occ and belongs to row chunk_row[c]
+    const uint32_t *row_chunk, *chunk_row, *chunk_beg;
+    float *partial;      // n_chunks x dim
+    float *bias_partial; // one per kChunk examples
     float *grads;
 };
 
-// Gradient element d of unique row u: its occurrences in ascending order; the bias row (u = 0)
-// adds the per-example sum last.
-__host__ __device__ inline void backward_elem(const bwd_args &a, size_t u, uint32_t d)
+// Element d of chunk c: its occurrences in ascending order.
+__host__ __device__ inline void backward_chunk_elem(const bwd_args &a, size_t c, uint32_t d)
 {
-    const uint32_t beg = a.row_start[u], end = a.row_start[u + 1];
+    const uint32_t u = a.chunk_row[c], beg = a.chunk_beg[c];
+    const uint32_t row_end = a.row_start[u + 1];
+    const uint32_t end = row_end - beg > kChunk ? beg + kChunk : row_end;
     float acc = 0.0f;
     if (d == 0) {
         for (uint32_t j = beg; j < end; j++) {
@@ -157,15 +168,9 @@ __host__ __device__ inline void backward_elem(const bwd_args &a, size_t u, uint3
             const float dzx = a.dz[a.occ_ex[o]] * a.occ_w[o];
             acc += dzx;
         }
-        if (u == 0) {
-            float bias = 0.0f;
-            for (size_t i = 0; i < a.n; i++)
-                bias += a.dz[i];
-            acc += bias;
-        }
     } else {
         const uint32_t f = d - 1;
-        const float v = a.rows[u * a.dim + d];
+        const float v = a.rows[(size_t)u * a.dim + d];
         for (uint32_t j = beg; j < end; j++) {
             const uint32_t o = a.row_occ[j];
             const uint32_t i = a.occ_ex[o];
@@ -173,6 +178,32 @@ __host__ __device__ inline void backward_elem(const bwd_args &a, size_t u, uint3
             const float dzx = a.dz[i] * x;
             acc += dzx * (a.S[(size_t)i * a.k + f] - x * v);
         }
+    }
+    a.partial[c * a.dim + d] = acc;
+}
+
+// The sum of dz over examples b * kChunk .. (b + 1) * kChunk, in order.
+__host__ __device__ inline void backward_bias_chunk(const bwd_args &a, size_t b)
+{
+    const size_t beg = b * kChunk, end = a.n - beg > kChunk ? beg + kChunk : a.n;
+    float acc = 0.0f;
+    for (size_t i = beg; i < end; i++)
+        acc += a.dz[i];
+    a.bias_partial[b] = acc;
+}
+
+// Gradient element d of unique row u: its chunks in order; the bias row (u = 0) adds the
+// per-example sum last.
+__host__ __device__ inline void backward_finish_elem(const bwd_args &a, size_t u, uint32_t d)
+{
+    float acc = 0.0f;
+    for (uint32_t c = a.row_chunk[u]; c < a.row_chunk[u + 1]; c++)
+        acc += a.partial[(size_t)c * a.dim + d];
+    if (u == 0 && d == 0) {
+        float bias = 0.0f;
+        for (size_t b = 0; b * kChunk < a.n; b++)
+            bias += a.bias_partial[b];
+        acc += bias;
     }
     a.grads[u * a.dim + d] = acc;
 }
@@ -218,6 +249,33 @@ __host__ __device__ inline void pick_digit(unsigned int *hist, unsigned long lon
         hist[d] = 0;
 }
 
+// Cuts each row's occurrences (row_start, n_uniq rows) into chunks of kChunk, a row with none
+// getting one empty chunk: fills row_chunk (n_uniq + 1), chunk_row and chunk_beg (room for
+// max_chunks(n_uniq, n_occ)) and returns the number of chunks.
+inline size_t max_chunks(size_t n_uniq, size_t n_occ)
+{
+    return n_uniq + n_occ / kChunk + 1;
+}
+
+size_t make_chunks(const uint32_t *row_start, size_t n_uniq, uint32_t *row_chunk,
+                   uint32_t *chunk_row, uint32_t *chunk_beg)
+{
+    size_t c = 0;
+    for (size_t u = 0; u < n_uniq; u++) {
+        row_chunk[u] = (uint32_t)c;
+        uint32_t beg = row_start[u];
+        const uint32_t end = row_start[u + 1];
+        do {
+            chunk_row[c] = (uint32_t)u;
+            chunk_beg[c] = beg;
+            c++;
+            beg = end - beg > kChunk ? beg + kChunk : end;
+        } while (beg < end);
+    }
+    row_chunk[n_uniq] = (uint32_t)c;
+    return c;
+}
+
 // ---- kernels ----
 
 // One warp per example; shared memory holds each warp's t for lane 0's ordered sum.
@@ -236,14 +294,28 @@ __global__ void forward_kernel(fwd_args a)
     }
 }
 
+// One warp per chunk (lane d computes elements d, d + 32, ...); the first threads of the grid
+// also sum the bias chunks.
+__global__ void backward_chunk_kernel(bwd_args a, size_t n_chunks)
+{
+    const unsigned lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    for (size_t c = (size_t)blockIdx.x * kWarpsPerBlock + warp; c < n_chunks;
+         c += (size_t)gridDim.x * kWarpsPerBlock)
+        for (uint32_t d = lane; d < a.dim; d += kWarp)
+            backward_chunk_elem(a, c, d);
+    for (size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x; b * kChunk < a.n;
+         b += (size_t)gridDim.x * blockDim.x)
+        backward_bias_chunk(a, b);
+}
+
 // One warp per unique row; lane d computes elements d, d + 32, ...
-__global__ void backward_kernel(bwd_args a)
+__global__ void backward_finish_kernel(bwd_args a)
 {
     const unsigned lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     for (size_t u = (size_t)blockIdx.x * kWarpsPerBlock + warp; u < a.n_uniq;
          u += (size_t)gridDim.x * kWarpsPerBlock)
         for (uint32_t d = lane; d < a.dim; d += kWarp)
-            backward_elem(a, u, d);
+            backward_finish_elem(a, u, d);
 }
 
 __global__ void norms_kernel(const float *__restrict__ grads, size_t n, uint32_t dim,
@@ -305,18 +377,21 @@ __global__ void flags_kernel(const unsigned long long *__restrict__ keys, size_t
 struct spw_trn__cuda {
     int device = 0;
     cudaStream_t stream = nullptr;
-    dbuf<uint32_t> offsets, occ_idx, occ_ex, row_start, row_occ;
-    dbuf<float> occ_w, labels, rows, preds, dz, S, grads, norms;
+    dbuf<uint32_t> offsets, occ_idx, occ_ex, row_start, row_occ, row_chunk, chunk_row, chunk_beg;
+    dbuf<float> occ_w, labels, rows, preds, dz, S, grads, norms, partial, bias_partial;
     dbuf<double> loss;
     dbuf<unsigned long long> keys, state;
     dbuf<unsigned int> hist;
     dbuf<uint8_t> flags;
     double *host_loss = nullptr;
     size_t host_loss_cap = 0;
+    uint32_t *host_chunks = nullptr; // row_chunk, chunk_row, chunk_beg for make_chunks
+    size_t host_chunks_cap = 0;
 
     ~spw_trn__cuda()
     {
         free(host_loss);
+        free(host_chunks);
         if (stream)
             cudaStreamDestroy(stream);
     }
@@ -409,9 +484,29 @@ extern "C" spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k,
     CU_TRY(cudaGetLastError());
 
     if (grads) {
+        const size_t chunks_cap = n_uniq + 1 + 2 * max_chunks(n_uniq, n_occ);
+        if (cu->host_chunks_cap < chunks_cap) {
+            uint32_t *p = (uint32_t *)realloc(cu->host_chunks, chunks_cap * sizeof(uint32_t));
+            if (!p) {
+                CU_TRY(cudaStreamSynchronize(st)); // the forward's copies still read the batch
+                return SPW_ERR_NOMEM;
+            }
+            cu->host_chunks = p;
+            cu->host_chunks_cap = chunks_cap;
+        }
+        uint32_t *row_chunk = cu->host_chunks, *chunk_row = row_chunk + n_uniq + 1;
+        uint32_t *chunk_beg = chunk_row + max_chunks(n_uniq, n_occ);
+        const size_t n_chunks =
+            make_chunks(batch->row_start, n_uniq, row_chunk, chunk_row, chunk_beg);
+        const size_t n_bias = (n + kChunk - 1) / kChunk;
         CU_TRY(cu->occ_ex.reserve(n_occ));
         CU_TRY(cu->row_start.reserve(n_uniq + 1));
         CU_TRY(cu->row_occ.reserve(n_occ));
+        CU_TRY(cu->row_chunk.reserve(n_uniq + 1));
+        CU_TRY(cu->chunk_row.reserve(n_chunks));
+        CU_TRY(cu->chunk_beg.reserve(n_chunks));
+        CU_TRY(cu->partial.reserve(n_chunks * dim));
+        CU_TRY(cu->bias_partial.reserve(n_bias));
         CU_TRY(cu->grads.reserve(n_uniq * dim));
         CU_TRY(cudaMemcpyAsync(cu->occ_ex.p, batch->occ_ex, n_occ * sizeof(uint32_t),
                                cudaMemcpyHostToDevice, st));
@@ -419,20 +514,35 @@ extern "C" spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k,
                                cudaMemcpyHostToDevice, st));
         CU_TRY(cudaMemcpyAsync(cu->row_occ.p, batch->row_occ, n_occ * sizeof(uint32_t),
                                cudaMemcpyHostToDevice, st));
-        const size_t bwd_blocks = blocks_for(n_uniq, kWarpsPerBlock, kMaxBlocks);
-        const bwd_args ba = {n,
-                             n_uniq,
-                             k,
-                             dim,
-                             cu->row_start.p,
-                             cu->row_occ.p,
-                             cu->occ_ex.p,
-                             cu->occ_w.p,
-                             cu->rows.p,
-                             cu->S.p,
-                             cu->dz.p,
-                             cu->grads.p};
-        backward_kernel<<<(unsigned)bwd_blocks, kWarpThreads, 0, st>>>(ba);
+        CU_TRY(cudaMemcpyAsync(cu->row_chunk.p, row_chunk, (n_uniq + 1) * sizeof(uint32_t),
+                               cudaMemcpyHostToDevice, st));
+        CU_TRY(cudaMemcpyAsync(cu->chunk_row.p, chunk_row, n_chunks * sizeof(uint32_t),
+                               cudaMemcpyHostToDevice, st));
+        CU_TRY(cudaMemcpyAsync(cu->chunk_beg.p, chunk_beg, n_chunks * sizeof(uint32_t),
+                               cudaMemcpyHostToDevice, st));
+        bwd_args ba = {};
+        ba.n = n;
+        ba.n_uniq = n_uniq;
+        ba.k = k;
+        ba.dim = dim;
+        ba.row_start = cu->row_start.p;
+        ba.row_occ = cu->row_occ.p;
+        ba.occ_ex = cu->occ_ex.p;
+        ba.occ_w = cu->occ_w.p;
+        ba.rows = cu->rows.p;
+        ba.S = cu->S.p;
+        ba.dz = cu->dz.p;
+        ba.row_chunk = cu->row_chunk.p;
+        ba.chunk_row = cu->chunk_row.p;
+        ba.chunk_beg = cu->chunk_beg.p;
+        ba.partial = cu->partial.p;
+        ba.bias_partial = cu->bias_partial.p;
+        ba.grads = cu->grads.p;
+        backward_chunk_kernel<<<(unsigned)blocks_for(n_chunks, kWarpsPerBlock, kMaxBlocks),
+                                kWarpThreads, 0, st>>>(ba, n_chunks);
+        CU_TRY(cudaGetLastError());
+        backward_finish_kernel<<<(unsigned)blocks_for(n_uniq, kWarpsPerBlock, kMaxBlocks),
+                                 kWarpThreads, 0, st>>>(ba);
         CU_TRY(cudaGetLastError());
         CU_TRY(cudaMemcpyAsync(grads, cu->grads.p, n_uniq * dim * sizeof(float),
                                cudaMemcpyDeviceToHost, st));
@@ -505,6 +615,53 @@ extern "C" spw_err_t spw_trn__cuda_topk_select(struct spw_trn__cuda *cu, const f
 // every lane before phase 2, as the warp synchronisation orders them), so that their arithmetic
 // and indexing are tested against the CPU oracle on machines without a device ----
 
+// The backward kernels' work: every chunk, the bias chunks, then every row.
+static spw_err_t emulate_backward(const struct spw_trn__cuda_batch *batch, uint32_t k, uint32_t dim,
+                                  const float *rows, const float *S, const float *dz, float *grads)
+{
+    const size_t n = batch->n, n_uniq = batch->n_uniq, cap = max_chunks(n_uniq, batch->n_occ);
+    uint32_t *row_chunk = (uint32_t *)malloc((n_uniq + 1 + 2 * cap) * sizeof(uint32_t));
+    float *partial = (float *)malloc((cap * dim + 1) * sizeof(float));
+    float *bias_partial = (float *)malloc((n / kChunk + 1) * sizeof(float));
+    spw_err_t err = SPW_ERR_NOMEM;
+    if (row_chunk && partial && bias_partial) {
+        uint32_t *chunk_row = row_chunk + n_uniq + 1, *chunk_beg = chunk_row + cap;
+        const size_t n_chunks =
+            make_chunks(batch->row_start, n_uniq, row_chunk, chunk_row, chunk_beg);
+        bwd_args ba = {};
+        ba.n = n;
+        ba.n_uniq = n_uniq;
+        ba.k = k;
+        ba.dim = dim;
+        ba.row_start = batch->row_start;
+        ba.row_occ = batch->row_occ;
+        ba.occ_ex = batch->occ_ex;
+        ba.occ_w = batch->occ_w;
+        ba.rows = rows;
+        ba.S = S;
+        ba.dz = dz;
+        ba.row_chunk = row_chunk;
+        ba.chunk_row = chunk_row;
+        ba.chunk_beg = chunk_beg;
+        ba.partial = partial;
+        ba.bias_partial = bias_partial;
+        ba.grads = grads;
+        for (size_t c = 0; c < n_chunks; c++)
+            for (uint32_t d = 0; d < dim; d++)
+                backward_chunk_elem(ba, c, d);
+        for (size_t b = 0; b * kChunk < n; b++)
+            backward_bias_chunk(ba, b);
+        for (size_t u = 0; u < n_uniq; u++)
+            for (uint32_t d = 0; d < dim; d++)
+                backward_finish_elem(ba, u, d);
+        err = SPW_OK;
+    }
+    free(row_chunk);
+    free(partial);
+    free(bias_partial);
+    return err;
+}
+
 extern "C" spw_err_t spw_trn__cuda_emulate_forward(uint32_t k, uint32_t dim,
                                                    const struct spw_trn__cuda_batch *batch,
                                                    const float *rows, float grad_scale,
@@ -535,28 +692,11 @@ extern "C" spw_err_t spw_trn__cuda_emulate_forward(uint32_t k, uint32_t dim,
                 forward_lane(fa, i, lane, t);
             forward_finish(fa, i, t);
         }
-        if (grads) {
-            const bwd_args ba = {n,
-                                 batch->n_uniq,
-                                 k,
-                                 dim,
-                                 batch->row_start,
-                                 batch->row_occ,
-                                 batch->occ_ex,
-                                 batch->occ_w,
-                                 rows,
-                                 S,
-                                 dz,
-                                 grads};
-            for (size_t u = 0; u < batch->n_uniq; u++)
-                for (uint32_t d = 0; d < dim; d++)
-                    backward_elem(ba, u, d);
-        }
+        err = grads ? emulate_backward(batch, k, dim, rows, S, dz, grads) : SPW_OK;
         double sum = 0.0;
         for (size_t i = 0; i < n; i++)
             sum += loss[i];
         *loss_sum = sum;
-        err = SPW_OK;
     }
     free(S);
     free(dz);

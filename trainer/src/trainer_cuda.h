@@ -20,6 +20,11 @@ int spw_cuda_device_count(void);
 spw_err_t spw_cuda_gather_rows(const float *rows, size_t n_rows, uint32_t dim, const uint32_t *idx,
                                size_t n, float *out);
 
+/* The backward sums a row's occurrences in chunks of this many, each in order, then the chunks in
+ * order (the bias: the examples in chunks). A row with no more occurrences than this is summed
+ * exactly as the CPU sums it. */
+#define SPW_TRN_CUDA_CHUNK 256u
+
 /* A batch as host arrays (see struct spw_batch in trainer_int.h). */
 struct spw_trn__cuda_batch {
     size_t n, n_occ, n_uniq;

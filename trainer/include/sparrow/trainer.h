@@ -197,8 +197,9 @@ const struct spw_model *spw_backend_model(const spw_backend_t *be);
 
 /* spw_cpu_forward / spw_cpu_forward_backward on be; *loss_sum (may be NULL) gets the summed
  * logloss. SPW_ERR_CUDA or SPW_ERR_NOMEM on a device or staging failure (outputs unspecified).
- * The CUDA results equal the CPU's to float rounding (same summation order, no fused
- * multiply-add). */
+ * The CUDA results equal the CPU's (same summation order, no fused multiply-add), except that the
+ * device sums the gradient of a row with more than 256 occurrences in the batch (and the bias
+ * over more than 256 examples) in chunks of 256: equal to rounding there. */
 spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const float *rows,
                               float *preds, double *loss_sum);
 spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *batch,
