@@ -918,6 +918,37 @@ def sizing_section(res, rates, comp):
     return lines
 
 
+def gpu_section(res):
+    """The CUDA backend: this run's backend_bench where it had a device, else the figures that
+    scripts/gpu-check.sh measured on a machine with one (docs/bench/gpu-check.txt, committed)."""
+    c = res.get("components", {}).get("backend", {})
+    out = c.get("output", "")
+    lines = ["## CUDA backend", ""]
+    if out and "CUDA skipped" not in out and c.get("status") == "ok":
+        lines += ["`bench/backend_bench` in this run (the compute step alone: forward+backward, "
+                  "row norms and top-k selection, host arrays in and out):", "", "```",
+                  out.strip(), "```", ""]
+        return lines
+    lines += ["This run had no usable CUDA device (`bench/backend_bench`: %s; its CPU figures "
+              "are in the output at the end)." % c.get("status", "not run"), ""]
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                        "bench", "gpu-check.txt")
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read().strip()
+    except OSError:
+        return lines + ["No `docs/bench/gpu-check.txt` either: the CUDA backend has no measured "
+                        "figures.", ""]
+    lines += ["The figures below were **not measured by this run**: they are the last "
+              "`scripts/gpu-check.sh` run on a machine with a GPU (bundle built here with "
+              "`-DSPARROW_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90`, run there: the GPU tests "
+              "against the CPU oracle, compute-sanitizer, `bench/backend_bench 30`, and "
+              "`sparrow trainer` end to end on 1,000,000 examples with an in-process shard), "
+              "kept in `docs/bench/gpu-check.txt`. The CPU column there is the same machine's "
+              "CPU, one core (the CPU backend is single-threaded).", "", "```", text, "```", ""]
+    return lines
+
+
 def _rel(res, cmd):
     """A command line with the checkout's and the work directory's absolute paths shortened."""
     if res.get("work"):
@@ -971,6 +1002,7 @@ def write(res, out_path, log=print):
     lines = header(res)
     body = []
     body += components_section(res, comp_rows)
+    body += gpu_section(res)
     body += stream_section(res)
     mlines, mbest = modes_section(res, plots)
     body += mlines

@@ -28,6 +28,8 @@ bundle() {
             while read -r lib; do cp -L -n "$lib" "$dir/lib/"; done
     done
     strip --strip-debug "$dir/bin/"* "$dir/lib/"* 2>/dev/null
+    echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ' with uncommitted changes')" \
+        >"$dir/REVISION"
     du -sh "$dir"
 }
 
@@ -97,9 +99,17 @@ run() {
     else
         note "compute-sanitizer: not on this machine"
     fi
+    # the summary, with the step table, is what docs/bench/gpu-check.txt keeps (bench/report.py
+    # shows it in docs/BENCHMARKS.md when the benchmark machine has no GPU)
+    {
+        echo "scripts/gpu-check.sh run, $(date -u '+%Y-%m-%d %H:%M UTC'), bundle of git $(cat "$dir/REVISION")"
+        printf '%s\n' "${summary[@]}"
+        echo
+        cat "$out/backend_bench.log"
+    } >"$out/summary.txt"
     echo
     echo "== gpu-check summary"
-    printf '%s\n' "${summary[@]}"
+    cat "$out/summary.txt"
     return "$failed"
 }
 
