@@ -93,8 +93,10 @@ run() {
             "$bin/test_cuda_gather"
         step sanitizer-memcheck-model 150 compute-sanitizer --tool memcheck --error-exitcode 99 \
             "$bin/test_cuda_model"
-        step sanitizer-racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 99 \
-            "$bin/backend_bench" 1
+        # (cub's sort and scan kernels, NVIDIA's own, are left out: under racecheck they take
+        # minutes)
+        step sanitizer-racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 99 \
+            --kernel-name-exclude kns=cub "$bin/backend_bench" 1
         tail -n 2 "$out"/sanitizer-*.log
     else
         note "compute-sanitizer: not on this machine"

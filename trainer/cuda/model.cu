@@ -6,8 +6,9 @@
 // - forward: one warp per example; lane f sums s_f and q_f over the example's occurrences in
 //   order; lane 0 sums the linear term in order, then the per-f terms s_f^2 - q_f in order;
 //   the sigmoid and the loss are computed in double from the float logit;
-// - backward: a row's occurrences, in ascending order (a stable counting sort made on the host:
-//   the order in which the CPU's scatter-add reaches that row), are cut into chunks of
+// - backward: a row's occurrences, in ascending order (a stable radix sort of the occurrences by
+//   row, on the device: the order in which the CPU's scatter-add reaches that row; the host
+//   emulation uses the same order from the host's counting sort), are cut into chunks of
 //   kChunk; one warp per chunk, lane d summing the chunk in order, then one warp per row summing
 //   its chunks in order. A row of at most kChunk occurrences is therefore summed exactly as the
 //   CPU sums it; a heavier row (a frequent feature value: in every example, say) differs from the
@@ -15,6 +16,8 @@
 //   adds the per-example sum last, as the CPU does, summed in the same chunks;
 // - norms: a double sum per row, rounded once; top-k: the same 64-bit rank keys as the CPU
 //   (norm bits, then lower index first) and an exact radix select of the m-th largest.
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -296,9 +299,10 @@ __global__ void forward_kernel(fwd_args a)
 
 // One warp per chunk (lane d computes elements d, d + 32, ...); the first threads of the grid
 // also sum the bias chunks.
-__global__ void backward_chunk_kernel(bwd_args a, size_t n_chunks)
+__global__ void backward_chunk_kernel(bwd_args a)
 {
     const unsigned lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const size_t n_chunks = a.row_chunk[a.n_uniq];
     for (size_t c = (size_t)blockIdx.x * kWarpsPerBlock + warp; c < n_chunks;
          c += (size_t)gridDim.x * kWarpsPerBlock)
         for (uint32_t d = lane; d < a.dim; d += kWarp)
@@ -306,6 +310,58 @@ __global__ void backward_chunk_kernel(bwd_args a, size_t n_chunks)
     for (size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x; b * kChunk < a.n;
          b += (size_t)gridDim.x * blockDim.x)
         backward_bias_chunk(a, b);
+}
+
+// ---- the backward's indexes, built on the device from the batch's offsets and occ_idx ----
+
+// occ_ex[o]: the example of occurrence o; seq[o] = o (the values the sort carries).
+__global__ void occ_ex_kernel(const uint32_t *__restrict__ off, size_t n,
+                              uint32_t *__restrict__ occ_ex, uint32_t *__restrict__ seq)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        for (uint32_t o = off[i]; o < off[i + 1]; o++) {
+            occ_ex[o] = (uint32_t)i;
+            seq[o] = o;
+        }
+}
+
+// count[u] += occurrences of row u (count zeroed, n_uniq + 1 entries).
+__global__ void row_count_kernel(const uint32_t *__restrict__ occ_idx, size_t n_occ,
+                                 uint32_t *__restrict__ count)
+{
+    for (size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x; o < n_occ;
+         o += (size_t)gridDim.x * blockDim.x)
+        atomicAdd(&count[occ_idx[o]], 1u);
+}
+
+// n_chunk[u]: the chunks of row u (at least one); n_chunk[n_uniq] = 0, for the scan's total.
+__global__ void chunk_count_kernel(const uint32_t *__restrict__ row_start, size_t n_uniq,
+                                   uint32_t *__restrict__ n_chunk)
+{
+    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u <= n_uniq;
+         u += (size_t)gridDim.x * blockDim.x) {
+        if (u == n_uniq) {
+            n_chunk[u] = 0;
+            continue;
+        }
+        const uint32_t cnt = row_start[u + 1] - row_start[u];
+        n_chunk[u] = cnt > kChunk ? (cnt + kChunk - 1) / kChunk : 1;
+    }
+}
+
+// make_chunks' chunk_row and chunk_beg from row_start and row_chunk (the scan of n_chunk).
+__global__ void chunk_fill_kernel(const uint32_t *__restrict__ row_start,
+                                  const uint32_t *__restrict__ row_chunk, size_t n_uniq,
+                                  uint32_t *__restrict__ chunk_row,
+                                  uint32_t *__restrict__ chunk_beg)
+{
+    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < n_uniq;
+         u += (size_t)gridDim.x * blockDim.x)
+        for (uint32_t c = row_chunk[u]; c < row_chunk[u + 1]; c++) {
+            chunk_row[c] = (uint32_t)u;
+            chunk_beg[c] = row_start[u] + (c - row_chunk[u]) * kChunk;
+        }
 }
 
 // One warp per unique row; lane d computes elements d, d + 32, ...
@@ -383,15 +439,15 @@ struct spw_trn__cuda {
     dbuf<unsigned long long> keys, state;
     dbuf<unsigned int> hist;
     dbuf<uint8_t> flags;
+    dbuf<uint32_t> seq, sorted_idx, count; // the backward's sort and scans
+    dbuf<unsigned char> temp;              // cub's temporary storage
     double *host_loss = nullptr;
     size_t host_loss_cap = 0;
-    uint32_t *host_chunks = nullptr; // row_chunk, chunk_row, chunk_beg for make_chunks
-    size_t host_chunks_cap = 0;
 
     ~spw_trn__cuda()
     {
         free(host_loss);
-        free(host_chunks);
+
         if (stream)
             cudaStreamDestroy(stream);
     }
@@ -484,42 +540,53 @@ extern "C" spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k,
     CU_TRY(cudaGetLastError());
 
     if (grads) {
-        const size_t chunks_cap = n_uniq + 1 + 2 * max_chunks(n_uniq, n_occ);
-        if (cu->host_chunks_cap < chunks_cap) {
-            uint32_t *p = (uint32_t *)realloc(cu->host_chunks, chunks_cap * sizeof(uint32_t));
-            if (!p) {
-                CU_TRY(cudaStreamSynchronize(st)); // the forward's copies still read the batch
-                return SPW_ERR_NOMEM;
-            }
-            cu->host_chunks = p;
-            cu->host_chunks_cap = chunks_cap;
-        }
-        uint32_t *row_chunk = cu->host_chunks, *chunk_row = row_chunk + n_uniq + 1;
-        uint32_t *chunk_beg = chunk_row + max_chunks(n_uniq, n_occ);
-        const size_t n_chunks =
-            make_chunks(batch->row_start, n_uniq, row_chunk, chunk_row, chunk_beg);
-        const size_t n_bias = (n + kChunk - 1) / kChunk;
+        // the backward's indexes, on the device: occurrences sorted by row (stable, so each row's
+        // in ascending order), row_start by a scan of the per-row counts, then the chunks
+        const size_t n_chunks_max = max_chunks(n_uniq, n_occ);
+        int bits = 1;
+        while (bits < 32 && (1ull << bits) < n_uniq)
+            bits++;
+        size_t sort_bytes = 0, scan_bytes = 0;
+        CU_TRY(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const uint32_t *)nullptr,
+                                               (uint32_t *)nullptr, (const uint32_t *)nullptr,
+                                               (uint32_t *)nullptr, n_occ, 0, bits, st));
+        CU_TRY(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, (const uint32_t *)nullptr,
+                                             (uint32_t *)nullptr, n_uniq + 1, st));
+        CU_TRY(cu->temp.reserve(sort_bytes > scan_bytes ? sort_bytes : scan_bytes));
         CU_TRY(cu->occ_ex.reserve(n_occ));
-        CU_TRY(cu->row_start.reserve(n_uniq + 1));
+        CU_TRY(cu->seq.reserve(n_occ));
+        CU_TRY(cu->sorted_idx.reserve(n_occ));
         CU_TRY(cu->row_occ.reserve(n_occ));
+        CU_TRY(cu->count.reserve(n_uniq + 1));
+        CU_TRY(cu->row_start.reserve(n_uniq + 1));
         CU_TRY(cu->row_chunk.reserve(n_uniq + 1));
-        CU_TRY(cu->chunk_row.reserve(n_chunks));
-        CU_TRY(cu->chunk_beg.reserve(n_chunks));
-        CU_TRY(cu->partial.reserve(n_chunks * dim));
-        CU_TRY(cu->bias_partial.reserve(n_bias));
+        CU_TRY(cu->chunk_row.reserve(n_chunks_max));
+        CU_TRY(cu->chunk_beg.reserve(n_chunks_max));
+        CU_TRY(cu->partial.reserve(n_chunks_max * dim));
+        CU_TRY(cu->bias_partial.reserve((n + kChunk - 1) / kChunk));
         CU_TRY(cu->grads.reserve(n_uniq * dim));
-        CU_TRY(cudaMemcpyAsync(cu->occ_ex.p, batch->occ_ex, n_occ * sizeof(uint32_t),
-                               cudaMemcpyHostToDevice, st));
-        CU_TRY(cudaMemcpyAsync(cu->row_start.p, batch->row_start, (n_uniq + 1) * sizeof(uint32_t),
-                               cudaMemcpyHostToDevice, st));
-        CU_TRY(cudaMemcpyAsync(cu->row_occ.p, batch->row_occ, n_occ * sizeof(uint32_t),
-                               cudaMemcpyHostToDevice, st));
-        CU_TRY(cudaMemcpyAsync(cu->row_chunk.p, row_chunk, (n_uniq + 1) * sizeof(uint32_t),
-                               cudaMemcpyHostToDevice, st));
-        CU_TRY(cudaMemcpyAsync(cu->chunk_row.p, chunk_row, n_chunks * sizeof(uint32_t),
-                               cudaMemcpyHostToDevice, st));
-        CU_TRY(cudaMemcpyAsync(cu->chunk_beg.p, chunk_beg, n_chunks * sizeof(uint32_t),
-                               cudaMemcpyHostToDevice, st));
+        const unsigned ex_blocks = (unsigned)blocks_for(n, kThreads, kMaxBlocks);
+        const unsigned occ_blocks = (unsigned)blocks_for(n_occ, kThreads, kMaxBlocks);
+        const unsigned row_blocks = (unsigned)blocks_for(n_uniq + 1, kThreads, kMaxBlocks);
+        occ_ex_kernel<<<ex_blocks, kThreads, 0, st>>>(cu->offsets.p, n, cu->occ_ex.p, cu->seq.p);
+        CU_TRY(cudaGetLastError());
+        CU_TRY(cudaMemsetAsync(cu->count.p, 0, (n_uniq + 1) * sizeof(uint32_t), st));
+        row_count_kernel<<<occ_blocks, kThreads, 0, st>>>(cu->occ_idx.p, n_occ, cu->count.p);
+        CU_TRY(cudaGetLastError());
+        size_t bytes = cu->temp.cap;
+        CU_TRY(cub::DeviceScan::ExclusiveSum(cu->temp.p, bytes, cu->count.p, cu->row_start.p,
+                                             n_uniq + 1, st));
+        bytes = cu->temp.cap;
+        CU_TRY(cub::DeviceRadixSort::SortPairs(cu->temp.p, bytes, cu->occ_idx.p, cu->sorted_idx.p,
+                                               cu->seq.p, cu->row_occ.p, n_occ, 0, bits, st));
+        chunk_count_kernel<<<row_blocks, kThreads, 0, st>>>(cu->row_start.p, n_uniq, cu->count.p);
+        CU_TRY(cudaGetLastError());
+        bytes = cu->temp.cap;
+        CU_TRY(cub::DeviceScan::ExclusiveSum(cu->temp.p, bytes, cu->count.p, cu->row_chunk.p,
+                                             n_uniq + 1, st));
+        chunk_fill_kernel<<<row_blocks, kThreads, 0, st>>>(cu->row_start.p, cu->row_chunk.p, n_uniq,
+                                                           cu->chunk_row.p, cu->chunk_beg.p);
+        CU_TRY(cudaGetLastError());
         bwd_args ba = {};
         ba.n = n;
         ba.n_uniq = n_uniq;
@@ -538,8 +605,8 @@ extern "C" spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k,
         ba.partial = cu->partial.p;
         ba.bias_partial = cu->bias_partial.p;
         ba.grads = cu->grads.p;
-        backward_chunk_kernel<<<(unsigned)blocks_for(n_chunks, kWarpsPerBlock, kMaxBlocks),
-                                kWarpThreads, 0, st>>>(ba, n_chunks);
+        backward_chunk_kernel<<<(unsigned)blocks_for(n_chunks_max, kWarpsPerBlock, kMaxBlocks),
+                                kWarpThreads, 0, st>>>(ba);
         CU_TRY(cudaGetLastError());
         backward_finish_kernel<<<(unsigned)blocks_for(n_uniq, kWarpsPerBlock, kMaxBlocks),
                                  kWarpThreads, 0, st>>>(ba);

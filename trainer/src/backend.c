@@ -13,8 +13,6 @@ struct spw_backend {
     struct spw_trn__cuda *cu; /* CUDA only */
     uint64_t *scratch;        /* CPU top-k */
     size_t cap_scratch;
-    uint32_t *row_start, *row_occ; /* CUDA staging of the per-row occurrence lists */
-    size_t cap_row_start, cap_row_occ;
 };
 
 spw_err_t spw_backend_kind_parse(const char *text, enum spw_backend_kind *out)
@@ -90,8 +88,6 @@ void spw_backend_destroy(spw_backend_t *be)
         return;
     spw_trn__cuda_destroy(be->cu);
     free(be->scratch);
-    free(be->row_start);
-    free(be->row_occ);
     free(be);
 }
 
@@ -118,16 +114,6 @@ static spw_err_t cuda_run(spw_backend_t *be, const spw_batch_t *batch, const flo
         .occ_ex = batch->occ_ex,
         .labels = batch->labels,
     };
-    if (grads) {
-        if (spw_trn__grow((void **)&be->row_start, &be->cap_row_start, batch->n_uniq + 1,
-                          sizeof(uint32_t)) ||
-            spw_trn__grow((void **)&be->row_occ, &be->cap_row_occ, batch->n_occ + 1,
-                          sizeof(uint32_t)))
-            return SPW_ERR_NOMEM;
-        spw_trn__batch_row_csr(batch, be->row_start, be->row_occ);
-        cb.row_start = be->row_start;
-        cb.row_occ = be->row_occ;
-    }
     double loss = 0.0;
     spw_err_t err = spw_trn__cuda_forward(be->cu, be->model.latent_dim, be->model.dim, &cb, rows,
                                           grad_scale, preds, grads, &loss);

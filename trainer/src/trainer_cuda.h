@@ -28,13 +28,15 @@ spw_err_t spw_cuda_gather_rows(const float *rows, size_t n_rows, uint32_t dim, c
 /* A batch as host arrays (see struct spw_batch in trainer_int.h). */
 struct spw_trn__cuda_batch {
     size_t n, n_occ, n_uniq;
-    const uint32_t *offsets;   /* n + 1 */
-    const uint32_t *occ_idx;   /* n_occ */
-    const float *occ_w;        /* n_occ */
-    const uint32_t *occ_ex;    /* n_occ */
-    const float *labels;       /* n */
-    const uint32_t *row_start; /* n_uniq + 1 (backward only) */
-    const uint32_t *row_occ;   /* n_occ (backward only) */
+    const uint32_t *offsets; /* n + 1 */
+    const uint32_t *occ_idx; /* n_occ */
+    const float *occ_w;      /* n_occ */
+    const uint32_t *occ_ex;  /* n_occ (the host emulation only: the device derives it) */
+    const float *labels;     /* n */
+    /* the backward's per-row occurrence lists (spw_trn__batch_row_csr): read by the host
+     * emulation only; the device builds its own */
+    const uint32_t *row_start; /* n_uniq + 1 */
+    const uint32_t *row_occ;   /* n_occ */
 };
 
 /* Device context: a device, a stream, device buffers grown to the largest batch. One owner. */
