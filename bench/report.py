@@ -945,7 +945,10 @@ def gpu_section(res):
               "against the CPU oracle, compute-sanitizer, `bench/backend_bench 30`, and "
               "`sparrow trainer` end to end on 1,000,000 examples with an in-process shard), "
               "kept in `docs/bench/gpu-check.txt`. The CPU column there is the same machine's "
-              "CPU, one core (the CPU backend is single-threaded).", "", "```", text, "```", ""]
+              "CPU, one core (the CPU backend is single-threaded); that machine's CPU timings "
+              "varied by up to 2x between runs of the same build (a shared host), so read "
+              "cuda/cpu as a rough ratio and the CUDA ms/step as the figure.", "", "```", text,
+              "```", ""]
     return lines
 
 
