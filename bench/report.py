@@ -259,8 +259,6 @@ def components_section(res, rows):
              "judged on the figure as printed.", ""]
     st = []
     for name, c in res.get("components", {}).items():
-        if name == "modes":
-            continue
         st.append("`%s`: %s%s" % (name, c.get("status", "not run"),
                                   " (%.0f s)" % c["secs"] if "secs" in c else ""))
     lines += ["Runs: " + "; ".join(st) + ".", ""]
@@ -337,10 +335,7 @@ def _tau_bins(buckets):
 
 
 def modes_section(res, plots):
-    st = res.get("studies", {}).get("modes")
-    if st is None and res.get("components", {}).get("modes"):
-        return modes_bench_section(res, plots)  # a results.json of the older run_all
-    st = st or {}
+    st = res.get("studies", {}).get("modes") or {}
     lines = ["## Modes: sync, async, SSP, hybrid, with stragglers", ""]
     status = st.get("status", "not run")
     if st.get("rows") is None or status.startswith("not run"):
@@ -447,77 +442,6 @@ def modes_section(res, plots):
                              "straggler: %s'\nplot %s\n" % (_slow_label(slow),
                                                               ", ".join(script)), data), ""]
     return lines, {"study": st}
-
-
-def modes_bench_section(res, plots):
-    c = res.get("components", {}).get("modes", {})
-    lines = ["## Modes: sync, async, SSP, hybrid, with stragglers", ""]
-    status = c.get("status", "not run")
-    lines += ["`%s`: %s." % (_rel(res, c.get("cmd", "bench/modes_bench.sh")), status), ""]
-    best = {}
-    hdr, rows = parse_csv(c.get("csv", "")) if c.get("csv") else (None, None)
-    if status == "missing":
-        lines += [table(["mode", "examples/s", "final-window logloss"],
-                        [("not run: bench/modes_bench.sh does not exist in this tree", "—",
-                          "—")]),
-                  ""]
-        return lines, best
-    if not hdr:
-        out = c.get("output", "")
-        lines += [table(["mode", "result"], [("not run" if not out else "no CSV written",
-                                              status)]), ""]
-        if out:
-            lines += ["Printed output:", "", "```", out.strip()[-6000:], "```", ""]
-        return lines, best
-    if "ok" in [h.lower() for h in hdr]:
-        oc = [h.lower() for h in hdr].index("ok")
-        nok = sum(1 for r in rows if oc < len(r) and r[oc].lower() in ("true", "1", "yes"))
-        lines += ["%d of %d configurations finished (column `ok`); the others' figures are "
-                  "those of an unfinished run." % (nok, len(rows)), ""]
-    lines += [table(hdr, [[_cell(v) for v in r] for r in rows]), "",
-              "Issue 9 asks for sync, async (penalty none / inverse / exp), ssp:S for several S "
-              "and hybrid:K for several K, each with 0 and 1 straggler slowed 2x and 4x, with "
-              "logloss against examples seen and the staleness histogram as plots. The table is "
-              "what bench/modes_bench.sh ran; the plots below are of its final figures only "
-              "(configurations that did not finish left out).", ""]
-    # plots of whichever columns the CSV has: a throughput and a logloss column, by name
-    low = [h.lower() for h in hdr]
-    metric = re.compile(r"ex|per_?s|/s|logloss|auc|gap|bayes|tau|stale|p\d|sec|rate|bytes|"
-                        r"pause|time|ms$|count|steps")
-    lab_cols = ([low.index("config")] if "config" in low else
-                [i for i, h in enumerate(low) if not metric.search(h) and h != "ok"])
-    ok_col = low.index("ok") if "ok" in low else None
-    n_all = len(rows)
-    if ok_col is not None:  # a configuration that did not finish is neither best nor plotted
-        rows = [r for r in rows if ok_col < len(r) and r[ok_col].lower() in ("true", "1", "yes")]
-    best["finished"] = (len(rows), n_all)
-
-    def label(r):
-        parts = []
-        for i in lab_cols:
-            if i < len(r) and r[i] != "":
-                parts.append(r[i] if rl.num(r[i]) is None else "%s=%s" % (hdr[i], r[i]))
-        return " ".join(parts) or "?"
-
-    rate_col = next((i for i, h in enumerate(low) if re.search(r"ex.*(per_?s|/s)", h)), None)
-    ll_col = next((i for i, h in enumerate(low) if "logloss" in h and "bayes" not in h), None)
-    for col, what, key in ((rate_col, "examples/s", "rate"), (ll_col, "final logloss", "logloss")):
-        if col is None:
-            continue
-        pts = [(label(r), rl.num(r[col])) for r in rows if col < len(r) and
-               rl.num(r[col]) is not None]
-        if not pts:
-            continue
-        best[key] = (max if key == "rate" else min)(pts, key=lambda p: p[1])
-        best[key + "_all"] = pts
-        data = "".join('"%s" %g\n' % (lbl.replace('"', "'"), v) for lbl, v in pts)
-        lines += [plots.plot("modes_" + key,
-                             "set style fill solid 0.6\nset boxwidth 0.7\nset yrange [0:*]\n"
-                             "set xtics rotate by -40\nset ylabel '%s'\nset grid y\nunset key\n"
-                             "set title 'Modes: %s (bench/modes_bench.sh, finished runs)'\n"
-                             "plot 'modes_%s.dat' using 0:2:xtic(1) with boxes\n" %
-                             (what, what, key), {"modes_%s.dat" % key: data}), ""]
-    return lines, best
 
 
 def staleness_section(res, plots):
@@ -762,8 +686,8 @@ def choose_section(res, modes_best, stale, comp, acc):
         lines += ["- **Mode.** No modes configuration finished in this run (%d of %d)." %
                   modes_best["finished"], ""]
     else:
-        lines += ["- **Mode.** No modes figures in this run (bench/modes_bench.sh: %s)." %
-                  res.get("components", {}).get("modes", {}).get("status", "not run"), ""]
+        lines += ["- **Mode.** No modes figures in this run (the modes study: %s)." %
+                  res.get("studies", {}).get("modes", {}).get("status", "not run"), ""]
     # staleness
     rows = stale.get("rows") or []
     if rows:
