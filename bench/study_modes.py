@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Modes study (issue 9): the clock modes and staleness penalties, each with no straggler and with
-one trainer slowed 2x and 4x. Every configuration is one `sparrow launch` run (4 CPU trainers, 2
+one trainer slowed 2x and 4x (trainer.debug.slow_factor: the trainer's own work, reading, pulling,
+computing and pushing, is stretched by sleeping; its waits for the coordinator are not; on a
+machine whose cores the whole cluster shares, the others get the CPU it leaves). Every configuration is one `sparrow launch` run (4 CPU trainers, 2
 shards, the coordinator, the Kafka mock) of the same generated stream: the studies' common stream
 settings (seed 7, 39 fields, drift 0.5 rad/M, vocabulary up to 100,000), produced before the
 trainers start (--backlog) so that the trainers, not the generator, set the pace, and trained

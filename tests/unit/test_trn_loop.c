@@ -19,6 +19,7 @@
 #include "sparrow/metrics.h"
 #include "sparrow/pserver.h"
 #include "sparrow/signal.h"
+#include "sparrow/time.h"
 #include "sparrow/tools.h"
 #include "sparrow/trainer.h"
 #include "sparrow/trainer_loop.h"
@@ -433,6 +434,57 @@ static void test_trn_loop_hooks_run_in_step_order_and_stop(void **state)
     spw_trainer_loop_destroy(loop);
 }
 
+/* A hook that stands still for wait_ms at every step (a coordinator wait). */
+static uint64_t g_wait_ms;
+static spw_err_t waiting_after_step(void *opaque, spw_trainer_loop_t *loop,
+                                    const struct spw_trainer_step_info *info)
+{
+    (void)opaque, (void)loop, (void)info;
+    spw_time_sleep_ms(g_wait_ms);
+    return SPW_OK;
+}
+
+/* trainer.debug.slow_factor F sleeps (F - 1) times the loop's own work, however short each
+ * micro-batch (a compute below a millisecond was never slowed), and not the hooks' waits. */
+static void test_trn_loop_slow_factor_stretches_work_not_waits(void **state)
+{
+    (void)state;
+    struct spw_trainer_params p = base_params(SPW_MODEL_FM, 4);
+    p.batch = 64; /* micro-batches well below a millisecond of compute */
+    struct spw_trainer_loop_conf c = base_conf(&p, g_pb_path);
+    c.max_examples = 64 * 200;
+    c.debug_slow_factor = 3.0;
+    spw_trainer_loop_t *loop = new_loop(&c, NULL);
+    assert_int_equal(spw_trainer_loop_run(loop), SPW_OK);
+    struct spw_trainer_loop_stats st;
+    spw_trainer_loop_get_stats(loop, &st);
+    assert_int_equal(st.micro_batches, 200);
+    /* the work includes every compute: at least 2x the compute was slept, less the carry */
+    assert_true(st.slowed_ns + 1000000u >= 2 * st.compute_ns);
+    assert_true(st.slowed_ns < st.elapsed_ns);
+    spw_trainer_loop_destroy(loop);
+
+    /* 10 steps that each wait 40 ms in a hook: the 400 ms of waits are not stretched */
+    g_wait_ms = 40;
+    c.max_examples = 64 * 10;
+    c.debug_slow_factor = 2.0;
+    struct spw_trainer_hooks hooks = {.after_step = waiting_after_step};
+    loop = new_loop(&c, &hooks);
+    assert_int_equal(spw_trainer_loop_run(loop), SPW_OK);
+    spw_trainer_loop_get_stats(loop, &st);
+    assert_int_equal(st.steps, 10);
+    assert_true(st.slowed_ns < 200u * 1000000u);
+    spw_trainer_loop_destroy(loop);
+
+    /* factor 1: no sleep at all */
+    c.debug_slow_factor = 1.0;
+    loop = new_loop(&c, NULL);
+    assert_int_equal(spw_trainer_loop_run(loop), SPW_OK);
+    spw_trainer_loop_get_stats(loop, &st);
+    assert_int_equal(st.slowed_ns, 0);
+    spw_trainer_loop_destroy(loop);
+}
+
 static void test_trn_loop_max_examples_and_metrics(void **state)
 {
     (void)state;
@@ -571,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_trn_loop_checkpoint_flushes_residuals),
         cmocka_unit_test(test_trn_loop_stop_request_finishes_step_and_flushes),
         cmocka_unit_test(test_trn_loop_hooks_run_in_step_order_and_stop),
+        cmocka_unit_test(test_trn_loop_slow_factor_stretches_work_not_waits),
         cmocka_unit_test(test_trn_loop_max_examples_and_metrics),
         cmocka_unit_test(test_trn_loop_skips_malformed_records),
         cmocka_unit_test(test_trn_loop_missing_input_fails_to_start),

@@ -99,6 +99,11 @@ struct spw_trainer_loop {
     struct spw_trainer_loop_stats stats;
     uint64_t start_ns, last_report_ns, last_report_examples, last_commit_ns;
     struct loop_metrics m;
+
+    /* straggler injection (conf.debug_slow_factor): the work since slow_mark_ns, less the time
+     * spent in hooks (slow_hook_ns: coordinator waits), is stretched by sleeping; what is below
+     * a millisecond is carried over (slow_debt_ns) */
+    uint64_t slow_mark_ns, slow_hook_ns, slow_debt_ns;
 };
 
 /* ---- setup ---- */
@@ -584,9 +589,34 @@ static spw_err_t end_step(spw_trainer_loop_t *loop, struct mb *mb, bool hooks)
         spw_gauge_set(loop->m.step, (double)loop->step);
     }
     step_reset(loop);
-    if (hooks && loop->hooks.after_step)
-        return loop->hooks.after_step(loop->hooks.opaque, loop, &info);
-    return SPW_OK;
+    if (!hooks || !loop->hooks.after_step)
+        return SPW_OK;
+    uint64_t h0 = spw_time_mono_ns();
+    err = loop->hooks.after_step(loop->hooks.opaque, loop, &info);
+    loop->slow_hook_ns += spw_time_mono_ns() - h0;
+    return err;
+}
+
+/* Straggler injection: sleeps (slow_factor - 1) times the loop's own work since the last call
+ * (reading, pulling, computing, pushing: the time since then less the hooks' waits), so that
+ * the whole loop, not only its compute, runs slow_factor times slower. */
+static void slow_down(spw_trainer_loop_t *loop)
+{
+    uint64_t now = spw_time_mono_ns();
+    if (loop->conf.debug_slow_factor > 1.0) {
+        uint64_t span = now - loop->slow_mark_ns;
+        uint64_t work = span > loop->slow_hook_ns ? span - loop->slow_hook_ns : 0;
+        loop->slow_debt_ns += (uint64_t)((double)work * (loop->conf.debug_slow_factor - 1.0));
+        if (loop->slow_debt_ns >= 1000000u) {
+            spw_time_sleep_ms(loop->slow_debt_ns / 1000000u);
+            uint64_t slept = spw_time_mono_ns() - now;
+            loop->slow_debt_ns = loop->slow_debt_ns > slept ? loop->slow_debt_ns - slept : 0;
+            loop->stats.slowed_ns += slept;
+            now += slept;
+        }
+    }
+    loop->slow_mark_ns = now;
+    loop->slow_hook_ns = 0;
 }
 
 /* ---- compute ---- */
@@ -611,11 +641,6 @@ static spw_err_t compute(spw_trainer_loop_t *loop, struct mb *mb)
         (err = spw_grad_acc_add(loop->acc, spw_batch_keys(b), loop->grads, mb->versions, nu)))
         return err;
     uint64_t dt = spw_time_mono_ns() - t0;
-    if (loop->conf.debug_slow_factor > 1.0) {
-        uint64_t extra_ms = (uint64_t)((double)dt * (loop->conf.debug_slow_factor - 1.0) / 1e6);
-        if (extra_ms)
-            spw_time_sleep_ms(extra_ms);
-    }
     mb->filled = false;
     mb->ready = false;
     loop->micro++;
@@ -878,7 +903,7 @@ static spw_err_t finish(spw_trainer_loop_t *loop, spw_err_t run_err)
              "step_bytes_per_example=%.2f rows_pushed=%llu "
              "residual_flushed=%llu steps=%llu rejected=%llu records=%llu "
              "dropped=%llu offsets_stored=%llu seconds=%.3f compute_s=%.3f pull_wait_s=%.3f "
-             "status=\"%s\"",
+             "slowed_s=%.3f status=\"%s\"",
              (unsigned long long)st.examples, secs > 0 ? (double)st.examples / secs : 0.0,
              r.window.logloss, r.window.auc, r.oracle_window.count ? r.oracle_window.logloss : NAN,
              r.const_window, r.cumulative.logloss,
@@ -889,7 +914,8 @@ static spw_err_t finish(spw_trainer_loop_t *loop, spw_err_t run_err)
              (unsigned long long)st.steps, (unsigned long long)st.rejected,
              (unsigned long long)st.records, (unsigned long long)st.dropped_examples,
              (unsigned long long)st.offsets_stored, secs, (double)st.compute_ns * 1e-9,
-             (double)st.pull_wait_ns * 1e-9, spw_err_str(run_err ? run_err : err));
+             (double)st.pull_wait_ns * 1e-9, (double)st.slowed_ns * 1e-9,
+             spw_err_str(run_err ? run_err : err));
     return run_err ? run_err : err;
 }
 
@@ -899,6 +925,7 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
         return SPW_ERR_STATE;
     loop->ran = true;
     loop->start_ns = loop->last_report_ns = loop->last_commit_ns = spw_time_mono_ns();
+    loop->slow_mark_ns = loop->start_ns;
     step_reset(loop);
     const uint32_t acc_steps = loop->conf.params.acc_steps;
     spw_err_t err = fill(loop, loop->cur);
@@ -915,16 +942,20 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
                 break;
             if (loop->stopped || (err = store_acked(loop)) || (err = periodic(loop)))
                 break;
+            loop->slow_mark_ns = spw_time_mono_ns(); /* idle is no work to slow down */
+            loop->slow_hook_ns = 0;
             err = fill(loop, cur);
             continue;
         }
         if (loop->micro == 0) {
+            uint64_t h0 = spw_time_mono_ns(); /* waits, not work (slow_down) */
             if (loop->conf.debug_delay_ms)
                 spw_time_sleep_ms(loop->conf.debug_delay_ms);
             if (loop->hooks.before_step &&
                 (err = hook_result(loop,
                                    loop->hooks.before_step(loop->hooks.opaque, loop, loop->step))))
                 break;
+            loop->slow_hook_ns += spw_time_mono_ns() - h0;
             if (loop->stopped)
                 break;
         }
@@ -945,6 +976,7 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
             break;
         if (loop->micro == acc_steps && (err = hook_result(loop, end_step(loop, cur, true))))
             break;
+        slow_down(loop);
         if ((err = store_acked(loop)) || (err = periodic(loop)))
             break;
         loop->cur = loop->next;

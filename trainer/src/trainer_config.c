@@ -94,8 +94,9 @@ const struct spw_config_prop spw_trainer_config_props[] = {
     {"trainer.debug.delay_ms", SPW_CONFIG_DURATION_MS, "0", 0, 3600000, NULL,
      "Straggler injection: sleep this long before every step."},
     {"trainer.debug.slow_factor", SPW_CONFIG_DOUBLE, "1", 1, 1000, NULL,
-     "Straggler injection: stretch every micro-batch's compute to this many times its duration "
-     "(by sleeping)."},
+     "Straggler injection: stretch the trainer's own work (reading, pulling, computing, pushing; "
+     "not its waits for the coordinator) to this many times its duration, by sleeping after "
+     "every micro-batch."},
     {"trainer.debug.counter_key", SPW_CONFIG_INT, "0", 0, 9.2e18, NULL,
      "Every step also pushes its example count, uncompressed, to this reserved key (the shards "
      "count it with pserver.debug.counter_key): the exactly-once test. 0: off."},

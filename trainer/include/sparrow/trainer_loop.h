@@ -119,7 +119,8 @@ struct spw_trainer_loop_conf {
     uint64_t commit_interval_ms; /* Kafka offset commits; 0: never (a coordinator commits) */
     uint64_t grace_ms;           /* on stop: longest wait for pushes to be acknowledged */
     uint64_t debug_delay_ms;     /* straggler injection: sleep before every step */
-    double debug_slow_factor;    /* straggler injection: stretch compute to this factor (>= 1) */
+    double debug_slow_factor;    /* straggler injection: stretch the loop's own work (all but
+                                    the hooks' waits) to this factor (>= 1) */
     uint64_t counter_key;        /* non-zero: every step also pushes its example count to this key
                                   * (uncompressed; the shards' pserver.debug.counter_key adds it up) */
     struct spw_metrics *metrics; /* borrowed; may be NULL; sparrow_trainer_* */
@@ -233,6 +234,7 @@ struct spw_trainer_loop_stats {
     uint64_t compute_ns;   /* forward, backward, compression */
     uint64_t pull_wait_ns; /* waiting for rows */
     uint64_t elapsed_ns;   /* in run */
+    uint64_t slowed_ns;    /* slept for trainer.debug.slow_factor */
 };
 
 void spw_trainer_loop_get_stats(const spw_trainer_loop_t *loop, struct spw_trainer_loop_stats *out);
