@@ -154,6 +154,9 @@ spw_err_t spw_ps__checksum_dir(const char *dir, struct spw_ps__digest_cache *cac
 #define SPW_PS_META_KEY_LEN 5u
 #define SPW_PS_META_FORMAT  "sparrow-ps 2 dim=%u optimizer=%s"
 
+/* The options string spw_ps__db_options applies for memtable insert hints (see there). */
+#define SPW_PS_INSERT_HINT_OPTION "memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.0"
+
 /* RocksDB options of a shard database (store.c); the caller destroys them. */
 struct rocksdb_options_t;
 struct rocksdb_options_t *spw_ps__db_options(void);

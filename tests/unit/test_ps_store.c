@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 
 #include "ps_int.h"
@@ -514,6 +515,41 @@ static void test_ps_store_reopen_persists_and_checks_layout(void **state)
     assert_non_null(strstr(err, "dim=3"));
 }
 
+/* The shard database's options, as RocksDB persisted them: the memtable insert hint (applied
+ * through an options string) is there, and applying it kept the table options set before it
+ * (bloom filters, XXH3 checksums). */
+static void test_ps_store_db_options_insert_hint(void **state)
+{
+    struct fixture *fx = *state;
+    char p[128];
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, 4);
+    spw_ps_store_t *s = open_ok(&c);
+    DIR *d = opendir(p);
+    assert_non_null(d);
+    char name[512] = "";
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) /* the newest OPTIONS file: highest number */
+        if (strncmp(e->d_name, "OPTIONS-", 8) == 0 &&
+            (!name[0] || strtoull(e->d_name + 8, NULL, 10) > strtoull(name + 8, NULL, 10)))
+            snprintf(name, sizeof(name), "%s", e->d_name);
+    closedir(d);
+    assert_true(name[0] != '\0');
+    char path[700];
+    snprintf(path, sizeof(path), "%s/%s", p, name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    assert_non_null(
+        strstr(text, "memtable_insert_with_hint_prefix_extractor=rocksdb.FixedPrefix.0"));
+    assert_non_null(strstr(text, "bloomfilter"));
+    assert_non_null(strstr(text, "checksum=kXXH3"));
+    assert_non_null(strstr(text, "allow_mmap_reads=true"));
+    spw_ps_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -529,6 +565,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ps_store_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_store_reopen_persists_and_checks_layout, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_ps_store_db_options_insert_hint, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
