@@ -93,7 +93,8 @@ static const struct spw_cli_alias aliases[] = {
 };
 
 #define CYCLE_MAX_PARTS 256 /* input partitions one flush cycle tracks; more seals it early */
-#define EXIT_LOST       3   /* strict mode: offsets were lost to retention */
+#define BUFFERED_MAX    (512u << 20) /* packed examples held in all buckets before a flush */
+#define EXIT_LOST       3            /* strict mode: offsets were lost to retention */
 
 /* Where records go: a Kafka topic (with the sink's own producer) or a file. */
 struct sink {
@@ -113,9 +114,12 @@ struct cycle {
     int64_t next[CYCLE_MAX_PARTS];
 };
 
+/* The examples of one key bucket, packed as they arrive: buf holds the ExampleBatch record
+ * itself (one length-delimited "examples" field per example), so an Example need not outlive its
+ * event and is sized and packed once. */
 struct bucket {
-    Sparrow__Example **ex;
-    size_t n, bytes;
+    struct spw_wire_buf buf;
+    size_t n;
 };
 
 struct ingest {
@@ -142,7 +146,7 @@ struct ingest {
     struct bucket *buckets;
     size_t cycle_events;
     uint64_t cycle_start_ms;
-    struct spw_wire_buf buf;
+    size_t buffered; /* bytes in all buckets */
 
     /* cycles ring */
     struct cycle *ring;
@@ -258,6 +262,17 @@ static void sink_close(struct sink *s, uint64_t timeout_ms)
     memset(s, 0, sizeof(*s));
 }
 
+/* Writes v as a protobuf varint (at most 10 bytes) and returns its length. */
+static size_t put_varint(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+    do {
+        out[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    return n;
+}
+
 /* Sends one record, accounted to the open cycle. A file write is delivered at once. */
 static int sink_send(struct ingest *in, struct sink *s, const void *key, size_t key_len,
                      const void *value, size_t len, const struct spw_kafka_header *hdrs,
@@ -273,12 +288,7 @@ static int sink_send(struct ingest *in, struct sink *s, const void *key, size_t 
             ok &= fputc('\n', s->file) != EOF;
         } else { /* length-delimited ExampleBatch */
             uint8_t pre[10];
-            size_t n = 0;
-            uint64_t v = len;
-            do {
-                pre[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-                v >>= 7;
-            } while (v);
+            size_t n = put_varint(pre, len);
             ok &= fwrite(pre, 1, n, s->file) == n && fwrite(value, 1, len, s->file) == len;
         }
         if (!ok) {
@@ -365,7 +375,7 @@ static struct cycle *cycle_cur(struct ingest *in)
     return &in->ring[(in->head + in->count - 1) % in->ring_cap];
 }
 
-/* Packs and sends every non-empty bucket, seals the cycle, opens the next. */
+/* Sends every non-empty bucket's record, seals the cycle, opens the next. */
 static void flush_cycle(struct ingest *in)
 {
     struct cycle *c = cycle_cur(in);
@@ -373,31 +383,27 @@ static void flush_cycle(struct ingest *in)
         return;
     for (size_t b = 0; b < in->n_buckets; b++) {
         struct bucket *bk = &in->buckets[b];
-        if (bk->n == 0)
+        if (bk->n == 0) {
+            /* a bucket idle for a whole cycle gives its memory back (keyed input: many) */
+            free(bk->buf.data);
+            memset(&bk->buf, 0, sizeof(bk->buf));
             continue;
-        Sparrow__ExampleBatch batch = SPARROW__EXAMPLE_BATCH__INIT;
-        batch.n_examples = bk->n;
-        batch.examples = bk->ex;
-        in->buf.len = 0;
-        if (spw_wire_pack(&batch.base, &in->buf) != SPW_OK) {
-            SPW_ERROR("out of memory packing a batch", "examples=%zu", bk->n);
-            c->failed = true;
-        } else {
-            char key[16];
-            int klen = snprintf(key, sizeof(key), "%zu", b);
-            sink_send(in, &in->out, in->keyed ? key : NULL, in->keyed ? (size_t)klen : 0,
-                      in->buf.data, in->buf.len, NULL, 0);
-            in->n_examples += bk->n;
-            if (in->m_examples)
-                spw_counter_add(in->m_examples, bk->n);
-            if (in->m_batches)
-                spw_counter_inc(in->m_batches);
         }
+        char key[16];
+        int klen = snprintf(key, sizeof(key), "%zu", b);
+        /* the producer copies the value: the buffer is reused at once */
+        sink_send(in, &in->out, in->keyed ? key : NULL, in->keyed ? (size_t)klen : 0, bk->buf.data,
+                  bk->buf.len, NULL, 0);
+        in->n_examples += bk->n;
+        if (in->m_examples)
+            spw_counter_add(in->m_examples, bk->n);
+        if (in->m_batches)
+            spw_counter_inc(in->m_batches);
         bk->n = 0;
-        bk->bytes = 0;
+        bk->buf.len = 0;
     }
     in->cycle_events = 0;
-    spw_arena_reset(in->arena);
+    in->buffered = 0;
     c->sealed = true;
     cycle_open(in);
 }
@@ -459,23 +465,44 @@ static size_t bucket_of(const struct ingest *in, const Sparrow__Example *ex)
     return 0; /* events without the field share bucket 0 */
 }
 
-static void add_example(struct ingest *in, Sparrow__Example *ex)
+/* Packs ex into its bucket's record (ex may be dropped after), flushing first when the record
+ * would pass ingest.batch.max_bytes (a lone example larger than that still goes alone). raw, when
+ * not NULL, is the sparrow.Example that ex was decoded from (pb input): it goes into the record
+ * as it came. Decoding those bytes gives ex again, whichever decoder reads them, so re-packing
+ * ex would only spend a sizing and a packing pass per event to normalise the encoding. */
+static void add_example(struct ingest *in, const Sparrow__Example *ex, const void *raw,
+                        size_t raw_len)
 {
     size_t b = bucket_of(in, ex);
     struct bucket *bk = &in->buckets[b];
-    size_t sz = sparrow__example__get_packed_size(ex) + 6;
-    if (bk->n > 0 && bk->bytes + sz > in->max_bytes)
+    size_t size = raw ? raw_len : sparrow__example__get_packed_size(ex);
+    uint8_t pre[11];
+    pre[0] = 1 << 3 | 2; /* ExampleBatch.examples: field 1, length-delimited */
+    size_t pre_len = 1 + put_varint(pre + 1, size);
+    size_t rec = pre_len + size;
+    if ((bk->n > 0 && bk->buf.len + rec > in->max_bytes) ||
+        (in->buffered > 0 && in->buffered + rec > BUFFERED_MAX))
         flush_cycle(in);
-    if (!bk->ex) {
-        bk->ex = calloc(in->batch_size, sizeof(Sparrow__Example *));
-        if (!bk->ex) {
-            SPW_ERROR("out of memory", "what=batch");
-            in->fatal = true;
-            return;
-        }
+    if (spw_wire_buf_reserve(&bk->buf, rec) != SPW_OK) {
+        SPW_ERROR("out of memory", "what=batch bytes=%zu", bk->buf.len + rec);
+        in->fatal = true;
+        return;
     }
-    bk->ex[bk->n++] = ex;
-    bk->bytes += sz;
+    uint8_t *at = bk->buf.data + bk->buf.len;
+    memcpy(at, pre, pre_len);
+    size_t wrote = size;
+    if (raw)
+        memcpy(at + pre_len, raw, size);
+    else
+        wrote = sparrow__example__pack(ex, at + pre_len);
+    if (wrote != size) { /* cannot happen: protobuf-c packs exactly the size it reports */
+        SPW_ERROR("example packed to an unexpected size", "size=%zu wrote=%zu", size, wrote);
+        in->fatal = true;
+        return;
+    }
+    bk->buf.len += rec;
+    bk->n++;
+    in->buffered += rec;
     if (in->cycle_events++ == 0)
         in->cycle_start_ms = spw_time_mono_ms();
     if (bk->n == in->batch_size)
@@ -513,17 +540,16 @@ static void process_msg(struct ingest *in, const struct spw_kafka_msg *msg)
         err = SPW_ERR_INVALID;
     } else {
         err = parse_event(in, data, msg->len, &ex, &perr);
-        if (err == SPW_ERR_NOMEM) { /* the arena is full: ship what it holds, then retry */
-            flush_cycle(in);
-            memset(&perr, 0, sizeof(perr));
-            err = parse_event(in, data, msg->len, &ex, &perr);
-        }
     }
-    if (err == SPW_OK && ex)
-        add_example(in, ex);
+    bool ok = err == SPW_OK && ex;
+    if (ok)
+        add_example(in, ex, in->format == SPW_FORMAT_PB ? data : NULL, msg->len);
     else if (err == SPW_ERR_INVALID)
         dead_letter(in, msg->key, msg->key_len, data, msg->len, msg->partition, msg->offset, &perr);
-    else {
+    /* the example is packed (or refused): its memory is reused by the next event, so the arena
+     * only ever holds one event and running out of it is an error of that event */
+    spw_arena_reset(in->arena);
+    if (!ok && err != SPW_ERR_INVALID) {
         SPW_ERROR("event could not be processed", "error=%s offset=%" PRId64, spw_err_str(err),
                   msg->offset);
         in->fatal = true;
@@ -660,7 +686,8 @@ static int setup(struct ingest *in)
     in->buckets = calloc(in->n_buckets, sizeof(*in->buckets));
     in->ring_cap = (size_t)spw_config_int(cfg, "ingest.inflight") + 1;
     in->ring = calloc(in->ring_cap, sizeof(*in->ring));
-    /* Arena: at most a few batches' worth of parsed examples before a flush is forced. */
+    /* Arena: the parsed example of one event (reset after every event; its bytes are packed into
+     * a bucket at once). */
     in->arena = spw_arena_new(0, 512u << 20);
     if (!in->buckets || !in->ring || !in->arena || make_metrics(in) != 0) {
         SPW_ERROR("out of memory", "what=setup");
@@ -740,19 +767,19 @@ static int run_file(struct ingest *in)
             return in->fatal ? 1 : 0;
         Sparrow__Example *ex = NULL;
         struct spw_parse_error perr = {0};
+        spw_arena_reset(in->arena); /* the previous record is packed or refused */
         spw_err_t err = spw_reader_next(in->reader, in->arena, &ex, &perr);
         if (err == SPW_ERR_EOF)
             return 0;
-        if (err == SPW_ERR_NOMEM) {
-            flush_cycle(in);
-            continue;
-        }
         in->n_events++;
         if (in->m_events)
             spw_counter_inc(in->m_events);
         int64_t index = (int64_t)spw_reader_records(in->reader) - 1;
         if (err == SPW_OK && ex) {
-            add_example(in, ex);
+            size_t raw_len = 0;
+            const void *raw =
+                in->format == SPW_FORMAT_PB ? spw_reader_raw(in->reader, &raw_len) : NULL;
+            add_example(in, ex, raw, raw_len);
         } else if (err == SPW_ERR_INVALID || err == SPW_ERR_TOO_BIG) {
             size_t len = 0;
             const void *raw = spw_reader_raw(in->reader, &len);
@@ -881,10 +908,9 @@ out_teardown:
     spw_reader_close(in.reader);
     spw_http_stop(http);
     for (size_t b = 0; b < in.n_buckets && in.buckets; b++)
-        free(in.buckets[b].ex);
+        free(in.buckets[b].buf.data);
     free(in.buckets);
     free(in.ring);
-    free(in.buf.data);
     free(in.in_topic);
     free(in.in_label);
     spw_arena_destroy(in.arena);

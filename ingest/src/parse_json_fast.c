@@ -5,6 +5,10 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "sparrow/hash.h"
 
 /*
@@ -151,8 +155,30 @@ static bool is_plain(unsigned char c)
  * where the machine is little-endian: a word's special bytes (quote, backslash, below 0x20, from
  * 0x80) set their high bits in `special`, and the lowest set bit is the first of them exactly
  * (a borrow only runs on from a byte that matched). */
+#if defined(__SSE2__)
+/* Bit i set when byte i of the 16 at p is not plain: a signed compare below 0x20 catches both the
+ * control bytes and every byte from 0x80 (negative as signed), so with the quote and the
+ * backslash three compares find exactly the bytes is_plain refuses. */
+static inline unsigned special16(const unsigned char *p)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    const __m128i sp = _mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+        _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+    return (unsigned)_mm_movemask_epi8(sp);
+}
+#endif
+
 static const unsigned char *skip_plain(const unsigned char *p, const unsigned char *end)
 {
+#if defined(__SSE2__)
+    while (end - p >= 16) {
+        unsigned mask = special16(p);
+        if (mask)
+            return p + __builtin_ctz(mask);
+        p += 16;
+    }
+#endif
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
     while (end - p >= 8) {
@@ -174,7 +200,7 @@ static const unsigned char *skip_plain(const unsigned char *p, const unsigned ch
 /* A string at f->p (its opening quote): the raw bytes between the quotes in (*s, *n), *esc when
  * they hold escapes. False for what json-c might read differently (\u) and what RFC 8259 refuses.
  */
-static bool scan_string(struct fast *f, const char **s, size_t *n, bool *esc)
+static bool scan_string_any(struct fast *f, const char **s, size_t *n, bool *esc)
 {
     const unsigned char *p = (const unsigned char *)f->p + 1;
     const unsigned char *end = (const unsigned char *)f->end;
@@ -219,6 +245,29 @@ static bool scan_string(struct fast *f, const char **s, size_t *n, bool *esc)
     *esc = e;
     f->p = (const char *)p + 1;
     return true;
+}
+
+/* scan_string_any, with the usual string (plain bytes, closed within 16) settled inline: when the
+ * first byte that is not plain is the closing quote, scan_string_any would stop there too. */
+static inline bool scan_string(struct fast *f, const char **s, size_t *n, bool *esc)
+{
+#if defined(__SSE2__)
+    const unsigned char *p = (const unsigned char *)f->p + 1;
+    if ((const unsigned char *)f->end - p >= 16) {
+        unsigned mask = special16(p);
+        if (mask) {
+            unsigned k = (unsigned)__builtin_ctz(mask);
+            if (p[k] == '"') {
+                *s = (const char *)p;
+                *n = k;
+                *esc = false;
+                f->p = (const char *)p + k + 1;
+                return true;
+            }
+        }
+    }
+#endif
+    return scan_string_any(f, s, n, esc);
 }
 
 /* Decodes the escapes of a scanned string into the pool (json-c's decoding for these escapes).

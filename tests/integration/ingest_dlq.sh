@@ -64,6 +64,10 @@ done
 [ "$N_EX" -eq "$N_VALID" ] || fail "examples $N_EX != valid events $N_VALID"
 [ "$N_DLQ" -eq "$N_BAD" ] || fail "dead letters $N_DLQ != invalid events $N_BAD"
 [ $((N_EX + N_DLQ)) -eq "$N_IN" ] || fail "output $N_EX + dlq $N_DLQ != input $N_IN"
+# A new group starts every partition at its earliest offset, resolved to the offset itself (0
+# here) at the assignment, so that all partitions are fetched at once.
+[ "$(grep -c 'kafka partition assigned topic=events partition=[0-2] offset=0$' ingest.err)" -eq 3 ] ||
+    fail "start offsets: $(grep 'partition assigned' ingest.err)"
 
 # Dead letters: reason header, source headers, raw bytes unchanged, in input order.
 timeout 30 kcat -C -b "$BS" -t examples.dlq -e -q -f '%h\n%R%s' >dlq.raw

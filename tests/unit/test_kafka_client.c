@@ -349,6 +349,102 @@ static int take_one(spw_kafka_consumer_t *c, unsigned char *seen)
     return 1;
 }
 
+/* Records polled within ms; *max_offset gets the highest offset of partition part seen. */
+static int drain_for(spw_kafka_consumer_t *c, uint64_t ms, int32_t part, int64_t *max_offset)
+{
+    int got = 0;
+    uint64_t deadline = spw_time_mono_ms() + ms;
+    while (spw_time_mono_ms() < deadline) {
+        struct spw_kafka_msg msg;
+        spw_err_t err = spw_kafka_consumer_poll(c, 50, &msg);
+        if (err == SPW_ERR_TIMEOUT)
+            continue;
+        assert_int_equal(err, SPW_OK);
+        if (max_offset && msg.partition == part && msg.offset > *max_offset)
+            *max_offset = msg.offset;
+        spw_kafka_msg_release(&msg);
+        got++;
+    }
+    return got;
+}
+
+/* Holds (serve) and resumes, again and again (a trainer at every barrier), with a seek between
+ * (a recovery): each resume goes on where the consumer was, never from where its partitions
+ * were assigned, also for partitions read to their end (the modes study replayed them). */
+static void test_kafka_client_repeated_holds_resume_in_place(void **state)
+{
+    (void)state;
+    spw_kafka_mock_t *mock = mock_with("again", 2);
+    spw_kafka_props_t *props = props_for(mock);
+    produce_n(props, "again", 0, 30, 0);
+    const char *topic = "again";
+    struct spw_kafka_consumer_opts oa = {0};
+    spw_kafka_consumer_t *a = consumer_for(props, "g-again", &topic, &oa);
+    unsigned char seen[64] = {0};
+    assert_int_equal(consume_n(a, 30, seen, 64, false), 30);
+    int64_t end0 = -1;
+    for (int round = 0; round < 4; round++) {
+        if (round == 2) {
+            /* a recovery: partition 0 from offset 1 again, then read to its end */
+            struct spw_kafka_partition p0 = {.partition = 0, .offset = 1};
+            snprintf(p0.topic, sizeof(p0.topic), "%s", topic);
+            assert_int_equal(spw_kafka_consumer_seek(a, &p0, 1, 10000), SPW_OK);
+            int64_t top = -1;
+            int again = drain_for(a, 1500, 0, &top);
+            assert_true(again >= 1);
+            assert_int_equal(again, (int)top); /* offsets 1..top, once each */
+            end0 = top;
+        }
+        for (int i = 0; i < 5; i++)
+            assert_int_equal(spw_kafka_consumer_serve(a, 50), SPW_OK);
+        assert_int_equal(spw_kafka_consumer_resume(a), SPW_OK);
+        int replayed = drain_for(a, 1500, 0, NULL);
+        if (replayed)
+            fprintf(stderr, "round %d: %d records read again after a resume (end0 %lld)\n", round,
+                    replayed, (long long)end0);
+        assert_int_equal(replayed, 0);
+    }
+    spw_kafka_consumer_destroy(a);
+    spw_kafka_props_destroy(props);
+    spw_kafka_mock_destroy(mock);
+}
+
+/* A recovery seeks a partition back (to the last checkpoint) and the trainer is held before the
+ * partition delivers again: the resume reads from the seek's target, not from the committed
+ * offset the partition was assigned with (records rolled back were skipped: never trained). */
+static void test_kafka_client_resume_after_seek_back(void **state)
+{
+    (void)state;
+    spw_kafka_mock_t *mock = mock_with("back", 1);
+    spw_kafka_props_t *props = props_for(mock);
+    produce_n(props, "back", 0, 20, 0);
+    const char *topic = "back";
+    unsigned char seen[64] = {0};
+    struct spw_kafka_consumer_opts oa = {0};
+    spw_kafka_consumer_t *a = consumer_for(props, "g-back", &topic, &oa);
+    assert_int_equal(consume_n(a, 10, seen, 64, true), 10);
+    assert_int_equal(spw_kafka_consumer_commit(a, true), SPW_OK);
+    spw_kafka_consumer_destroy(a);
+    /* assigned at the committed offset 10: reads 10..19, then goes back to 5 */
+    spw_kafka_consumer_t *b = consumer_for(props, "g-back", &topic, &oa);
+    assert_int_equal(consume_n(b, 10, seen, 64, false), 10);
+    struct spw_kafka_partition p0 = {.partition = 0, .offset = 5};
+    snprintf(p0.topic, sizeof(p0.topic), "%s", topic);
+    assert_int_equal(spw_kafka_consumer_seek(b, &p0, 1, 10000), SPW_OK);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(spw_kafka_consumer_serve(b, 50), SPW_OK);
+    assert_int_equal(spw_kafka_consumer_resume(b), SPW_OK);
+    int64_t top = -1;
+    int got = drain_for(b, 2000, 0, &top);
+    if (got != 15)
+        fprintf(stderr, "after the seek to 5: %d records, last offset %lld\n", got, (long long)top);
+    assert_int_equal(got, 15);
+    assert_int_equal(top, 19);
+    spw_kafka_consumer_destroy(b);
+    spw_kafka_props_destroy(props);
+    spw_kafka_mock_destroy(mock);
+}
+
 /* A consumer held by spw_kafka_consumer_serve (a trainer at a barrier) takes part in the
  * rebalance a joining member triggers, without consuming; after the resume, the two consumers
  * read every record exactly once between them. */
@@ -505,6 +601,8 @@ int main(void)
         cmocka_unit_test(test_kafka_client_roundtrip_commit_resume),
         cmocka_unit_test(test_kafka_client_assign_seeks_to_supplied_offset),
         cmocka_unit_test(test_kafka_client_serve_keeps_group_alive),
+        cmocka_unit_test(test_kafka_client_repeated_holds_resume_in_place),
+        cmocka_unit_test(test_kafka_client_resume_after_seek_back),
         cmocka_unit_test(test_kafka_client_retention_loss_is_loud),
         cmocka_unit_test(test_kafka_client_transaction_delivers_records),
     };

@@ -29,9 +29,14 @@ struct spw_kafka_consumer {
     uint64_t consumed, rebalances, lost;
     /* Where a held partition (spw_kafka_consumer_serve until spw_kafka_consumer_resume) resumes:
      * a paused partition drops what it had fetched, and librdkafka resumes one that delivered
-     * nothing since its assignment from wherever its fetcher got to. */
+     * nothing since its assignment from wherever its fetcher got to. The position is kept here,
+     * not asked of librdkafka: rd_kafka_position() knows nothing after a seek until a record is
+     * delivered, so a partition read to its end and resumed twice went back to where it was
+     * assigned (records trained twice), or to the stored offset (records never trained). */
     bool paused;
-    rd_kafka_topic_partition_list_t *starts;    /* assigned partitions: their start offsets */
+    rd_kafka_topic_partition_list_t *pos; /* assigned partitions: the next offset to deliver (the
+                                           * assignment's start, a seek's target or the last
+                                           * record delivered + 1; logical until known) */
     rd_kafka_topic_partition_list_t *held_back; /* records not delivered while held: offset */
     int64_t lag;
     uint64_t next_lag_ms;
@@ -74,6 +79,36 @@ static void inc(spw_counter_t *c, uint64_t n)
 {
     if (c)
         spw_counter_add(c, n);
+}
+
+/* Turns the logical start offsets (earliest/latest) of list into absolute ones with one
+ * ListOffsets round trip per leader; a partition that cannot be resolved keeps its logical
+ * offset. librdkafka resolves a logical offset itself, but partition by partition: seen with
+ * kafka.debug=fetch, the first fetch after an assignment carried one partition, which soon
+ * reached its end, and the broker held that fetch for fetch.wait.max.ms (500 ms) while the other
+ * partitions, resolved meanwhile, waited; 0.5 to 1 s lost at every assignment. Absolute offsets
+ * make every partition fetchable at once. */
+static void resolve_logical(spw_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *list)
+{
+    rd_kafka_topic_partition_list_t *q = rd_kafka_topic_partition_list_new(list->cnt);
+    for (int i = 0; i < list->cnt; i++) {
+        /* BEGINNING and END (-2, -1) are also the ListOffsets timestamps meaning the same */
+        int64_t o = list->elems[i].offset;
+        if (o == RD_KAFKA_OFFSET_BEGINNING || o == RD_KAFKA_OFFSET_END)
+            rd_kafka_topic_partition_list_add(q, list->elems[i].topic, list->elems[i].partition)
+                ->offset = o;
+    }
+    if (q->cnt > 0 &&
+        rd_kafka_offsets_for_times(c->rk, q, WATERMARK_TIMEOUT_MS) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        for (int i = 0; i < q->cnt; i++) {
+            const rd_kafka_topic_partition_t *r = &q->elems[i];
+            rd_kafka_topic_partition_t *e =
+                rd_kafka_topic_partition_list_find(list, r->topic, r->partition);
+            if (e && r->err == RD_KAFKA_RESP_ERR_NO_ERROR && r->offset >= 0)
+                e->offset = r->offset;
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(q);
 }
 
 /* Decides the start offset of each newly assigned partition: the caller's, else the committed
@@ -119,6 +154,7 @@ static void resolve_offsets(spw_kafka_consumer_t *c, rd_kafka_topic_partition_li
         }
     }
     rd_kafka_topic_partition_list_destroy(want);
+    resolve_logical(c, list);
 }
 
 /* The lag gauge of one partition (registered on first use; the registry returns it after). */
@@ -177,23 +213,32 @@ static void held_set(rd_kafka_topic_partition_list_t *held, const char *topic, i
     e->offset = offset;
 }
 
-/* Partitions assigned start where they were assigned; what was noted while held for partitions
- * that moved no longer applies. */
+/* Partitions assigned are at the offset they were assigned with; what was noted while held for
+ * partitions that moved no longer applies. */
 static void note_rebalance(spw_kafka_consumer_t *c, const rd_kafka_topic_partition_list_t *list,
                            bool assign)
 {
     for (int i = 0; i < list->cnt; i++) {
         const rd_kafka_topic_partition_t *e = &list->elems[i];
         held_set(c->held_back, e->topic, e->partition, 0, true);
-        held_set(c->starts, e->topic, e->partition, e->offset, !assign);
+        held_set(c->pos, e->topic, e->partition, e->offset, !assign);
     }
+}
+
+/* The group's protocol is cooperative. rd_kafka_rebalance_protocol() returns NULL while the
+ * consumer closes (the revoke of rd_kafka_consumer_close: strcmp on it crashed trainers at stop);
+ * eager is then what applies (rd_kafka_assign(NULL)). */
+static bool is_cooperative(rd_kafka_t *rk)
+{
+    const char *proto = rd_kafka_rebalance_protocol(rk);
+    return proto && strcmp(proto, "COOPERATIVE") == 0;
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *list, void *opaque)
 {
     spw_kafka_consumer_t *c = opaque;
-    bool cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+    bool cooperative = is_cooperative(rk);
     c->rebalances++;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         inc(c->m_assigns, 1);
@@ -294,7 +339,7 @@ spw_kafka_consumer_t *spw_kafka_consumer_new(const spw_kafka_props_t *props,
         return NULL;
     }
     c->on_assign = opts->on_assign;
-    c->starts = rd_kafka_topic_partition_list_new(8);
+    c->pos = rd_kafka_topic_partition_list_new(8);
     c->on_revoke = opts->on_revoke;
     c->opaque = opts->opaque;
     c->start_latest = opts->start_latest;
@@ -343,12 +388,12 @@ spw_kafka_consumer_t *spw_kafka_consumer_new(const spw_kafka_props_t *props,
 
 out_destroy_rk:
     rd_kafka_destroy(c->rk);
-    rd_kafka_topic_partition_list_destroy(c->starts);
+    rd_kafka_topic_partition_list_destroy(c->pos);
     free(c);
     return NULL;
 out_destroy_conf:
     rd_kafka_conf_destroy(conf);
-    rd_kafka_topic_partition_list_destroy(c->starts);
+    rd_kafka_topic_partition_list_destroy(c->pos);
     free(c);
     return NULL;
 }
@@ -415,10 +460,10 @@ static spw_err_t handle_offset_reset(spw_kafka_consumer_t *c, rd_kafka_message_t
     }
     /* After auto.offset.reset=error the partition's fetcher is stopped and a seek does not
      * restart it: take the partition out of the assignment and put it back at target. */
-    held_set(c->starts, topic, partition, target, false);
+    held_set(c->pos, topic, partition, target, false);
     held_set(c->held_back, topic, partition, 0, true);
     rd_kafka_error_t *e = NULL;
-    if (strcmp(rd_kafka_rebalance_protocol(c->rk), "COOPERATIVE") == 0) {
+    if (is_cooperative(c->rk)) {
         rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
         rd_kafka_topic_partition_list_add(list, topic, partition)->offset = target;
         e = rd_kafka_incremental_unassign(c->rk, list);
@@ -433,15 +478,17 @@ static spw_err_t handle_offset_reset(spw_kafka_consumer_t *c, rd_kafka_message_t
             rd_kafka_position(c->rk, list);
             for (int i = 0; i < list->cnt; i++) {
                 rd_kafka_topic_partition_t *p = &list->elems[i];
-                if (p->partition == partition && strcmp(p->topic, topic) == 0) {
+                /* every other partition where it is (nothing delivered yet: where it was
+                 * assigned; a committed offset that does not exist would send it through here
+                 * again) */
+                const rd_kafka_topic_partition_t *st =
+                    rd_kafka_topic_partition_list_find(c->pos, p->topic, p->partition);
+                if (p->partition == partition && strcmp(p->topic, topic) == 0)
                     p->offset = target;
-                } else if (p->offset < 0) {
-                    /* nothing delivered yet: where it was assigned (a committed offset that
-                     * does not exist would send it through here again) */
-                    const rd_kafka_topic_partition_t *st =
-                        rd_kafka_topic_partition_list_find(c->starts, p->topic, p->partition);
-                    p->offset = st ? st->offset : RD_KAFKA_OFFSET_STORED;
-                }
+                else if (st)
+                    p->offset = st->offset;
+                else if (p->offset < 0)
+                    p->offset = RD_KAFKA_OFFSET_STORED;
             }
             aerr = rd_kafka_assign(c->rk, list);
         }
@@ -507,6 +554,7 @@ static spw_err_t poll_one(spw_kafka_consumer_t *c, int timeout_ms, struct spw_ka
     msg->timestamp_ms = rd_kafka_message_timestamp(rkm, NULL);
     msg->rkm__ = rkm;
     if (deliver) {
+        held_set(c->pos, msg->topic, msg->partition, msg->offset + 1, false);
         c->consumed++;
         inc(c->m_consumed, 1);
     }
@@ -653,8 +701,8 @@ spw_err_t spw_kafka_consumer_resume(spw_kafka_consumer_t *c)
 {
     if (!c->paused || c->closed)
         return SPW_OK;
-    /* where each assigned partition goes on: a record noted while held, else the position
-     * after the last record delivered, else the offset it was assigned with */
+    /* where each assigned partition goes on: a record noted while held, else its position (the
+     * record after the last delivered, a seek's target, the offset it was assigned with) */
     rd_kafka_topic_partition_list_t *list = NULL;
     spw_err_t ret = SPW_OK;
     if (rd_kafka_assignment(c->rk, &list) == RD_KAFKA_RESP_ERR_NO_ERROR && list->cnt > 0) {
@@ -664,10 +712,10 @@ spw_err_t spw_kafka_consumer_resume(spw_kafka_consumer_t *c)
             const rd_kafka_topic_partition_t *b =
                 rd_kafka_topic_partition_list_find(c->held_back, e->topic, e->partition);
             const rd_kafka_topic_partition_t *st =
-                rd_kafka_topic_partition_list_find(c->starts, e->topic, e->partition);
+                rd_kafka_topic_partition_list_find(c->pos, e->topic, e->partition);
             if (b)
                 e->offset = b->offset;
-            else if (e->offset < 0 && st)
+            else if (st)
                 e->offset = st->offset;
             if (e->offset == RD_KAFKA_OFFSET_INVALID) /* not known: librdkafka decides */
                 e->offset = RD_KAFKA_OFFSET_STORED;
@@ -699,6 +747,7 @@ spw_err_t spw_kafka_consumer_seek(spw_kafka_consumer_t *c, const struct spw_kafk
         rd_kafka_topic_partition_list_add(list, parts[i].topic, parts[i].partition)->offset = off;
         /* held: the resume seeks there (a record refused while held no longer applies) */
         held_set(c->held_back, parts[i].topic, parts[i].partition, off, false);
+        held_set(c->pos, parts[i].topic, parts[i].partition, off, false);
     }
     spw_err_t ret = c->paused ? SPW_OK : seek_list(c, list, timeout_ms);
     rd_kafka_topic_partition_list_destroy(list);
@@ -757,8 +806,8 @@ void spw_kafka_consumer_destroy(spw_kafka_consumer_t *c)
         return;
     spw_kafka_consumer_close(c);
     rd_kafka_destroy(c->rk);
-    if (c->starts)
-        rd_kafka_topic_partition_list_destroy(c->starts);
+    if (c->pos)
+        rd_kafka_topic_partition_list_destroy(c->pos);
     if (c->held_back)
         rd_kafka_topic_partition_list_destroy(c->held_back);
     free(c);
