@@ -239,11 +239,13 @@ def header(res):
                " (with uncommitted changes)" if m.get("git_dirty") else "", res.get("seconds", 0))]
     la, lb = m.get("load_start"), m.get("load_end")
     if la and lb:
-        lines += ["", "Load average (1/5/15 min) at the start %s, at the end %s: %s." %
-                  ("/".join("%.2f" % x for x in la), "/".join("%.2f" % x for x in lb),
+        # judged at the start: at the end the 1-minute load is the benchmarks' own
+        lines += ["", "Load average (1/5/15 min) at the start %s (%s), at the end %s (the "
+                  "benchmarks' own processes)." %
+                  ("/".join("%.2f" % x for x in la),
                    "other work was running on the machine, so rates are lower and noisier than "
-                   "on a quiet one" if max(la[0], lb[0]) > 0.5 * max(1, int(m.get("nproc") or 1))
-                   else "the machine was quiet")]
+                   "on a quiet one" if la[0] > 0.5 * max(1, int(m.get("nproc") or 1))
+                   else "the machine was quiet", "/".join("%.2f" % x for x in lb))]
     if res.get("note"):
         lines += ["", "**Note:** " + res["note"]]
     lines += ["", "## Machine", "", "```", "nproc: %s" % m.get("nproc"),
