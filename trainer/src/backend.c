@@ -57,7 +57,8 @@ spw_backend_t *spw_backend_new(enum spw_backend_kind want, const struct spw_mode
         if (want == SPW_BACKEND_AUTO)
             return be;
         snprintf(errstr, errstr_size,
-                 "backend: cuda requested but this build has no CUDA backend (nvcc not found)");
+                 "backend: cuda requested but this build has no CUDA backend (configured with "
+                 "SPARROW_CUDA=off, or no nvcc)");
         goto out_free_be;
     }
     if (spw_cuda_device_count() < 1) {
