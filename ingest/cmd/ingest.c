@@ -262,17 +262,6 @@ static void sink_close(struct sink *s, uint64_t timeout_ms)
     memset(s, 0, sizeof(*s));
 }
 
-/* Writes v as a protobuf varint (at most 10 bytes) and returns its length. */
-static size_t put_varint(uint8_t *out, uint64_t v)
-{
-    size_t n = 0;
-    do {
-        out[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-        v >>= 7;
-    } while (v);
-    return n;
-}
-
 /* Sends one record, accounted to the open cycle. A file write is delivered at once. */
 static int sink_send(struct ingest *in, struct sink *s, const void *key, size_t key_len,
                      const void *value, size_t len, const struct spw_kafka_header *hdrs,
@@ -287,8 +276,8 @@ static int sink_send(struct ingest *in, struct sink *s, const void *key, size_t 
             ok &= fwrite(value, 1, len, s->file) == len;
             ok &= fputc('\n', s->file) != EOF;
         } else { /* length-delimited ExampleBatch */
-            uint8_t pre[10];
-            size_t n = put_varint(pre, len);
+            uint8_t pre[SPW_WIRE_VARINT_MAX];
+            size_t n = spw_wire_put_varint(pre, len);
             ok &= fwrite(pre, 1, n, s->file) == n && fwrite(value, 1, len, s->file) == len;
         }
         if (!ok) {
@@ -476,9 +465,9 @@ static void add_example(struct ingest *in, const Sparrow__Example *ex, const voi
     size_t b = bucket_of(in, ex);
     struct bucket *bk = &in->buckets[b];
     size_t size = raw ? raw_len : sparrow__example__get_packed_size(ex);
-    uint8_t pre[11];
+    uint8_t pre[1 + SPW_WIRE_VARINT_MAX];
     pre[0] = 1 << 3 | 2; /* ExampleBatch.examples: field 1, length-delimited */
-    size_t pre_len = 1 + put_varint(pre + 1, size);
+    size_t pre_len = 1 + spw_wire_put_varint(pre + 1, size);
     size_t rec = pre_len + size;
     if ((bk->n > 0 && bk->buf.len + rec > in->max_bytes) ||
         (in->buffered > 0 && in->buffered + rec > BUFFERED_MAX))

@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wire_int.h"
-
 /* ---- buffers and packing ---- */
 
 spw_err_t spw_wire_buf_reserve(struct spw_wire_buf *buf, size_t extra)
@@ -46,12 +44,12 @@ spw_err_t spw_wire_pack(const ProtobufCMessage *msg, struct spw_wire_buf *buf)
 spw_err_t spw_wire_pack_delimited(const ProtobufCMessage *msg, struct spw_wire_buf *buf)
 {
     size_t size = protobuf_c_message_get_packed_size(msg);
-    if (size > SIZE_MAX - SPW_WIRE__VARINT_MAX)
+    if (size > SIZE_MAX - SPW_WIRE_VARINT_MAX)
         return SPW_ERR_NOMEM;
-    spw_err_t rc = spw_wire_buf_reserve(buf, SPW_WIRE__VARINT_MAX + size);
+    spw_err_t rc = spw_wire_buf_reserve(buf, SPW_WIRE_VARINT_MAX + size);
     if (rc != SPW_OK)
         return rc;
-    buf->len += spw_wire__put_varint(buf->data + buf->len, size);
+    buf->len += spw_wire_put_varint(buf->data + buf->len, size);
     size_t wrote = protobuf_c_message_pack(msg, buf->data + buf->len);
     assert(wrote == size);
     buf->len += wrote;

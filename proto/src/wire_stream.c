@@ -3,8 +3,6 @@
 
 #include <stdint.h>
 
-#include "wire_int.h"
-
 /*
  * A length-delimited stream is a sequence of records:
  *   | bytes  | content                                                   |
@@ -13,7 +11,7 @@
  * The 10th varint byte may only carry bit 63 (value 0 or 1): anything more overflows 64 bits.
  */
 
-size_t spw_wire__put_varint(uint8_t *out, uint64_t v)
+size_t spw_wire_put_varint(uint8_t *out, uint64_t v)
 {
     size_t n = 0;
     while (v >= 0x80) {
@@ -30,9 +28,9 @@ spw_err_t spw_wire_read_varint_prefix(const uint8_t *data, size_t len, size_t ma
     if (len == 0)
         return SPW_ERR_EOF;
     uint64_t v = 0;
-    for (size_t i = 0; i < len && i < SPW_WIRE__VARINT_MAX; i++) {
+    for (size_t i = 0; i < len && i < SPW_WIRE_VARINT_MAX; i++) {
         uint8_t b = data[i];
-        if (i == SPW_WIRE__VARINT_MAX - 1 && b > 1)
+        if (i == SPW_WIRE_VARINT_MAX - 1 && b > 1)
             return SPW_ERR_INVALID; /* over-long, or a value past 64 bits */
         v |= (uint64_t)(b & 0x7f) << (7 * i);
         if (b & 0x80)
@@ -50,7 +48,7 @@ spw_err_t spw_wire_read_varint_prefix(const uint8_t *data, size_t len, size_t ma
 
 spw_err_t spw_wire_read_delimited(FILE *in, size_t max_len, struct spw_wire_buf *buf)
 {
-    uint8_t prefix[SPW_WIRE__VARINT_MAX];
+    uint8_t prefix[SPW_WIRE_VARINT_MAX];
     size_t got = 0;
     while (got < sizeof(prefix)) {
         int c = getc(in);

@@ -471,24 +471,18 @@ static spw_err_t handle_offset_reset(spw_kafka_consumer_t *c, rd_kafka_message_t
             e = rd_kafka_incremental_assign(c->rk, list);
         rd_kafka_topic_partition_list_destroy(list);
     } else {
-        /* Eager: the whole assignment again, every other partition at its position. */
+        /* Eager: the whole assignment again, each partition at its position (this one at
+         * target, just set; one that delivered nothing yet where it was assigned, since a
+         * committed offset that does not exist would send it through here again) */
         rd_kafka_topic_partition_list_t *list = NULL;
         rd_kafka_resp_err_t aerr = rd_kafka_assignment(c->rk, &list);
         if (!aerr) {
-            rd_kafka_position(c->rk, list);
             for (int i = 0; i < list->cnt; i++) {
                 rd_kafka_topic_partition_t *p = &list->elems[i];
-                /* every other partition where it is (nothing delivered yet: where it was
-                 * assigned; a committed offset that does not exist would send it through here
-                 * again) */
                 const rd_kafka_topic_partition_t *st =
                     rd_kafka_topic_partition_list_find(c->pos, p->topic, p->partition);
-                if (p->partition == partition && strcmp(p->topic, topic) == 0)
-                    p->offset = target;
-                else if (st)
-                    p->offset = st->offset;
-                else if (p->offset < 0)
-                    p->offset = RD_KAFKA_OFFSET_STORED;
+                p->offset = st && st->offset != RD_KAFKA_OFFSET_INVALID ? st->offset
+                                                                        : RD_KAFKA_OFFSET_STORED;
             }
             aerr = rd_kafka_assign(c->rk, list);
         }

@@ -76,6 +76,13 @@ spw_err_t spw_wire_unpack_model_update(const void *data, size_t len, size_t max_
 spw_err_t spw_wire_unpack_manifest(const void *data, size_t len, size_t max_len, spw_arena_t *arena,
                                    Sparrow__CheckpointManifest **out);
 
+/* Longest base-128 varint: 64 bits in 7-bit groups. */
+#define SPW_WIRE_VARINT_MAX 10
+
+/* Writes v as a base-128 varint (low group first) at out, which has room for
+ * SPW_WIRE_VARINT_MAX bytes; returns its length. Pure; thread-safe. */
+size_t spw_wire_put_varint(uint8_t *out, uint64_t v);
+
 /* Reads one varint length prefix from data[0..len): on success *msg_len is the message length,
  * *prefix_len the prefix's bytes. SPW_ERR_EOF when len == 0; SPW_ERR_INVALID for a truncated or
  * over-long varint; SPW_ERR_TOO_BIG when the length exceeds max_len (both outputs are set

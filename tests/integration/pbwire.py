@@ -1,0 +1,68 @@
+"""Protobuf wire helpers for the integration tests' checks of length-delimited record files
+(sparrow ingest's file output and sparrow gen's pb format): no generated code needed."""
+
+
+def varint(b, i):
+    """The base-128 varint at b[i:]: (value, index after it)."""
+    r = s = 0
+    while True:
+        c = b[i]
+        i += 1
+        r |= (c & 0x7f) << s
+        s += 7
+        if c < 0x80:
+            return r, i
+
+
+def put_varint(v):
+    out = bytearray()
+    while True:
+        out.append((v & 0x7f) | (0x80 if v > 0x7f else 0))
+        v >>= 7
+        if not v:
+            return bytes(out)
+
+
+def records(path):
+    """The messages of a file of varint-length-prefixed messages."""
+    data = open(path, "rb").read()
+    i, recs = 0, []
+    while i < len(data):
+        n, i = varint(data, i)
+        recs.append(data[i:i + n])
+        i += n
+    return recs
+
+
+def fields(msg):
+    """(tag, raw bytes of the whole field) of each field of msg, in order."""
+    j, out = 0, []
+    while j < len(msg):
+        start = j
+        tag, j = varint(msg, j)
+        wt = tag & 7
+        if wt == 0:
+            _, j = varint(msg, j)
+        elif wt == 1:
+            j += 8
+        elif wt == 5:
+            j += 4
+        elif wt == 2:
+            m, j = varint(msg, j)
+            j += m
+        else:
+            raise ValueError("wire type %d" % wt)
+        out.append((tag, msg[start:j]))
+    return out
+
+
+def batch_examples(batch):
+    """The serialised sparrow.Example messages of an ExampleBatch (field 1, length-delimited);
+    asserts that it holds nothing else."""
+    out = []
+    for tag, raw in fields(batch):
+        assert tag == (1 << 3 | 2), tag
+        _, j = varint(raw, 0)
+        n, j = varint(raw, j)
+        out.append(raw[j:j + n])
+    return out
