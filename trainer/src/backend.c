@@ -112,7 +112,6 @@ static spw_err_t cuda_run(spw_backend_t *be, const spw_batch_t *batch, const flo
         .offsets = batch->offsets,
         .occ_idx = batch->occ_idx,
         .occ_w = batch->occ_w,
-        .occ_ex = batch->occ_ex,
         .labels = batch->labels,
     };
     double loss = 0.0;
