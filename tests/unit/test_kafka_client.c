@@ -594,6 +594,32 @@ static void test_kafka_client_transaction_delivers_records(void **state)
     spw_kafka_mock_destroy(mock);
 }
 
+/* A coordinator that answers nothing for 30 s (round trip 30 s) must not hold the close: it
+ * gives up after its timeout, and the destroy that follows does not wait for the close again.
+ * The bound checked (20 s) is far above the 1 s timeout and below what the stalled close takes. */
+static void test_kafka_client_close_is_bounded(void **state)
+{
+    (void)state;
+    spw_kafka_mock_t *mock = mock_with("slow", 2);
+    spw_kafka_props_t *props = props_for(mock);
+    produce_n(props, "slow", 0, 20, 0);
+    const char *topic = "slow";
+    struct spw_kafka_consumer_opts opts = {.close_timeout_ms = 1000};
+    spw_kafka_consumer_t *c = consumer_for(props, "gs", &topic, &opts);
+    unsigned char seen[32] = {0};
+    assert_int_equal(consume_n(c, 20, seen, 32, true), 20);
+    char errstr[256];
+    assert_int_equal(spw_kafka_mock_command(mock, "rtt 1 30000", errstr, sizeof(errstr)), SPW_OK);
+    uint64_t t0 = spw_time_mono_ms();
+    assert_int_equal(spw_kafka_consumer_close(c), SPW_ERR_TIMEOUT);
+    assert_int_equal(spw_kafka_consumer_close(c), SPW_ERR_KAFKA);
+    spw_kafka_consumer_destroy(c);
+    assert_true(spw_time_mono_ms() - t0 < 20000);
+    assert_int_equal(spw_kafka_mock_command(mock, "rtt 1 0", errstr, sizeof(errstr)), SPW_OK);
+    spw_kafka_props_destroy(props);
+    spw_kafka_mock_destroy(mock);
+}
+
 int main(void)
 {
     spw_log_init("test", SPW_LOG_INFO);
@@ -608,6 +634,7 @@ int main(void)
         cmocka_unit_test(test_kafka_client_resume_after_seek_back),
         cmocka_unit_test(test_kafka_client_retention_loss_is_loud),
         cmocka_unit_test(test_kafka_client_transaction_delivers_records),
+        cmocka_unit_test(test_kafka_client_close_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

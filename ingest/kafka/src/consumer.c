@@ -2,6 +2,7 @@
  * caller-supplied offsets, manual offset store and commit, lag/rebalance metrics, and loud
  * reporting of offsets lost to retention. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,10 @@ struct spw_kafka_consumer {
     bool start_latest;
     enum spw_kafka_lost_policy lost_policy;
     bool closed;
+    bool closing;         /* inside spw_kafka_consumer_close: the revoke commits without waiting */
+    bool close_abandoned; /* the close failed or ran out of time: destroy must not
+                           * wait for it again */
+    int close_timeout_ms;
     spw_err_t sticky; /* set once offsets are lost under LOST_FAIL */
 
     uint64_t consumed, rebalances, lost;
@@ -266,9 +271,11 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         inc(c->m_revokes, 1);
         SPW_INFO("kafka partitions revoked", "count=%d lost=%d", list->cnt,
                  rd_kafka_assignment_lost(rk));
-        /* What was stored was processed: commit it before another member takes over. */
+        /* What was stored was processed: commit it before another member takes over. While
+         * closing, the commit is asynchronous: the close waits for it within its own deadline,
+         * where a synchronous commit would wait for the broker's answer without any bound. */
         if (!rd_kafka_assignment_lost(rk)) {
-            rd_kafka_resp_err_t ce = rd_kafka_commit(rk, NULL, 0);
+            rd_kafka_resp_err_t ce = rd_kafka_commit(rk, NULL, c->closing);
             if (ce && ce != RD_KAFKA_RESP_ERR__NO_OFFSET)
                 SPW_WARN("kafka commit on revoke failed", "error=\"%s\"", rd_kafka_err2str(ce));
         }
@@ -344,6 +351,7 @@ spw_kafka_consumer_t *spw_kafka_consumer_new(const spw_kafka_props_t *props,
     c->opaque = opts->opaque;
     c->start_latest = opts->start_latest;
     c->lost_policy = opts->lost;
+    c->close_timeout_ms = opts->close_timeout_ms > 0 ? opts->close_timeout_ms : 10000;
     make_metrics(c, opts->metrics, opts->metrics_labels);
     c->metrics = opts->metrics;
     snprintf(c->metrics_labels, sizeof(c->metrics_labels), "%s",
@@ -781,17 +789,74 @@ uint64_t spw_kafka_consumer_lost(const spw_kafka_consumer_t *c)
     return c->lost;
 }
 
+/* One event of the close queue: a rebalance (the final revoke) runs the rebalance callback; records
+ * fetched before the close (forwarded to the same queue) and anything else are dropped. */
+static void serve_close_event(spw_kafka_consumer_t *c, rd_kafka_event_t *ev)
+{
+    if (!ev)
+        return;
+    if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE)
+        rebalance_cb(c->rk, rd_kafka_event_error(ev), rd_kafka_event_topic_partition_list(ev), c);
+    rd_kafka_event_destroy(ev);
+}
+
+/* librdkafka's own close waits for the revoke, the final commit and the LeaveGroup without a
+ * bound of its own (a stalled group coordinator held trainers 20-35 s at stop). The close runs in
+ * librdkafka's background instead, its callbacks served here until it ends or the deadline. */
 spw_err_t spw_kafka_consumer_close(spw_kafka_consumer_t *c)
 {
     if (c->closed)
-        return SPW_OK;
+        return c->close_abandoned ? SPW_ERR_KAFKA : SPW_OK;
     c->closed = true;
-    rd_kafka_resp_err_t err = rd_kafka_consumer_close(c->rk);
-    if (err) {
-        SPW_WARN("kafka consumer close", "error=\"%s\"", rd_kafka_err2str(err));
-        return SPW_ERR_KAFKA;
+    c->closing = true;
+    rd_kafka_queue_t *q = rd_kafka_queue_new(c->rk);
+    rd_kafka_error_t *e = rd_kafka_consumer_close_queue(c->rk, q);
+    spw_err_t ret = SPW_OK;
+    if (e) {
+        SPW_WARN("kafka consumer close", "error=\"%s\"", rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+        ret = SPW_ERR_KAFKA;
+    } else {
+        uint64_t deadline = spw_time_mono_ms() + (uint64_t)c->close_timeout_ms;
+        while (!rd_kafka_consumer_closed(c->rk)) {
+            uint64_t now = spw_time_mono_ms();
+            if (now >= deadline) {
+                SPW_WARN("kafka consumer close timed out",
+                         "after_ms=%d note=\"the group reassigns this member's partitions after "
+                         "its session timeout, from their last committed offsets\"",
+                         c->close_timeout_ms);
+                ret = SPW_ERR_TIMEOUT;
+                break;
+            }
+            uint64_t left = deadline - now;
+            serve_close_event(c, rd_kafka_queue_poll(q, left < 100 ? (int)left : 100));
+        }
     }
-    return SPW_OK;
+    rd_kafka_queue_destroy(q);
+    c->closing = false;
+    c->close_abandoned = ret != SPW_OK;
+    return ret;
+}
+
+static void free_consumer(spw_kafka_consumer_t *c)
+{
+    if (c->pos)
+        rd_kafka_topic_partition_list_destroy(c->pos);
+    if (c->held_back)
+        rd_kafka_topic_partition_list_destroy(c->held_back);
+    free(c);
+}
+
+/* Even without a consumer close, rd_kafka_destroy waits until the group's outstanding requests
+ * (the final commit, the LeaveGroup) are answered or time out: that is the stall the close gave
+ * up on. The handle is destroyed on a detached thread instead; nothing calls back into the
+ * consumer meanwhile, since no one serves its queues. */
+static void *destroy_abandoned(void *arg)
+{
+    spw_kafka_consumer_t *c = arg;
+    rd_kafka_destroy_flags(c->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    free_consumer(c);
+    return NULL;
 }
 
 void spw_kafka_consumer_destroy(spw_kafka_consumer_t *c)
@@ -799,10 +864,19 @@ void spw_kafka_consumer_destroy(spw_kafka_consumer_t *c)
     if (!c)
         return;
     spw_kafka_consumer_close(c);
-    rd_kafka_destroy(c->rk);
-    if (c->pos)
-        rd_kafka_topic_partition_list_destroy(c->pos);
-    if (c->held_back)
-        rd_kafka_topic_partition_list_destroy(c->held_back);
-    free(c);
+    if (c->close_abandoned) {
+        pthread_attr_t attr;
+        pthread_t thread;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&thread, &attr, destroy_abandoned, c);
+        pthread_attr_destroy(&attr);
+        if (rc == 0)
+            return;
+        SPW_WARN("kafka consumer destroy waits", "error=\"no thread: %s\"", strerror(rc));
+        rd_kafka_destroy_flags(c->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    } else {
+        rd_kafka_destroy(c->rk);
+    }
+    free_consumer(c);
 }

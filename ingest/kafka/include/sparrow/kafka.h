@@ -115,6 +115,7 @@ struct spw_kafka_consumer_opts {
     spw_metrics_t *metrics;          /* may be NULL; borrowed, must outlive the consumer */
     const char *metrics_labels;      /* extra labels for every metric, may be NULL */
     bool read_committed;             /* isolation.level=read_committed */
+    int close_timeout_ms;            /* the most spw_kafka_consumer_close waits; <= 0: 10000 */
 };
 
 /*
@@ -173,10 +174,17 @@ int64_t spw_kafka_consumer_lag(spw_kafka_consumer_t *consumer);
 uint64_t spw_kafka_consumer_rebalances(const spw_kafka_consumer_t *consumer);
 uint64_t spw_kafka_consumer_lost(const spw_kafka_consumer_t *consumer);
 
-/* Leaves the group (revoke callbacks run) without committing. Idempotent. */
+/*
+ * Leaves the group: the revoke callbacks run on this thread, what was stored is committed, and
+ * the group is told. Waits at most opts.close_timeout_ms: past it, logs, returns
+ * SPW_ERR_TIMEOUT and leaves the partitions to the group's session timeout (a later
+ * spw_kafka_consumer_destroy then frees without closing again). Idempotent.
+ */
 spw_err_t spw_kafka_consumer_close(spw_kafka_consumer_t *consumer);
 
-/* Closes (if needed) and frees. NULL is a no-op. */
+/* Closes (if needed) and frees. After a close that failed or timed out, librdkafka's handle is
+ * destroyed on a detached thread (its destroy would wait for the stalled group), so this returns
+ * at once. NULL is a no-op. */
 void spw_kafka_consumer_destroy(spw_kafka_consumer_t *consumer);
 
 /* ---- producer ---- */
