@@ -193,13 +193,13 @@ static void report_revoke(spw_kafka_consumer_t *c, const rd_kafka_topic_partitio
     free(parts);
 }
 
+/* From the kept positions (one per assigned partition), not rd_kafka_assignment(): that asks
+ * librdkafka's main thread and waits for its answer without a bound, and in the revoke of a
+ * closing consumer the answer never came (trainers hung at stop until SIGKILL). */
 static void update_assigned_gauge(spw_kafka_consumer_t *c)
 {
-    rd_kafka_topic_partition_list_t *now = NULL;
-    if (c->m_assigned && rd_kafka_assignment(c->rk, &now) == RD_KAFKA_RESP_ERR_NO_ERROR)
-        spw_gauge_set(c->m_assigned, now->cnt);
-    if (now)
-        rd_kafka_topic_partition_list_destroy(now);
+    if (c->m_assigned)
+        spw_gauge_set(c->m_assigned, c->pos->cnt);
 }
 
 /* Sets (replacing) or removes topic/partition in a held list. */
