@@ -246,6 +246,22 @@ err:
     return NULL;
 }
 
+spw_err_t spw_coord_client_leave(spw_coord_client_t *c)
+{
+    Sparrow__CoordMessage msg = SPARROW__COORD_MESSAGE__INIT;
+    Sparrow__Leave l = SPARROW__LEAVE__INIT;
+    l.member_id = c->member_id;
+    l.has_incarnation = true;
+    l.incarnation = c->incarnation;
+    msg.body_case = SPARROW__COORD_MESSAGE__BODY_LEAVE;
+    msg.leave = &l;
+    spw_err_t rc = send_msg(c->sock, &c->out, &msg);
+    /* the sockets linger 0: give the Leave a moment to go out when the client is destroyed */
+    int linger = 500;
+    zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof(linger));
+    return rc;
+}
+
 void spw_coord_client_destroy(spw_coord_client_t *c)
 {
     if (!c)

@@ -297,8 +297,10 @@ static uint32_t live_trainers(const spw_coord_server_t *srv, uint64_t *min, uint
 
 static void remove_member(spw_coord_server_t *srv, struct member *m, const char *why)
 {
-    SPW_WARN("member removed", "member=%s reason=%s clock=%" PRIu64 " phase=%s", m->id, why,
-             m->clock, phase_names[srv->phase]);
+    /* a member that said it leaves is not news worth a warning */
+    SPW_LOG(strcmp(why, "left") == 0 ? SPW_LOG_INFO : SPW_LOG_WARN, "member removed",
+            "member=%s reason=%s clock=%" PRIu64 " phase=%s", m->id, why, m->clock,
+            phase_names[srv->phase]);
     m->live = false;
     m->waiting = false;
     srv->stats.members_removed++;
@@ -874,6 +876,19 @@ static void on_shard_reply(spw_coord_server_t *srv, struct shard *sh, const void
     evaluate(srv);
 }
 
+/* A clean stop: removed at once (a trainer's departure rolls back like a timeout's, since its
+ * pushes since LATEST are applied but its offsets are not recorded). */
+static void on_leave(spw_coord_server_t *srv, const Sparrow__Leave *l)
+{
+    if (!l->member_id)
+        return;
+    struct member *m = find_member(srv, l->member_id, false);
+    if (!m || !m->live || m->incarnation != l->incarnation)
+        return;
+    remove_member(srv, m, "left");
+    evaluate(srv);
+}
+
 static void tick(spw_coord_server_t *srv)
 {
     uint64_t now = spw_time_mono_ms();
@@ -950,6 +965,9 @@ static void on_member_message(spw_coord_server_t *srv, const uint8_t *rid, size_
         break;
     case SPARROW__COORD_MESSAGE__BODY_RESTORE_REPORT:
         on_restore_report(srv, msg->restore_report);
+        break;
+    case SPARROW__COORD_MESSAGE__BODY_LEAVE:
+        on_leave(srv, msg->leave);
         break;
     default:
         break;

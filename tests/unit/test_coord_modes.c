@@ -40,6 +40,7 @@ struct trainer {
     uint64_t steps;
     uint64_t delay_ms;
     uint64_t die_after;         /* 0: never */
+    uint64_t leave_after;       /* 0: never; else stops cleanly (Leave) after this step */
     uint64_t finished_at_other; /* the slowest other trainer's steps when this one finished */
     spw_err_t rc;
 };
@@ -51,7 +52,7 @@ static void *server_main(void *arg)
     return NULL;
 }
 
-static void start(struct harness *h, const char *mode, int n)
+static void start_with(struct harness *h, const char *mode, int n, uint64_t member_timeout_ms)
 {
     memset(h, 0, sizeof(*h));
     snprintf(h->dir, sizeof(h->dir), "/tmp/test_coord_modes.XXXXXX");
@@ -60,7 +61,7 @@ static void start(struct harness *h, const char *mode, int n)
     conf.listen = "tcp://127.0.0.1:*";
     assert_int_equal(spw_coord_mode_parse(mode, &conf.mode), SPW_OK);
     conf.checkpoint_dir = h->dir;
-    conf.member_timeout_ms = 600;
+    conf.member_timeout_ms = member_timeout_ms;
     conf.checkpoint_timeout_ms = 5000;
     conf.keep = 2;
     conf.stop = &h->stop;
@@ -71,6 +72,11 @@ static void start(struct harness *h, const char *mode, int n)
     h->mode = conf.mode;
     h->n = n;
     assert_int_equal(pthread_create(&h->thread, NULL, server_main, h), 0);
+}
+
+static void start(struct harness *h, const char *mode, int n)
+{
+    start_with(h, mode, n, 600);
 }
 
 static void finish(struct harness *h, struct spw_coord_server_stats *st)
@@ -118,6 +124,12 @@ static void *trainer_main(void *arg)
         if (t->die_after && s == t->die_after) {
             /* killed: no more heartbeats, never clocks again */
             atomic_store(&h->done[t->idx], UINT64_MAX);
+            spw_coord_client_destroy(c);
+            return NULL;
+        }
+        if (t->leave_after && s == t->leave_after) {
+            atomic_store(&h->done[t->idx], UINT64_MAX);
+            spw_coord_client_leave(c);
             spw_coord_client_destroy(c);
             return NULL;
         }
@@ -239,6 +251,23 @@ static void test_coord_modes_sync_member_killed(void **state)
     assert_true(st.recoveries >= 2); /* start, joins, and the removal */
 }
 
+/* A trainer that stops cleanly says so: with a member timeout of an hour, the others can only
+ * finish their steps because the coordinator removes the leaver at once. */
+static void test_coord_modes_sync_member_leaves(void **state)
+{
+    (void)state;
+    struct harness h;
+    start_with(&h, "sync", 3, 3600 * 1000);
+    struct trainer t[3] = {{.steps = 25}, {.steps = 25}, {.steps = 25, .leave_after = 5}};
+    run_trainers(&h, t, 3);
+    assert_int_equal(t[0].rc, SPW_OK);
+    assert_int_equal(t[1].rc, SPW_OK);
+    assert_int_equal(atomic_load(&h.violations), 0);
+    struct spw_coord_server_stats st;
+    finish(&h, &st);
+    assert_int_equal(st.members_removed, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_coord_modes_async_runs_ahead),
         cmocka_unit_test(test_coord_modes_hybrid_barriers),
         cmocka_unit_test(test_coord_modes_sync_member_killed),
+        cmocka_unit_test(test_coord_modes_sync_member_leaves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -269,6 +269,8 @@ void spw_trainer_coord_destroy(spw_trainer_coord_t *tc)
 {
     if (!tc)
         return;
+    if (tc->client)
+        spw_coord_client_leave(tc->client);
     spw_coord_client_destroy(tc->client);
     free(tc);
 }

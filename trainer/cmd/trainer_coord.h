@@ -24,8 +24,8 @@ spw_trainer_coord_t *spw_trainer_coord_new(const char *endpoint, uint32_t traine
  * SPW_ERR_STOPPED on a stop request. */
 spw_err_t spw_trainer_coord_start(spw_trainer_coord_t *tc, spw_trainer_loop_t *loop);
 
-/* Unregisters nothing (the coordinator times the member out), stops the heartbeat, frees. NULL
- * is a no-op. */
+/* Tells the coordinator this trainer leaves (spw_coord_client_leave), stops the heartbeat,
+ * frees. NULL is a no-op. */
 void spw_trainer_coord_destroy(spw_trainer_coord_t *tc);
 
 #endif

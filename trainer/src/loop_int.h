@@ -53,6 +53,7 @@ struct spw_trn__source {
     size_t max_record_bytes;
     char *topic;
     void *consumer; /* spw_kafka_consumer_t */
+    bool closing;   /* the consumer is closing: its final revoke is not the hooks' business */
 #ifdef SPARROW_HAVE_KAFKA
     struct spw_kafka_msg msg;
 #endif

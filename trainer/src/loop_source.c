@@ -190,7 +190,7 @@ static void on_revoke(void *opaque, const struct spw_kafka_partition *parts, siz
         if (src->eb && src->cur_part == parts[i].partition)
             src->next_ex = src->eb->n_examples;
     }
-    if (pos && src->hooks->on_revoke)
+    if (pos && src->hooks->on_revoke && !src->closing)
         src->hooks->on_revoke(src->hooks->opaque, pos, n);
     free(pos);
 }
@@ -480,6 +480,10 @@ void spw_trn__source_close(struct spw_trn__source *src)
 #ifdef SPARROW_HAVE_KAFKA
     release_msg(src);
     if (src->consumer) {
+        /* The trainer is leaving: the partitions' next owners rejoin the coordinator on their
+         * assignment, which starts the recovery; a rejoin of this trainer would start one whose
+         * restore it never reports (the others then wait for it until the coordinator gives up). */
+        src->closing = true;
         spw_kafka_consumer_close(src->consumer);
         spw_kafka_consumer_destroy(src->consumer);
     }

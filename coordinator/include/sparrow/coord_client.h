@@ -86,6 +86,11 @@ spw_err_t spw_coord_client_checkpoint_report(spw_coord_client_t *client, uint64_
 /* Reports that the trainer side of recovery `generation` is done. */
 spw_err_t spw_coord_client_restore_report(spw_coord_client_t *client, uint64_t generation);
 
+/* Tells the coordinator this member stops (call right before spw_coord_client_destroy, which then
+ * waits up to 500 ms for the message to go out): it is removed at once rather than after
+ * coordinator.member.timeout, so barriers and restores do not wait for it. */
+spw_err_t spw_coord_client_leave(spw_coord_client_t *client);
+
 /* Re-registers (after a partition assignment): the coordinator starts a recovery. */
 spw_err_t spw_coord_client_rejoin(spw_coord_client_t *client);
 
