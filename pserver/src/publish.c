@@ -14,6 +14,7 @@
 #include "sparrow/hash.h"
 #include "sparrow/log.h"
 #include "sparrow/metrics.h"
+#include "sparrow/signal.h"
 #include "sparrow/sparrow.pb-c.h"
 #include "sparrow/time.h"
 #include "sparrow/wire.h"
@@ -463,7 +464,9 @@ static void restore_scan(spw_ps__publisher_t *pub, uint64_t epoch)
         goto out_free;
     }
     uint64_t keys = 0, records = 0;
-    while (!scan_done(&st) && spw_time_mono_ms() - t0 < SCAN_TIMEOUT_MS) {
+    /* a stop request ends the scan: the next start restores and scans again */
+    while (!scan_done(&st) && !spw_signal_stop_requested() &&
+           spw_time_mono_ms() - t0 < SCAN_TIMEOUT_MS) {
         struct spw_kafka_msg msg;
         spw_err_t rc = spw_kafka_consumer_poll(c, SCAN_POLL_MS, &msg);
         if (rc == SPW_ERR_TIMEOUT || rc == SPW_ERR_CORRUPT)
@@ -498,6 +501,9 @@ static void restore_scan(spw_ps__publisher_t *pub, uint64_t epoch)
         SPW_INFO("restore scan done: keys re-queued for publishing",
                  "epoch=%" PRIu64 " records=%" PRIu64 " keys=%" PRIu64 " ms=%" PRIu64, epoch,
                  records, keys, spw_time_mono_ms() - t0);
+    else if (spw_signal_stop_requested())
+        SPW_INFO("restore scan stopped (the next start restores and scans again)",
+                 "epoch=%" PRIu64 " records=%" PRIu64 " keys=%" PRIu64, epoch, records, keys);
     else
         SPW_ERROR("restore scan incomplete: serving replicas may keep rows newer than the "
                   "restored epoch",

@@ -158,6 +158,36 @@ static void test_launch_stop_escalates_to_sigkill(void **state)
     spw_launch_destroy(l);
 }
 
+/* A group stop signals every member at once and shares one deadline: two children that each take
+ * 600 ms to exit after SIGTERM stop cleanly within a 1000 ms grace, which stopping them one
+ * after the other would not allow the second; a third that ignores SIGTERM is killed. */
+static void test_launch_stop_group_signals_together(void **state)
+{
+    (void)state;
+    spw_launch_t *l = new_launch("group");
+    char err[256];
+    const char *slow[] = {
+        "-c", "trap 'sleep 0.6; exit 0' TERM; echo ready; while :; do sleep 0.05; done", NULL};
+    const char *stubborn[] = {"-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done", NULL};
+    int idx[3] = {spw_launch_start(l, "a", slow, err, sizeof(err)),
+                  spw_launch_start(l, "b", slow, err, sizeof(err)),
+                  spw_launch_start(l, "c", stubborn, err, sizeof(err))};
+    assert_true(idx[0] >= 0 && idx[1] >= 0 && idx[2] >= 0);
+    const char *names[3] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        char path[300];
+        snprintf(path, sizeof(path), "%s/group/%s.log", dir, names[i]);
+        assert_int_equal(spw_launch_wait_file(path, 5000), SPW_OK); /* the trap is set */
+    }
+    int status[3] = {0};
+    assert_int_equal(spw_launch_stop_group(l, idx, 2, 1000, status), SPW_OK);
+    for (int i = 0; i < 2; i++)
+        assert_true(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
+    assert_int_equal(spw_launch_stop_group(l, idx, 3, 300, status), SPW_ERR_TIMEOUT);
+    assert_true(WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL);
+    spw_launch_destroy(l);
+}
+
 static void test_launch_free_port_and_wait_file(void **state)
 {
     (void)state;
@@ -175,6 +205,7 @@ int main(void)
         cmocka_unit_test(test_launch_rejects_bad_and_duplicate_names),
         cmocka_unit_test(test_launch_kill9_and_restart),
         cmocka_unit_test(test_launch_stop_escalates_to_sigkill),
+        cmocka_unit_test(test_launch_stop_group_signals_together),
         cmocka_unit_test(test_launch_free_port_and_wait_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

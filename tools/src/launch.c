@@ -321,28 +321,45 @@ spw_err_t spw_launch_restart(spw_launch_t *launch, int idx, char *errstr, size_t
     return proc_spawn(launch, p, errstr, errstr_size) == 0 ? SPW_OK : SPW_ERR_IO;
 }
 
-spw_err_t spw_launch_stop(spw_launch_t *launch, int idx, uint64_t grace_ms, int *status)
+spw_err_t spw_launch_stop_group(spw_launch_t *launch, const int *idx, size_t n, uint64_t grace_ms,
+                                int *status)
 {
-    struct launch_proc *p = &launch->procs[idx];
-    proc_reap(p, false);
-    spw_err_t err = SPW_OK;
-    if (p->pid > 0) {
-        p->expected_exit = true;
-        kill(p->pid, SIGTERM);
-        uint64_t deadline = spw_time_mono_ms() + grace_ms;
-        while (p->pid > 0 && spw_time_mono_ms() < deadline) {
-            spw_time_sleep_ms(20);
-            proc_reap(p, false);
+    for (size_t i = 0; i < n; i++) {
+        struct launch_proc *p = &launch->procs[idx[i]];
+        proc_reap(p, false);
+        if (p->pid > 0) {
+            p->expected_exit = true;
+            kill(p->pid, SIGTERM);
         }
+    }
+    uint64_t deadline = spw_time_mono_ms() + grace_ms;
+    for (;;) {
+        bool running = false;
+        for (size_t i = 0; i < n; i++) {
+            proc_reap(&launch->procs[idx[i]], false);
+            running |= launch->procs[idx[i]].pid > 0;
+        }
+        if (!running || spw_time_mono_ms() >= deadline)
+            break;
+        spw_time_sleep_ms(20);
+    }
+    spw_err_t err = SPW_OK;
+    for (size_t i = 0; i < n; i++) {
+        struct launch_proc *p = &launch->procs[idx[i]];
         if (p->pid > 0) {
             kill(p->pid, SIGKILL);
             proc_reap(p, true);
             err = SPW_ERR_TIMEOUT;
         }
+        if (status)
+            status[i] = p->status;
     }
-    if (status)
-        *status = p->status;
     return err;
+}
+
+spw_err_t spw_launch_stop(spw_launch_t *launch, int idx, uint64_t grace_ms, int *status)
+{
+    return spw_launch_stop_group(launch, &idx, 1, grace_ms, status);
 }
 
 void spw_launch_stop_all(spw_launch_t *launch, uint64_t grace_ms)

@@ -450,31 +450,59 @@ int spw_pipeline_trainer_http(const spw_pipeline_t *p, long t)
 }
 
 /* Stops name when it runs; returns 1 when it was checked and did not exit 0 in time. */
-static int stop_one(spw_pipeline_t *p, const char *name, uint64_t grace_ms, bool check)
+/* 1 when child idx did not exit 0 (and check asks for it to), with a line saying so. */
+static int unclean_exit(spw_pipeline_t *p, int idx, int st, bool check)
 {
-    int idx = spw_launch_find(p->launch, name), st = 0;
-    if (idx < 0 || !spw_launch_alive(p->launch, idx))
-        return 0;
-    bool clean = spw_launch_stop(p->launch, idx, grace_ms, &st) == SPW_OK && WIFEXITED(st) &&
-                 WEXITSTATUS(st) == 0;
-    if (clean || !check)
+    if (!check || (WIFEXITED(st) && WEXITSTATUS(st) == 0))
         return 0;
     char sts[32];
-    fprintf(stderr, "sparrow %s: %s did not stop cleanly (%s); read %s\n", p->conf->prefix, name,
-            spw_launch_status_str(st, sts, sizeof(sts)), spw_launch_log(p->launch, idx));
+    fprintf(stderr, "sparrow %s: %s did not stop cleanly (%s); read %s\n", p->conf->prefix,
+            spw_launch_name(p->launch, idx), spw_launch_status_str(st, sts, sizeof(sts)),
+            spw_launch_log(p->launch, idx));
     return 1;
 }
 
+/* Stops the running children among names[0..n) together; returns how many stopped uncleanly. */
+static int stop_together(spw_pipeline_t *p, const char *const *names, size_t n, uint64_t grace_ms,
+                         bool check)
+{
+    int idx[SPW_LAUNCH_MAX_PROCS], st[SPW_LAUNCH_MAX_PROCS];
+    size_t m = 0;
+    for (size_t i = 0; i < n && m < SPW_LAUNCH_MAX_PROCS; i++) {
+        int k = spw_launch_find(p->launch, names[i]);
+        if (k >= 0 && spw_launch_alive(p->launch, k))
+            idx[m++] = k;
+    }
+    if (m == 0)
+        return 0;
+    spw_launch_stop_group(p->launch, idx, m, grace_ms, st);
+    int unclean = 0;
+    for (size_t i = 0; i < m; i++)
+        unclean += unclean_exit(p, idx[i], st[i], check);
+    return unclean;
+}
+
+static int stop_one(spw_pipeline_t *p, const char *name, uint64_t grace_ms, bool check)
+{
+    return stop_together(p, &name, 1, grace_ms, check);
+}
+
+/* Trainers stop together: one by one, each departure would rebalance the Kafka group under the
+ * trainers still closing (each close then waits out the rebalance). */
 int spw_pipeline_stop(spw_pipeline_t *p, uint64_t grace_ms, bool check_all)
 {
-    char name[32];
-    int unclean = stop_one(p, "gen", grace_ms, true) + stop_one(p, "serve", grace_ms, true);
-    for (long t = 0; t < p->conf->trainers; t++) {
-        snprintf(name, sizeof(name), "trainer-%ld", t);
-        unclean += stop_one(p, name, grace_ms, true);
+    char names[SPW_LAUNCH_MAX_PROCS][32];
+    const char *trainers[SPW_LAUNCH_MAX_PROCS];
+    size_t nt = 0;
+    for (long t = 0; t < p->conf->trainers && nt < SPW_LAUNCH_MAX_PROCS; t++, nt++) {
+        snprintf(names[nt], sizeof(names[nt]), "trainer-%ld", t);
+        trainers[nt] = names[nt];
     }
+    int unclean = stop_one(p, "gen", grace_ms, true) + stop_one(p, "serve", grace_ms, true);
+    unclean += stop_together(p, trainers, nt, grace_ms, true);
     unclean += stop_one(p, "coordinator", grace_ms, check_all);
     for (long i = 0; i < p->conf->shards; i++) {
+        char name[32];
         snprintf(name, sizeof(name), "shard-%ld", i);
         unclean += stop_one(p, name, grace_ms, check_all);
     }

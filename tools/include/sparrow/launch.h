@@ -81,6 +81,16 @@ spw_err_t spw_launch_restart(spw_launch_t *launch, int idx, char *errstr, size_t
  */
 spw_err_t spw_launch_stop(spw_launch_t *launch, int idx, uint64_t grace_ms, int *status);
 
+/*
+ * Clean stop of the n children idx[0..n) together: SIGTERM to all, then SIGKILL to those still
+ * running after grace_ms (one deadline for the group). status[i] (status may be NULL) receives
+ * child idx[i]'s wait status. SPW_ERR_TIMEOUT when any needed SIGKILL. Members of one group
+ * (trainers of one Kafka consumer group) stop together this way instead of each one's departure
+ * rebalancing the others in turn.
+ */
+spw_err_t spw_launch_stop_group(spw_launch_t *launch, const int *idx, size_t n, uint64_t grace_ms,
+                                int *status);
+
 /* Stops every running child, the last started first, each with spw_launch_stop. */
 void spw_launch_stop_all(spw_launch_t *launch, uint64_t grace_ms);
 
