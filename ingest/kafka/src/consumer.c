@@ -801,8 +801,9 @@ static void serve_close_event(spw_kafka_consumer_t *c, rd_kafka_event_t *ev)
 }
 
 /* librdkafka's own close waits for the revoke, the final commit and the LeaveGroup without a
- * bound of its own (a stalled group coordinator held trainers 20-35 s at stop). The close runs in
- * librdkafka's background instead, its callbacks served here until it ends or the deadline. */
+ * bound of its own (a group coordinator that does not answer holds a stopping process past any
+ * grace period). The close runs in librdkafka's background instead, its callbacks served here
+ * until it ends or the deadline. */
 spw_err_t spw_kafka_consumer_close(spw_kafka_consumer_t *c)
 {
     if (c->closed)
