@@ -235,19 +235,27 @@ static void test_coord_modes_hybrid_barriers(void **state)
     assert_true(st.epochs_completed >= 3);
 }
 
-static void test_coord_modes_sync_member_killed(void **state)
+/* Three sync trainers of 25 steps; the third departs as `third` says. The other two must finish
+ * with the mode kept and one member removed. */
+static void sync_third_departs(struct trainer third, uint64_t member_timeout_ms,
+                               struct spw_coord_server_stats *st)
 {
-    (void)state;
     struct harness h;
-    start(&h, "sync", 3);
-    struct trainer t[3] = {{.steps = 25}, {.steps = 25}, {.steps = 25, .die_after = 5}};
+    start_with(&h, "sync", 3, member_timeout_ms);
+    struct trainer t[3] = {{.steps = 25}, {.steps = 25}, third};
     run_trainers(&h, t, 3);
     assert_int_equal(t[0].rc, SPW_OK);
     assert_int_equal(t[1].rc, SPW_OK);
     assert_int_equal(atomic_load(&h.violations), 0);
+    finish(&h, st);
+    assert_int_equal(st->members_removed, 1);
+}
+
+static void test_coord_modes_sync_member_killed(void **state)
+{
+    (void)state;
     struct spw_coord_server_stats st;
-    finish(&h, &st);
-    assert_int_equal(st.members_removed, 1);
+    sync_third_departs((struct trainer){.steps = 25, .die_after = 5}, 600, &st);
     assert_true(st.recoveries >= 2); /* start, joins, and the removal */
 }
 
@@ -256,16 +264,8 @@ static void test_coord_modes_sync_member_killed(void **state)
 static void test_coord_modes_sync_member_leaves(void **state)
 {
     (void)state;
-    struct harness h;
-    start_with(&h, "sync", 3, 3600 * 1000);
-    struct trainer t[3] = {{.steps = 25}, {.steps = 25}, {.steps = 25, .leave_after = 5}};
-    run_trainers(&h, t, 3);
-    assert_int_equal(t[0].rc, SPW_OK);
-    assert_int_equal(t[1].rc, SPW_OK);
-    assert_int_equal(atomic_load(&h.violations), 0);
     struct spw_coord_server_stats st;
-    finish(&h, &st);
-    assert_int_equal(st.members_removed, 1);
+    sync_third_departs((struct trainer){.steps = 25, .leave_after = 5}, 3600 * 1000, &st);
 }
 
 int main(void)
