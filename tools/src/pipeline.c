@@ -449,7 +449,6 @@ int spw_pipeline_trainer_http(const spw_pipeline_t *p, long t)
     return p->trainer_http[t];
 }
 
-/* Stops name when it runs; returns 1 when it was checked and did not exit 0 in time. */
 /* 1 when child idx did not exit 0 (and check asks for it to), with a line saying so. */
 static int unclean_exit(spw_pipeline_t *p, int idx, int st, bool check)
 {
@@ -482,6 +481,7 @@ static int stop_together(spw_pipeline_t *p, const char *const *names, size_t n, 
     return unclean;
 }
 
+/* Stops name when it runs; returns 1 when it was checked and did not exit 0 in time. */
 static int stop_one(spw_pipeline_t *p, const char *name, uint64_t grace_ms, bool check)
 {
     return stop_together(p, &name, 1, grace_ms, check);
