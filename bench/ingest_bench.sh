@@ -2,12 +2,15 @@
 # ingest_bench: in one run, over the same topic of the same mock cluster, the raw consume rate of
 # a bare librdkafka consumer (bench/ingest_bench_consume.c) and `sparrow ingest`'s end-to-end rate (events in, validated
 # ExampleBatch records out), for JSON events of 39 features and for protobuf events.
-# usage: bench/ingest_bench.sh BUILD_DIR [N_EVENTS]   (default 40000 per format; ~1-2 min)
+# usage: bench/ingest_bench.sh BUILD_DIR [N_EVENTS [ROUNDS]]   (default 40000 per format, 3 rounds)
+# Each rate is measured ROUNDS times (every round reads the topic from its start again, ingest in a
+# group of its own) and the median is reported: one round of 40,000 events lasts about 0.1 s.
 # Targets (issue 4): ingest >= 0.5 x bare consume for JSON; >= 300,000 events/s for protobuf.
 set -euo pipefail
 BUILD=$(cd "$1" && pwd)
 SPARROW=$BUILD/sparrow
 N=${2:-40000}
+ROUNDS=${3:-3}
 PARTS=16
 WORK=$(mktemp -d /tmp/ingest_bench.XXXXXX)
 PIDS=()
@@ -53,15 +56,15 @@ metric() { # port name
     curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 == m {print $2}'
 }
 
-ingest_rate() { # format in_topic out_topic
+ingest_rate() { # format in_topic out_topic round
     "$SPARROW" ingest --in "kafka://$BS/$2" --out "kafka://$BS/$3" --format "$1" \
-        --group "bench-$1" --set ingest.http.port=0 --set ingest.batch.size=2000 \
+        --group "bench-$1-$4" --set ingest.http.port=0 --set ingest.batch.size=2000 \
         --set log.level=info 2>"ingest-$1.err" &
     local pid=$!
     PIDS+=("$pid")
     local port=""
     for _ in $(seq 1 100); do
-        port=$(sed -n 's/.*http endpoint up port=\([0-9]*\).*/\1/p' "ingest-$1.err")
+        port=$(sed -n 's/.*http endpoint up port=\([0-9]*\).*/\1/p' "ingest-$1.err" 2>/dev/null)
         [ -n "$port" ] && break
         sleep 0.1
     done
@@ -84,14 +87,23 @@ ingest_rate() { # format in_topic out_topic
     echo "$out" >"batches-$1"
 }
 
-BARE_JSON=$(bare_rate events_json)
-BARE_PB=$(bare_rate events_pb)
-ING_JSON=$(ingest_rate json events_json out_json)
-ING_PB=$(ingest_rate pb events_pb out_pb)
+BARE_JSON="" BARE_PB="" ING_JSON="" ING_PB=""
+for r in $(seq 1 "$ROUNDS"); do
+    BARE_JSON+="$(bare_rate events_json),"
+    BARE_PB+="$(bare_rate events_pb),"
+    ING_JSON+="$(ingest_rate json events_json out_json "$r"),"
+    ING_PB+="$(ingest_rate pb events_pb out_pb "$r"),"
+done
 python3 - "$N" "$BARE_JSON" "$ING_JSON" "$BARE_PB" "$ING_PB" <<'PY'
+import statistics
 import sys
-n, bj, ij, bp, ip = (float(x) for x in sys.argv[1:])
-print(f"ingest_bench: {int(n)} events per format, one mock broker, 16 partitions")
+n = int(sys.argv[1])
+rounds = [[float(x) for x in a.split(",") if x] for a in sys.argv[2:]]
+bj, ij, bp, ip = (statistics.median(r) for r in rounds)
+print(f"ingest_bench: {n} events per format, one mock broker, 16 partitions, "
+      f"median of {len(rounds[0])} rounds")
+for name, r in zip(("bare json", "ingest json", "bare pb", "ingest pb"), rounds):
+    print(f"  rounds, {name:<11}: " + " ".join(f"{x:,.0f}" for x in r))
 print(f"  json (39 features): bare consume {bj:>10,.0f} msg/s   ingest {ij:>10,.0f} events/s   "
       f"ratio {ij / bj:.2f} (target >= 0.50)")
 print(f"  protobuf          : bare consume {bp:>10,.0f} msg/s   ingest {ip:>10,.0f} events/s   "
