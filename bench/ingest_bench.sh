@@ -8,6 +8,7 @@
 # Targets (issue 4): ingest >= 0.5 x bare consume for JSON; >= 300,000 events/s for protobuf.
 set -euo pipefail
 BUILD=$(cd "$1" && pwd)
+REPO=$(cd "$(dirname "$0")/.." && pwd)
 SPARROW=$BUILD/sparrow
 N=${2:-40000}
 ROUNDS=${3:-3}
@@ -35,15 +36,13 @@ BS=$(cat port)
 timeout 120 kcat -P -b "$BS" -t events_json -X linger.ms=50 -X sticky.partitioning.linger.ms=0 \
     <events.json
 # One record per Example: split the length-delimited file into one file per record for kcat.
-mkdir pb && python3 - <<'PY'
-data = open("events.pb", "rb").read()
-i = n = 0
-while i < len(data):
-    ln = s = 0
-    while True:
-        c = data[i]; i += 1; ln |= (c & 0x7f) << s; s += 7
-        if c < 0x80: break
-    open("pb/%07d" % n, "wb").write(data[i:i + ln]); i += ln; n += 1
+mkdir pb && python3 - "$REPO/tests/integration" <<'PY'
+import sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+import pbwire
+for n, rec in enumerate(pbwire.records("events.pb")):
+    open("pb/%07d" % n, "wb").write(rec)
 PY
 (cd pb && ls | xargs -n 4000 timeout 120 kcat -P -b "$BS" -t events_pb -X linger.ms=50 \
     -X sticky.partitioning.linger.ms=0)

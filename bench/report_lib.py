@@ -10,8 +10,13 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+import pbwire  # noqa: E402  (the varint reader the integration tests use)
 
 
 _LIVE = []  # every process group started here, killed at exit if still running
@@ -149,15 +154,7 @@ def split_pb(path, k, block, prefix):
     i = n = 0
     try:
         while i < len(data):
-            j = i
-            ln = s = 0
-            while True:
-                c = data[j]
-                j += 1
-                ln |= (c & 0x7F) << s
-                s += 7
-                if c < 0x80:
-                    break
+            ln, j = pbwire.varint(data, i)
             fs[(n // block) % k].write(data[i:j + ln])
             i = j + ln
             n += 1

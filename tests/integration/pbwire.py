@@ -1,5 +1,6 @@
 """Protobuf wire helpers for the integration tests' checks of length-delimited record files
-(sparrow ingest's file output and sparrow gen's pb format): no generated code needed."""
+(sparrow ingest's file output and sparrow gen's pb format), also used by bench/ to split such
+files: no generated code needed."""
 
 
 def varint(b, i):
