@@ -295,12 +295,12 @@ static uint32_t live_trainers(const spw_coord_server_t *srv, uint64_t *min, uint
     return n;
 }
 
-static void remove_member(spw_coord_server_t *srv, struct member *m, const char *why)
+/* level: INFO for a member that said it leaves, WARN for one lost */
+static void remove_member(spw_coord_server_t *srv, struct member *m, const char *why,
+                          enum spw_log_level level)
 {
-    /* a member that said it leaves is not news worth a warning */
-    SPW_LOG(strcmp(why, "left") == 0 ? SPW_LOG_INFO : SPW_LOG_WARN, "member removed",
-            "member=%s reason=%s clock=%" PRIu64 " phase=%s", m->id, why, m->clock,
-            phase_names[srv->phase]);
+    SPW_LOG(level, "member removed", "member=%s reason=%s clock=%" PRIu64 " phase=%s", m->id, why,
+            m->clock, phase_names[srv->phase]);
     m->live = false;
     m->waiting = false;
     srv->stats.members_removed++;
@@ -885,7 +885,7 @@ static void on_leave(spw_coord_server_t *srv, const Sparrow__Leave *l)
     struct member *m = find_member(srv, l->member_id, false);
     if (!m || !m->live || m->incarnation != l->incarnation)
         return;
-    remove_member(srv, m, "left");
+    remove_member(srv, m, "left", SPW_LOG_INFO);
     evaluate(srv);
 }
 
@@ -896,7 +896,7 @@ static void tick(spw_coord_server_t *srv)
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
         struct member *m = &srv->members[i];
         if (m->live && now - m->last_seen_ms > to)
-            remove_member(srv, m, "timeout");
+            remove_member(srv, m, "timeout", SPW_LOG_WARN);
     }
     uint64_t poll_ms = to / 4 < 100 ? 100 : to / 4 > 1000 ? 1000 : to / 4;
     for (uint32_t i = 0; i < srv->n_shards; i++) {
