@@ -58,6 +58,11 @@ wait "$GEN" || fail "gen to Kafka"
 echo "coord_recovery: shard 1 killed after epoch 2; both shards restored epoch $E, trainer re-seeked and checkpointed again"
 kill -TERM "$TR"
 wait "$TR" || fail "trainer exit status after SIGTERM"
+# The trainer's Leave removes it at once, and the coordinator rolls the shards back to LATEST
+# (its pushes after LATEST are not in any checkpoint); that recovery must end before the next.
+wait_for "the leave's recovery" 30 grep -q 'reason="trainer removed"' "$DIR/coord.log"
+g=$(grep 'reason="trainer removed"' "$DIR/coord.log" | tail -1 | grep -o 'generation=[0-9]*')
+wait_for "the leave's recovery to complete" 30 grep -q "recovery completed $g " "$DIR/coord.log"
 
 # Pruning kept coordinator.checkpoint.keep (3) epochs, LATEST the newest.
 L=$(cat "$CK/checkpoints/LATEST")
