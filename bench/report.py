@@ -462,7 +462,8 @@ def staleness_section(res, plots):
               "measured for every pushed row (`sparrow_ps_staleness`): the mean, and the bucket "
               "bounds (0, 1, 2, 4, … 1024) holding the 50th/90th/99th percentiles. tau comes from "
               "the other writers' pushes landing between a trainer's pull and its push (plus up "
-              "to one from its own pipelined pull), so it grows with K; the delay is the same in "
+              "to one from its own pipelined pull), so it grows with K (K is chosen for a tau of "
+              "about 0, 4, 16 and 64: about 0.6 K on 2 cores); the delay is the same in "
               "every run. Logloss: the mean of the trainers' final-window logloss (the last "
               "quarter of each part)." %
               (", ".join(map(str, s.get("writers", []))), s.get("delay_ms"),
