@@ -67,6 +67,9 @@ const struct spw_config_prop spw_ingest_config_props[] = {
      "How often delivered input offsets are committed."},
     {"ingest.shutdown.timeout", SPW_CONFIG_DURATION_MS, "30s", 0, 3600000, NULL,
      "Grace period on SIGTERM to deliver what is queued before exiting."},
+    {"ingest.kafka.close.timeout", SPW_CONFIG_DURATION_MS, "10s", 100, 3600000, NULL,
+     "On SIGTERM, after delivery: longest wait for the Kafka input's close (final commit, "
+     "leaving the group); past it the partitions move on the group's session timeout."},
     {"ingest.http.addr", SPW_CONFIG_STRING, "127.0.0.1", 0, 255, NULL,
      "Address of the /metrics, /healthz, /readyz endpoint."},
     {"ingest.http.port", SPW_CONFIG_INT, "0", -1, 65535, NULL,
@@ -608,6 +611,7 @@ static int open_input(struct ingest *in, const char *url)
         .lost = spw_config_bool(in->cfg, "ingest.strict") ? SPW_KAFKA_LOST_FAIL
                                                           : SPW_KAFKA_LOST_EARLIEST,
         .metrics = in->metrics,
+        .close_timeout_ms = (int)spw_config_duration_ms(in->cfg, "ingest.kafka.close.timeout"),
     };
     in->consumer = spw_kafka_consumer_new(props, &copts, errstr, sizeof(errstr));
     if (!in->consumer) {

@@ -22,8 +22,10 @@ WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")
 ROLES_WITH_HTTP = {"pserver": "pserver.http.port", "trainer": "trainer.http.port",
                    "serve": "serve.http.port", "ingest": "ingest.http.port",
                    "coordinator": "coordinator.http.port"}
-# Roles whose SIGTERM drain has a configured bound: the grace period must exceed it.
-DRAIN_PROPS = {"trainer": "trainer.shutdown.grace", "ingest": "ingest.shutdown.timeout"}
+# Roles whose SIGTERM drain has configured bounds, one after the other: the grace period must
+# exceed their sum.
+DRAIN_PROPS = {"trainer": ("trainer.shutdown.grace", "trainer.kafka.close.timeout"),
+               "ingest": ("ingest.shutdown.timeout", "ingest.kafka.close.timeout")}
 KAFKA_ROLES = ("trainer", "ingest", "serve", "pserver")
 PUBLIC_ROLE = "serve"
 
@@ -336,10 +338,14 @@ def main():
             fail("%s: no HTTP endpoint, so prometheus.io/scrape must say \"false\"" % role)
 
         if role in DRAIN_PROPS and cfg:
-            drain = duration_s(cfg[DRAIN_PROPS[role]])
-            if grace <= drain:
-                fail("%s: terminationGracePeriodSeconds %d does not exceed %s = %gs"
-                     % (role, grace, DRAIN_PROPS[role], drain))
+            missing = [k for k in DRAIN_PROPS[role] if k not in cfg]
+            if missing:
+                fail("%s: the configuration does not set %s" % (role, ", ".join(missing)))
+            else:
+                drain = sum(duration_s(cfg[k]) for k in DRAIN_PROPS[role])
+                if grace <= drain:
+                    fail("%s: terminationGracePeriodSeconds %d does not exceed %s = %gs"
+                         % (role, grace, " + ".join(DRAIN_PROPS[role]), drain))
 
         # Every file or directory the configuration names must be on a mounted volume.
         for key, val in cfg.items():

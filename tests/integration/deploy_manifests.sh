@@ -91,7 +91,7 @@ mutate cpu selector 'find("Deployment", "trainer")["spec"]["selector"]["matchLab
 mutate cpu scrape-port 'find("Deployment", "trainer")["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] = "9100"' \
     "trainer: prometheus.io/port '9100', the configuration says 9200"
 mutate cpu grace 'find("Deployment", "trainer")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 30' \
-    "trainer: terminationGracePeriodSeconds 30 does not exceed trainer.shutdown.grace"
+    "trainer: terminationGracePeriodSeconds 30 does not exceed trainer.shutdown.grace + trainer.kafka.close.timeout"
 mutate cpu rwo-checkpoints 'find("PersistentVolumeClaim", "sparrow-checkpoints")["spec"]["accessModes"] = ["ReadWriteOnce"]' \
     "the checkpoint PVC is not ReadWriteMany"
 mutate cpu service-port 'find("Service", "serve")["spec"]["ports"][0]["targetPort"] = 8081' \

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sparrow/trainer.h"
+#include "sparrow/trainer_loop.h"
 
 static spw_config_t *new_cfg(void)
 {
@@ -92,11 +93,35 @@ static void test_trn_config_settings_reach_params(void **state)
     spw_config_destroy(cfg);
 }
 
+/* The shutdown bounds reach the loop's configuration: pushes, then the Kafka consumer's close. */
+static void test_trn_config_shutdown_bounds_reach_loop(void **state)
+{
+    (void)state;
+    char errstr[256];
+    spw_config_t *cfg = new_cfg();
+    const char *in[] = {"trainer.in=kafka://127.0.0.1:9092/examples"};
+    assert_int_equal(spw_config_load(cfg, NULL, NULL, in, 1, errstr, sizeof(errstr)), SPW_OK);
+    struct spw_trainer_loop_conf conf;
+    assert_int_equal(spw_trainer_loop_conf_from_config(cfg, &conf, errstr, sizeof(errstr)), SPW_OK);
+    assert_int_equal(conf.grace_ms, 30000);
+    assert_int_equal(conf.kafka_close_ms, 10000);
+    const char *sets[] = {"trainer.shutdown.grace=7s", "trainer.kafka.close.timeout=2500ms"};
+    assert_int_equal(spw_config_load(cfg, NULL, NULL, sets, 2, errstr, sizeof(errstr)), SPW_OK);
+    assert_int_equal(spw_trainer_loop_conf_from_config(cfg, &conf, errstr, sizeof(errstr)), SPW_OK);
+    assert_int_equal(conf.grace_ms, 7000);
+    assert_int_equal(conf.kafka_close_ms, 2500);
+    /* no close may be unbounded or instant: 0 is refused */
+    const char *bad[] = {"trainer.kafka.close.timeout=0"};
+    assert_int_not_equal(spw_config_load(cfg, NULL, NULL, bad, 1, errstr, sizeof(errstr)), SPW_OK);
+    spw_config_destroy(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trn_config_defaults),
         cmocka_unit_test(test_trn_config_settings_reach_params),
+        cmocka_unit_test(test_trn_config_shutdown_bounds_reach_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

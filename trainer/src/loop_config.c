@@ -79,6 +79,7 @@ spw_err_t spw_trainer_loop_conf_from_config(const spw_config_t *cfg,
     conf->strict_offsets = spw_config_bool(cfg, "trainer.strict");
     conf->kafka_config = cfg;
     conf->linger_ms = (uint64_t)spw_config_duration_ms(cfg, "trainer.batch.linger");
+    conf->kafka_close_ms = (uint64_t)spw_config_duration_ms(cfg, "trainer.kafka.close.timeout");
     conf->max_examples = (uint64_t)spw_config_int(cfg, "trainer.max_examples");
 
     bool bad = false;

@@ -250,6 +250,7 @@ spw_err_t spw_trn__source_open_kafka(struct spw_trn__source *src, const char *ur
         .opaque = src,
         .metrics = conf->metrics,
         .metrics_labels = "role=\"trainer\"",
+        .close_timeout_ms = (int)conf->kafka_close_ms,
     };
     src->consumer = spw_kafka_consumer_new(props, &opts, errstr, errstr_size);
     err = src->consumer ? SPW_OK : SPW_ERR_KAFKA;

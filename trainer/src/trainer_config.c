@@ -91,6 +91,10 @@ const struct spw_config_prop spw_trainer_config_props[] = {
      "How often stored Kafka offsets are committed; 0: never (a coordinator commits them)."},
     {"trainer.shutdown.grace", SPW_CONFIG_DURATION_MS, "30s", 0, 3600000, NULL,
      "On SIGTERM or at the end: longest wait for outstanding pushes to be acknowledged."},
+    {"trainer.kafka.close.timeout", SPW_CONFIG_DURATION_MS, "10s", 100, 3600000, NULL,
+     "On SIGTERM or at the end, after the pushes: longest wait for the Kafka consumer's close "
+     "(final commit, leaving the group); past it the partitions move on the group's session "
+     "timeout."},
     {"trainer.debug.delay_ms", SPW_CONFIG_DURATION_MS, "0", 0, 3600000, NULL,
      "Straggler injection: sleep this long before every step."},
     {"trainer.debug.slow_factor", SPW_CONFIG_DOUBLE, "1", 1, 1000, NULL,

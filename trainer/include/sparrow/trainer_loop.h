@@ -103,6 +103,7 @@ struct spw_trainer_loop_conf {
     const spw_config_t *kafka_config; /* borrowed; its kafka.* pass-through properties; NULL */
     size_t max_record_bytes;          /* largest Kafka record (ExampleBatch) accepted */
     uint64_t linger_ms;               /* Kafka: longest wait for a micro-batch to fill */
+    uint64_t kafka_close_ms;          /* Kafka: longest wait for the consumer's close; 0: 10 s */
     uint64_t max_examples;            /* stop after this many examples; 0: no limit */
     /* parameter servers: client.shards etc.; dim, stores, trainer_id, epoch, metrics are set by
      * the loop from the fields below */
