@@ -64,14 +64,19 @@ wait_for "the leave's recovery" 30 grep -q 'reason="trainer removed"' "$DIR/coor
 g=$(grep 'reason="trainer removed"' "$DIR/coord.log" | tail -1 | grep -o 'generation=[0-9]*')
 wait_for "the leave's recovery to complete" 30 grep -q "recovery completed $g " "$DIR/coord.log"
 
-# Pruning kept coordinator.checkpoint.keep (3) epochs, LATEST the newest.
+# Pruning kept coordinator.checkpoint.keep (3) complete epochs (those with a MANIFEST), LATEST the
+# newest. An epoch that the leave's recovery abandoned may also be there, with shard checkpoints
+# and no MANIFEST: epoch numbers are never reused, and it is pruned by number later.
+complete() {
+    for d in "$CK"/checkpoints/[0-9]*; do if [ -s "$d/MANIFEST" ]; then basename "$d"; fi; done | sort -n
+}
 L=$(cat "$CK/checkpoints/LATEST")
-kept=$(ls "$CK/checkpoints" | grep -c '^[0-9]*$')
-[ "$kept" -eq 3 ] || fail "$kept epochs kept, want 3: $(ls "$CK/checkpoints" | tr '\n' ' ')"
-[ "$(ls "$CK/checkpoints" | grep '^[0-9]*$' | sort -n | tail -1)" = "$L" ] || fail "LATEST $L is not the newest"
+kept=$(complete | wc -l)
+[ "$kept" -eq 3 ] || fail "$kept complete epochs kept, want 3: $(ls "$CK/checkpoints" | tr '\n' ' ')"
+[ "$(complete | tail -1)" = "$L" ] || fail "LATEST $L is not the newest complete epoch"
 # A corrupt shard checkpoint in LATEST: the next recovery (shard 0 restarted) moves both shards
 # back to the previous epoch together.
-P=$(ls "$CK/checkpoints" | grep '^[0-9]*$' | sort -n | tail -2 | head -1)
+P=$(complete | tail -2 | head -1)
 # (a copy: the epochs' SST files are hard links of one another, RocksDB checkpoints share them)
 sst=$(ls "$CK/checkpoints/$L/shard-1/"*.sst | head -1)
 cp "$sst" "$sst.tmp" && printf 'corrupt' | dd of="$sst.tmp" bs=1 seek=64 conv=notrunc 2>/dev/null
