@@ -68,24 +68,24 @@ ingest_rate() { # format in_topic out_topic round
         [ -n "$port" ] && break
         sleep 0.1
     done
-    local finished="" ev=0 out=0
+    local finished="" ev=0
     for _ in $(seq 1 1200); do
         ev=$(metric "$port" sparrow_ingest_events_total)
         ev=${ev:-0}
         if [ "${ev%.*}" -ge "$N" ]; then finished=1; break; fi
         sleep 0.1
     done
-    # Delivered output: the examples written (batches are counted when delivered below).
-    out=$(metric "$port" 'sparrow_kafka_produced_total{sink="out"}')
     kill -TERM "$pid"
     wait "$pid"
     [ -n "$finished" ] || { echo "ingest $1 did not finish: $ev events" >&2; exit 1; }
-    local secs
-    secs=$(sed -n 's/.*ingest stopped events=\([0-9]*\) .* events_seconds=\([0-9.]*\).*/\1 \2/p' \
+    # every event in, and out as a validated example delivered (SIGTERM drains before this line)
+    local stop s_ev s_ex s_secs
+    stop=$(sed -n 's/.*ingest stopped events=\([0-9]*\) examples=\([0-9]*\) .* events_seconds=\([0-9.]*\).*/\1 \2 \3/p' \
         "ingest-$1.err")
-    [ "${secs%% *}" = "$N" ] || { echo "ingest $1 stopped with '$secs' (events seconds)" >&2; exit 1; }
-    python3 -c "print('%.0f' % ($N / ${secs#* }))"
-    echo "$out" >"batches-$1"
+    read -r s_ev s_ex s_secs <<<"$stop"
+    [ "$s_ev" = "$N" ] && [ "$s_ex" = "$N" ] ||
+        { echo "ingest $1 stopped with '$stop' (events examples seconds), want $N events and examples" >&2; exit 1; }
+    python3 -c "print('%.0f' % ($N / $s_secs))"
 }
 
 BARE_JSON="" BARE_PB="" ING_JSON="" ING_PB=""
