@@ -66,7 +66,8 @@ wait_for "the leave's recovery to complete" 30 grep -q "recovery completed $g " 
 
 # Pruning kept coordinator.checkpoint.keep (3) complete epochs (those with a MANIFEST), LATEST the
 # newest. An epoch that the leave's recovery abandoned may also be there, with shard checkpoints
-# and no MANIFEST: epoch numbers are never reused, and it is pruned by number later.
+# and no MANIFEST: epoch numbers are never reused, and the next checkpoint's prune removes such
+# orphans (none follows here: the only trainer has gone).
 complete() {
     for d in "$CK"/checkpoints/[0-9]*; do if [ -s "$d/MANIFEST" ]; then basename "$d"; fi; done | sort -n
 }

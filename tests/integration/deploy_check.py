@@ -338,14 +338,10 @@ def main():
             fail("%s: no HTTP endpoint, so prometheus.io/scrape must say \"false\"" % role)
 
         if role in DRAIN_PROPS and cfg:
-            missing = [k for k in DRAIN_PROPS[role] if k not in cfg]
-            if missing:
-                fail("%s: the configuration does not set %s" % (role, ", ".join(missing)))
-            else:
-                drain = sum(duration_s(cfg[k]) for k in DRAIN_PROPS[role])
-                if grace <= drain:
-                    fail("%s: terminationGracePeriodSeconds %d does not exceed %s = %gs"
-                         % (role, grace, " + ".join(DRAIN_PROPS[role]), drain))
+            drain = sum(duration_s(cfg[k]) for k in DRAIN_PROPS[role])  # effective: all set
+            if grace <= drain:
+                fail("%s: terminationGracePeriodSeconds %d does not exceed %s = %gs"
+                     % (role, grace, " + ".join(DRAIN_PROPS[role]), drain))
 
         # Every file or directory the configuration names must be on a mounted volume.
         for key, val in cfg.items():
