@@ -34,6 +34,7 @@ struct spw_coord_client {
     size_t n_offsets;
     uint64_t latest_epoch, generation;
     uint64_t registrations; /* registrations so far (each makes a waiting Clock resend) */
+    uint32_t trainer_id;    /* sent with every Clock (0: none) */
     spw_coord_wait_fn wait;
     void *wait_opaque;
 };
@@ -283,13 +284,17 @@ void spw_coord_client_destroy(spw_coord_client_t *c)
     free(c);
 }
 
-static spw_err_t send_clock(spw_coord_client_t *c, uint64_t clock)
+static spw_err_t send_clock(spw_coord_client_t *c, uint64_t clock, uint64_t examples)
 {
     Sparrow__CoordMessage msg = SPARROW__COORD_MESSAGE__INIT;
     Sparrow__Clock ck = SPARROW__CLOCK__INIT;
     ck.member_id = c->member_id;
     ck.has_step = true;
     ck.step = clock;
+    ck.has_examples = true;
+    ck.examples = examples;
+    ck.has_trainer_id = c->trainer_id != 0;
+    ck.trainer_id = c->trainer_id;
     msg.body_case = SPARROW__COORD_MESSAGE__BODY_CLOCK;
     msg.clock = &ck;
     return send_msg(c->sock, &c->out, &msg);
@@ -297,8 +302,14 @@ static spw_err_t send_clock(spw_coord_client_t *c, uint64_t clock)
 
 spw_err_t spw_coord_client_clock(spw_coord_client_t *c, uint64_t clock, struct spw_coord_event *ev)
 {
+    return spw_coord_client_clock_step(c, clock, 0, ev);
+}
+
+spw_err_t spw_coord_client_clock_step(spw_coord_client_t *c, uint64_t clock, uint64_t examples,
+                                      struct spw_coord_event *ev)
+{
     memset(ev, 0, sizeof(*ev));
-    send_clock(c, clock);
+    send_clock(c, clock, examples);
     uint64_t regs = c->registrations;
     for (;;) {
         if (atomic_load(&c->unknown)) {
@@ -311,7 +322,7 @@ spw_err_t spw_coord_client_clock(spw_coord_client_t *c, uint64_t clock, struct s
         if (c->registrations != regs) {
             /* registered again (here or in the wait function): the coordinator forgot the Clock */
             regs = c->registrations;
-            send_clock(c, clock);
+            send_clock(c, clock, examples);
         }
         const Sparrow__ClockReply *cr = NULL;
         int r = recv_reply(c, c->wait ? 20 : 50, &cr);
@@ -339,10 +350,16 @@ spw_err_t spw_coord_client_clock(spw_coord_client_t *c, uint64_t clock, struct s
             ev->kind = SPW_COORD_EV_PROCEED;
             ev->drop_cache = cr->has_drop_cache && cr->drop_cache;
             ev->commit = cr->has_commit && cr->commit;
+            ev->step = cr->has_step ? cr->step : 0;
             return SPW_OK;
         }
         /* a stale `registered` reply: keep waiting */
     }
+}
+
+void spw_coord_client_set_trainer_id(spw_coord_client_t *c, uint32_t trainer_id)
+{
+    c->trainer_id = trainer_id;
 }
 
 void spw_coord_client_set_wait(spw_coord_client_t *c, spw_coord_wait_fn wait, void *opaque)

@@ -51,6 +51,8 @@ struct member {
     uint64_t examples_reported, examples_counted;
     uint64_t restored_gen;
     bool pending_commit, pending_drop, pending_offsets;
+    uint32_t trainer_id;    /* the id its pushes carry (from its Clocks) */
+    uint64_t step_examples; /* examples of the step its clock counts (two-phase weight) */
 };
 
 struct shard {
@@ -69,6 +71,9 @@ struct shard {
     spw_err_t result;
     struct spw_coord_offset *upd; /* model-updates offsets of its last CheckpointReply (malloc) */
     size_t n_upd;
+    bool commit_pending; /* a CommitRequest outstanding (two-phase steps) */
+    uint64_t commit_id;
+    spw_err_t commit_result;
 };
 
 struct spw_coord_server {
@@ -94,9 +99,19 @@ struct spw_coord_server {
     struct spw_coord_server_stats stats;
     struct spw_coord__metrics m;
     uint64_t last_completed_ms; /* the last checkpoint completed (start before the first) */
+    /* two-phase steps (sync): the last step every shard applied, and the one being committed
+     * (0: none) since commit_sent_ms */
+    uint64_t committed_step, commit_step, commit_sent_ms;
+    uint32_t *commit_ids; /* SPW_COORD_MAX_MEMBERS scratch: the step's contributors */
 };
 
 /* ---- sending ---- */
+
+/* True in the modes whose steps are two-phase: pushes wait on the shards for the step's commit. */
+static bool two_phase(const spw_coord_server_t *srv)
+{
+    return srv->conf.mode.kind == SPW_COORD_SYNC;
+}
 
 static void send_to(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len,
                     const ProtobufCMessage *msg)
@@ -158,6 +173,10 @@ static void reply_member(spw_coord_server_t *srv, struct member *m, int kind)
         cr.has_drop_cache = cr.has_commit = true;
         cr.drop_cache = m->pending_drop;
         cr.commit = m->pending_commit;
+        if (two_phase(srv)) { /* the next step's pushes wait for commit clock + 1 */
+            cr.has_step = true;
+            cr.step = m->clock + 1;
+        }
         m->pending_drop = m->pending_commit = m->pending_offsets = false;
         break;
     case 1:
@@ -238,6 +257,58 @@ static void shard_send(spw_coord_server_t *srv, struct shard *sh, int body, uint
     srv->out.len = 0;
     if (spw_wire_pack(&req.base, &srv->out) == SPW_OK)
         zmq_send(sh->sock, srv->out.data, srv->out.len, ZMQ_DONTWAIT);
+}
+
+/* Sends CommitRequest(step) to every shard: the contributions of the live trainers whose clock
+ * reached step, weighted over their examples of that step. */
+static void commit_step(spw_coord_server_t *srv, uint64_t step)
+{
+    size_t n_ids = 0;
+    uint64_t examples = 0;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        const struct member *m = &srv->members[i];
+        if (!m->live || m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER || m->clock < step)
+            continue;
+        srv->commit_ids[n_ids++] = m->trainer_id;
+        if (m->clock == step)
+            examples += m->step_examples;
+    }
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    Sparrow__CommitRequest cr = SPARROW__COMMIT_REQUEST__INIT;
+    req.has_version = req.has_request_id = true;
+    req.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    req.body_case = SPARROW__REQUEST__BODY_COMMIT;
+    req.commit = &cr;
+    cr.has_step = cr.has_examples = true;
+    cr.step = step;
+    cr.examples = examples;
+    cr.n_trainer_ids = n_ids;
+    cr.trainer_ids = srv->commit_ids;
+    srv->commit_step = step;
+    srv->commit_sent_ms = spw_time_mono_ms();
+    for (uint32_t i = 0; i < srv->n_shards; i++) {
+        struct shard *sh = &srv->shards[i];
+        req.request_id = ++srv->req_seq;
+        sh->commit_id = req.request_id;
+        sh->commit_pending = true;
+        sh->commit_result = SPW_ERR_TIMEOUT;
+        srv->out.len = 0;
+        if (spw_wire_pack(&req.base, &srv->out) == SPW_OK)
+            zmq_send(sh->sock, srv->out.data, srv->out.len, ZMQ_DONTWAIT);
+    }
+}
+
+/* The commit in flight: true once every shard answered (*ok: all applied it). */
+static bool commit_done(const spw_coord_server_t *srv, bool *ok)
+{
+    *ok = true;
+    for (uint32_t i = 0; i < srv->n_shards; i++) {
+        if (srv->shards[i].commit_pending)
+            return false;
+        if (srv->shards[i].commit_result != SPW_OK)
+            *ok = false;
+    }
+    return true;
 }
 
 static void shards_request(spw_coord_server_t *srv, int body, uint64_t epoch)
@@ -400,8 +471,12 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
         m->based = true;
     }
     int64_t eff = m->base + (int64_t)c->step;
-    if (eff > (int64_t)m->clock)
+    if (eff > (int64_t)m->clock) {
         m->clock = (uint64_t)eff;
+        m->step_examples = c->has_examples ? c->examples : 0;
+    }
+    if (c->has_trainer_id)
+        m->trainer_id = c->trainer_id;
     m->waiting = true;
     m->told_epoch = m->told_gen = 0; /* a fresh Clock wants a fresh answer */
     evaluate(srv);
@@ -633,6 +708,11 @@ static void start_recovery(spw_coord_server_t *srv, const char *reason)
     srv->phase = PHASE_REC_TRAINERS;
     srv->deadline_ms = spw_time_mono_ms() + srv->conf.checkpoint_timeout_ms;
     srv->recovery_wanted = false;
+    /* a step being committed is discarded with the rest after the epoch (the restore clears
+     * the shards' pending tables); its late replies are ignored */
+    srv->commit_step = 0;
+    for (uint32_t i = 0; i < srv->n_shards; i++)
+        srv->shards[i].commit_pending = false;
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
         struct member *mb = &srv->members[i];
         mb->told_gen = 0;
@@ -755,6 +835,27 @@ static void evaluate(spw_coord_server_t *srv)
             }
             if (!srv->initial_recovery_done || n == 0)
                 break;
+            if (two_phase(srv)) {
+                /* step min is complete (every live trainer's pushes acknowledged): commit it
+                 * on every shard before anyone reads, and before a checkpoint records the
+                 * offsets of its examples */
+                bool ok;
+                if (srv->commit_step && !commit_done(srv, &ok))
+                    break;
+                if (srv->commit_step) {
+                    uint64_t step = srv->commit_step;
+                    srv->commit_step = 0;
+                    if (!ok) {
+                        start_recovery(srv, "a shard failed to commit a step");
+                        break;
+                    }
+                    srv->committed_step = step;
+                }
+                if (min > srv->committed_step) {
+                    commit_step(srv, min);
+                    break;
+                }
+            }
             if (srv->conf.mode.kind == SPW_COORD_HYBRID) {
                 /* a barrier every live trainer reached: checkpoint (when due) and release */
                 bool all_at = true;
@@ -777,7 +878,10 @@ static void evaluate(spw_coord_server_t *srv)
                     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
                         if (srv->members[i].live)
                             srv->members[i].pending_drop = true;
-            } else if (checkpoint_due(srv, max)) {
+            } else if ((!two_phase(srv) || max == srv->committed_step) &&
+                       checkpoint_due(srv, max)) {
+                /* two-phase: only between steps, once every trainer's last step committed
+                 * (a trainer already clocked past it holds pushes the checkpoint lacks) */
                 open_epoch(srv, srv->conf.checkpoint_interval_ms > 0 &&
                                         spw_time_mono_ms() - srv->last_ckpt_ms >=
                                             srv->conf.checkpoint_interval_ms
@@ -788,7 +892,8 @@ static void evaluate(spw_coord_server_t *srv)
             for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
                 struct member *m = &srv->members[i];
                 if (m->live && m->waiting &&
-                    spw_coord_mode_may_proceed(&srv->conf.mode, m->clock, min)) {
+                    spw_coord_mode_may_proceed(&srv->conf.mode, m->clock, min) &&
+                    (!two_phase(srv) || m->clock <= srv->committed_step)) {
                     m->waiting = false;
                     reply_member(srv, m, 0);
                 }
@@ -830,6 +935,18 @@ static void on_shard_reply(spw_coord_server_t *srv, struct shard *sh, const void
                     srv->recovery_wanted = true;
             }
         }
+        return;
+    }
+    if (sh->commit_pending && rep->request_id == sh->commit_id) {
+        sh->commit_pending = false;
+        bool failed = (rep->has_error && rep->error != SPARROW__ERROR_CODE__ERROR_NONE) ||
+                      rep->body_case != SPARROW__REPLY__BODY_COMMIT;
+        if (failed)
+            SPW_WARN("shard commit failed", "shard=%s step=%" PRIu64 " error=%d msg=\"%s\"",
+                     sh->endpoint, srv->commit_step, (int)rep->error,
+                     rep->error_message ? rep->error_message : "");
+        sh->commit_result = failed ? SPW_ERR_RPC : SPW_OK;
+        evaluate(srv);
         return;
     }
     if (!sh->pending || rep->request_id != sh->req_id)
@@ -911,6 +1028,11 @@ static void tick(spw_coord_server_t *srv)
             sh->stats_pending = true;
             sh->stats_sent_ms = now;
             shard_send(srv, sh, SPARROW__REQUEST__BODY_STATS, 0, &sh->stats_id);
+        }
+        if (sh->commit_pending && now - srv->commit_sent_ms > srv->conf.checkpoint_timeout_ms) {
+            sh->commit_pending = false;
+            sh->commit_result = SPW_ERR_TIMEOUT;
+            shard_reset(srv, sh);
         }
         if (sh->pending && now - sh->sent_ms > srv->conf.checkpoint_timeout_ms) {
             sh->pending = false;
@@ -997,7 +1119,8 @@ spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *con
     srv->dir = strdup(conf->checkpoint_dir && conf->checkpoint_dir[0] ? conf->checkpoint_dir : ".");
     srv->arena = spw_arena_new(1 << 16, (size_t)SPW_COORD_MAX_FRAME * 4);
     srv->ctx = zmq_ctx_new();
-    if (!srv->listen || !srv->dir || !srv->arena || !srv->ctx) {
+    srv->commit_ids = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->commit_ids));
+    if (!srv->listen || !srv->dir || !srv->arena || !srv->ctx || !srv->commit_ids) {
         snprintf(errstr, errstr_size, "out of memory");
         goto err;
     }
@@ -1141,6 +1264,7 @@ void spw_coord_server_destroy(spw_coord_server_t *srv)
     spw_coord_manifest_fini(&srv->cur);
     spw_arena_destroy(srv->arena);
     free(srv->out.data);
+    free(srv->commit_ids);
     free(srv->listen);
     free(srv->dir);
     free(srv);

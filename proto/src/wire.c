@@ -180,12 +180,29 @@ static bool offsets_ok(Sparrow__PartitionOffset *const *offsets, size_t n)
     return true;
 }
 
+/* An echo block: n' × u32 indices, strictly ascending, each < n. */
+static bool echo_ok(const ProtobufCBinaryData *echo, size_t n)
+{
+    if (echo->len % 4 != 0 || echo->len / 4 > n)
+        return false;
+    uint32_t prev = 0;
+    for (size_t i = 0; i < echo->len / 4; i++) {
+        uint32_t v;
+        memcpy(&v, echo->data + i * 4, 4);
+        if (v >= n || (i > 0 && v <= prev))
+            return false;
+        prev = v;
+    }
+    return true;
+}
+
 /*
  * PushRequest blocks (n = keys.len / 8):
  *   | block    | bytes                  |
  *   | keys     | n * 8                  |
  *   | versions | n * 4                  |
  *   | grads    | n * dim * (fp16 ? 2:4) |
+ *   | echo     | n' * 4, n' <= n        |
  */
 static bool push_ok(const Sparrow__PushRequest *push)
 {
@@ -194,7 +211,23 @@ static bool push_ok(const Sparrow__PushRequest *push)
     size_t n = push->keys.len / 8, grads;
     if (!mul3(n, push->dim, push->fp16 ? 2 : 4, &grads))
         return false;
-    return push->versions.len == n * 4 && push->grads.len == grads;
+    return push->versions.len == n * 4 && push->grads.len == grads && echo_ok(&push->echo, n);
+}
+
+/* PushAck echo blocks (n' = echo_versions.len / 4): versions n' * 4, values n' * dim * 4; dim
+ * is the request's, so only the shapes are checked here (the client checks dim). */
+static bool push_ack_ok(const Sparrow__PushAck *ack)
+{
+    size_t n = ack->echo_versions.len;
+    if (n % 4 != 0)
+        return false;
+    n /= 4;
+    if (n == 0)
+        return ack->echo_values.len == 0;
+    return ack->echo_values.len % (n * 4) == 0 &&
+           dim_ok(ack->echo_values.len / (n * 4) > UINT32_MAX
+                      ? 0
+                      : (uint32_t)(ack->echo_values.len / (n * 4)));
 }
 
 /* PullReply blocks (n = versions.len / 4): versions n * 4, values n * dim * 4. */
@@ -224,6 +257,8 @@ static bool reply_ok(const Sparrow__Reply *reply)
 {
     if (reply->body_case == SPARROW__REPLY__BODY_PULL)
         return pull_reply_ok(reply->pull);
+    if (reply->body_case == SPARROW__REPLY__BODY_PUSH)
+        return push_ack_ok(reply->push);
     return true;
 }
 

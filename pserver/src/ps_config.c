@@ -46,6 +46,9 @@ const struct spw_config_prop spw_pserver_config_props[] = {
     {"pserver.debug.counter_key", SPW_CONFIG_INT, "0", 0, 9.2e18, NULL,
      "A reserved key kept as a plain counter (a push adds its first gradient value to w[0], "
      "no optimizer, no penalty); pairs with trainer.debug.counter_key. 0: none."},
+    {"pserver.steps.max_mb", SPW_CONFIG_INT, "1024", 1, 1048576, NULL,
+     "Bound of the pending table of two-phase steps (sync mode): pushes held until their step "
+     "commits; a push beyond it is refused (ERROR_UNAVAILABLE)."},
     {"pserver.ttl", SPW_CONFIG_DURATION_MS, "0", 0, 3.2e12, NULL,
      "Rows not updated for this long are evicted (tombstoned); 0 disables."},
     {"pserver.ttl.sweep_rows", SPW_CONFIG_INT, "10000", 1, 1e9, NULL,
@@ -124,6 +127,7 @@ spw_err_t spw_ps_server_conf_from_config(const spw_config_t *cfg, struct spw_ps_
         sc->ttl_s = 1;
     sc->rocksdb_options = spw_config_str(cfg, "rocksdb.options");
     conf->max_frame = (size_t)spw_config_int(cfg, "pserver.max_frame");
+    conf->steps_max_bytes = (size_t)spw_config_int(cfg, "pserver.steps.max_mb") << 20;
     conf->data_dir = spw_config_str(cfg, "pserver.data_dir");
     conf->checkpoint_dir = spw_config_str(cfg, "pserver.checkpoint.dir");
     conf->restore = spw_config_bool(cfg, "pserver.restore");

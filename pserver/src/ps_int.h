@@ -192,4 +192,61 @@ static inline uint64_t spw_ps__key_decode(const char in[8])
     return key;
 }
 
+/* ---- two-phase steps (steps.c) ---- */
+
+/* The pending table: pushes tagged with a step, per contributor, until the step's commit. Owned
+ * by the shard's thread. */
+typedef struct spw_ps__steps spw_ps__steps_t;
+
+/* One tagged push (arrays borrowed; copied by spw_ps__steps_add). versions may be NULL (0). */
+struct spw_ps__step_push {
+    uint64_t step;
+    uint32_t trainer_id;
+    uint32_t examples; /* behind the trainer's step gradient: its weight */
+    int64_t max_event_ms;
+    size_t n;
+    const uint64_t *keys;
+    const float *grads; /* n × dim, the trainer's step-mean gradient */
+    const uint32_t *versions;
+};
+
+/* A commit: step, the trainers whose contributions count, and the step's examples over all of
+ * them (0: the sum of what arrived). counter_key (0: none) is summed, not averaged. */
+struct spw_ps__step_commit {
+    uint64_t step;
+    const uint32_t *trainer_ids;
+    size_t n_trainers;
+    uint64_t examples;
+    uint64_t counter_key;
+};
+
+/* What a commit applies: unique keys, their averaged gradients and the oldest version each was
+ * computed from (owned by the table, valid until its next call). */
+struct spw_ps__step_sum {
+    size_t n;
+    const uint64_t *keys;
+    const float *grads;
+    const uint32_t *versions;
+    uint32_t contributions, discarded;
+    int64_t max_event_ms;
+};
+
+/* NULL when out of memory. max_bytes bounds the pending pushes held. */
+spw_ps__steps_t *spw_ps__steps_new(uint32_t dim, size_t max_bytes);
+void spw_ps__steps_destroy(spw_ps__steps_t *st);
+/* Holds a push for its step. SPW_ERR_TOO_BIG when the table would exceed max_bytes (nothing
+ * kept), SPW_ERR_NOMEM. */
+spw_err_t spw_ps__steps_add(spw_ps__steps_t *st, const struct spw_ps__step_push *push);
+/* Sums commit->step's contributions of the listed trainers per row into *out, divided by the
+ * step's examples; drops them, and every contribution of an older step or an unlisted trainer
+ * (out->discarded). Later steps stay. The committed watermark becomes commit->step. */
+spw_err_t spw_ps__steps_take(spw_ps__steps_t *st, const struct spw_ps__step_commit *commit,
+                             struct spw_ps__step_sum *out);
+/* Highest step committed so far (0: none): a push tagged at or below it is late. */
+uint64_t spw_ps__steps_committed(const spw_ps__steps_t *st);
+/* Pushes held (and their bytes in *bytes, may be NULL). */
+size_t spw_ps__steps_pending(const spw_ps__steps_t *st, size_t *bytes);
+/* Drops every pending push (a restore: the steps they belong to are discarded whole). */
+void spw_ps__steps_clear(spw_ps__steps_t *st);
+
 #endif

@@ -39,13 +39,14 @@ struct dedup_entry {
 };
 
 struct ps_metrics {
-    spw_counter_t *req[5]; /* pull push stats checkpoint health */
+    spw_counter_t *req[6]; /* pull push stats checkpoint health commit */
     spw_counter_t *rows_pull, *rows_push;
     spw_counter_t *errors[ERRS]; /* by Sparrow__ErrorCode */
     spw_counter_t *dropped_frames;
     spw_counter_t *rej_nonfinite, *rej_stale, *rej_unadmitted, *duplicates, *fenced;
     spw_counter_t *admitted, *evict_spill, *evict_ttl, *db_reads;
     spw_counter_t *ckpt_ok, *ckpt_failed;
+    spw_counter_t *commits, *steps_late, *steps_discarded, *echoed;
     spw_histogram_t *staleness;
     spw_gauge_t *rows_dram, *rows_disk, *bytes_dram, *rows_dram_max, *epoch;
     spw_gauge_t *ckpt_seconds, *ckpt_bytes, *ready, *disk_full;
@@ -77,6 +78,7 @@ struct spw_ps_server {
     uint32_t *tau_buf;
     size_t tau_cap;
     spw_ps__publisher_t *pub; /* update-stream publisher; NULL when not publishing */
+    spw_ps__steps_t *steps;   /* two-phase pending table */
 };
 
 static const char *const error_names[ERRS] = {"none",     "malformed",   "version",
@@ -90,9 +92,9 @@ static bool metrics_register(spw_ps_server_t *srv)
 {
     spw_metrics_t *r = srv->metrics;
     struct ps_metrics *m = &srv->m;
-    static const char *const types[5] = {"pull", "push", "stats", "checkpoint", "health"};
+    static const char *const types[6] = {"pull", "push", "stats", "checkpoint", "health", "commit"};
     char labels[96];
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         snprintf(labels, sizeof(labels), "type=\"%s\"", types[i]);
         m->req[i] = spw_metrics_counter_new(r, "sparrow_ps_requests_total",
                                             "Requests served, by type.", labels);
@@ -133,6 +135,22 @@ static bool metrics_register(spw_ps_server_t *srv)
                                          "result=\"ok\"");
     m->ckpt_failed = spw_metrics_counter_new(r, "sparrow_ps_checkpoints_total",
                                              "Checkpoints taken.", "result=\"failed\"");
+    m->commits = spw_metrics_counter_new(r, "sparrow_ps_step_commits_total",
+                                         "Two-phase steps committed (CommitRequest).", NULL);
+    m->steps_late = spw_metrics_counter_new(
+        r, "sparrow_ps_step_pushes_total",
+        "Two-phase pushes by fate: late (their step was committed: not applied), discarded (an "
+        "unlisted trainer or an older step at a commit).",
+        "fate=\"late\"");
+    m->steps_discarded = spw_metrics_counter_new(
+        r, "sparrow_ps_step_pushes_total",
+        "Two-phase pushes by fate: late (their step was committed: not applied), discarded (an "
+        "unlisted trainer or an older step at a commit).",
+        "fate=\"discarded\"");
+    m->echoed = spw_metrics_counter_new(
+        r, "sparrow_ps_echoed_rows_total",
+        "Rows returned in push acknowledgements (a trainer's fresh reads of its own pushes).",
+        NULL);
     static const double bounds[] = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
     m->staleness = spw_metrics_histogram_new(r, "sparrow_ps_staleness",
                                              "tau = version_now - version_pulled of pushed rows.",
@@ -375,6 +393,74 @@ static void handle_pull(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
     send_reply(srv, peer, &reply);
 }
 
+/* A push tagged with a step: held in the pending table until the step's commit (a push of a
+ * committed step is late: acknowledged, not applied). False when an error reply was sent. */
+static bool hold_for_step(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req,
+                          const uint64_t *keys, size_t n, const float *grads,
+                          const uint32_t *versions, Sparrow__PushAck *ack)
+{
+    const Sparrow__PushRequest *push = req->push;
+    if (push->step <= spw_ps__steps_committed(srv->steps)) {
+        ack->has_late = true;
+        ack->late = true;
+        spw_counter_inc(srv->m.steps_late);
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "push for a committed step",
+                            "trainer=%u step=%" PRIu64 " committed=%" PRIu64, push->trainer_id,
+                            push->step, spw_ps__steps_committed(srv->steps));
+        return true;
+    }
+    struct spw_ps__step_push sp = {
+        .step = push->step,
+        .trainer_id = push->trainer_id,
+        .examples = push->has_step_examples ? push->step_examples : 0,
+        .max_event_ms = push->has_max_event_time_ms ? push->max_event_time_ms : 0,
+        .n = n,
+        .keys = keys,
+        .grads = grads,
+        .versions = versions,
+    };
+    spw_err_t err = n ? spw_ps__steps_add(srv->steps, &sp) : SPW_OK;
+    if (err) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_UNAVAILABLE,
+                   err == SPW_ERR_TOO_BIG ? "pending step table full (pserver.steps.max_mb)"
+                                          : "out of memory for the pending step table");
+        return false;
+    }
+    ack->has_pending = true;
+    ack->pending = true;
+    ack->has_applied = true;
+    ack->applied = 0;
+    return true;
+}
+
+/* Fills ack's echo blocks with the rows push->echo names, as they are after the push. False
+ * (nothing echoed) when they do not fit the arena or the store fails. */
+static bool echo_rows(spw_ps_server_t *srv, const Sparrow__PushRequest *push, const uint64_t *keys,
+                      Sparrow__PushAck *ack)
+{
+    uint32_t dim = srv->conf.store.dim;
+    size_t m = push->echo.len / 4; /* the wire module checked: ascending indices < n */
+    const uint32_t *idx;
+    if (spw_wire_block_u32(&push->echo, m, &idx) != SPW_OK)
+        return false;
+    uint64_t *ekeys = spw_arena_alloc(srv->arena, m * sizeof(uint64_t));
+    float *values = spw_arena_alloc(srv->arena, m * dim * sizeof(float));
+    uint32_t *vers = spw_arena_alloc(srv->arena, m * sizeof(uint32_t));
+    if (!ekeys || !values || !vers)
+        return false;
+    for (size_t i = 0; i < m; i++)
+        ekeys[i] = keys[idx[i]];
+    if (spw_ps_store_pull(srv->store, ekeys, m, values, vers) != SPW_OK)
+        return false;
+    ack->has_echo_values = ack->has_echo_versions = true;
+    ack->echo_values.data = (uint8_t *)values;
+    ack->echo_values.len = m * dim * sizeof(float);
+    ack->echo_versions.data = (uint8_t *)vers;
+    ack->echo_versions.len = m * sizeof(uint32_t);
+    spw_counter_add(srv->m.echoed, m);
+    return true;
+}
+
 static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
 {
     const Sparrow__PushRequest *push = req->push;
@@ -439,6 +525,10 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
         ack.has_duplicate = true;
         ack.duplicate = true;
         spw_counter_inc(srv->m.duplicates);
+    } else if (push->has_step && push->step > 0) {
+        if (!hold_for_step(srv, peer, req, keys, n, grads, versions, &ack))
+            return; /* answered with an error */
+        dedup_mark(srv, e, push->epoch, push->seq);
     } else {
         uint32_t *taus = n ? spw_arena_alloc(srv->arena, n * sizeof(uint32_t)) : NULL;
         struct spw_ps_push_result res = {0};
@@ -462,6 +552,11 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
         ack.rejected = res.rejected;
         ack.has_dropped_stale = true;
         ack.dropped_stale = res.dropped_stale;
+        if (push->echo.len > 0 && !echo_rows(srv, push, keys, &ack)) {
+            /* applied: the ack must go out; the trainer keeps the rows it prefetched */
+            SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "push echo skipped", "rows=%zu",
+                                push->echo.len / 4);
+        }
     }
     Sparrow__Reply reply = reply_for(req->request_id);
     reply.body_case = SPARROW__REPLY__BODY_PUSH;
@@ -571,6 +666,70 @@ static void handle_checkpoint(spw_ps_server_t *srv, struct peer *peer, const Spa
     send_reply(srv, peer, &reply);
 }
 
+/* CommitRequest(step) from the coordinator: the step's pending gradients of the listed trainers,
+ * averaged per row, go through each row's optimizer once (the store's push, tau measured from the
+ * oldest version a contributor pulled); the rows are published like any push. */
+static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
+{
+    const Sparrow__CommitRequest *cr = req->commit;
+    struct spw_ps__step_commit commit = {
+        .step = cr->has_step ? cr->step : 0,
+        .trainer_ids = cr->trainer_ids,
+        .n_trainers = cr->n_trainer_ids,
+        .examples = cr->has_examples ? cr->examples : 0,
+        .counter_key = srv->conf.store.counter_key,
+    };
+    if (commit.step == 0) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
+                   "commit without a step");
+        return;
+    }
+    struct spw_ps__step_sum sum;
+    spw_err_t err = spw_ps__steps_take(srv->steps, &commit, &sum);
+    struct spw_ps_push_result res = {0};
+    uint32_t *taus = NULL;
+    if (!err && sum.n > 0) {
+        taus = malloc(sum.n * sizeof(uint32_t));
+        err = taus ? spw_ps_store_push(srv->store, sum.keys, sum.n, sum.grads, sum.versions, taus,
+                                       &res)
+                   : SPW_ERR_NOMEM;
+    }
+    if (err) {
+        free(taus);
+        /* the step is lost on this shard: the coordinator recovers everyone */
+        SPW_ERROR("step commit failed", "step=%" PRIu64 " error=\"%s\"", commit.step,
+                  spw_err_str(err));
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_INTERNAL,
+                   spw_err_str(err));
+        return;
+    }
+    if (sum.n > 0 && srv->pub)
+        spw_ps__publisher_touch(srv->pub, sum.keys, sum.n, sum.max_event_ms);
+    if (taus && srv->m.staleness)
+        for (size_t i = 0; i < sum.n; i++)
+            spw_histogram_observe(srv->m.staleness, (double)taus[i]);
+    free(taus);
+    if (sum.discarded)
+        spw_counter_add(srv->m.steps_discarded, sum.discarded);
+    SPW_DEBUG("step committed",
+              "step=%" PRIu64 " trainers=%zu examples=%" PRIu64 " contributions=%u rows=%zu "
+              "discarded=%u",
+              commit.step, commit.n_trainers, commit.examples, sum.contributions, sum.n,
+              sum.discarded);
+    spw_counter_inc(srv->m.commits);
+    Sparrow__CommitReply rep = SPARROW__COMMIT_REPLY__INIT;
+    rep.has_step = rep.has_rows = rep.has_contributions = rep.has_discarded = true;
+    rep.step = commit.step;
+    rep.rows = res.applied;
+    rep.contributions = sum.contributions;
+    rep.discarded = sum.discarded;
+    Sparrow__Reply reply = reply_for(req->request_id);
+    reply.body_case = SPARROW__REPLY__BODY_COMMIT;
+    reply.commit = &rep;
+    spw_counter_inc(srv->m.req[5]);
+    send_reply(srv, peer, &reply);
+}
+
 /* RestoreRequest(epoch) from the coordinator: the live store is replaced by checkpoint epoch of
  * this shard (epoch 0: the empty model). On failure the shard keeps serving its previous store
  * when it can be reopened and answers an error (the coordinator falls back or retries). */
@@ -579,6 +738,11 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
     uint64_t epoch = req->restore->has_epoch ? req->restore->epoch : 0;
     if (req->restore->has_generation)
         srv->fence = req->restore->generation;
+    /* the open steps postdate the epoch restored: discarded whole */
+    size_t dropped = spw_ps__steps_pending(srv->steps, NULL);
+    spw_ps__steps_clear(srv->steps);
+    if (dropped)
+        spw_counter_add(srv->m.steps_discarded, dropped);
     char err[1024] = "";
     if (epoch > 0) {
         /* verify before closing the live store, so that a bad epoch changes nothing */
@@ -694,6 +858,9 @@ static void handle_body(spw_ps_server_t *srv, struct peer *peer, zmq_msg_t *body
         break;
     case SPARROW__REQUEST__BODY_RESTORE:
         handle_restore(srv, peer, req);
+        break;
+    case SPARROW__REQUEST__BODY_COMMIT:
+        handle_commit(srv, peer, req);
         break;
     default:
         send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
@@ -967,7 +1134,10 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
                                                                            : conf->data_dir);
     srv->db_path = malloc(strlen(conf->data_dir) + 4);
     srv->dedup = calloc(SPW_PS_DEDUP_TRAINERS, sizeof(*srv->dedup));
-    if (!srv->data_dir || !srv->ckpt_dir || !srv->db_path || !srv->dedup) {
+    srv->steps =
+        spw_ps__steps_new(srv->conf.store.dim,
+                          srv->conf.steps_max_bytes ? srv->conf.steps_max_bytes : (size_t)1 << 30);
+    if (!srv->data_dir || !srv->ckpt_dir || !srv->db_path || !srv->dedup || !srv->steps) {
         snprintf(errstr, errstr_size, "out of memory");
         goto out_destroy;
     }
@@ -1185,6 +1355,7 @@ void spw_ps_server_destroy(spw_ps_server_t *srv)
         spw_metrics_destroy(srv->metrics);
     free(srv->allowed);
     free(srv->dedup);
+    spw_ps__steps_destroy(srv->steps);
     free(srv->data_dir);
     free(srv->ckpt_dir);
     free(srv->db_path);

@@ -14,6 +14,12 @@ if(TARGET sparrow_kafka AND TARGET sparrow_pserver)
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/coord_exactly_once.sh $<TARGET_FILE:sparrow>
                      ${CMAKE_CURRENT_BINARY_DIR}/coord_exactly_once.d $<TARGET_FILE:ckpt_counter>)
     set_tests_properties(coord_exactly_once PROPERTIES TIMEOUT 900 LABELS "integration;kafka")
+    # sync is synchronous: K = 2, 4 trainers x batch B end with the rows of one trainer of batch
+    # K*B (LR and FM, SGD and Adagrad, acc_steps 1 and 2), within 1e-6 relative.
+    add_test(NAME sync_equivalence
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/sync_equivalence.sh $<TARGET_FILE:sparrow>
+                     ${CMAKE_CURRENT_BINARY_DIR}/sync_equivalence.d $<TARGET_FILE:ckpt_counter>)
+    set_tests_properties(sync_equivalence PROPERTIES TIMEOUT 600 LABELS integration)
 endif()
 # Recovery through real processes: a shard killed -9 and restarted after a checkpoint epoch, both
 # shards restore it, the trainer seeks back to the manifest's offsets.

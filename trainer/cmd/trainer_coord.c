@@ -29,6 +29,7 @@ struct spw_trainer_coord {
      * checkpoints taken there) go on while the whole stream is quiet. */
     uint64_t clock;
     uint64_t clock_sent_ms;          /* when the Clock now waiting was sent */
+    uint64_t step;                   /* two-phase tag of the step being computed (0: none) */
     uint64_t examples_base;          /* the loop's example count at the last restore */
     int64_t resume[COORD_MAX_PARTS]; /* offset a partition (re)started from; -1 unknown */
     struct spw_trainer_position pos[COORD_MAX_PARTS];
@@ -111,8 +112,9 @@ static spw_err_t restore(spw_trainer_coord_t *tc, const struct spw_coord_event *
     return SPW_OK;
 }
 
-/* Clocks `clock` and acts on the answers until the coordinator says proceed. */
-static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock)
+/* Clocks `clock` (a step of `examples`; 0 for an idle tick) and acts on the answers until the
+ * coordinator says proceed. */
+static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t examples)
 {
     uint64_t t0 = spw_time_mono_ns();
     bool checkpointed = false;
@@ -123,11 +125,15 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock)
         spw_gauge_set(tc->m_clock, (double)clock);
     for (;;) {
         struct spw_coord_event ev;
-        if ((err = spw_coord_client_clock(tc->client, clock, &ev)))
+        if ((err = spw_coord_client_clock_step(tc->client, clock, examples, &ev)))
             break;
         if (ev.kind == SPW_COORD_EV_PROCEED) {
-            if (ev.drop_cache)
+            /* two-phase: rows read before this commit are a step old; the next step's pushes
+             * carry its tag */
+            if (ev.drop_cache || ev.step || tc->step)
                 spw_trainer_loop_drop_rows(tc->loop);
+            tc->step = ev.step;
+            spw_trainer_loop_set_step(tc->loop, ev.step);
             spw_err_t cerr;
             if (ev.commit && (cerr = spw_trainer_loop_commit(tc->loop, false)) != SPW_OK)
                 SPW_WARN("offset commit failed", "error=\"%s\"", spw_err_str(cerr));
@@ -156,16 +162,22 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock)
 static spw_err_t coord_after_step(void *opaque, spw_trainer_loop_t *loop,
                                   const struct spw_trainer_step_info *info)
 {
-    (void)loop, (void)info;
     spw_trainer_coord_t *tc = opaque;
-    return clock_at(tc, tc->clock + 1);
+    if (tc->step) {
+        /* two-phase: the coordinator commits the step once every trainer's Clock says its
+         * pushes are on the shards, so they must be acknowledged before the Clock goes out */
+        spw_err_t err = spw_ps_client_flush(spw_trainer_loop_client(loop), -1);
+        if (err)
+            return err;
+    }
+    return clock_at(tc, tc->clock + 1, info->examples);
 }
 
 static spw_err_t coord_idle(void *opaque, spw_trainer_loop_t *loop)
 {
     (void)loop;
     spw_trainer_coord_t *tc = opaque;
-    return clock_at(tc, tc->clock + 1);
+    return clock_at(tc, tc->clock + 1, 0);
 }
 
 static void coord_on_assign(void *opaque, struct spw_trainer_position *parts, size_t n)
@@ -262,7 +274,8 @@ spw_trainer_coord_t *spw_trainer_coord_new(const char *endpoint, uint32_t traine
 spw_err_t spw_trainer_coord_start(spw_trainer_coord_t *tc, spw_trainer_loop_t *loop)
 {
     tc->loop = loop;
-    return clock_at(tc, 0);
+    spw_coord_client_set_trainer_id(tc->client, spw_trainer_loop_trainer_id(loop));
+    return clock_at(tc, 0, 0);
 }
 
 void spw_trainer_coord_destroy(spw_trainer_coord_t *tc)

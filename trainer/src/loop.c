@@ -68,7 +68,12 @@ struct spw_trainer_loop {
     spw_grad_acc_t *acc; /* NULL when acc_steps == 1 */
     spw_pv_t *pv;
     uint32_t dim;
+    uint32_t trainer_id; /* the id the pushes carry */
     bool prefetch;
+    /* two-phase steps (spw_trainer_loop_set_step): the tag of the step being computed (0: pushes
+     * apply at once). Its pushes wait on the shards for the step's commit, so rows of the next
+     * step are pulled only after the coordinator's proceed (never prefetched across a step). */
+    uint64_t step_tag;
 
     struct mb mbs[2];
     struct mb *cur, *next;
@@ -248,6 +253,7 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
     if (!(loop->client = spw_ps_client_new(&cc, errstr, errstr_size)))
         goto out_destroy;
     loop->prefetch = conf->prefetch && !conf->inproc_shards;
+    loop->trainer_id = cc.trainer_id;
 
     /* input */
     spw_err_t err;
@@ -468,7 +474,7 @@ static void forget_pull(spw_trainer_loop_t *loop, struct mb *mb)
 
 /* Pushes a set in frames below the frame limit. *last_seq gets the seq of the last push sent. */
 static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *set,
-                          uint64_t examples, int64_t max_event, uint64_t *last_seq)
+                          uint64_t examples, int64_t max_event, uint64_t step, uint64_t *last_seq)
 {
     size_t row_bytes = SPW_TRN_PUSH_ROW_OVERHEAD + (size_t)loop->dim * sizeof(float);
     size_t frame = loop->conf.client.max_frame;
@@ -484,6 +490,8 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
             .fp16 = set->fp16,
             .max_event_time_ms = max_event == INT64_MIN ? 0 : max_event,
             .examples = off == 0 ? (uint32_t)(examples > UINT32_MAX ? UINT32_MAX : examples) : 0,
+            .step = step,
+            .step_examples = (uint32_t)(examples > UINT32_MAX ? UINT32_MAX : examples),
         };
         uint64_t seq = 0;
         spw_err_t err;
@@ -504,7 +512,7 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
 /* Compresses (when configured) and pushes n gradient rows. */
 static spw_err_t push_rows(spw_trainer_loop_t *loop, const uint64_t *keys, float *grads,
                            const uint32_t *versions, size_t n, uint64_t examples, int64_t max_event,
-                           uint64_t *last_seq)
+                           uint64_t step, uint64_t *last_seq)
 {
     struct spw_push_set set = {
         .n = n, .dim = loop->dim, .keys = keys, .versions = versions, .values = grads};
@@ -513,11 +521,12 @@ static spw_err_t push_rows(spw_trainer_loop_t *loop, const uint64_t *keys, float
         if (err)
             return err;
     }
-    return push_set(loop, &set, examples, max_event, last_seq);
+    return push_set(loop, &set, examples, max_event, step, last_seq);
 }
 
 /* The step's example count to the counter key (conf.counter_key), uncompressed. */
-static spw_err_t push_counter(spw_trainer_loop_t *loop, uint64_t examples, uint64_t *last_seq)
+static spw_err_t push_counter(spw_trainer_loop_t *loop, uint64_t examples, uint64_t step,
+                              uint64_t *last_seq)
 {
     static const uint32_t version0 = 0;
     if (!loop->counter_grad &&
@@ -529,7 +538,7 @@ static spw_err_t push_counter(spw_trainer_loop_t *loop, uint64_t examples, uint6
                                .keys = &loop->conf.counter_key,
                                .versions = &version0,
                                .values = loop->counter_grad};
-    return push_set(loop, &set, 0, INT64_MIN, last_seq);
+    return push_set(loop, &set, step ? examples : 0, INT64_MIN, step, last_seq);
 }
 
 static void step_reset(spw_trainer_loop_t *loop)
@@ -542,25 +551,27 @@ static void step_reset(spw_trainer_loop_t *loop)
 }
 
 /* Ends the step: pushes its gradient (the accumulator, or mb's), assigns its offset marks, calls
- * after_step when hooks is set. */
+ * after_step when hooks is set. A step ended outside the hooks (a checkpoint, the end of a run) is
+ * not one the coordinator clocks, so its pushes apply at once. */
 static spw_err_t end_step(spw_trainer_loop_t *loop, struct mb *mb, bool hooks)
 {
     uint64_t t0 = spw_time_mono_ns();
     uint64_t before = loop->stats.rows_pushed;
     uint64_t seq = 0;
+    uint64_t tag = hooks ? loop->step_tag : 0;
     spw_err_t err;
     if (loop->acc)
         err = push_rows(loop, spw_grad_acc_keys(loop->acc), spw_grad_acc_grads(loop->acc),
                         spw_grad_acc_versions(loop->acc), spw_grad_acc_rows(loop->acc),
-                        loop->step_examples, loop->step_max_event, &seq);
+                        loop->step_examples, loop->step_max_event, tag, &seq);
     else
-        err =
-            push_rows(loop, spw_batch_keys(mb->batch), loop->grads, mb->versions,
-                      spw_batch_unique(mb->batch), loop->step_examples, loop->step_max_event, &seq);
+        err = push_rows(loop, spw_batch_keys(mb->batch), loop->grads, mb->versions,
+                        spw_batch_unique(mb->batch), loop->step_examples, loop->step_max_event, tag,
+                        &seq);
     if (loop->acc)
         spw_grad_acc_reset(loop->acc);
     if (!err && loop->conf.counter_key && loop->step_examples)
-        err = push_counter(loop, loop->step_examples, &seq);
+        err = push_counter(loop, loop->step_examples, tag, &seq);
     if (err) {
         /* the compressor has taken the gradient in: a retry would count it twice */
         step_reset(loop);
@@ -739,7 +750,7 @@ static spw_err_t flush_residuals(spw_trainer_loop_t *loop)
     uint64_t seq = 0;
     spw_err_t err = spw_topk_flush(loop->tk, &set);
     if (!err)
-        err = push_set(loop, &set, 0, 0, &seq);
+        err = push_set(loop, &set, 0, 0, 0, &seq);
     spw_ps_client_get_stats(loop->client, &after);
     loop->stats.bytes_flushed += after.bytes_pushed - before.bytes_pushed;
     return err;
@@ -766,6 +777,16 @@ spw_err_t spw_trainer_loop_checkpoint(spw_trainer_loop_t *loop, int64_t timeout_
     return SPW_OK;
 }
 
+void spw_trainer_loop_set_step(spw_trainer_loop_t *loop, uint64_t step)
+{
+    loop->step_tag = step;
+}
+
+uint32_t spw_trainer_loop_trainer_id(const spw_trainer_loop_t *loop)
+{
+    return loop->trainer_id;
+}
+
 void spw_trainer_loop_drop_rows(spw_trainer_loop_t *loop)
 {
     for (int i = 0; i < 2; i++)
@@ -776,8 +797,17 @@ void spw_trainer_loop_drop_rows(spw_trainer_loop_t *loop)
 spw_err_t spw_trainer_loop_restore(spw_trainer_loop_t *loop, spw_trainer_resume_fn resume,
                                    void *opaque)
 {
-    if (!loop->src.kafka)
+    if (!loop->src.kafka) {
+        /* a file is read once, from its start: a recovery before its first record (the
+         * coordinator's recovery at start) leaves nothing to rewind */
+        if (loop->src.records == 0 && loop->stats.steps == 0)
+            return SPW_OK;
+        SPW_ERROR("recovery needs to rewind the input, which file input cannot do",
+                  "records_read=%llu hint=\"use Kafka input with a coordinator, or restart the "
+                  "run\"",
+                  (unsigned long long)loop->src.records);
         return SPW_ERR_UNSUPPORTED;
+    }
     for (int i = 0; i < 2; i++) {
         struct mb *mb = &loop->mbs[i];
         if (!mb->filled)
@@ -961,12 +991,14 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
         }
         if (!cur->ready && !cur->pulling && (err = start_pull(loop, cur)))
             break;
-        if (loop->prefetch && !loop->next->filled) {
-            if ((err = fill(loop, loop->next)))
-                break;
-            if (loop->next->filled && (err = start_pull(loop, loop->next)))
-                break;
-        }
+        /* in a two-phase step, the next micro-batch's rows are read here only when it belongs
+         * to the same step (they change only at the step's commit) */
+        bool same_step = !loop->step_tag || loop->micro + 1 < acc_steps;
+        if (loop->prefetch && !loop->next->filled && (err = fill(loop, loop->next)))
+            break;
+        if (loop->prefetch && same_step && loop->next->filled && !loop->next->pulling &&
+            !loop->next->ready && (err = start_pull(loop, loop->next)))
+            break;
         if (!cur->ready && (err = wait_pull(loop, cur))) {
             if (err == SPW_ERR_STOPPED)
                 err = SPW_OK; /* finish() drops the micro-batch */

@@ -757,6 +757,8 @@ spw_err_t spw_ps_client_push(spw_ps_client_t *c, const struct spw_ps_push *push,
     slot->fp16 = push->fp16;
     slot->max_event_time_ms = push->max_event_time_ms;
     slot->examples = push->examples;
+    slot->step = push->step;
+    slot->step_examples = push->step_examples;
     slot->pending = 0;
     for (uint32_t s = 0; s < c->n_shards; s++) {
         struct spw_psc__part *part = &slot->parts[s];

@@ -83,6 +83,8 @@ struct spw_psc__push {
     uint64_t generation; /* recovery generation (0: not coordinated) */
     int64_t max_event_time_ms;
     uint32_t examples;
+    uint64_t step; /* two-phase tag (0: none) */
+    uint32_t step_examples;
     uint32_t pending;
     struct spw_psc__part *parts; /* n_shards */
 };

@@ -198,6 +198,9 @@ void spw_psc__send(spw_ps_client_t *c, uint32_t s, bool push, uint32_t idx,
         ps.max_event_time_ms = slot->max_event_time_ms;
         ps.has_examples = true;
         ps.examples = slot->examples;
+        ps.has_step = ps.has_step_examples = slot->step != 0;
+        ps.step = slot->step;
+        ps.step_examples = slot->step_examples;
         req.body_case = SPARROW__REQUEST__BODY_PUSH;
         req.push = &ps;
     }
@@ -352,6 +355,11 @@ static void on_push_ack(spw_ps_client_t *c, uint32_t s, const Sparrow__PushAck *
         c->stats.duplicate_acks++;
         if (c->m.duplicates)
             spw_counter_inc(c->m.duplicates);
+    } else if (ack->has_late && ack->late) {
+        /* the step committed without this push (its contributors were chosen without us) */
+        c->stats.pushes_late++;
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, WAIT_LOG_MS, "push arrived after its step committed",
+                            "shard=%u seq=%" PRIu64 " step=%" PRIu64, s, slot->seq, slot->step);
     } else {
         c->stats.rows_applied += ack->applied;
         c->stats.rows_rejected += ack->rejected;

@@ -43,6 +43,8 @@ struct spw_coord_event {
     uint64_t generation; /* current recovery generation */
     bool drop_cache;     /* PROCEED */
     bool commit;         /* PROCEED */
+    uint64_t step;       /* PROCEED in a two-phase mode (sync): tag the next step's pushes with
+                            it; its rows are read after the step before it committed (0: none) */
 };
 
 struct spw_coord_client_conf {
@@ -70,6 +72,15 @@ void spw_coord_client_destroy(spw_coord_client_t *client);
  * function). SPW_ERR_STOPPED on a stop request. */
 spw_err_t spw_coord_client_clock(spw_coord_client_t *client, uint64_t clock,
                                  struct spw_coord_event *ev);
+
+/* The id this trainer's pushes carry, sent with every Clock from now on (two-phase commits name
+ * their contributors by it). Same thread as the clock calls. */
+void spw_coord_client_set_trainer_id(spw_coord_client_t *client, uint32_t trainer_id);
+
+/* spw_coord_client_clock for a trainer's step: examples is how many the step trained (the weight
+ * of its gradients in a two-phase commit; 0 for an idle tick). Same thread rules. */
+spw_err_t spw_coord_client_clock_step(spw_coord_client_t *client, uint64_t clock, uint64_t examples,
+                                      struct spw_coord_event *ev);
 
 /* While spw_coord_client_clock waits, it calls wait(opaque, budget_ms) about every 20 ms from the
  * calling thread; wait may block for up to budget_ms and may call spw_coord_client_rejoin (a

@@ -220,6 +220,7 @@ struct spw_ps_server_conf {
     const char *listen;         /* ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:7000" */
     uint32_t shards;            /* shard count (keys of other shards are refused) */
     size_t max_frame;           /* largest request accepted, bytes */
+    size_t steps_max_bytes;     /* bound of the two-phase pending table (0: 1 GiB) */
     const char *data_dir;       /* <data_dir>/db is the live RocksDB */
     const char *checkpoint_dir; /* root of checkpoints/<epoch>/shard-<i>; NULL: data_dir */
     bool restore;               /* open the newest valid checkpoint at start (else start empty) */

@@ -187,6 +187,9 @@ struct spw_ps_push {
     bool fp16;                 /* values travel (and are applied) as halves */
     int64_t max_event_time_ms; /* newest event time behind the gradients */
     uint32_t examples;         /* examples behind them */
+    uint64_t step;             /* two-phase step tag (held on the shards until its commit; 0:
+                                  applied at once) */
+    uint32_t step_examples;    /* examples of the whole step (its weight in the commit) */
 };
 
 /*
@@ -262,6 +265,7 @@ struct spw_ps_client_stats {
     uint64_t error_replies;  /* replies carrying an error code */
     uint64_t bad_replies;    /* undecodable replies (dropped; the request times out) */
     uint64_t late_replies;   /* replies to requests already answered (after a resend) */
+    uint64_t pushes_late;    /* two-phase pushes a shard refused: their step had committed */
     uint64_t auth_failures;  /* CURVE handshakes a shard refused (logged; the client waits) */
     uint32_t window;         /* pushes outstanding now */
     uint32_t window_max;     /* most pushes outstanding at once */

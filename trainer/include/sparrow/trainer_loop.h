@@ -189,7 +189,8 @@ typedef spw_err_t (*spw_trainer_resume_fn)(void *opaque, const char *topic, int3
  * not computed, the partial accumulation, every residual, every unacknowledged push (no
  * resend), the offset marks not yet stored; then seeks every assigned Kafka partition to
  * resume(partition) (records already fetched are discarded) and sets its stored position there.
- * File input: SPW_ERR_UNSUPPORTED. SPW_ERR_KAFKA when a seek fails.
+ * File input: SPW_OK before its first record is read (nothing to rewind), SPW_ERR_UNSUPPORTED
+ * after. SPW_ERR_KAFKA when a seek fails.
  */
 spw_err_t spw_trainer_loop_restore(spw_trainer_loop_t *loop, spw_trainer_resume_fn resume,
                                    void *opaque);
@@ -198,6 +199,15 @@ spw_err_t spw_trainer_loop_restore(spw_trainer_loop_t *loop, spw_trainer_resume_
  * so that they are pulled again before their compute (hybrid mode's "drop cached rows" after a
  * barrier; spw_trainer_loop_checkpoint does it too). The loop keeps no other row cache. */
 void spw_trainer_loop_drop_rows(spw_trainer_loop_t *loop);
+
+/* From a hook (two-phase modes, sync): the pushes of the steps from now on carry `step` (0: none,
+ * pushes apply at once), so the shards hold them until the coordinator commits that step; the
+ * next step's rows are then pulled only after the step before it committed (no prefetch across a
+ * step boundary). */
+void spw_trainer_loop_set_step(spw_trainer_loop_t *loop, uint64_t step);
+
+/* The id this loop's pushes carry (conf.trainer_id, or the one derived from host and pid). */
+uint32_t spw_trainer_loop_trainer_id(const spw_trainer_loop_t *loop);
 
 /* From a hook that waits (a coordinator barrier): keeps the Kafka group membership alive without
  * taking records (partitions paused; rebalances and their on_assign/on_revoke hooks run inside)
