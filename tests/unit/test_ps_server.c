@@ -162,6 +162,12 @@ static Sparrow__Reply *pull(void *s, spw_arena_t *arena, const uint64_t *keys, s
 
 /* The recovery generation push() sends (0: none). */
 static uint64_t push_generation;
+/* Two-phase fields push() adds when set (0: an immediate push), and an echo of pushed rows. */
+static uint64_t push_step;
+static uint32_t push_step_examples;
+static const uint32_t *push_echo;
+static size_t push_n_echo;
+
 
 static Sparrow__Reply *push(void *s, spw_arena_t *arena, uint32_t trainer, uint64_t epoch,
                             uint64_t seq, const uint64_t *keys, size_t n, const float *grads,
@@ -182,6 +188,12 @@ static Sparrow__Reply *push(void *s, spw_arena_t *arena, uint32_t trainer, uint6
     p.grads.len = n * DIM * 4;
     p.versions.data = (uint8_t *)versions;
     p.versions.len = n * 4;
+    p.has_step = p.has_step_examples = push_step != 0;
+    p.step = push_step;
+    p.step_examples = push_step_examples;
+    p.has_echo = push_n_echo > 0;
+    p.echo.data = (uint8_t *)push_echo;
+    p.echo.len = push_n_echo * 4;
     Sparrow__Request req = SPARROW__REQUEST__INIT;
     req.has_version = req.has_request_id = true;
     req.version = 1;
@@ -190,6 +202,37 @@ static Sparrow__Reply *push(void *s, spw_arena_t *arena, uint32_t trainer, uint6
     req.push = &p;
     send_request(s, &req);
     return recv_reply(s, arena);
+}
+
+
+static Sparrow__Reply *commit(void *s, spw_arena_t *arena, uint64_t step, const uint32_t *ids,
+                              size_t n_ids, uint64_t examples)
+{
+    Sparrow__CommitRequest cr = SPARROW__COMMIT_REQUEST__INIT;
+    cr.has_step = cr.has_examples = true;
+    cr.step = step;
+    cr.examples = examples;
+    cr.trainer_ids = (uint32_t *)ids;
+    cr.n_trainer_ids = n_ids;
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    req.has_version = req.has_request_id = true;
+    req.version = 1;
+    req.request_id = 1000 + step;
+    req.body_case = SPARROW__REQUEST__BODY_COMMIT;
+    req.commit = &cr;
+    send_request(s, &req);
+    return recv_reply(s, arena);
+}
+
+static float pull_one(void *s, spw_arena_t *arena, uint64_t key, uint32_t *version)
+{
+    Sparrow__Reply *r = pull(s, arena, &key, 1, 7);
+    assert_int_equal(r->body_case, SPARROW__REPLY__BODY_PULL);
+    float v;
+    memcpy(&v, r->pull->values.data, sizeof(v));
+    if (version)
+        memcpy(version, r->pull->versions.data, sizeof(*version));
+    return v;
 }
 
 static void test_ps_server_pull_push_dedup(void **state)
@@ -283,6 +326,126 @@ static void test_ps_server_restore_fences_older_generations(void **state)
     push_generation = 0;
     r = push(e->client, arena, 2, 1, 1, &key, 1, g, &v);
     assert_int_equal(r->push->applied, 1);
+    spw_arena_destroy(arena);
+    stop(e);
+}
+
+/* Two-phase steps: pushes tagged with a step are held (not visible to pulls) until the step's
+ * commit, which applies each row once with the example-weighted mean of the listed trainers'
+ * gradients and bumps its version once; an unlisted trainer's contribution is discarded, a push
+ * for a committed step is late, and a restore drops what is pending. */
+static void test_ps_server_two_phase_steps(void **state)
+{
+    struct env *e = *state;
+    struct spw_ps_server_conf c = server_conf(e, e->dir);
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    uint64_t k10 = 10, k20 = 20;
+    float g1[DIM] = {1, 1, 1, 1}, g3[DIM] = {3, 3, 3, 3}, g8[DIM] = {8, 8, 8, 8};
+    uint32_t v = 0;
+    push_step = 1;
+    push_step_examples = 10; /* trainer 1: mean gradient 1 over 10 examples */
+    Sparrow__Reply *r = push(e->client, arena, 1, 1, 1, &k10, 1, g1, &v);
+    assert_true(r->push->has_pending && r->push->pending);
+    assert_int_equal(r->push->applied, 0);
+    push_step_examples = 30; /* trainer 2: mean 3 over 30 */
+    r = push(e->client, arena, 2, 1, 1, &k10, 1, g3, &v);
+    assert_true(r->push->pending);
+    r = push(e->client, arena, 3, 1, 1, &k20, 1, g8, &v); /* trainer 3: not listed below */
+    assert_true(r->push->pending);
+    /* nothing is visible before the commit */
+    uint32_t ver;
+    assert_float_equal(pull_one(e->client, arena, k10, &ver), 0.0, 1e-6);
+    assert_int_equal(ver, 0);
+    /* a resend of trainer 1's push is a duplicate, not a second contribution */
+    push_step_examples = 10;
+    r = push(e->client, arena, 1, 1, 1, &k10, 1, g1, &v);
+    assert_true(r->push->duplicate);
+    const uint32_t ids[] = {1, 2};
+    r = commit(e->client, arena, 1, ids, 2, 40);
+    assert_int_equal(r->body_case, SPARROW__REPLY__BODY_COMMIT);
+    assert_int_equal(r->commit->rows, 1);
+    assert_int_equal(r->commit->contributions, 2);
+    assert_int_equal(r->commit->discarded, 1);
+    /* (10*1 + 30*3) / 40 = 2.5, applied once (SGD, lr 1) */
+    assert_float_equal(pull_one(e->client, arena, k10, &ver), -2.5, 1e-6);
+    assert_int_equal(ver, 1);
+    assert_float_equal(pull_one(e->client, arena, k20, &ver), 0.0, 1e-6);
+    assert_int_equal(ver, 0);
+    /* a push for step 1 after its commit: late */
+    r = push(e->client, arena, 3, 1, 2, &k20, 1, g8, &v);
+    assert_true(r->push->has_late && r->push->late);
+    /* the coordinator's weight covers trainers with no key on this shard: 10 here, 40 in all */
+    push_step = 2;
+    r = push(e->client, arena, 1, 1, 2, &k20, 1, g8, &v);
+    assert_true(r->push->pending);
+    r = commit(e->client, arena, 2, ids, 2, 40);
+    assert_int_equal(r->commit->rows, 1);
+    assert_float_equal(pull_one(e->client, arena, k20, NULL), -2.0, 1e-6); /* 10*8/40 */
+    /* a restore discards an open step whole */
+    push_step = 3;
+    r = push(e->client, arena, 1, 1, 3, &k10, 1, g8, &v);
+    assert_true(r->push->pending);
+    Sparrow__RestoreRequest rr = SPARROW__RESTORE_REQUEST__INIT;
+    rr.has_epoch = true;
+    rr.epoch = 0;
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    req.has_version = req.has_request_id = true;
+    req.version = 1;
+    req.request_id = 99;
+    req.body_case = SPARROW__REQUEST__BODY_RESTORE;
+    req.restore = &rr;
+    send_request(e->client, &req);
+    r = recv_reply(e->client, arena);
+    assert_int_equal(r->body_case, SPARROW__REPLY__BODY_RESTORE);
+    r = commit(e->client, arena, 3, ids, 2, 10);
+    assert_int_equal(r->commit->rows, 0);
+    assert_int_equal(r->commit->contributions, 0);
+    assert_float_equal(pull_one(e->client, arena, k10, NULL), 0.0, 1e-6);
+    push_step = 0;
+    push_step_examples = 0;
+    spw_arena_destroy(arena);
+    stop(e);
+}
+
+/* An immediate push with an echo returns the named rows as they are after the push. */
+static void test_ps_server_push_echo(void **state)
+{
+    struct env *e = *state;
+    struct spw_ps_server_conf c = server_conf(e, e->dir);
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    uint64_t keys[3] = {10, 20, 30};
+    float g[3 * DIM] = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+    uint32_t v[3] = {0, 0, 0};
+    const uint32_t echo[2] = {0, 2};
+    push_echo = echo;
+    push_n_echo = 2;
+    Sparrow__Reply *r = push(e->client, arena, 1, 1, 1, keys, 3, g, v);
+    push_echo = NULL;
+    push_n_echo = 0;
+    assert_int_equal(r->push->applied, 3);
+    assert_int_equal(r->push->echo_versions.len, 2 * 4);
+    assert_int_equal(r->push->echo_values.len, 2 * DIM * 4);
+    float vals[2 * DIM];
+    uint32_t vers[2];
+    memcpy(vals, r->push->echo_values.data, sizeof(vals));
+    memcpy(vers, r->push->echo_versions.data, sizeof(vers));
+    assert_float_equal(vals[0], -1.0, 1e-6);
+    assert_float_equal(vals[DIM], -3.0, 1e-6);
+    assert_int_equal(vers[0], 1);
+    assert_int_equal(vers[1], 1);
+    /* an echo index out of range is malformed */
+    const uint32_t bad[1] = {3};
+    push_echo = bad;
+    push_n_echo = 1;
+    r = push(e->client, arena, 1, 1, 2, keys, 3, g, v);
+    push_echo = NULL;
+    push_n_echo = 0;
+    assert_true(r->has_error);
+    assert_int_equal(r->error, SPARROW__ERROR_CODE__ERROR_MALFORMED);
     spw_arena_destroy(arena);
     stop(e);
 }
@@ -557,6 +720,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ps_server_curve_rejects_unknown_clients, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_ps_server_req_socket_envelope, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_server_two_phase_steps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_server_push_echo, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
