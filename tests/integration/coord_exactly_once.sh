@@ -7,12 +7,16 @@
 # pserver.debug.counter_key: no optimizer, no penalty, no compression). Once the run has drained
 # (LATEST's manifest counts N examples), the counter in that checkpoint equals N exactly, and so
 # does the manifest's example count: nothing lost, nothing applied twice, across every recovery.
-# usage: coord_exactly_once.sh SPARROW DIR CKPT_COUNTER [N] [CHAOS_SEED]
+# The mode is an argument: hybrid:10 (default), sync (two-phase steps: the counter's pushes wait
+# for their step's commit like every row's) and async are each a test.
+# usage: coord_exactly_once.sh SPARROW DIR CKPT_COUNTER [N] [CHAOS_SEED] [MODE]
 SPARROW=$1
 DIR=$2
 CKPT_COUNTER=$3
 N=${4:-24000}
 SEED=${5:-$((RANDOM % 1000 + 1))}
+[ "$SEED" = random ] && SEED=$((RANDOM % 1000 + 1))
+MODE=${6:-hybrid:10}
 KEY=9000000000000000077
 rm -rf "$DIR" && mkdir -p "$DIR"
 fail() {
@@ -23,10 +27,10 @@ fail() {
     done
     exit 1
 }
-echo "coord_exactly_once: N=$N chaos seed $SEED"
+echo "coord_exactly_once: N=$N chaos seed $SEED mode $MODE"
 # The mock keeps about 5 MB per partition: N over 4 partitions stays within it, so a recovery can
 # always replay from a checkpoint's offsets.
-"$SPARROW" launch --run-dir "$DIR/run" --shards 2 --trainers 3 --partitions 4 --mode hybrid:10 \
+"$SPARROW" launch --run-dir "$DIR/run" --shards 2 --trainers 3 --partitions 4 --mode "$MODE" \
     --examples "$N" --rate 1500 --duration 900 --checkpoint-interval 2s \
     --kill trainer,pserver,coordinator --kills 10 --kill-interval 2000:5000 --restart-after 500 \
     --chaos-seed "$SEED" \

@@ -14,6 +14,14 @@ if(TARGET sparrow_kafka AND TARGET sparrow_pserver)
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/coord_exactly_once.sh $<TARGET_FILE:sparrow>
                      ${CMAKE_CURRENT_BINARY_DIR}/coord_exactly_once.d $<TARGET_FILE:ckpt_counter>)
     set_tests_properties(coord_exactly_once PROPERTIES TIMEOUT 900 LABELS "integration;kafka")
+    foreach(mode sync async)
+        add_test(NAME coord_exactly_once_${mode}
+                 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/coord_exactly_once.sh
+                         $<TARGET_FILE:sparrow> ${CMAKE_CURRENT_BINARY_DIR}/coord_exactly_once_${mode}.d
+                         $<TARGET_FILE:ckpt_counter> 24000 random ${mode})
+        set_tests_properties(coord_exactly_once_${mode} PROPERTIES TIMEOUT 900
+                             LABELS "integration;kafka")
+    endforeach()
     # sync is synchronous: K = 2, 4 trainers x batch B end with the rows of one trainer of batch
     # K*B (LR and FM, SGD and Adagrad, acc_steps 1 and 2), within 1e-6 relative.
     add_test(NAME sync_equivalence

@@ -37,6 +37,9 @@ struct mb {
     bool filled;  /* holds examples not yet computed */
     bool pulling; /* pull started, not waited for */
     bool ready;   /* rows in hand */
+    /* pushes echo_lo..echo_hi (0: none) write their rows into this one's as they are
+     * acknowledged: it was pulled before they were pushed (fresh reads of own pushes) */
+    uint64_t echo_lo, echo_hi;
 };
 
 /* A partition position reached by micro-batch batch_id; storable once push seq is acknowledged. */
@@ -96,6 +99,9 @@ struct spw_trainer_loop {
 
     float *grads, *preds;
     size_t cap_grads, cap_preds;
+    struct mb *echo_to;  /* while a step is pushed: the prefetched micro-batch to refresh */
+    uint32_t *echo_pos;  /* per pushed row: its index in echo_to's rows, or UINT32_MAX */
+    size_t cap_echo_pos;
     float *counter_grad; /* dim floats: the counter row's push (conf.counter_key) */
 
     struct mark *marks;                                    /* FIFO [head, n) */
@@ -310,6 +316,7 @@ void spw_trainer_loop_destroy(spw_trainer_loop_t *loop)
     free(loop->counter_grad);
     free(loop->preds);
     free(loop->marks);
+    free(loop->echo_pos);
     free(loop);
 }
 
@@ -467,7 +474,31 @@ static void forget_pull(spw_trainer_loop_t *loop, struct mb *mb)
 {
     if (mb->pulling)
         spw_ps_client_pull_cancel(loop->client, mb->token);
+    if (mb->echo_hi)
+        spw_ps_client_cancel_echo(loop->client, mb->echo_lo, mb->echo_hi);
     mb->pulling = mb->ready = false;
+    mb->echo_lo = mb->echo_hi = 0;
+}
+
+/* Before a micro-batch is computed: the pushes that refresh its rows are acknowledged (their
+ * rows written in), so it reads this trainer's own updates. */
+static spw_err_t wait_echo(spw_trainer_loop_t *loop, struct mb *mb)
+{
+    if (!mb->echo_hi)
+        return SPW_OK;
+    uint64_t t0 = spw_time_mono_ns();
+    spw_err_t err = spw_ps_client_wait_acked(loop->client, mb->echo_hi, -1);
+    uint64_t waited = spw_time_mono_ns() - t0;
+    loop->step_pull_ns += waited;
+    loop->stats.pull_wait_ns += waited;
+    if (err == SPW_ERR_STOPPED) { /* the rows are not refreshed: not computed (finish drops it) */
+        spw_ps_client_cancel_echo(loop->client, mb->echo_lo, mb->echo_hi);
+        mb->echo_lo = mb->echo_hi = 0;
+        mb->ready = false;
+        return err;
+    }
+    mb->echo_lo = mb->echo_hi = 0;
+    return err;
 }
 
 /* ---- pushes ---- */
@@ -479,8 +510,15 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
     size_t row_bytes = SPW_TRN_PUSH_ROW_OVERHEAD + (size_t)loop->dim * sizeof(float);
     size_t frame = loop->conf.client.max_frame;
     size_t per = frame > PUSH_FRAME_SLACK + row_bytes ? (frame - PUSH_FRAME_SLACK) / row_bytes : 1;
+    struct mb *to = loop->echo_to;
     for (size_t off = 0; off < set->n; off += per) {
         size_t n = set->n - off < per ? set->n - off : per;
+        if (to) { /* the pushed rows the prefetched micro-batch holds too */
+            if (spw_trn__grow((void **)&loop->echo_pos, &loop->cap_echo_pos, n, sizeof(uint32_t)))
+                return SPW_ERR_NOMEM;
+            for (size_t i = 0; i < n; i++)
+                loop->echo_pos[i] = spw_trn__keyidx_find(&to->batch->dedup, set->keys[off + i]);
+        }
         struct spw_ps_push push = {
             .n = n,
             .keys = set->keys + off,
@@ -492,6 +530,9 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
             .examples = off == 0 ? (uint32_t)(examples > UINT32_MAX ? UINT32_MAX : examples) : 0,
             .step = step,
             .step_examples = (uint32_t)(examples > UINT32_MAX ? UINT32_MAX : examples),
+            .echo_pos = to ? loop->echo_pos : NULL,
+            .echo_rows = to ? to->rows : NULL,
+            .echo_versions = to ? to->versions : NULL,
         };
         uint64_t seq = 0;
         spw_err_t err;
@@ -505,6 +546,11 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
             return err;
         *last_seq = seq;
         loop->stats.rows_pushed += n;
+        if (to) {
+            if (!to->echo_lo)
+                to->echo_lo = seq;
+            to->echo_hi = seq;
+        }
     }
     return SPW_OK;
 }
@@ -559,6 +605,14 @@ static spw_err_t end_step(spw_trainer_loop_t *loop, struct mb *mb, bool hooks)
     uint64_t before = loop->stats.rows_pushed;
     uint64_t seq = 0;
     uint64_t tag = hooks ? loop->step_tag : 0;
+    /* the next micro-batch's rows were pulled before this push: its acknowledgement brings the
+     * pushed rows back into them, so that the trainer is never stale against itself (two-phase
+     * steps pull the next step's rows after the commit instead) */
+    struct mb *next = loop->next;
+    loop->echo_to = loop->conf.fresh_reads && !tag && next != mb && next->filled &&
+                            (next->pulling || next->ready)
+                        ? next
+                        : NULL;
     spw_err_t err;
     if (loop->acc)
         err = push_rows(loop, spw_grad_acc_keys(loop->acc), spw_grad_acc_grads(loop->acc),
@@ -568,6 +622,7 @@ static spw_err_t end_step(spw_trainer_loop_t *loop, struct mb *mb, bool hooks)
         err = push_rows(loop, spw_batch_keys(mb->batch), loop->grads, mb->versions,
                         spw_batch_unique(mb->batch), loop->step_examples, loop->step_max_event, tag,
                         &seq);
+    loop->echo_to = NULL;
     if (loop->acc)
         spw_grad_acc_reset(loop->acc);
     if (!err && loop->conf.counter_key && loop->step_examples)
@@ -999,7 +1054,7 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
         if (loop->prefetch && same_step && loop->next->filled && !loop->next->pulling &&
             !loop->next->ready && (err = start_pull(loop, loop->next)))
             break;
-        if (!cur->ready && (err = wait_pull(loop, cur))) {
+        if ((!cur->ready && (err = wait_pull(loop, cur))) || (err = wait_echo(loop, cur))) {
             if (err == SPW_ERR_STOPPED)
                 err = SPW_OK; /* finish() drops the micro-batch */
             break;

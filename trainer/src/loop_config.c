@@ -19,6 +19,7 @@ void spw_trainer_loop_conf_default(struct spw_trainer_loop_conf *conf)
     spw_ps_client_conf_default(&conf->client);
     conf->inproc_memory_bytes = 1024ull << 20;
     conf->prefetch = true;
+    conf->fresh_reads = true;
     conf->log_interval_ms = 5000;
     conf->commit_interval_ms = 5000;
     conf->grace_ms = 30000;
@@ -108,6 +109,7 @@ spw_err_t spw_trainer_loop_conf_from_config(const spw_config_t *cfg,
     conf->trainer_id = (uint32_t)spw_config_int(cfg, "trainer.id");
     conf->epoch = (uint64_t)spw_config_int(cfg, "trainer.epoch");
     conf->prefetch = spw_config_bool(cfg, "trainer.pull.prefetch");
+    conf->fresh_reads = spw_config_bool(cfg, "trainer.pull.fresh");
     conf->log_interval_ms = (uint64_t)spw_config_duration_ms(cfg, "trainer.log.interval");
     conf->commit_interval_ms = (uint64_t)spw_config_duration_ms(cfg, "trainer.commit.interval");
     conf->grace_ms = (uint64_t)spw_config_duration_ms(cfg, "trainer.shutdown.grace");

@@ -130,8 +130,11 @@ static void free_parts(struct spw_psc__part *parts, uint32_t n)
 {
     if (!parts)
         return;
-    for (uint32_t s = 0; s < n; s++)
+    for (uint32_t s = 0; s < n; s++) {
         free(parts[s].blocks.data);
+        free(parts[s].echo_idx);
+        free(parts[s].echo_dst);
+    }
     free(parts);
 }
 
@@ -622,6 +625,67 @@ void spw_psc__push_part_done(spw_ps_client_t *c, struct spw_psc__push *slot, uin
     update_window_gauge(c);
 }
 
+spw_err_t spw_ps_client_wait_acked(spw_ps_client_t *c, uint64_t seq, int64_t timeout_ms)
+{
+    uint64_t start = spw_time_mono_ms();
+    if (!c->inproc)
+        spw_psc__progress(c, 0);
+    for (;;) {
+        if (c->sticky)
+            return c->sticky;
+        if (spw_ps_client_acked_through(c) >= seq)
+            return SPW_OK;
+        if (spw_signal_stop_requested())
+            return SPW_ERR_STOPPED;
+        uint64_t slice = WAIT_SLICE_MS, spent = spw_time_mono_ms() - start;
+        if (timeout_ms >= 0) {
+            if (spent >= (uint64_t)timeout_ms)
+                return SPW_ERR_TIMEOUT;
+            if ((uint64_t)timeout_ms - spent < slice)
+                slice = (uint64_t)timeout_ms - spent;
+        }
+        spw_psc__progress(c, slice);
+    }
+}
+
+void spw_ps_client_cancel_echo(spw_ps_client_t *c, uint64_t seq_lo, uint64_t seq_hi)
+{
+    for (uint32_t i = 0; i < c->window; i++) {
+        struct spw_psc__push *slot = &c->ring[i];
+        if (slot->busy && slot->seq >= seq_lo && slot->seq <= seq_hi)
+            slot->echo_rows = NULL, slot->echo_versions = NULL;
+    }
+}
+
+/* The echo request of shard s's part: the rows of ent[lo..hi) whose echo_pos is set. */
+static spw_err_t gather_echo(const struct spw_ps_push *push, const struct spw_psc__ent *ent,
+                             uint32_t lo, uint32_t hi, struct spw_psc__part *part)
+{
+    part->n_echo = 0;
+    if (!push->echo_pos)
+        return SPW_OK;
+    uint32_t n = hi - lo;
+    if (n > part->echo_cap) {
+        uint32_t *a = realloc(part->echo_idx, n * sizeof(*a));
+        if (!a)
+            return SPW_ERR_NOMEM;
+        part->echo_idx = a;
+        uint32_t *b = realloc(part->echo_dst, n * sizeof(*b));
+        if (!b)
+            return SPW_ERR_NOMEM;
+        part->echo_dst = b;
+        part->echo_cap = n;
+    }
+    for (uint32_t j = lo; j < hi; j++) {
+        uint32_t dst = push->echo_pos[ent[j].pos];
+        if (dst == UINT32_MAX)
+            continue;
+        part->echo_idx[part->n_echo] = j - lo;
+        part->echo_dst[part->n_echo++] = dst;
+    }
+    return SPW_OK;
+}
+
 uint32_t spw_ps_client_abandon_pushes(spw_ps_client_t *c)
 {
     uint32_t n = 0;
@@ -759,6 +823,8 @@ spw_err_t spw_ps_client_push(spw_ps_client_t *c, const struct spw_ps_push *push,
     slot->examples = push->examples;
     slot->step = push->step;
     slot->step_examples = push->step_examples;
+    slot->echo_rows = push->echo_pos ? push->echo_rows : NULL;
+    slot->echo_versions = push->echo_pos ? push->echo_versions : NULL;
     slot->pending = 0;
     for (uint32_t s = 0; s < c->n_shards; s++) {
         struct spw_psc__part *part = &slot->parts[s];
@@ -776,6 +842,11 @@ spw_err_t spw_ps_client_push(spw_ps_client_t *c, const struct spw_ps_push *push,
         gather_push(c, push, ent, lo, hi, (uint64_t *)b, (uint32_t *)(b + (size_t)n * 8),
                     b + (size_t)n * 12);
         part->blocks.len = (size_t)n * row_bytes;
+        if (gather_echo(push, ent, lo, hi, part) != SPW_OK) {
+            for (uint32_t t = 0; t <= s; t++)
+                slot->parts[t].n = 0;
+            return SPW_ERR_NOMEM;
+        }
     }
     slot->busy = true;
     c->outstanding++;

@@ -50,6 +50,10 @@ struct spw_psc__part {
     uint32_t n;        /* unique keys */
     uint8_t state;     /* PSC_PART_* */
     struct spw_wire_buf blocks;
+    /* push echo: indices into this request's rows the shard returns, and where each goes in the
+     * slot's echo destination */
+    uint32_t n_echo, echo_cap;
+    uint32_t *echo_idx, *echo_dst;
 };
 
 /* Where each caller key's row comes from: row uidx of its shard's reply goes to position pos. */
@@ -85,6 +89,8 @@ struct spw_psc__push {
     uint32_t examples;
     uint64_t step; /* two-phase tag (0: none) */
     uint32_t step_examples;
+    float *echo_rows; /* the caller's echo destination (NULL: none, or cancelled) */
+    uint32_t *echo_versions;
     uint32_t pending;
     struct spw_psc__part *parts; /* n_shards */
 };

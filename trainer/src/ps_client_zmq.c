@@ -201,6 +201,9 @@ void spw_psc__send(spw_ps_client_t *c, uint32_t s, bool push, uint32_t idx,
         ps.has_step = ps.has_step_examples = slot->step != 0;
         ps.step = slot->step;
         ps.step_examples = slot->step_examples;
+        ps.has_echo = part->n_echo > 0;
+        ps.echo.data = (uint8_t *)part->echo_idx;
+        ps.echo.len = (size_t)part->n_echo * 4;
         req.body_case = SPARROW__REQUEST__BODY_PUSH;
         req.push = &ps;
     }
@@ -323,6 +326,28 @@ static void on_pull_reply(spw_ps_client_t *c, uint32_t s, const Sparrow__Reply *
     spw_psc__pull_part_done(c, p, s);
 }
 
+/* Writes the rows a push ack echoes to the caller's destination (fresh reads). An ack without
+ * them (the shard could not echo) leaves the destination as it was. */
+static void take_echo(spw_ps_client_t *c, uint32_t s, const Sparrow__PushAck *ack,
+                      const struct spw_psc__push *slot, const struct spw_psc__part *part)
+{
+    uint32_t dim = c->conf.dim;
+    const float *vals;
+    const uint32_t *vers;
+    if (spw_wire_block_f32(&ack->echo_values, (size_t)part->n_echo * dim, &vals) != SPW_OK ||
+        spw_wire_block_u32(&ack->echo_versions, part->n_echo, &vers) != SPW_OK) {
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, WAIT_LOG_MS, "push ack without its echo",
+                            "shard=%u rows=%u", s, part->n_echo);
+        return;
+    }
+    for (uint32_t j = 0; j < part->n_echo; j++) {
+        uint32_t dst = part->echo_dst[j];
+        memcpy(slot->echo_rows + (size_t)dst * dim, vals + (size_t)j * dim, dim * sizeof(float));
+        slot->echo_versions[dst] = vers[j];
+    }
+    c->stats.rows_echoed += part->n_echo;
+}
+
 static void on_push_ack(spw_ps_client_t *c, uint32_t s, const Sparrow__PushAck *ack,
                         struct spw_psc__push *slot, struct spw_psc__part *part)
 {
@@ -361,6 +386,8 @@ static void on_push_ack(spw_ps_client_t *c, uint32_t s, const Sparrow__PushAck *
         SPW_LOG_RATELIMITED(SPW_LOG_WARN, WAIT_LOG_MS, "push arrived after its step committed",
                             "shard=%u seq=%" PRIu64 " step=%" PRIu64, s, slot->seq, slot->step);
     } else {
+        if (slot->echo_rows && part->n_echo > 0)
+            take_echo(c, s, ack, slot, part);
         c->stats.rows_applied += ack->applied;
         c->stats.rows_rejected += ack->rejected;
         c->stats.rows_dropped_stale += ack->dropped_stale;

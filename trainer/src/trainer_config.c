@@ -78,8 +78,12 @@ const struct spw_config_prop spw_trainer_config_props[] = {
      "Push epoch; 0: the wall-clock milliseconds at start. Must be fresh for every run: shards "
      "acknowledge a reused (id, epoch, seq) as a duplicate without applying it."},
     {"trainer.pull.prefetch", SPW_CONFIG_BOOL, "true", 0, 0, NULL,
-     "Pull the next micro-batch's rows while the current one computes (rows the two share are "
-     "then one update stale); in-process shards never prefetch."},
+     "Pull the next micro-batch's rows while the current one computes; in-process shards never "
+     "prefetch."},
+    {"trainer.pull.fresh", SPW_CONFIG_BOOL, "true", 0, 0, NULL,
+     "With prefetch: each push's acknowledgement carries the pushed rows that the prefetched "
+     "micro-batch shares, written into it before it is computed, so a trainer never reads rows "
+     "older than its own acknowledged pushes (false: those rows are one update stale)."},
     {"trainer.inproc.dir", SPW_CONFIG_STRING, "", 0, 4000, NULL,
      "Root of the in-process shards' databases (trainer.shards=inproc or inproc:N); empty: a "
      "temporary directory removed at exit."},

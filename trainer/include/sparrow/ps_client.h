@@ -190,6 +190,13 @@ struct spw_ps_push {
     uint64_t step;             /* two-phase step tag (held on the shards until its commit; 0:
                                   applied at once) */
     uint32_t step_examples;    /* examples of the whole step (its weight in the commit) */
+    /* Fresh reads (may be NULL): echo_pos[i] < UINT32_MAX asks the shard to return row i as it
+     * is after this push; the acknowledgement writes it to echo_rows[echo_pos[i] * dim] and
+     * echo_versions[echo_pos[i]] (borrowed: they must stay valid until the push is
+     * acknowledged, abandoned, or spw_ps_client_cancel_echo drops the writes). */
+    const uint32_t *echo_pos;
+    float *echo_rows;
+    uint32_t *echo_versions;
 };
 
 /*
@@ -223,6 +230,14 @@ spw_err_t spw_ps_client_drain(spw_ps_client_t *client, uint64_t timeout_ms);
  * (a recovery restores the shards to a checkpoint those pushes postdate). Seqs go on. Returns
  * how many pushes were abandoned. */
 uint32_t spw_ps_client_abandon_pushes(spw_ps_client_t *client);
+
+/* Waits until every push up to seq is acknowledged. timeout_ms < 0: no limit. SPW_ERR_TIMEOUT,
+ * SPW_ERR_STOPPED, or the sticky error. */
+spw_err_t spw_ps_client_wait_acked(spw_ps_client_t *client, uint64_t seq, int64_t timeout_ms);
+
+/* Drops the echo writes of the pushes seq_lo..seq_hi not yet acknowledged (their destination is
+ * going away); the pushes themselves go on. */
+void spw_ps_client_cancel_echo(spw_ps_client_t *client, uint64_t seq_lo, uint64_t seq_hi);
 
 /* Pushes sent and not yet acknowledged (by every shard they touched). */
 uint32_t spw_ps_client_outstanding(const spw_ps_client_t *client);
@@ -266,6 +281,7 @@ struct spw_ps_client_stats {
     uint64_t bad_replies;    /* undecodable replies (dropped; the request times out) */
     uint64_t late_replies;   /* replies to requests already answered (after a resend) */
     uint64_t pushes_late;    /* two-phase pushes a shard refused: their step had committed */
+    uint64_t rows_echoed;    /* rows a push ack returned into the caller's prefetched copy */
     uint64_t auth_failures;  /* CURVE handshakes a shard refused (logged; the client waits) */
     uint32_t window;         /* pushes outstanding now */
     uint32_t window_max;     /* most pushes outstanding at once */

@@ -115,6 +115,7 @@ struct spw_trainer_loop_conf {
     uint64_t epoch;               /* push epoch; 0: wall-clock ms at start (fresh per run) */
     bool prefetch; /* pull the next micro-batch while computing (ZeroMQ shards only: in-process
                       pulls complete at once, so they are made after the previous push) */
+    bool fresh_reads; /* with prefetch: push acks refresh the prefetched rows (own pushes) */
     /* operations */
     uint64_t log_interval_ms;    /* progress line period; 0: none */
     uint64_t commit_interval_ms; /* Kafka offset commits; 0: never (a coordinator commits) */
