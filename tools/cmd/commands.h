@@ -47,5 +47,8 @@ int spw_demo_main(int argc, char **argv);
 int spw_launch_main(int argc, char **argv);
 /* `sparrow reshard` (tools/cmd/reshard.c): a checkpoint rewritten for another shard count. */
 int spw_reshard_main(int argc, char **argv);
+/* `sparrow eval` (tools/cmd/eval.c): a model's quality on held-out data, without training; its
+ * property table is spw_evaluate_config_props (sparrow/evaluate.h). */
+int spw_eval_main(int argc, char **argv);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "sparrow/config.h"
+#include "sparrow/evaluate.h"
 #include "sparrow/tools.h"
 
 static int config_doc_main(int argc, char **argv);
@@ -26,6 +27,8 @@ static const struct spw_command commands[] = {
      spw_serve_main, spw_serve_config_props, &spw_serve_config_n_props},
     {"demo", "run the whole pipeline locally with a live progress line (make demo)", spw_demo_main,
      NULL, NULL},
+    {"eval", "score held-out data with a checkpoint or live shards (logloss, AUC, calibration)",
+     spw_eval_main, spw_evaluate_config_props, &spw_evaluate_config_n_props},
     {"reshard", "rewrite a checkpoint for another shard count", spw_reshard_main, NULL, NULL},
     {"launch", "run a local cluster (modes, slow trainers, kills) and write summary.json",
      spw_launch_main, NULL, NULL},

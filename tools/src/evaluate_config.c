@@ -1,0 +1,48 @@
+/* The property table of `sparrow eval`: its own eval.* rows and the trainer's rows (same names
+ * and defaults) for the model, the input and the parameter-server client. */
+#include "sparrow/evaluate.h"
+
+const struct spw_config_prop spw_evaluate_config_props[] = {
+    {"eval.checkpoint", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
+     "Checkpoint to score: the coordinator's checkpoint root (pserver.checkpoint.dir, holding "
+     "checkpoints/) or that checkpoints/ directory; unset: score the live trainer.shards."},
+    {"eval.epoch", SPW_CONFIG_INT, "0", 0, 9.2e18, NULL,
+     "Checkpoint epoch to score; 0: the epoch checkpoints/LATEST names."},
+    {"eval.json", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
+     "Print one JSON object instead of human-readable lines (--json)."},
+    {"eval.batch", SPW_CONFIG_INT, "4096", 1, SPW_EVALUATE_MAX_BATCH, NULL,
+     "Examples scored per batch (one pull per batch from live shards)."},
+    {"eval.timeout", SPW_CONFIG_DURATION_MS, "10s", 1, 3600000, NULL,
+     "Longest wait for live shards to answer one pull before they are reported unreachable."},
+    /* the trainer's rows (trainer/src/trainer_config.c), same names and defaults */
+    {"trainer.model", SPW_CONFIG_ENUM, "fm", 0, 0, "lr|fm",
+     "Model of live shards (a checkpoint's is inferred from its dim as serve does)."},
+    {"trainer.latent_dim", SPW_CONFIG_INT, "8", 1, SPW_TRN_MAX_LATENT, NULL,
+     "Latent dimension k of an FM on live shards (ignored by lr and for checkpoints)."},
+    {"trainer.in", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
+     "Held-out input: file:PATH (file:- is stdin)."},
+    {"trainer.format", SPW_CONFIG_ENUM, "pb", 0, 0, "pb|json|criteo",
+     "Format of the input: length-delimited sparrow.Example, JSON lines, or Criteo TSV."},
+    {"trainer.schema", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
+     "Schema file (`name = id` lines) for JSON field names; unset: names are hashed."},
+    {"trainer.max_features", SPW_CONFIG_INT, "4096", 1, 1048576, NULL,
+     "Features per example; an example with more is counted and skipped."},
+    {"trainer.max_field_id", SPW_CONFIG_INT, "2147483647", 0, 2147483647, NULL,
+     "Largest accepted field id; an example with a larger one is counted and skipped."},
+    {"trainer.max_record_bytes", SPW_CONFIG_INT, "16777216", 64, 268435456, NULL,
+     "Largest input record; larger ones are counted and skipped."},
+    {"trainer.float_label", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
+     "Accept any finite label in [0,1] (soft targets) instead of 0/1."},
+    {"trainer.shards", SPW_CONFIG_STRING, NULL, 0, 16384, NULL,
+     "Live parameter-server shards to score (comma-separated ZeroMQ endpoints, shard 0 first); "
+     "unset: score eval.checkpoint."},
+    {"trainer.ps.max_frame", SPW_CONFIG_INT, "33554432", 1024, 134217728, NULL,
+     "Largest request frame in bytes (the shards' pserver.max_frame)."},
+    {"trainer.curve.server_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "File with the shards' Z85 CURVE public key; empty: no CurveZMQ."},
+    {"trainer.curve.client_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "File with this client's Z85 CURVE secret key (required with the server key)."},
+    {"log.level", SPW_CONFIG_ENUM, "warn", 0, 0, "error|warn|info|debug", "Log threshold."},
+};
+const size_t spw_evaluate_config_n_props =
+    sizeof(spw_evaluate_config_props) / sizeof(spw_evaluate_config_props[0]);
