@@ -1,4 +1,4 @@
-/* `sparrow coordinator`: membership, clocks, checkpoint epochs and recovery (DESIGN.md §5). */
+/* `sparrow coordinator`: membership, clocks, epochs and recovery (docs/ARCHITECTURE.md §5). */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,5 +1,6 @@
-/* JSON-lines parser: one object per line (DESIGN.md §2) into a sparrow.Example: the fast path
- * (parse_json_fast.c) first, and json-c, the reference, for whatever the fast path hands back. */
+/* JSON-lines parser: one object per line (docs/ARCHITECTURE.md §2) into a sparrow.Example: the
+ * fast path (parse_json_fast.c) first, and json-c, the reference, for whatever the fast path hands
+ * back. */
 #include "ingest_int.h"
 
 #include <assert.h>

@@ -1,4 +1,4 @@
-/* `sparrow pserver`: runs one parameter-server shard (DESIGN.md §3) until SIGTERM. */
+/* `sparrow pserver`: runs one parameter-server shard (docs/ARCHITECTURE.md §3) until SIGTERM. */
 #include <stdio.h>
 #include <stdlib.h>
 

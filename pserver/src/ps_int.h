@@ -65,7 +65,7 @@ bool spw_ps__store_wait_idle(spw_ps_store_t *store, uint32_t timeout_ms);
  * the fuzz target. */
 int spw_ps__server_handle_frame(spw_ps_server_t *srv, const void *data, size_t len);
 
-/* ---- update stream publisher (publish.c, DESIGN.md §6) ---- */
+/* ---- update stream publisher (publish.c, docs/ARCHITECTURE.md §6) ---- */
 /* Collects the keys the server loop changes and, every interval, copies their rows into a batch
  * that its own thread encodes as ModelUpdate records and produces (idempotent producer, keyed by
  * the 8-byte big-endian key). Every function but the constructor's internals runs on the server

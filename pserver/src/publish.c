@@ -1,5 +1,5 @@
 /* The shard's update-stream publisher: changed rows as absolute ModelUpdate records and TTL
- * tombstones to Kafka `model-updates`, from a thread of its own (DESIGN.md §6). */
+ * tombstones to Kafka `model-updates`, from a thread of its own (docs/ARCHITECTURE.md §6). */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>

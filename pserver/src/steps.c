@@ -1,5 +1,6 @@
-/* The shard's pending table of two-phase steps (DESIGN.md §3): pushes tagged with a step wait
- * here, per contributor, until the coordinator commits the step; the commit sums them per row. */
+/* The shard's pending table of two-phase steps (docs/ARCHITECTURE.md §3): pushes tagged with a
+ * step wait here, per contributor, until the coordinator commits the step; the commit sums them
+ * per row. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1337,7 +1337,8 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
     }
     store->ropts = rocksdb_readoptions_create();
     store->wopts = rocksdb_writeoptions_create();
-    /* Durability comes from checkpoints plus Kafka replay, not from a WAL (DESIGN.md §3). */
+    /* Durability comes from checkpoints plus Kafka replay, not from a WAL
+     * (docs/ARCHITECTURE.md §3). */
     rocksdb_writeoptions_disable_WAL(store->wopts, 1);
     store->wb = rocksdb_writebatch_create();
     store->envopts = rocksdb_envoptions_create();

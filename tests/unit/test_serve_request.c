@@ -49,7 +49,7 @@ static void test_serve_request_features_hash_like_ingest(void **state)
         assert_true(ex->keys[i] == want->keys[i]);
         assert_true(ex->weights[i] == (want->n_weights ? want->weights[i] : 1.0f));
     }
-    /* And those keys are hash64(field, text) as DESIGN.md §2 says. */
+    /* And those keys are hash64(field, text) as docs/ARCHITECTURE.md §2 says. */
     uint32_t f = spw_hash_field_name("hour", 4);
     assert_true(ex->keys[1] == spw_hash_key(f, "13", 2));
     assert_true(ex->weights[0] == 0.5f);

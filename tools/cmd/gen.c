@@ -1,4 +1,5 @@
-/* `sparrow gen`: writes the synthetic click stream (DESIGN.md §2) to a file or stdout. */
+/* `sparrow gen`: writes the synthetic click stream (docs/ARCHITECTURE.md §2) to a file or
+ * stdout. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

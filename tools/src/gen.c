@@ -1,5 +1,5 @@
 /* The synthetic click stream: Zipf vocabularies per field and a planted factorization machine
- * (DESIGN.md §2; the model is described in sparrow/tools.h). */
+ * (docs/ARCHITECTURE.md §2; the model is described in sparrow/tools.h). */
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>

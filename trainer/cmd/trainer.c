@@ -1,5 +1,5 @@
-/* `sparrow trainer`: runs the worker loop (DESIGN.md §4) from a file or a Kafka group against
- * parameter-server shards until the input ends, trainer.max_examples, or SIGTERM. */
+/* `sparrow trainer`: runs the worker loop (docs/ARCHITECTURE.md §4) from a file or a Kafka group
+ * against parameter-server shards until the input ends, trainer.max_examples, or SIGTERM. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
 #define SPW_FIELD_ID_MAX 0x7fffffffu
 
 /* Feature key of a raw value: xxHash64 of the value's bytes with the field id as seed
- * (DESIGN.md §2). Keys are never interpreted further. */
+ * (docs/ARCHITECTURE.md §2). Keys are never interpreted further. */
 uint64_t spw_hash_key(uint32_t field, const void *value, size_t len);
 
 /* Field id of a field name when no schema maps it: the name itself when it is a decimal number
@@ -25,7 +25,7 @@ uint64_t spw_hash_mix64(uint64_t x);
 /* Jump consistent hash (Lamping & Veach 2014): bucket in [0, buckets) for key; buckets >= 1. */
 uint32_t spw_hash_jump(uint64_t key, uint32_t buckets);
 
-/* Shard of a feature key among n shards: jump hash of mix64(key) (DESIGN.md §3). */
+/* Shard of a feature key among n shards: jump hash of mix64(key) (docs/ARCHITECTURE.md §3). */
 uint32_t spw_hash_shard(uint64_t key, uint32_t n_shards);
 
 #endif

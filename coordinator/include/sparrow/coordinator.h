@@ -1,5 +1,5 @@
-/* The coordinator (DESIGN.md §5): membership with heartbeats, clocks for the trainer modes,
- * checkpoint epochs with Kafka offsets (MANIFEST + LATEST), pruning, and global recovery. */
+/* The coordinator (docs/ARCHITECTURE.md §5): membership with heartbeats, clocks for the trainer
+ * modes, checkpoint epochs with Kafka offsets (MANIFEST + LATEST), pruning, and global recovery. */
 #ifndef SPARROW_COORDINATOR_H
 #define SPARROW_COORDINATOR_H
 
@@ -106,8 +106,8 @@ struct spw_coord_manifest {
     size_t n_offsets;
     uint64_t example_count;
     int64_t created_ms;
-    /* The model-update stream's next offsets at the checkpoint (DESIGN.md §6), owned (malloc)
-     * like offsets; skip is unused. A reader that starts there replays every later update. */
+    /* The model-update stream's next offsets at the checkpoint (docs/ARCHITECTURE.md §6), owned
+     * (malloc) like offsets; skip is unused. A reader starting there replays every later update. */
     struct spw_coord_offset *update_offsets;
     size_t n_update_offsets;
 };

@@ -14,7 +14,7 @@
 
 enum spw_format {
     SPW_FORMAT_PB,     /* length-delimited sparrow.Example */
-    SPW_FORMAT_JSON,   /* JSON lines (DESIGN.md §2) */
+    SPW_FORMAT_JSON,   /* JSON lines (docs/ARCHITECTURE.md §2) */
     SPW_FORMAT_CRITEO, /* label \t I1..I13 \t C1..C26 */
 };
 

@@ -1,5 +1,6 @@
 /* The parameter-server shard: row store (DRAM hot table over RocksDB), optimizers, staleness,
- * admission/TTL, checkpoints, and the ZeroMQ server that serves trainers (DESIGN.md §3). */
+ * admission/TTL, checkpoints, and the ZeroMQ server that serves trainers
+ * (docs/ARCHITECTURE.md §3). */
 #ifndef SPARROW_PSERVER_H
 #define SPARROW_PSERVER_H
 
@@ -230,7 +231,7 @@ struct spw_ps_server_conf {
     struct spw_ps_store_conf store;         /* db_path is ignored (derived from data_dir) */
     struct spw_metrics *metrics;            /* borrowed; may be NULL */
     struct spw_http *http;                  /* borrowed; readiness is reported to it; may be NULL */
-    /* Update stream (DESIGN.md §6): changed rows every publish_interval_ms (0: off) to
+    /* Update stream (docs/ARCHITECTURE.md §6): changed rows every publish_interval_ms (0: off) to
      * publish_topic, through librdkafka properties `kafka.*` of kafka_config (borrowed, may be
      * NULL) with bootstrap.servers replaced by publish_brokers when that is non-empty. Publishing
      * is off when no bootstrap servers are configured either way. */

@@ -1,4 +1,4 @@
-/* Serving (DESIGN.md §6): a lookup table of rows fed from the latest checkpoint and the
+/* Serving (docs/ARCHITECTURE.md §6): a lookup table of rows fed from the latest checkpoint and the
  * model-update stream, the predict request parser, and the `sparrow serve` server. */
 #ifndef SPARROW_SERVE_H
 #define SPARROW_SERVE_H
@@ -73,8 +73,8 @@ size_t spw_serve_table_get_many(spw_serve_table_t *table, const uint64_t *keys, 
  *   one example:  {"features": {"user": "u1", "hour": 13}, "weight": {"user": 0.5}}
  *            or:  {"keys": [123, "18446744073709551615"], "weights": [1.0, 0.5]}
  *   many:         {"examples": [<example>, ...]}
- * "features"/"weight" follow the JSON event format (DESIGN.md §2) and are hashed exactly as
- * ingest hashes them (spw_parse_json_line under the same schema); "keys" are pre-hashed feature
+ * "features"/"weight" follow the JSON event format (docs/ARCHITECTURE.md §2) and are hashed exactly
+ * as ingest hashes them (spw_parse_json_line under the same schema); "keys" are pre-hashed feature
  * keys (integers or decimal strings, 0..2^64-1) with optional "weights" (finite, one per key).
  * An example holds "features" or "keys", not both; "id" and "ts" are accepted and ignored. Any
  * other member, a duplicate layout, too many examples or features, a non-finite weight, or

@@ -12,9 +12,9 @@
 #include "sparrow/wire.h"
 
 /*
- * The generator (DESIGN.md §2). Each example has one feature per field. With F >= 13 fields the
- * first 13 are integer-valued (named I1..I13, Criteo's integer columns) and the rest categorical
- * (C1..C(F-13)); with F < 13 every field is categorical (C1..CF). A field's id is
+ * The generator (docs/ARCHITECTURE.md §2). Each example has one feature per field. With F >= 13
+ * fields the first 13 are integer-valued (named I1..I13, Criteo's integer columns) and the rest
+ * categorical (C1..C(F-13)); with F < 13 every field is categorical (C1..CF). A field's id is
  * spw_hash_field_name(name).
  *
  * Values. Each field has a vocabulary whose size is log-spaced between vocab_min and vocab_max

@@ -18,8 +18,9 @@
  *   acknowledgements collected, timeouts handled) only inside the client's calls: a long compute
  *   phase simply leaves them queued in ZeroMQ. The metrics it updates may be rendered from any
  *   thread.
- * - Keys go to shard spw_hash_shard(key, n_shards) (DESIGN.md §3). One request per shard per
- *   pull or push, its keys sorted and unique; rows and versions come back in the caller's order.
+ * - Keys go to shard spw_hash_shard(key, n_shards) (docs/ARCHITECTURE.md §3). One request per
+ *   shard per pull or push, its keys sorted and unique; rows and versions come back in the
+ *   caller's order.
  * - Two transports with the same semantics: ZeroMQ (one DEALER socket per shard) and in-process
  *   (direct calls into the caller's spw_ps_store_t of each shard; every call completes at once,
  *   so nothing is ever outstanding). The staleness versions travel the same way in both.

@@ -1,6 +1,6 @@
-/* trainer: the worker of DESIGN.md §4 — batches, LR/FM models on the CPU and CUDA backends, top-k
- * compression with error feedback, progressive validation and a single-process reference loop.
- * Device pointers never appear in this header. */
+/* trainer: the worker of docs/ARCHITECTURE.md §4 — batches, LR/FM models on the CPU and CUDA
+ * backends, top-k compression with error feedback, progressive validation and a single-process
+ * reference loop. Device pointers never appear in this header. */
 #ifndef SPARROW_TRAINER_H
 #define SPARROW_TRAINER_H
 

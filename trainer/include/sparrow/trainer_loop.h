@@ -1,7 +1,7 @@
-/* The trainer's worker loop (`sparrow trainer`, DESIGN.md §4): input from a file or a Kafka group,
- * mini-batches, pipelined pulls, compute, top-k compression, windowed pushes, progressive
- * validation in the log and /metrics, offsets stored once their pushes are acknowledged, and a
- * hook interface for the coordinator (clocks, barriers, checkpoint epochs). */
+/* The trainer's worker loop (`sparrow trainer`, docs/ARCHITECTURE.md §4): input from a file or a
+ * Kafka group, mini-batches, pipelined pulls, compute, top-k compression, windowed pushes,
+ * progressive validation in the log and /metrics, offsets stored once their pushes are
+ * acknowledged, and a hook interface for the coordinator (clocks, barriers, checkpoint epochs). */
 #ifndef SPARROW_TRAINER_LOOP_H
 #define SPARROW_TRAINER_LOOP_H
 
@@ -113,8 +113,8 @@ struct spw_trainer_loop_conf {
     uint64_t inproc_memory_bytes; /* DRAM budget of each in-process shard */
     uint32_t trainer_id;          /* 0: derived from the host name and process id */
     uint64_t epoch;               /* push epoch; 0: wall-clock ms at start (fresh per run) */
-    bool prefetch; /* pull the next micro-batch while computing (ZeroMQ shards only: in-process
-                      pulls complete at once, so they are made after the previous push) */
+    bool prefetch;    /* pull the next micro-batch while computing (ZeroMQ shards only: in-process
+                         pulls complete at once, so they are made after the previous push) */
     bool fresh_reads; /* with prefetch: push acks refresh the prefetched rows (own pushes) */
     /* operations */
     uint64_t log_interval_ms;    /* progress line period; 0: none */
@@ -185,9 +185,9 @@ typedef spw_err_t (*spw_trainer_resume_fn)(void *opaque, const char *topic, int3
                                            int64_t *offset, uint32_t *skip);
 
 /*
- * From a hook (after_step or idle): the trainer side of a recovery (DESIGN.md §5). Forgets
- * everything that postdates the checkpoint the shards are restored to: micro-batches read but
- * not computed, the partial accumulation, every residual, every unacknowledged push (no
+ * From a hook (after_step or idle): the trainer side of a recovery (docs/ARCHITECTURE.md §5).
+ * Forgets everything that postdates the checkpoint the shards are restored to: micro-batches read
+ * but not computed, the partial accumulation, every residual, every unacknowledged push (no
  * resend), the offset marks not yet stored; then seeks every assigned Kafka partition to
  * resume(partition) (records already fetched are discarded) and sets its stored position there.
  * File input: SPW_OK before its first record is read (nothing to rewind), SPW_ERR_UNSUPPORTED
