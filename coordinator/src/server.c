@@ -753,6 +753,18 @@ static spw_err_t shards_result(const spw_coord_server_t *srv)
     return SPW_OK;
 }
 
+/* True when every live trainer waits (its Clock held) at exactly `clock`. */
+static bool all_held_at(const spw_coord_server_t *srv, uint64_t clock)
+{
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        const struct member *m = &srv->members[i];
+        if (m->live && m->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER &&
+            (!m->waiting || m->clock != clock))
+            return false;
+    }
+    return true;
+}
+
 static bool checkpoint_due(spw_coord_server_t *srv, uint64_t max_clock)
 {
     uint64_t now = spw_time_mono_ms();
@@ -878,10 +890,11 @@ static void evaluate(spw_coord_server_t *srv)
                     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
                         if (srv->members[i].live)
                             srv->members[i].pending_drop = true;
-            } else if ((!two_phase(srv) || max == srv->committed_step) &&
+            } else if ((!two_phase(srv) || all_held_at(srv, srv->committed_step)) &&
                        checkpoint_due(srv, max)) {
-                /* two-phase: only between steps, once every trainer's last step committed
-                 * (a trainer already clocked past it holds pushes the checkpoint lacks) */
+                /* two-phase: only between steps, every trainer held at the step just committed
+                 * (one released into the next step would report offsets of examples whose
+                 * pushes wait for a commit the checkpoint comes before) */
                 open_epoch(srv, srv->conf.checkpoint_interval_ms > 0 &&
                                         spw_time_mono_ms() - srv->last_ckpt_ms >=
                                             srv->conf.checkpoint_interval_ms

@@ -246,7 +246,9 @@ spw_err_t spw_ps__steps_take(spw_ps__steps_t *st, const struct spw_ps__step_comm
 uint64_t spw_ps__steps_committed(const spw_ps__steps_t *st);
 /* Pushes held (and their bytes in *bytes, may be NULL). */
 size_t spw_ps__steps_pending(const spw_ps__steps_t *st, size_t *bytes);
-/* Drops every pending push (a restore: the steps they belong to are discarded whole). */
+/* Drops every pending push (a restore: the steps they belong to are discarded whole) and the
+ * committed watermark: the coordinator that restores numbers the steps from then on (a
+ * restarted one starts again low), and pushes from before the restore are fenced anyway. */
 void spw_ps__steps_clear(spw_ps__steps_t *st);
 
 #endif

@@ -27,9 +27,10 @@ struct spw_ps__steps {
     struct contrib **c;
     size_t n, cap;
     /* aggregation scratch, reused by every take */
-    uint64_t *slot_key; /* open addressing; UINT64_MAX... see EMPTY_IDX */
+    uint64_t *slot_key; /* open addressing (slot_idx EMPTY_IDX: free) */
     uint32_t *slot_idx;
-    size_t slots;
+    size_t slots; /* allocated */
+    size_t mask;  /* of the part in use by the current take (cleared for it) */
     uint64_t *keys;
     uint32_t *versions;
     double *sums;
@@ -65,6 +66,7 @@ void spw_ps__steps_clear(spw_ps__steps_t *st)
 {
     while (st->n > 0)
         drop_at(st, st->n - 1);
+    st->committed = 0;
 }
 
 void spw_ps__steps_destroy(spw_ps__steps_t *st)
@@ -172,15 +174,18 @@ static spw_err_t grow_scratch(spw_ps__steps_t *st, size_t rows)
         st->grads = g;
         st->rows_cap = rows;
     }
+    /* only the part this take uses is cleared and probed: a smaller take after a larger one
+     * must not meet the larger one's entries */
     for (size_t i = 0; i < slots; i++)
         st->slot_idx[i] = EMPTY_IDX;
+    st->mask = slots - 1;
     return SPW_OK;
 }
 
 /* The row index of key in the aggregation, added (zeroed) when new. */
 static uint32_t row_of(spw_ps__steps_t *st, uint64_t key, uint32_t version, size_t *rows)
 {
-    size_t mask = st->slots - 1;
+    size_t mask = st->mask;
     size_t h = (size_t)spw_hash_mix64(key) & mask;
     while (st->slot_idx[h] != EMPTY_IDX) {
         if (st->slot_key[h] == key) {

@@ -168,7 +168,6 @@ static uint32_t push_step_examples;
 static const uint32_t *push_echo;
 static size_t push_n_echo;
 
-
 static Sparrow__Reply *push(void *s, spw_arena_t *arena, uint32_t trainer, uint64_t epoch,
                             uint64_t seq, const uint64_t *keys, size_t n, const float *grads,
                             const uint32_t *versions)
@@ -203,7 +202,6 @@ static Sparrow__Reply *push(void *s, spw_arena_t *arena, uint32_t trainer, uint6
     send_request(s, &req);
     return recv_reply(s, arena);
 }
-
 
 static Sparrow__Reply *commit(void *s, spw_arena_t *arena, uint64_t step, const uint32_t *ids,
                               size_t n_ids, uint64_t examples)
@@ -403,6 +401,47 @@ static void test_ps_server_two_phase_steps(void **state)
     assert_int_equal(r->commit->rows, 0);
     assert_int_equal(r->commit->contributions, 0);
     assert_float_equal(pull_one(e->client, arena, k10, NULL), 0.0, 1e-6);
+    push_step = 0;
+    push_step_examples = 0;
+    spw_arena_destroy(arena);
+    stop(e);
+}
+
+/* A commit of few rows after one of many: the aggregation table of the first must not leak into
+ * the second (a bug lost the counter row's sums in sync runs whose steps varied in size). */
+static void test_ps_server_commit_after_larger_commit(void **state)
+{
+    struct env *e = *state;
+    struct spw_ps_server_conf c = server_conf(e, e->dir);
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    enum { MANY = 200 };
+    uint64_t keys[MANY];
+    float g[MANY * DIM];
+    uint32_t v[MANY] = {0};
+    for (int i = 0; i < MANY; i++) {
+        keys[i] = 10 + (uint64_t)i;
+        for (int d = 0; d < DIM; d++)
+            g[i * DIM + d] = 1.0f;
+    }
+    const uint32_t ids[] = {1};
+    push_step = 1;
+    push_step_examples = 1;
+    Sparrow__Reply *r = push(e->client, arena, 1, 1, 1, keys, MANY, g, v);
+    assert_true(r->push->pending);
+    r = commit(e->client, arena, 1, ids, 1, 1);
+    assert_int_equal(r->commit->rows, MANY);
+    for (uint64_t step = 2; step <= 4; step++) {
+        push_step = step;
+        r = push(e->client, arena, 1, 1, step, &keys[MANY - 1], 1, g, v);
+        assert_true(r->push->pending);
+        r = commit(e->client, arena, step, ids, 1, 1);
+        assert_int_equal(r->commit->rows, 1);
+    }
+    uint32_t ver;
+    assert_float_equal(pull_one(e->client, arena, keys[MANY - 1], &ver), -4.0, 1e-6);
+    assert_int_equal(ver, 4);
     push_step = 0;
     push_step_examples = 0;
     spw_arena_destroy(arena);
@@ -722,6 +761,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ps_server_req_socket_envelope, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_server_two_phase_steps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_server_push_echo, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_server_commit_after_larger_commit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

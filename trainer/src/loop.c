@@ -99,8 +99,8 @@ struct spw_trainer_loop {
 
     float *grads, *preds;
     size_t cap_grads, cap_preds;
-    struct mb *echo_to;  /* while a step is pushed: the prefetched micro-batch to refresh */
-    uint32_t *echo_pos;  /* per pushed row: its index in echo_to's rows, or UINT32_MAX */
+    struct mb *echo_to; /* while a step is pushed: the prefetched micro-batch to refresh */
+    uint32_t *echo_pos; /* per pushed row: its index in echo_to's rows, or UINT32_MAX */
     size_t cap_echo_pos;
     float *counter_grad; /* dim floats: the counter row's push (conf.counter_key) */
 
