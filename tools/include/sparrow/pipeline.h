@@ -15,9 +15,16 @@
  * borrowed for the call (or, for a conf, for the pipeline's life); a handle belongs to one thread.
  */
 
-#define SPW_PIPELINE_MAX_TRAINERS   8
-#define SPW_PIPELINE_MAX_SHARDS     8
+/* The scaling study runs up to 32 trainers; 64 leaves room. Every process of a pipeline (these,
+ * kafka-mock, gen, the coordinator and serve) is a child of one launcher: see the check below. */
+#define SPW_PIPELINE_MAX_TRAINERS   64
+#define SPW_PIPELINE_MAX_SHARDS     16
 #define SPW_PIPELINE_MAX_PARTITIONS 64
+/* Processes of a pipeline besides its trainers and shards: kafka-mock, gen, coordinator, serve. */
+#define SPW_PIPELINE_OTHER_PROCS 4
+_Static_assert(SPW_PIPELINE_MAX_TRAINERS + SPW_PIPELINE_MAX_SHARDS + SPW_PIPELINE_OTHER_PROCS <=
+                   SPW_LAUNCH_MAX_PROCS,
+               "a pipeline of the largest size must fit in one launcher");
 /* --set values given per role (all roles together). */
 #define SPW_PIPELINE_MAX_SETS 32
 /* Buckets kept of a histogram summed over processes. */
