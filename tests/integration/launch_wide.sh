@@ -45,6 +45,10 @@ for i in range(16):
     want(names.get("shard-%d" % i) == "exit 0", "shard-%d exit" % i)
 want(all(v == "exit 0" for v in names.values()), "exit statuses")
 want(s["staleness"]["count"] > 0, "no staleness histogram")
+st = s["staleness"]
+want(st["sum"] >= 0 and abs(st["mean"] - st["sum"] / st["count"]) < 1e-9, "staleness sum/mean")
+want(all(t["coord_wait_s"] is not None and t["coord_wait_s"] >= 0 for t in s["per_trainer"]),
+     "per-trainer coord_wait_s")
 rows = [l.split(",") for l in open(d + "/samples.csv").read().split("\n")[1:] if l]
 want({r[1] for r in rows} == {str(i) for i in range(16)}, "samples.csv trainers")
 # every trainer was assigned partitions (16 partitions, 16 trainers: one each)

@@ -109,13 +109,15 @@ char *spw_pipeline_metrics_get(int port);
 /* Sum of the samples of metric name (any labels) in page; NAN when absent or not finite. */
 double spw_pipeline_metric_sum(const char *page, const char *name);
 
-/* Cumulative histogram buckets, summed over processes by their upper bound. */
+/* Cumulative histogram buckets, summed over processes by their upper bound, and the sum of the
+ * observations (the histogram's _sum, summed over processes). */
 struct spw_pipeline_hist {
     double le[SPW_PIPELINE_MAX_BUCKETS], count[SPW_PIPELINE_MAX_BUCKETS];
     size_t n;
+    double sum;
 };
 
-/* Adds the buckets of histogram name in page to h. */
+/* Adds the buckets and the _sum of histogram name in page to h. */
 void spw_pipeline_hist_add(struct spw_pipeline_hist *h, const char *page, const char *name);
 
 /* The upper bound of the first bucket holding quantile q; NAN when h is empty. */
@@ -124,11 +126,15 @@ double spw_pipeline_hist_quantile(const struct spw_pipeline_hist *h, double q);
 /* The total count of h (its +Inf bucket); 0 when empty. */
 double spw_pipeline_hist_total(const struct spw_pipeline_hist *h);
 
+/* The mean observation of h (sum over count); NAN when empty. */
+double spw_pipeline_hist_mean(const struct spw_pipeline_hist *h);
+
 /* One trainer as its /metrics shows it; NAN where unknown. */
 struct spw_pipeline_trainer {
     bool up; /* the page was read */
     double examples, ex_per_s, logloss, auc, bayes_logloss, bayes_auc;
     double step, clock, lag, bytes_saved;
+    double coord_wait_s; /* sum of sparrow_trainer_coord_wait_seconds: waits for the coordinator */
 };
 
 /* What one scrape of every role found. NAN where unknown. */
