@@ -367,6 +367,9 @@ struct tally {
     double first_total;   /* the total then */
     uint64_t reach_ms;    /* first sample where total >= the examples produced; 0: none */
     bool lag_zero;        /* every trainer that answered reports lag 0 */
+    /* coord_wait_s at the first sample that read it (the waits before the run started) */
+    double wait0[SPW_PIPELINE_MAX_TRAINERS];
+    bool wait0_set[SPW_PIPELINE_MAX_TRAINERS];
 };
 
 /* Samples every trainer: a samples.csv line each, and the tally. */
@@ -385,6 +388,10 @@ static void sample(spw_pipeline_t *p, const struct launch_opts *o, FILE *csv, ui
         }
         if (tr.up && !(tr.lag == 0))
             lag_zero = false;
+        if (!ty->wait0_set[t] && isfinite(tr.coord_wait_s)) {
+            ty->wait0[t] = tr.coord_wait_s;
+            ty->wait0_set[t] = true;
+        }
         total += ty->base[t] + ty->last[t];
         if (csv)
             fprintf(csv, "%llu,%ld,%.0f,%.0f,%.0f,%.6g\n", (unsigned long long)now_ms, t,
@@ -475,6 +482,11 @@ static void collect(spw_pipeline_t *p, const struct launch_opts *o, const struct
         if (isfinite(v = spw_pipeline_log_value(log, " finished ", "bayes_logloss")) && v > 0)
             tr->bayes_logloss = v;
         r->trainer_examples[t] = ty->base[t] + last;
+        /* a restarted trainer's counter starts again: its difference means nothing */
+        r->trainer_run_wait_s[t] =
+            ty->wait0_set[t] && ty->base[t] == 0 && tr->coord_wait_s >= ty->wait0[t]
+                ? tr->coord_wait_s - ty->wait0[t]
+                : NAN;
         r->trainer_ex_per_s[t] = r->duration_s > 0 ? r->trainer_examples[t] / r->duration_s : NAN;
         r->examples_trained += r->trainer_examples[t];
     }

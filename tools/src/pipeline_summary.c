@@ -127,6 +127,8 @@ spw_err_t spw_pipeline_summary_write(const spw_pipeline_t *p, const struct spw_p
         jnum(f, tr->clock);
         fputs(", \"coord_wait_s\": ", f);
         jnum(f, tr->coord_wait_s);
+        fputs(", \"run_wait_s\": ", f);
+        jnum(f, r->trainer_run_wait_s[t]);
         fputc('}', f);
     }
     fputs("\n  ],\n  \"staleness\": ", f);

@@ -217,6 +217,9 @@ struct spw_pipeline_result {
     double train_ex_per_s; /* examples trained over the span in which they were trained */
     double trainer_examples[SPW_PIPELINE_MAX_TRAINERS];
     double trainer_ex_per_s[SPW_PIPELINE_MAX_TRAINERS];
+    /* seconds trainer t waited for the coordinator between the run's first sample and the final
+     * scrape (its coord_wait_s then minus at the first sample; NAN when either is unknown) */
+    double trainer_run_wait_s[SPW_PIPELINE_MAX_TRAINERS];
     struct spw_pipeline_snapshot snap; /* the last scrape, window metrics overridden from the
                                           trainers' "finished" lines */
     long latest_epoch;                 /* -1: no checkpoint */
