@@ -229,15 +229,22 @@ def one_run(rec, sparrow, evaluator, work, heldout, want_gen, k, mode, penalty, 
            "manifest_examples": _num((s.get("checkpoint") or {}).get("manifest_example_count")),
            "gen": gen_seen, "same_stream": gen_seen == want_gen,
            "eval": None}
+    # a run whose LATEST checkpoint counts every example holds the final model even when a
+    # process then failed to stop cleanly (e.g. librdkafka aborting in a trainer's close): it is
+    # evaluated, and the stop failure is kept with the row
+    row["complete"] = drained and row["manifest_examples"] == size["examples"]
+    row["stop_problems"] = [ln.split("sparrow launch: ", 1)[1].split("; read ")[0]
+                            for ln in out.splitlines() if "did not stop cleanly" in ln]
     why = None
-    if not row["launch_ok"]:
+    if not row["complete"]:
         said = [ln.split("FAILED:", 1)[1].split("; logs under")[0].strip()
                 for ln in out.splitlines() if ln.startswith("sparrow launch: FAILED:")]
         why = ("timeout of the study's wrapper" if rc is None else
                said[0] if said else
                "no summary.json" if not s else
                "not drained within --duration %ss" % size["duration"] if not drained else
-               "launch failed after draining (see its log)")
+               "the LATEST checkpoint counts %s of %d examples" %
+               (row["manifest_examples"], size["examples"]))
         why = "%s (rc=%s)" % (why, rc)
     elif not row["same_stream"]:
         why = ("the run's generator reported %s, the file's first N %s: not the same examples"
@@ -246,7 +253,7 @@ def one_run(rec, sparrow, evaluator, work, heldout, want_gen, k, mode, penalty, 
         row["eval"], why = run_eval(rec, evaluator, run_dir, heldout, log,
                                     what + ": sparrow eval")
     row["ok"] = why is None
-    if why:
+    if why or not row["launch_ok"]:
         row["why"] = why
         with open(log, "a") as f:  # what the run's processes said last, kept with the results
             f.write("\n" + study_modes._tail(run_dir) + "\n")
@@ -332,6 +339,9 @@ def run(rec, sparrow, work, quick, evaluator=None):
         rows.append(r)
         if not r["ok"]:
             failures.append("%s: %s" % (name, r["why"]))
+        elif not r["launch_ok"]:
+            failures.append("%s: drained and evaluated, but launch failed (rc=%s): %s" %
+                            (name, r["rc"], "; ".join(r["stop_problems"]) or "see its log"))
     judge(rows)
     for name in skipped:
         failures.append("%s: not run, the study's time budget of %d s was spent" %
