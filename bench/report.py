@@ -464,7 +464,7 @@ def scaling_section(res, plots):
     st = res.get("studies", {}).get("scaling") or {}
     lines = ["## Scaling: 1 to 32 trainers, held-out logloss against one trainer", ""]
     status = st.get("status", "not run")
-    if st.get("rows") is None or status.startswith("not run"):
+    if not st.get("rows"):  # not run, or crashed before its first run (no sparrow eval)
         lines += [table(["K", "mode", "straggler", "result"], [("—", "—", "—", status)]), ""]
         if st.get("failures"):
             lines += ["Study: " + "; ".join(st["failures"]), ""]
