@@ -473,8 +473,8 @@ def scaling_section(res, plots):
     lines += ["Each configuration is one `sparrow launch` run (bench/study_scaling.py): K CPU "
               "trainer processes (FM k=4, batch %s), %s shards, the coordinator and the Kafka "
               "mock (%s partitions). The generator produces the same %s examples every time (seed "
-              "%s, %s fields, drift %s rad/M, vocabulary up to %s) before the trainers start; a run "
-              "ends when the coordinator's LATEST checkpoint counts all of them, or fails after "
+              "%s, %s fields, drift %s rad/M, vocabulary up to %s) before the trainers start; a "
+              "run ends when the coordinator's LATEST checkpoint counts all of them, or fails after "
               "%s s. The final model (that checkpoint) is scored by `sparrow eval` on a held-out "
               "tail of %s examples that no trainer read: the next %s examples of the same stream "
               "(`gen --n N+H`, its first N checked byte for byte against `gen --n N`; every run's "
@@ -1129,7 +1129,8 @@ def write(res, out_path, log=print):
     lines += commands_section(res)
     lines += raw_section(res)
     text = "\n".join(lines).rstrip() + "\n"
-    for title in ("## Component benchmarks", "## Modes", "## Scaling", "## Staleness control", "## Compression",
+    for title in ("## Component benchmarks", "## Modes", "## Scaling", "## Staleness control",
+                  "## Compression",
                   "## Gradient accumulation", "## How to choose", "## Sizing", "## Machine"):
         if title not in text:
             problems.append("table missing: " + title)
