@@ -51,7 +51,8 @@ docs: build
 
 # Every benchmark (each printing its figures as ratios against a baseline of the same run) and the
 # studies of issue 9, written to docs/BENCHMARKS.md with plots in docs/bench/ (about 30 minutes on
-# 2 cores; `bench/run_all --quick` is the 5-minute smoke run CI does).
+# 2 cores before the scaling study, which adds about 16: its 60 runs took 967 s here; `bench/run_all
+# --quick` is the smoke run CI does, about 5 minutes plus the quick scaling study's 1.5).
 bench: build
 	bench/run_all --build $(BUILD)
 

@@ -446,6 +446,183 @@ def modes_section(res, plots):
     return lines, {"study": st}
 
 
+def _scal_label(r):
+    if r.get("baseline_run"):
+        return "sync baseline: 1 trainer, batch %d" % r["batch"]
+    return r["mode"] + ("/" + r["penalty"] if r["mode"] == "async" else "")
+
+
+def _scal_slow(r):
+    return "trainer %d at %gx" % (r["k"] - 1, r["slow"]) if r["slow"] else "none"
+
+
+def _g(x):
+    return "—" if x is None else "%g" % x
+
+
+def scaling_section(res, plots):
+    st = res.get("studies", {}).get("scaling") or {}
+    lines = ["## Scaling: 1 to 32 trainers, held-out logloss against one trainer", ""]
+    status = st.get("status", "not run")
+    if not st.get("rows"):  # not run, or crashed before its first run (no sparrow eval)
+        lines += [table(["K", "mode", "straggler", "result"], [("—", "—", "—", status)]), ""]
+        if st.get("failures"):
+            lines += ["Study: " + "; ".join(st["failures"]), ""]
+        return lines, st
+    smp, chk = st.get("stream", {}), st.get("stream_check", {})
+    lines += ["Each configuration is one `sparrow launch` run (bench/study_scaling.py): K CPU "
+              "trainer processes (FM k=4, batch %s), %s shards, the coordinator and the Kafka "
+              "mock (%s partitions). The generator produces the same %s examples every time (seed "
+              "%s, %s fields, drift %s rad/M, vocabulary up to %s) before the trainers start; a "
+              "run ends when the coordinator's LATEST checkpoint counts all of them, or fails after "
+              "%s s. The final model (that checkpoint) is scored by `sparrow eval` on a held-out "
+              "tail of %s examples that no trainer read: the next %s examples of the same stream "
+              "(`gen --n N+H`, its first N checked byte for byte against `gen --n N`; every run's "
+              "generator reported click rate %s and Bayes-optimal logloss %s over its N, as "
+              "`gen --n N` did). *Ratio*: held-out logloss over the baseline's, one trainer on "
+              "the same examples: K=1 of the same mode, for sync one trainer with batch K·%s "
+              "(which sync with K trainers of batch %s should equal). *Const* and *Bayes*: the "
+              "constant predictor's and the planted model's logloss on the held-out examples (from "
+              "`sparrow eval`). *Progressive*: the trainers' mean final-window logloss (score "
+              "then train; each window a quarter of a trainer's share, N/K/4 examples). tau: the "
+              "shards' `sparrow_ps_staleness` (mean from its sum; p50/p99 as bucket bounds). "
+              "*Wait share*: the seconds the trainers waited for the coordinator during the run "
+              "(`sparrow_trainer_coord_wait_seconds`) over K times the run's duration. The "
+              "straggler is trainer K-1 slowed 4x (`trainer.debug.slow_factor`); K=1 has none. "
+              "Clocked modes run with the shards' `inverse` penalty. Every configuration ran "
+              "once." %
+              (st.get("batch"), st.get("shards"), st.get("partitions"), f0(st.get("examples")),
+               smp.get("seed"), smp.get("fields"), smp.get("drift"), f0(smp.get("vocab_max")),
+               st.get("duration"), f0(st.get("heldout")), f0(st.get("heldout")),
+               (chk.get("gen_head") or {}).get("ctr", "?"),
+               (chk.get("gen_head") or {}).get("bayes_logloss", "?"), st.get("batch"),
+               st.get("batch")), "",
+              "Per run: `%s`; the held-out tail: `%s`; per run: `%s`." %
+              (_rel(res, st.get("command", "")), _rel(res, st.get("gen_command", "")),
+               _rel(res, st.get("eval_command", ""))), "",
+              "Study status: %s (%.0f s)." % (status, st.get("secs", 0)), ""]
+    rows = st["rows"]
+    t = []
+    for r in rows:
+        ev = r.get("eval") or {}
+        drained = ("yes" if r.get("complete") else "**no**")
+        if not r.get("ok"):
+            drained += ": " + r.get("why", "")
+        elif not r.get("launch_ok"):
+            drained += " (then: %s)" % ("; ".join(r.get("stop_problems") or []) or
+                                        "launch rc=%s" % r.get("rc"))
+        ratio = f4(r.get("ratio"))
+        if r.get("ratio") is not None and r.get("diverged"):
+            ratio += " **diverged**"
+        t.append((r["k"], _scal_label(r), _scal_slow(r), f4(ev.get("logloss")),
+                  f4(ev.get("auc")),
+                  "(baseline)" if r["k"] == 1 and not r.get("baseline_run") else ratio,
+                  f4(ev.get("const_logloss")),
+                  f4(ev.get("bayes_logloss")), f4(r.get("window_logloss")), f0(r.get("ex_per_s")),
+                  "%s / %s / %s" % (f2(r.get("tau_mean")), _g(r.get("tau_p50")),
+                                    _g(r.get("tau_p99"))),
+                  "%.0f%%" % (100 * r["wait_share"]) if r.get("wait_share") is not None else "—",
+                  drained))
+    lines += [table(["K", "mode", "straggler", "held-out logloss", "AUC", "ratio to baseline",
+                     "const", "Bayes", "progressive logloss", "examples/s",
+                     "tau mean / p50 / p99", "wait share", "drained"], t), ""]
+    if st.get("failures"):
+        lines += ["Failed, incomplete or skipped runs (a run that did not drain is not evaluated; "
+                  "its other figures are those it had when it stopped): " +
+                  "; ".join(st["failures"]), ""]
+    # the plot: held-out logloss against K per mode, straggler dashed; const and Bayes as lines
+    data, script = {}, []
+    labels = list(dict.fromkeys(_scal_label(r) for r in rows if not r.get("baseline_run")))
+    for i, lab in enumerate(labels):
+        for slow in sorted(set(r["slow"] for r in rows)):
+            pts = sorted((r["k"], r["eval"]["logloss"]) for r in rows
+                         if not r.get("baseline_run") and _scal_label(r) == lab and
+                         r.get("ok") and r.get("eval") and r["eval"].get("logloss") is not None
+                         and (r["slow"] == slow or (r["k"] == 1 and slow)))
+            if len(pts) < 1:
+                continue
+            fn = "scal_%d_%g.dat" % (i, slow)
+            data[fn] = "".join("%g %g\n" % p for p in pts)
+            script.append("'%s' using 1:2 with linespoints lw 2 dt %d lc rgb '%s' title '%s%s'" %
+                          (fn, 2 if slow else 1, MODES_COLOURS[i % len(MODES_COLOURS)], lab,
+                           ", trainer K-1 at %gx" % slow if slow else ""))
+    sb = [r for r in rows if r.get("baseline_run") and r.get("ok") and r.get("eval")]
+    if sb:
+        fn = "scal_syncbase.dat"
+        data[fn] = "".join("%g %g\n" % (r["batch"] // st.get("batch", 256), r["eval"]["logloss"])
+                           for r in sorted(sb, key=lambda r: r["batch"]))
+        script.append("'%s' using 1:2 with points pt 6 ps 1.5 lc rgb 'black' title 'sync baseline: "
+                      "1 trainer, batch K*%s'" % (fn, st.get("batch")))
+    evs = [r["eval"] for r in rows if r.get("ok") and r.get("eval")]
+    const = [e["const_logloss"] for e in evs if e.get("const_logloss") is not None]
+    bayes = [e["bayes_logloss"] for e in evs if e.get("bayes_logloss") is not None]
+    if script:
+        extra = ""
+        if const:
+            extra += ", %g with lines dt 3 lw 2 lc rgb 'red' title 'constant predictor'" % const[0]
+        if bayes:
+            extra += ", %g with lines dt 2 lw 2 lc rgb 'gray' title 'Bayes-optimal'" % bayes[0]
+        lines += [plots.plot("scaling_logloss",
+                             "set logscale x 2\nset xlabel 'trainers K'\nset ylabel 'held-out "
+                             "logloss of the final model'\nset grid\nset key outside right\n"
+                             "set xrange [0.8:%g]\nset title 'Scaling: held-out logloss against "
+                             "K (%s examples)'\nplot %s%s\n" %
+                             (max(st.get("ks") or [32]) * 1.25, f0(st.get("examples")),
+                              ", ".join(script), extra), data), ""]
+    return lines, st
+
+
+def scaling_choose(st):
+    """The mode bullets of "How to choose", computed from the scaling study's rows."""
+    rows = [r for r in st.get("rows") or [] if not r.get("baseline_run")]
+    if not rows:
+        return ["- **Mode (scaling study).** No scaling figures in this run (%s)." %
+                st.get("status", "not run"), ""]
+    within = st.get("within", 0.005)
+    out = ["- **Mode (scaling study: held-out logloss of the final model against one trainer "
+           "on the same examples; within %g%% means a ratio <= %g).**" %
+           (100 * within, 1 + within)]
+    for lab in dict.fromkeys(_scal_label(r) for r in rows):
+        for slow in sorted(set(r["slow"] for r in rows if r["k"] > 1)):
+            rs = sorted((r for r in rows if _scal_label(r) == lab and r["k"] > 1 and
+                         r["slow"] == slow), key=lambda r: r["k"])
+            if not rs:
+                continue
+            ok = [r for r in rs if r.get("ratio") is not None]
+            missing = [r["k"] for r in rs if r.get("ratio") is None]
+            inside = [r["k"] for r in ok if r["within"]]
+            outside = [r for r in ok if not r["within"]]
+            div = [r["k"] for r in ok if r.get("diverged")]
+            upto = None
+            for r in ok:
+                if not r["within"]:
+                    break
+                upto = r["k"]
+            txt = "  - `%s`, straggler %s: " % (lab, "trainer K-1 at %gx" % slow if slow
+                                                 else "none")
+            if not ok:
+                txt += "no evaluated run with a baseline"
+            else:
+                txt += ("within %g%% of its baseline at every K measured (%s)" %
+                        (100 * within, ", ".join(map(str, inside))) if not outside else
+                        "within %g%% up to K=%s" % (100 * within, upto) if upto else
+                        "not within %g%% at any K > 1" % (100 * within))
+                if outside:
+                    txt += "; above it at K=%s" % ", ".join(
+                        "%d (%s)" % (r["k"], f4(r["ratio"])) for r in outside)
+                if div:
+                    txt += "; **diverged** (held-out logloss above the constant predictor's) "
+                    txt += "at K=%s" % ", ".join(map(str, div))
+            if missing:
+                txt += "; no figure at K=%s (not drained, not evaluated or no baseline)" % \
+                    ", ".join(map(str, missing))
+            out.append(txt + ".")
+    divs = sorted(set(_scal_label(r) for r in rows if r.get("diverged")))
+    out.append("  - Diverged in this run: %s." % (", ".join("`%s`" % d for d in divs) if divs
+                                                  else "none"))
+    return out + [""]
+
+
 def staleness_section(res, plots):
     s = res.get("studies", {}).get("staleness", {})
     lines = ["## Staleness control: tau against logloss, per penalty", ""]
@@ -669,7 +846,9 @@ def choose_section(res, modes_best, stale, comp, acc):
     lines = ["## How to choose (from the figures above)", ""]
     q = " (smoke-run figures: re-read after a full run)" if res.get("quick") else ""
     lines += ["Every statement below is computed from this run's tables%s." % q, ""]
-    # modes
+    # the mode: first from the scaling study (held-out logloss against one trainer)
+    lines += scaling_choose(res.get("studies", {}).get("scaling") or {})
+    # then the modes study's throughput and window logloss with 4 trainers
     if modes_best.get("study") is not None:
         lines += modes_choose(modes_best["study"])
     elif modes_best.get("rate") or modes_best.get("logloss"):
@@ -897,7 +1076,7 @@ def commands_section(res):
     main = [c for c in cmds if "benchmark" in c["what"] or "stream" in c["what"]]
     lines += ["```"] + ["%s    # %s, rc=%s, %.1f s" % (_rel(res, c["cmd"]), c["what"], c["rc"],
                                                          c["secs"]) for c in main] + ["```", ""]
-    for s in ("modes", "compression", "accumulation", "staleness"):
+    for s in ("modes", "scaling", "compression", "accumulation", "staleness"):
         st = res.get("studies", {}).get(s, {})
         if st.get("command"):
             lines += ["%s study, per run: `%s`" % (s.capitalize(), _rel(res, st["command"])), ""]
@@ -936,6 +1115,8 @@ def write(res, out_path, log=print):
     body += stream_section(res)
     mlines, mbest = modes_section(res, plots)
     body += mlines
+    sclines, _ = scaling_section(res, plots)
+    body += sclines
     slines, stale = staleness_section(res, plots)
     body += slines
     clines, comp = compression_section(res, plots)
@@ -948,7 +1129,8 @@ def write(res, out_path, log=print):
     lines += commands_section(res)
     lines += raw_section(res)
     text = "\n".join(lines).rstrip() + "\n"
-    for title in ("## Component benchmarks", "## Modes", "## Staleness control", "## Compression",
+    for title in ("## Component benchmarks", "## Modes", "## Scaling", "## Staleness control",
+                  "## Compression",
                   "## Gradient accumulation", "## How to choose", "## Sizing", "## Machine"):
         if title not in text:
             problems.append("table missing: " + title)

@@ -27,8 +27,13 @@ bad() {
     [ "$rc" -eq 2 ] || fail "launch $* exited $rc, want 2"
     grep -q -- "$want" "$DIR/bad.txt" || fail "launch $*: no message about '$want': $(cat "$DIR/bad.txt")"
 }
-bad "--shards" --shards 9
+bad "--shards wants an integer in \[1, 16\], got '17'" --shards 17
+bad "--shards" --shards 0
+bad "--trainers wants an integer in \[1, 64\], got '65'" --trainers 65
 bad "--trainers" --trainers 0
+bad "--partitions" --partitions 65
+bad "--slow" --slow 64:2
+bad "trainer 20 of 16" --trainers 16 --slow 20:2
 bad "--mode" --mode ssp
 bad "--penalty" --penalty exp:2
 bad "--slow" --slow 1:0.5

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "sparrow/launch.h"
+#include "sparrow/pipeline.h"
 #include "sparrow/time.h"
 
 static char dir[256];
@@ -188,6 +189,38 @@ static void test_launch_stop_group_signals_together(void **state)
     spw_launch_destroy(l);
 }
 
+/* `sparrow launch` at its largest (SPW_PIPELINE_MAX_TRAINERS trainers, SPW_PIPELINE_MAX_SHARDS
+ * shards and kafka-mock, gen, coordinator, serve) fits one launcher: it starts
+ * SPW_LAUNCH_MAX_PROCS children and refuses the next with a message, then stops them all. */
+static void test_launch_holds_the_largest_pipeline(void **state)
+{
+    (void)state;
+    assert_true(SPW_PIPELINE_MAX_TRAINERS >= 64 && SPW_PIPELINE_MAX_SHARDS >= 16);
+    assert_true(SPW_PIPELINE_MAX_TRAINERS + SPW_PIPELINE_MAX_SHARDS + SPW_PIPELINE_OTHER_PROCS <=
+                SPW_LAUNCH_MAX_PROCS);
+    spw_launch_t *l = new_launch("many");
+    char err[256], name[32];
+    const char *args[] = {"-c", "exec sleep 30", NULL};
+    for (int i = 0; i < SPW_LAUNCH_MAX_PROCS; i++) {
+        snprintf(name, sizeof(name), "p-%d", i);
+        assert_int_equal(spw_launch_start(l, name, args, err, sizeof(err)), i);
+    }
+    assert_int_equal(spw_launch_count(l), SPW_LAUNCH_MAX_PROCS);
+    assert_int_equal(spw_launch_start(l, "one-more", args, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "more than"));
+    for (int i = 0; i < SPW_LAUNCH_MAX_PROCS; i++)
+        assert_true(spw_launch_alive(l, i));
+    int status;
+    assert_int_equal(spw_launch_check(l, &status), -1);
+    int idx[SPW_LAUNCH_MAX_PROCS];
+    for (int i = 0; i < SPW_LAUNCH_MAX_PROCS; i++)
+        idx[i] = i;
+    assert_int_equal(spw_launch_stop_group(l, idx, SPW_LAUNCH_MAX_PROCS, 5000, NULL), SPW_OK);
+    for (int i = 0; i < SPW_LAUNCH_MAX_PROCS; i++)
+        assert_false(spw_launch_alive(l, i));
+    spw_launch_destroy(l);
+}
+
 static void test_launch_free_port_and_wait_file(void **state)
 {
     (void)state;
@@ -206,6 +239,7 @@ int main(void)
         cmocka_unit_test(test_launch_kill9_and_restart),
         cmocka_unit_test(test_launch_stop_escalates_to_sigkill),
         cmocka_unit_test(test_launch_stop_group_signals_together),
+        cmocka_unit_test(test_launch_holds_the_largest_pipeline),
         cmocka_unit_test(test_launch_free_port_and_wait_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -22,6 +22,9 @@
 #define LAUNCH_STILL_MS 3000
 #define LAUNCH_MAX_AT   32
 #define LAUNCH_KV_MAX   256
+/* A numeric limit as a string literal, for messages. */
+#define LAUNCH_STR_(x) #x
+#define LAUNCH_STR(x)  LAUNCH_STR_(x)
 
 struct launch_opts {
     const char *run_dir, *summary, *mode, *penalty, *checkpoint_interval;
@@ -50,11 +53,12 @@ static void usage(FILE *out)
         "         [--serve | --no-serve] [--checkpoint-interval DUR] [--summary FILE]\n"
         "         [--samples-ms MS] [--backlog] [--quiet] [--help]\n\n"
         "Runs a local cluster on 127.0.0.1: `sparrow kafka-mock` (topics examples:P, default 4,\n"
-        "and model-updates:1), N parameter-server shards shard-<i> (1..8, default 2; --penalty\n"
-        "sets pserver.staleness.penalty), the coordinator (--mode, default async; checkpoints\n"
-        "every --checkpoint-interval, default 10s, under DIR/checkpoints), `sparrow gen` (seed 7,\n"
-        "drift 0.5 rad/M, --rate 3000 examples/s) and M CPU trainers trainer-<i> (1..8, default\n"
-        "2; FM k=4, batch 256, group launch-trainers), optionally `sparrow serve`.\n\n"
+        "and model-updates:1; P at most %d), N parameter-server shards shard-<i> (1..%d,\n"
+        "default 2; --penalty sets pserver.staleness.penalty), the coordinator (--mode, default\n"
+        "async; checkpoints every --checkpoint-interval, default 10s, under DIR/checkpoints),\n"
+        "`sparrow gen` (seed 7, drift 0.5 rad/M, --rate 3000 examples/s) and M CPU trainers\n"
+        "trainer-<i> (1..%d, default 2; FM k=4, batch 256, group launch-trainers), optionally\n"
+        "`sparrow serve`. Only P trainers get partitions: give --partitions P >= M.\n\n"
         "Without --examples it runs for --duration seconds (default 60). With --examples N the\n"
         "generator produces exactly N examples and the run ends once it is drained: gen done,\n"
         "the chaos schedule complete, every killed process running again, and the coordinator's\n"
@@ -64,7 +68,8 @@ static void usage(FILE *out)
         "they, not the generator, set the pace; mind the Kafka mock's retention of about 5 MB\n"
         "(some 9000 examples) per partition (use enough --partitions) and keep the pause under\n"
         "coordinator.member.timeout (5 s; --set coordinator:coordinator.member.timeout=60s).\n\n"
-        "--slow I:F and --delay I:MS slow trainer I (trainer.debug.slow_factor, .delay_ms).\n"
+        "--slow I:F and --delay I:MS slow trainer I (0..M-1; trainer.debug.slow_factor, "
+        ".delay_ms).\n"
         "--set ROLE:key=value passes --set key=value to ROLE (trainer, pserver, coordinator, gen,\n"
         "serve or all). --kill ROLES (trainer,pserver,coordinator) --kills N: kill -9 a random\n"
         "running process of those roles N times, every MIN..MAX ms (--kill-interval, default\n"
@@ -78,7 +83,8 @@ static void usage(FILE *out)
         "epoch, example count and pause, kills, exit statuses) goes to --summary (default\n"
         "DIR/summary.json).\n"
         "Exits 0 on success, 1 when a process dies unexpectedly (naming its log), does not stop\n"
-        "cleanly or the run does not drain in time, 2 on bad arguments.\n");
+        "cleanly or the run does not drain in time, 2 on bad arguments.\n",
+        SPW_PIPELINE_MAX_PARTITIONS, SPW_PIPELINE_MAX_SHARDS, SPW_PIPELINE_MAX_TRAINERS);
 }
 
 static int bad(const char *flag, const char *what, const char *got)
@@ -170,15 +176,15 @@ static int parse_flag(struct launch_opts *o, const char *a, const char *v)
         o->run_dir = v;
     } else if (strcmp(a, "--shards") == 0) {
         if (!integer(v, 1, SPW_PIPELINE_MAX_SHARDS, &x))
-            return bad(a, "an integer in [1, 8]", v);
+            return bad(a, "an integer in [1, " LAUNCH_STR(SPW_PIPELINE_MAX_SHARDS) "]", v);
         o->shards = (long)x;
     } else if (strcmp(a, "--trainers") == 0) {
         if (!integer(v, 1, SPW_PIPELINE_MAX_TRAINERS, &x))
-            return bad(a, "an integer in [1, 8]", v);
+            return bad(a, "an integer in [1, " LAUNCH_STR(SPW_PIPELINE_MAX_TRAINERS) "]", v);
         o->trainers = (long)x;
     } else if (strcmp(a, "--partitions") == 0) {
         if (!integer(v, 1, SPW_PIPELINE_MAX_PARTITIONS, &x))
-            return bad(a, "an integer in [1, 64]", v);
+            return bad(a, "an integer in [1, " LAUNCH_STR(SPW_PIPELINE_MAX_PARTITIONS) "]", v);
         o->partitions = (long)x;
     } else if (strcmp(a, "--mode") == 0) {
         if (strcmp(v, "async") != 0 && strcmp(v, "sync") != 0 &&
@@ -212,7 +218,8 @@ static int parse_flag(struct launch_opts *o, const char *a, const char *v)
     } else if (strcmp(a, "--slow") == 0 || strcmp(a, "--delay") == 0) {
         bool slow = a[2] == 's';
         double i;
-        if (!(tail = split(v, head, sizeof(head))) || !integer(head, 0, 7, &i) ||
+        if (!(tail = split(v, head, sizeof(head))) ||
+            !integer(head, 0, SPW_PIPELINE_MAX_TRAINERS - 1, &i) ||
             !(slow ? num(tail, 1, 1000, &x) : integer(tail, 0, 3600000, &x)))
             return bad(a, slow ? "I:FACTOR (trainer index, factor >= 1)" : "I:MS", v);
         return add_set(o, SPW_PIPELINE_TRAINER, (int)i,
@@ -360,6 +367,9 @@ struct tally {
     double first_total;   /* the total then */
     uint64_t reach_ms;    /* first sample where total >= the examples produced; 0: none */
     bool lag_zero;        /* every trainer that answered reports lag 0 */
+    /* coord_wait_s at the first sample that read it (the waits before the run started) */
+    double wait0[SPW_PIPELINE_MAX_TRAINERS];
+    bool wait0_set[SPW_PIPELINE_MAX_TRAINERS];
 };
 
 /* Samples every trainer: a samples.csv line each, and the tally. */
@@ -378,6 +388,10 @@ static void sample(spw_pipeline_t *p, const struct launch_opts *o, FILE *csv, ui
         }
         if (tr.up && !(tr.lag == 0))
             lag_zero = false;
+        if (!ty->wait0_set[t] && isfinite(tr.coord_wait_s)) {
+            ty->wait0[t] = tr.coord_wait_s;
+            ty->wait0_set[t] = true;
+        }
         total += ty->base[t] + ty->last[t];
         if (csv)
             fprintf(csv, "%llu,%ld,%.0f,%.0f,%.0f,%.6g\n", (unsigned long long)now_ms, t,
@@ -468,6 +482,11 @@ static void collect(spw_pipeline_t *p, const struct launch_opts *o, const struct
         if (isfinite(v = spw_pipeline_log_value(log, " finished ", "bayes_logloss")) && v > 0)
             tr->bayes_logloss = v;
         r->trainer_examples[t] = ty->base[t] + last;
+        /* a restarted trainer's counter starts again: its difference means nothing */
+        r->trainer_run_wait_s[t] =
+            ty->wait0_set[t] && ty->base[t] == 0 && tr->coord_wait_s >= ty->wait0[t]
+                ? tr->coord_wait_s - ty->wait0[t]
+                : NAN;
         r->trainer_ex_per_s[t] = r->duration_s > 0 ? r->trainer_examples[t] / r->duration_s : NAN;
         r->examples_trained += r->trainer_examples[t];
     }

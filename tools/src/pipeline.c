@@ -136,12 +136,36 @@ static int start_kafka(spw_pipeline_t *p, char *errstr, size_t errstr_size)
     return 0;
 }
 
+/*
+ * spw_launch_free_port binds port 0 and releases it, so two calls can return the same port (the
+ * kernel may hand out a released port again) before either role has bound it; with up to 64
+ * trainers and 16 shards (2 ports each) the pipeline asks for some 100 ports in a row. Ports
+ * already handed out are skipped.
+ */
+int spw_pipeline__port(spw_pipeline_t *p)
+{
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int port = spw_launch_free_port();
+        if (port == 0)
+            return 0;
+        bool seen = false;
+        for (size_t i = 0; i < p->n_ports && !seen; i++)
+            seen = p->ports[i] == port;
+        if (seen)
+            continue;
+        if (p->n_ports < sizeof(p->ports) / sizeof(p->ports[0]))
+            p->ports[p->n_ports++] = port;
+        return port;
+    }
+    return 0;
+}
+
 static int start_shards(spw_pipeline_t *p, char *errstr, size_t errstr_size)
 {
     const struct spw_pipeline_conf *c = p->conf;
     for (long i = 0; i < c->shards; i++) {
-        p->shard_port[i] = spw_launch_free_port();
-        p->shard_http[i] = spw_launch_free_port();
+        p->shard_port[i] = spw_pipeline__port(p);
+        p->shard_http[i] = spw_pipeline__port(p);
         char name[32];
         snprintf(name, sizeof(name), "shard-%ld", i);
         struct args a = {0};
@@ -178,7 +202,7 @@ static int start_shards(spw_pipeline_t *p, char *errstr, size_t errstr_size)
 static int start_coordinator(spw_pipeline_t *p, char *errstr, size_t errstr_size)
 {
     const struct spw_pipeline_conf *c = p->conf;
-    snprintf(p->coord, sizeof(p->coord), "tcp://127.0.0.1:%d", spw_launch_free_port());
+    snprintf(p->coord, sizeof(p->coord), "tcp://127.0.0.1:%d", spw_pipeline__port(p));
     struct args a = {0};
     args_addf(&a, "coordinator");
     args_addf(&a, "--listen");
@@ -234,7 +258,7 @@ static int start_trainers(spw_pipeline_t *p, char *errstr, size_t errstr_size)
 {
     const struct spw_pipeline_conf *c = p->conf;
     for (long t = 0; t < c->trainers; t++) {
-        p->trainer_http[t] = spw_launch_free_port();
+        p->trainer_http[t] = spw_pipeline__port(p);
         char name[32];
         snprintf(name, sizeof(name), "trainer-%ld", t);
         struct args a = {0};
@@ -362,7 +386,7 @@ static int wait_gen(spw_pipeline_t *p, char *errstr, size_t errstr_size)
 static void start_serve(spw_pipeline_t *p)
 {
     const struct spw_pipeline_conf *c = p->conf;
-    int port = spw_launch_free_port();
+    int port = spw_pipeline__port(p);
     struct args a = {0};
     args_addf(&a, "serve");
     args_addf(&a, "--checkpoint-dir");

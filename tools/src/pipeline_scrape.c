@@ -92,6 +92,10 @@ double spw_pipeline_metric_sum(const char *page, const char *name)
 void spw_pipeline_hist_add(struct spw_pipeline_hist *h, const char *page, const char *name)
 {
     char prefix[128];
+    snprintf(prefix, sizeof(prefix), "%s_sum", name);
+    double sum = spw_pipeline_metric_sum(page, prefix);
+    if (isfinite(sum))
+        h->sum += sum;
     snprintf(prefix, sizeof(prefix), "%s_bucket{", name);
     size_t plen = strlen(prefix);
     for (const char *line = page; line && *line;
@@ -125,6 +129,12 @@ double spw_pipeline_hist_total(const struct spw_pipeline_hist *h)
         if (isinf(h->le[i]))
             return h->count[i];
     return 0;
+}
+
+double spw_pipeline_hist_mean(const struct spw_pipeline_hist *h)
+{
+    double total = spw_pipeline_hist_total(h);
+    return total > 0 ? h->sum / total : NAN;
 }
 
 double spw_pipeline_hist_quantile(const struct spw_pipeline_hist *h, double q)
@@ -175,7 +185,8 @@ double spw_pipeline_log_value(const char *log_path, const char *marker, const ch
 static void trainer_from_page(const char *page, struct spw_pipeline_trainer *tr,
                               struct spw_pipeline_hist *pause)
 {
-    *tr = (struct spw_pipeline_trainer){false, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    *tr =
+        (struct spw_pipeline_trainer){false, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
     if (!page)
         return;
     tr->up = true;
@@ -184,6 +195,7 @@ static void trainer_from_page(const char *page, struct spw_pipeline_trainer *tr,
     tr->lag = spw_pipeline_metric_sum(page, "sparrow_kafka_consumer_lag");
     tr->step = spw_pipeline_metric_sum(page, "sparrow_trainer_step");
     tr->clock = spw_pipeline_metric_sum(page, "sparrow_trainer_clock");
+    tr->coord_wait_s = spw_pipeline_metric_sum(page, "sparrow_trainer_coord_wait_seconds_sum");
     double bpe = spw_pipeline_metric_sum(page, "sparrow_trainer_push_bytes_per_example");
     double ratio = spw_pipeline_metric_sum(page, "sparrow_trainer_compression_ratio");
     if (isfinite(tr->examples) && isfinite(bpe) && isfinite(ratio) && ratio >= 1)

@@ -57,6 +57,10 @@ static void jhist(FILE *f, const struct spw_pipeline_hist *h)
     }
     fputs("], \"count\": ", f);
     jnum(f, spw_pipeline_hist_total(h));
+    fputs(", \"sum\": ", f);
+    jnum(f, h->n ? h->sum : NAN);
+    fputs(", \"mean\": ", f);
+    jnum(f, spw_pipeline_hist_mean(h));
     fputs(", \"p50\": ", f);
     jnum(f, spw_pipeline_hist_quantile(h, 0.5));
     fputs(", \"p99\": ", f);
@@ -121,6 +125,10 @@ spw_err_t spw_pipeline_summary_write(const spw_pipeline_t *p, const struct spw_p
         jnum(f, tr->step);
         fputs(", \"clock\": ", f);
         jnum(f, tr->clock);
+        fputs(", \"coord_wait_s\": ", f);
+        jnum(f, tr->coord_wait_s);
+        fputs(", \"run_wait_s\": ", f);
+        jnum(f, r->trainer_run_wait_s[t]);
         fputc('}', f);
     }
     fputs("\n  ],\n  \"staleness\": ", f);

@@ -19,7 +19,9 @@
  */
 typedef struct spw_launch spw_launch_t;
 
-#define SPW_LAUNCH_MAX_PROCS 64
+/* Sized for the largest `sparrow launch` pipeline (64 trainers, 16 shards and 4 more, see
+ * sparrow/pipeline.h) with room for other callers. */
+#define SPW_LAUNCH_MAX_PROCS 128
 #define SPW_LAUNCH_MAX_ARGS  64
 #define SPW_LAUNCH_NAME_MAX  64
 

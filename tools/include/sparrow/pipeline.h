@@ -15,9 +15,16 @@
  * borrowed for the call (or, for a conf, for the pipeline's life); a handle belongs to one thread.
  */
 
-#define SPW_PIPELINE_MAX_TRAINERS   8
-#define SPW_PIPELINE_MAX_SHARDS     8
+/* The scaling study runs up to 32 trainers; 64 leaves room. Every process of a pipeline (these,
+ * kafka-mock, gen, the coordinator and serve) is a child of one launcher: see the check below. */
+#define SPW_PIPELINE_MAX_TRAINERS   64
+#define SPW_PIPELINE_MAX_SHARDS     16
 #define SPW_PIPELINE_MAX_PARTITIONS 64
+/* Processes of a pipeline besides its trainers and shards: kafka-mock, gen, coordinator, serve. */
+#define SPW_PIPELINE_OTHER_PROCS 4
+_Static_assert(SPW_PIPELINE_MAX_TRAINERS + SPW_PIPELINE_MAX_SHARDS + SPW_PIPELINE_OTHER_PROCS <=
+                   SPW_LAUNCH_MAX_PROCS,
+               "a pipeline of the largest size must fit in one launcher");
 /* --set values given per role (all roles together). */
 #define SPW_PIPELINE_MAX_SETS 32
 /* Buckets kept of a histogram summed over processes. */
@@ -102,13 +109,15 @@ char *spw_pipeline_metrics_get(int port);
 /* Sum of the samples of metric name (any labels) in page; NAN when absent or not finite. */
 double spw_pipeline_metric_sum(const char *page, const char *name);
 
-/* Cumulative histogram buckets, summed over processes by their upper bound. */
+/* Cumulative histogram buckets, summed over processes by their upper bound, and the sum of the
+ * observations (the histogram's _sum, summed over processes). */
 struct spw_pipeline_hist {
     double le[SPW_PIPELINE_MAX_BUCKETS], count[SPW_PIPELINE_MAX_BUCKETS];
     size_t n;
+    double sum;
 };
 
-/* Adds the buckets of histogram name in page to h. */
+/* Adds the buckets and the _sum of histogram name in page to h. */
 void spw_pipeline_hist_add(struct spw_pipeline_hist *h, const char *page, const char *name);
 
 /* The upper bound of the first bucket holding quantile q; NAN when h is empty. */
@@ -117,11 +126,15 @@ double spw_pipeline_hist_quantile(const struct spw_pipeline_hist *h, double q);
 /* The total count of h (its +Inf bucket); 0 when empty. */
 double spw_pipeline_hist_total(const struct spw_pipeline_hist *h);
 
+/* The mean observation of h (sum over count); NAN when empty. */
+double spw_pipeline_hist_mean(const struct spw_pipeline_hist *h);
+
 /* One trainer as its /metrics shows it; NAN where unknown. */
 struct spw_pipeline_trainer {
     bool up; /* the page was read */
     double examples, ex_per_s, logloss, auc, bayes_logloss, bayes_auc;
     double step, clock, lag, bytes_saved;
+    double coord_wait_s; /* sum of sparrow_trainer_coord_wait_seconds: waits for the coordinator */
 };
 
 /* What one scrape of every role found. NAN where unknown. */
@@ -204,6 +217,9 @@ struct spw_pipeline_result {
     double train_ex_per_s; /* examples trained over the span in which they were trained */
     double trainer_examples[SPW_PIPELINE_MAX_TRAINERS];
     double trainer_ex_per_s[SPW_PIPELINE_MAX_TRAINERS];
+    /* seconds trainer t waited for the coordinator between the run's first sample and the final
+     * scrape (its coord_wait_s then minus at the first sample; NAN when either is unknown) */
+    double trainer_run_wait_s[SPW_PIPELINE_MAX_TRAINERS];
     struct spw_pipeline_snapshot snap; /* the last scrape, window metrics overridden from the
                                           trainers' "finished" lines */
     long latest_epoch;                 /* -1: no checkpoint */
