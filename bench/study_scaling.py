@@ -337,6 +337,14 @@ def run(rec, sparrow, work, quick, evaluator=None):
         r = one_run(rec, sparrow, evaluator, work, heldout, want_gen, k, mode, pen, slow, size,
                     batch)
         rows.append(r)
+        ev = r.get("eval") or {}
+        if ev:  # the run's headline as it ends, so that a study cut short still says something
+            rec.note("scaling:   held-out logloss %.5f auc %.4f (const %.5f, Bayes %.5f) "
+                     "tau mean %.2f ex/s %.0f drained %s" %
+                     (ev.get("logloss") or float("nan"), ev.get("auc") or float("nan"),
+                      ev.get("const_logloss") or float("nan"),
+                      ev.get("bayes_logloss") or float("nan"), r.get("tau_mean") or 0.0,
+                      r.get("ex_per_s") or 0.0, r.get("drained")))
         if not r["ok"]:
             failures.append("%s: %s" % (name, r["why"]))
         elif not r["launch_ok"]:

@@ -234,7 +234,8 @@ static void test_evaluate_checkpoint_fm_exact(void **state)
     free(preds);
     assert_true(fabs(r.logloss - llsum / 4) < 1e-6);
     assert_true(fabs(r.mean_prediction - psum / 4) < 1e-6);
-    assert_true(fabs(r.click_rate - 0.5) < 1e-12);
+    assert_true(fabs(r.click_rate - ysum / 4) < 1e-12);
+    assert_true(fabs(ysum / 4 - 0.5) < 1e-12);
     assert_true(fabs(r.calibration - (psum / 4) / 0.5) < 1e-6);
     assert_true(fabs(r.const_logloss - log(2.0)) < 1e-9);
     /* AUC by hand: the fraction of (positive, negative) pairs ordered right */

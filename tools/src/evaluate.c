@@ -469,7 +469,9 @@ spw_err_t spw_evaluate_reader(spw_evaluate_model_t *em, spw_reader_t *reader, si
     struct scorer s = {.em = em, .keep = preds != NULL};
     spw_err_t rc = SPW_ERR_NOMEM;
     spw_arena_t *arena = spw_arena_new(0, ARENA_MIN);
-    bool pop_ok = population_init(&s.model) & population_init(&s.oracle);
+    /* both initialised even when the first fails: the cleanup frees both */
+    bool model_ok = population_init(&s.model);
+    bool pop_ok = population_init(&s.oracle) && model_ok;
     if (!arena || !pop_ok || !(s.batch = spw_batch_new(batch, 0, errstr, errstr_size))) {
         fail(rc, errstr, errstr_size, "out of memory");
         goto out;
