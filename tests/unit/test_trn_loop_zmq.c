@@ -1,7 +1,7 @@
 /* Unit tests of the trainer's worker loop over the ZeroMQ transport, with two shards served from
  * threads of this process: pipelined pulls with checkpoints that cancel and redo the prefetched
- * pull, and a stop request while the shards are unreachable (the loop neither hangs nor trains the
- * micro-batch whose rows never came). */
+ * pull, fresh reads of the trainer's own pushes, and a stop request while the shards are
+ * unreachable (the loop neither hangs nor trains the micro-batch whose rows never came). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -110,14 +110,17 @@ static int teardown(void **state)
     return 0;
 }
 
+static int g_cluster; /* numbers the shards' directories: every start is a fresh model */
+
 static void start_servers(char *shards, size_t size)
 {
     shards[0] = '\0';
+    g_cluster++;
     for (uint32_t i = 0; i < SHARDS; i++) {
         struct srv *sv = &g_srv[i];
         memset(sv, 0, sizeof(*sv));
         sv->index = i;
-        snprintf(sv->dir, sizeof(sv->dir), "%s/shard-%u", g_root, i);
+        snprintf(sv->dir, sizeof(sv->dir), "%s/c%d-shard-%u", g_root, g_cluster, i);
         pthread_mutex_init(&sv->mu, NULL);
         pthread_cond_init(&sv->cv, NULL);
         assert_int_equal(pthread_create(&sv->thread, NULL, server_main, sv), 0);
@@ -233,6 +236,51 @@ static void test_trn_loop_zmq_prefetch_with_checkpoints(void **state)
     stop_servers();
 }
 
+/* One run of the whole file against fresh shards; its progressive-validation report. */
+static void run_once(bool prefetch, bool fresh, struct spw_pv_report *r,
+                     struct spw_ps_client_stats *cs)
+{
+    char shards[600];
+    start_servers(shards, sizeof(shards));
+    struct spw_trainer_loop_conf c = zmq_conf(shards);
+    c.prefetch = prefetch;
+    c.fresh_reads = fresh;
+    char errstr[512];
+    spw_trainer_loop_t *loop = spw_trainer_loop_new(&c, NULL, errstr, sizeof(errstr));
+    if (!loop)
+        fail_msg("loop: %s", errstr);
+    assert_int_equal(spw_trainer_loop_run(loop), SPW_OK);
+    spw_trainer_loop_report(loop, r);
+    spw_ps_client_get_stats(spw_trainer_loop_client(loop), cs);
+    spw_trainer_loop_destroy(loop);
+    stop_servers();
+}
+
+/* Fresh reads: with prefetch, the acknowledgements of each push write the pushed rows back into
+ * the micro-batch pulled before it, so one trainer computes with exactly the rows it would read
+ * without prefetch (pulled after its push): every prediction, hence the progressive logloss, is
+ * the same to the last bit (the shard's inverse penalty then sees tau 0 in both). Without fresh
+ * reads the prefetched rows are a step stale and the run differs. */
+static void test_trn_loop_zmq_fresh_reads_equal_no_prefetch(void **state)
+{
+    (void)state;
+    struct spw_pv_report seq, fresh, stale;
+    struct spw_ps_client_stats cs_seq, cs_fresh, cs_stale;
+    run_once(false, true, &seq, &cs_seq);
+    run_once(true, true, &fresh, &cs_fresh);
+    run_once(true, false, &stale, &cs_stale);
+    print_message("cumulative logloss: no prefetch %.9f, prefetch + fresh reads %.9f (%llu rows "
+                  "echoed), prefetch without %.9f\n",
+                  seq.cumulative.logloss, fresh.cumulative.logloss,
+                  (unsigned long long)cs_fresh.rows_echoed, stale.cumulative.logloss);
+    assert_true(cs_fresh.rows_echoed > 0);
+    assert_int_equal(cs_seq.rows_echoed, 0);
+    assert_int_equal(cs_stale.rows_echoed, 0);
+    assert_true(fresh.cumulative.logloss == seq.cumulative.logloss);
+    assert_true(fresh.window.logloss == seq.window.logloss);
+    assert_true(stale.cumulative.logloss != seq.cumulative.logloss);
+}
+
 static void *stop_later(void *arg)
 {
     (void)arg;
@@ -279,6 +327,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trn_loop_zmq_prefetch_with_checkpoints),
+        cmocka_unit_test(test_trn_loop_zmq_fresh_reads_equal_no_prefetch),
         cmocka_unit_test(test_trn_loop_zmq_stop_while_shards_unreachable),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -100,8 +100,12 @@ struct spw_trainer_loop {
     float *grads, *preds;
     size_t cap_grads, cap_preds;
     struct mb *echo_to; /* while a step is pushed: the prefetched micro-batch to refresh */
-    uint32_t *echo_pos; /* per pushed row: its index in echo_to's rows, or UINT32_MAX */
+    uint32_t *echo_pos; /* per shared pushed row: its index in echo_to's rows */
     size_t cap_echo_pos;
+    uint64_t *split_keys; /* a pushed set reordered: the rows echo_to shares first */
+    uint32_t *split_versions;
+    void *split_values; /* f32 or f16 */
+    size_t cap_split_keys, cap_split_versions, cap_split_values;
     float *counter_grad; /* dim floats: the counter row's push (conf.counter_key) */
 
     struct mark *marks;                                    /* FIFO [head, n) */
@@ -317,6 +321,9 @@ void spw_trainer_loop_destroy(spw_trainer_loop_t *loop)
     free(loop->preds);
     free(loop->marks);
     free(loop->echo_pos);
+    free(loop->split_keys);
+    free(loop->split_versions);
+    free(loop->split_values);
     free(loop);
 }
 
@@ -503,22 +510,18 @@ static spw_err_t wait_echo(spw_trainer_loop_t *loop, struct mb *mb)
 
 /* ---- pushes ---- */
 
-/* Pushes a set in frames below the frame limit. *last_seq gets the seq of the last push sent. */
-static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *set,
-                          uint64_t examples, int64_t max_event, uint64_t step, uint64_t *last_seq)
+/* Pushes a set in frames below the frame limit. to (may be NULL): every row of the set is one the
+ * prefetched micro-batch `to` holds, at to's unique index echo_pos[i]; the acks write them back
+ * into it. *last_seq gets the seq of the last push sent. */
+static spw_err_t push_frames(spw_trainer_loop_t *loop, const struct spw_push_set *set,
+                             uint64_t examples, int64_t max_event, uint64_t step, struct mb *to,
+                             const uint32_t *echo_pos, uint64_t *last_seq)
 {
     size_t row_bytes = SPW_TRN_PUSH_ROW_OVERHEAD + (size_t)loop->dim * sizeof(float);
     size_t frame = loop->conf.client.max_frame;
     size_t per = frame > PUSH_FRAME_SLACK + row_bytes ? (frame - PUSH_FRAME_SLACK) / row_bytes : 1;
-    struct mb *to = loop->echo_to;
     for (size_t off = 0; off < set->n; off += per) {
         size_t n = set->n - off < per ? set->n - off : per;
-        if (to) { /* the pushed rows the prefetched micro-batch holds too */
-            if (spw_trn__grow((void **)&loop->echo_pos, &loop->cap_echo_pos, n, sizeof(uint32_t)))
-                return SPW_ERR_NOMEM;
-            for (size_t i = 0; i < n; i++)
-                loop->echo_pos[i] = spw_trn__keyidx_find(&to->batch->dedup, set->keys[off + i]);
-        }
         struct spw_ps_push push = {
             .n = n,
             .keys = set->keys + off,
@@ -530,7 +533,7 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
             .examples = off == 0 ? (uint32_t)(examples > UINT32_MAX ? UINT32_MAX : examples) : 0,
             .step = step,
             .step_examples = (uint32_t)(examples > UINT32_MAX ? UINT32_MAX : examples),
-            .echo_pos = to ? loop->echo_pos : NULL,
+            .echo_pos = to ? echo_pos + off : NULL,
             .echo_rows = to ? to->rows : NULL,
             .echo_versions = to ? to->versions : NULL,
         };
@@ -553,6 +556,61 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
         }
     }
     return SPW_OK;
+}
+
+/* Pushes a set. With an echo target (loop->echo_to), the rows it shares go first, in pushes of
+ * their own that ask for the rows back: the acknowledgement the next micro-batch waits for then
+ * comes as soon as the shard applied those, while it applies the rest during the next compute. */
+static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *set,
+                          uint64_t examples, int64_t max_event, uint64_t step, uint64_t *last_seq)
+{
+    struct mb *to = loop->echo_to;
+    if (!to)
+        return push_frames(loop, set, examples, max_event, step, NULL, NULL, last_seq);
+    const size_t n = set->n, dim = set->dim;
+    const size_t vbytes = set->fp16 ? sizeof(uint16_t) : sizeof(float);
+    if (spw_trn__grow((void **)&loop->echo_pos, &loop->cap_echo_pos, n, sizeof(uint32_t)) ||
+        spw_trn__grow((void **)&loop->split_keys, &loop->cap_split_keys, n, sizeof(uint64_t)) ||
+        spw_trn__grow((void **)&loop->split_versions, &loop->cap_split_versions, n,
+                      sizeof(uint32_t)) ||
+        spw_trn__grow((void **)&loop->split_values, &loop->cap_split_values, n * dim, vbytes))
+        return SPW_ERR_NOMEM;
+    /* shared rows from the front, the others from the back (their order does not matter) */
+    size_t a = 0, b = n;
+    const uint8_t *src =
+        set->fp16 ? (const uint8_t *)set->values_f16 : (const uint8_t *)set->values;
+    uint8_t *dst = loop->split_values;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t pos = spw_trn__keyidx_find(&to->batch->dedup, set->keys[i]);
+        size_t j = pos != SPW_TRN__NONE ? a++ : --b;
+        if (pos != SPW_TRN__NONE)
+            loop->echo_pos[j] = pos;
+        loop->split_keys[j] = set->keys[i];
+        loop->split_versions[j] = set->versions ? set->versions[i] : 0;
+        memcpy(dst + j * dim * vbytes, src + i * dim * vbytes, dim * vbytes);
+    }
+    struct spw_push_set shared = {
+        .n = a,
+        .dim = set->dim,
+        .fp16 = set->fp16,
+        .keys = loop->split_keys,
+        .versions = loop->split_versions,
+        .values = set->fp16 ? NULL : (const float *)dst,
+        .values_f16 = set->fp16 ? (const uint16_t *)dst : NULL,
+    };
+    struct spw_push_set rest = shared;
+    rest.n = n - a;
+    rest.keys += a;
+    rest.versions += a;
+    if (rest.values)
+        rest.values += a * dim;
+    else
+        rest.values_f16 += a * dim;
+    spw_err_t err =
+        push_frames(loop, &shared, examples, max_event, step, to, loop->echo_pos, last_seq);
+    if (!err)
+        err = push_frames(loop, &rest, a ? 0 : examples, max_event, step, NULL, NULL, last_seq);
+    return err;
 }
 
 /* Compresses (when configured) and pushes n gradient rows. */
