@@ -80,6 +80,11 @@ for _m in ("fm", "lr"):
          ">= 0.35", r"== ratios, %s.*?c/a examples/s\s+%s" % (_m, NUM), lambda v: v >= 0.35),
         ("trainer", "trainer %s: final-window logloss (b) vs (a), %%" % _m.upper(), "within ±1%",
          r"== ratios, %s.*?logloss b vs a\s+(-?[\d.]+)%%" % _m, lambda v: abs(v) <= 1.0),
+        ("trainer", "trainer %s: final-window logloss (c) prefetch with fresh reads vs (c0) no "
+         "prefetch, %%" % _m.upper(), "<= +0.2%",
+         r"== ratios, %s.*?logloss c vs c0\s+(-?[\d.]+)%%" % _m, lambda v: v <= 0.2),
+        ("trainer", "trainer %s: (c) with fresh reads / (c1) without, examples/s" % _m.upper(),
+         ">= 0.95", r"== ratios, %s.*?c/c1 examples/s\s+%s" % (_m, NUM), lambda v: v >= 0.95),
         ("trainer", "trainer %s: >= 10x fewer bytes for <= +0.002 logloss (error feedback); "
          "without it visibly worse" % _m.upper(), "met at some ratio",
          r"== ratios, %s.*?with error feedback: (MET at ratio [\d.]+|MISSED)" % _m, None),
