@@ -7,7 +7,9 @@ const struct spw_config_prop spw_coordinator_config_props[] = {
     {"coordinator.listen", SPW_CONFIG_STRING, "tcp://0.0.0.0:7100", 0, 1000, NULL,
      "ZeroMQ endpoint the coordinator binds for trainers and other members."},
     {"coordinator.mode", SPW_CONFIG_ENUM, "async", 0, 0, "async|sync|ssp:|hybrid:",
-     "Trainer clock mode: async, sync, ssp:S (at most S steps ahead), hybrid:K (barrier every K)."},
+     "Trainer mode: async; sync (synchronous steps: every trainer's step-t gradients averaged on "
+     "the shards and applied once, step t+1 reads the result, so K trainers of batch B train "
+     "like one of batch K*B); ssp:S (at most S steps ahead); hybrid:K (barrier every K)."},
     {"coordinator.shards", SPW_CONFIG_STRING, "", 0, 16384, NULL,
      "Parameter-server shards (comma-separated ZeroMQ endpoints, shard 0 first)."},
     {"coordinator.checkpoint.dir", SPW_CONFIG_STRING, ".", 1, 4000, NULL,

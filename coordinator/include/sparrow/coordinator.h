@@ -30,7 +30,13 @@
  * Clock semantics (a trainer's clock is the number of steps it completed; a trainer that joins
  * starts at the slowest live trainer's clock):
  *   async      every Clock proceeds.
- *   sync       Clock(c) proceeds once every live trainer's clock is >= c.
+ *   sync       synchronous training (two-phase steps, docs/ARCHITECTURE.md §3): once every live
+ *              trainer sent Clock(c) (its step-c pushes, tagged c, are acknowledged, so they wait
+ *              in the shards' pending tables), every shard gets CommitRequest(c, the trainers'
+ *              push ids, the step's examples) and applies the example-weighted mean of their
+ *              gradients once per row; only then does Clock(c) proceed, with step = c + 1 (the
+ *              tag of the next step's pushes). Checkpoint epochs open only while every trainer
+ *              is held at the step just committed. A failed commit recovers everyone.
  *   ssp:S      Clock(c) proceeds once c - (slowest live clock) <= S.
  *   hybrid:K   as async, except at clocks that are multiples of K: a barrier (every live trainer
  *              reaches it) after which the trainers drop their cached rows; checkpoints are taken
