@@ -433,32 +433,18 @@ static bool hold_for_step(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     return true;
 }
 
-/* Fills ack's echo blocks with the rows push->echo names, as they are after the push. False
- * (nothing echoed) when they do not fit the arena or the store fails. */
-static bool echo_rows(spw_ps_server_t *srv, const Sparrow__PushRequest *push, const uint64_t *keys,
-                      Sparrow__PushAck *ack)
+/* The buffers of push->echo's rows (arena): false when they do not fit (nothing echoed). */
+static bool echo_prepare(spw_ps_server_t *srv, const Sparrow__PushRequest *push,
+                         struct spw_ps_echo *echo)
 {
     uint32_t dim = srv->conf.store.dim;
     size_t m = push->echo.len / 4; /* the wire module checked: ascending indices < n */
-    const uint32_t *idx;
-    if (spw_wire_block_u32(&push->echo, m, &idx) != SPW_OK)
+    if (spw_wire_block_u32(&push->echo, m, &echo->idx) != SPW_OK)
         return false;
-    uint64_t *ekeys = spw_arena_alloc(srv->arena, m * sizeof(uint64_t));
-    float *values = spw_arena_alloc(srv->arena, m * dim * sizeof(float));
-    uint32_t *vers = spw_arena_alloc(srv->arena, m * sizeof(uint32_t));
-    if (!ekeys || !values || !vers)
-        return false;
-    for (size_t i = 0; i < m; i++)
-        ekeys[i] = keys[idx[i]];
-    if (spw_ps_store_pull(srv->store, ekeys, m, values, vers) != SPW_OK)
-        return false;
-    ack->has_echo_values = ack->has_echo_versions = true;
-    ack->echo_values.data = (uint8_t *)values;
-    ack->echo_values.len = m * dim * sizeof(float);
-    ack->echo_versions.data = (uint8_t *)vers;
-    ack->echo_versions.len = m * sizeof(uint32_t);
-    spw_counter_add(srv->m.echoed, m);
-    return true;
+    echo->n = m;
+    echo->values = spw_arena_alloc(srv->arena, m * dim * sizeof(float));
+    echo->versions = spw_arena_alloc(srv->arena, m * sizeof(uint32_t));
+    return echo->values && echo->versions;
 }
 
 static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
@@ -532,8 +518,14 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
     } else {
         uint32_t *taus = n ? spw_arena_alloc(srv->arena, n * sizeof(uint32_t)) : NULL;
         struct spw_ps_push_result res = {0};
-        spw_err_t err =
-            n ? spw_ps_store_push(srv->store, keys, n, grads, versions, taus, &res) : SPW_OK;
+        struct spw_ps_echo echo = {0};
+        bool echoing = push->echo.len > 0 && echo_prepare(srv, push, &echo);
+        if (push->echo.len > 0 && !echoing) /* the trainer keeps the rows it prefetched */
+            SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "push echo skipped", "rows=%zu",
+                                push->echo.len / 4);
+        spw_err_t err = n ? spw_ps_store_push_echo(srv->store, keys, n, grads, versions, taus, &res,
+                                                   echoing ? &echo : NULL)
+                          : SPW_OK;
         if (err) {
             send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_INTERNAL,
                        spw_err_str(err));
@@ -552,10 +544,13 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
         ack.rejected = res.rejected;
         ack.has_dropped_stale = true;
         ack.dropped_stale = res.dropped_stale;
-        if (push->echo.len > 0 && !echo_rows(srv, push, keys, &ack)) {
-            /* applied: the ack must go out; the trainer keeps the rows it prefetched */
-            SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "push echo skipped", "rows=%zu",
-                                push->echo.len / 4);
+        if (echoing) {
+            ack.has_echo_values = ack.has_echo_versions = true;
+            ack.echo_values.data = (uint8_t *)echo.values;
+            ack.echo_values.len = echo.n * dim * sizeof(float);
+            ack.echo_versions.data = (uint8_t *)echo.versions;
+            ack.echo_versions.len = echo.n * sizeof(uint32_t);
+            spw_counter_add(srv->m.echoed, echo.n);
         }
     }
     Sparrow__Reply reply = reply_for(req->request_id);

@@ -585,6 +585,14 @@ spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t 
                             const float *grads, const uint32_t *versions, uint32_t *taus,
                             struct spw_ps_push_result *res)
 {
+    return spw_ps_store_push_echo(store, keys, n, grads, versions, taus, res, NULL);
+}
+
+spw_err_t spw_ps_store_push_echo(spw_ps_store_t *store, const uint64_t *keys, size_t n,
+                                 const float *grads, const uint32_t *versions, uint32_t *taus,
+                                 struct spw_ps_push_result *res, const struct spw_ps_echo *echo)
+{
+    size_t e = 0; /* the next echo index */
     uint32_t dim = store->dim;
     struct spw_ps_push_result r = {0};
     const struct spw_ps_optim_conf *oc = &store->conf.optim;
@@ -604,17 +612,19 @@ spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t 
             size_t k = off + i;
             struct spw_ps_row *row = store->rows[i];
             uint32_t tau = 0;
+            /* the echo of row k is its state after this push (whether applied or not) */
+            bool echo_k = echo && e < echo->n && echo->idx[e] == k;
             if (!row) {
                 r.unadmitted++;
                 if (taus)
                     taus[k] = 0;
-                continue;
+                goto next;
             }
             if (store->conf.counter_key && keys[k] == store->conf.counter_key) {
                 /* the counter row: a plain sum, no optimizer, no staleness penalty */
                 if (!isfinite(grads[k * dim])) {
                     r.rejected++;
-                    continue;
+                    goto next;
                 }
                 row->data[0] += grads[k * dim];
                 if (taus)
@@ -630,12 +640,12 @@ spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t 
             double alpha = tau == 0 ? alpha0 : spw_ps_penalty_alpha(&store->conf.penalty, tau);
             if (alpha < 0.0) {
                 r.dropped_stale++;
-                continue;
+                goto next;
             }
             if (!spw_ps__row_apply(oc, dim, row->data, row->data + dim, grads + k * dim,
                                    (float)alpha)) {
                 r.rejected++;
-                continue;
+                goto next;
             }
         applied:
             row->version++;
@@ -643,6 +653,20 @@ spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t 
             row->count++;
             row->flags |= SPW_PS_ROW_DIRTY;
             r.applied++;
+        next:
+            if (echo_k) { /* what a pull would return now: no second lookup of the row */
+                float *dst = echo->values + e * dim;
+                if (row) {
+                    memcpy(dst, row->data, dim * sizeof(float));
+                    echo->versions[e] = row->version;
+                } else {
+                    float init[SPW_PS_MAX_DIM * 3 + 1];
+                    row_init(store, keys[k], init);
+                    memcpy(dst, init, dim * sizeof(float));
+                    echo->versions[e] = 0;
+                }
+                e++;
+            }
         }
         unpin(store, m);
     }

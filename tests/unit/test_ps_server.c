@@ -222,6 +222,24 @@ static Sparrow__Reply *commit(void *s, spw_arena_t *arena, uint64_t step, const 
     return recv_reply(s, arena);
 }
 
+/* RestoreRequest(epoch, generation; 0: none) and its reply. */
+static Sparrow__Reply *restore(void *s, spw_arena_t *arena, uint64_t epoch, uint64_t generation)
+{
+    Sparrow__RestoreRequest rr = SPARROW__RESTORE_REQUEST__INIT;
+    rr.has_epoch = true;
+    rr.epoch = epoch;
+    rr.has_generation = generation != 0;
+    rr.generation = generation;
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    req.has_version = req.has_request_id = true;
+    req.version = 1;
+    req.request_id = 99;
+    req.body_case = SPARROW__REQUEST__BODY_RESTORE;
+    req.restore = &rr;
+    send_request(s, &req);
+    return recv_reply(s, arena);
+}
+
 static float pull_one(void *s, spw_arena_t *arena, uint64_t key, uint32_t *version)
 {
     Sparrow__Reply *r = pull(s, arena, &key, 1, 7);
@@ -294,18 +312,7 @@ static void test_ps_server_restore_fences_older_generations(void **state)
     Sparrow__Reply *r = push(e->client, arena, 1, 1, 1, &key, 1, g, &v);
     assert_int_equal(r->push->applied, 1);
     assert_false(r->push->fenced);
-    Sparrow__RestoreRequest rr = SPARROW__RESTORE_REQUEST__INIT;
-    rr.has_epoch = rr.has_generation = true;
-    rr.epoch = 0; /* back to empty */
-    rr.generation = 6;
-    Sparrow__Request req = SPARROW__REQUEST__INIT;
-    req.has_version = req.has_request_id = true;
-    req.version = 1;
-    req.request_id = 99;
-    req.body_case = SPARROW__REQUEST__BODY_RESTORE;
-    req.restore = &rr;
-    send_request(e->client, &req);
-    r = recv_reply(e->client, arena);
+    r = restore(e->client, arena, 0, 6); /* back to empty, generation 6 */
     assert_false(r->has_error && r->error != 0);
     assert_int_equal(r->body_case, SPARROW__REPLY__BODY_RESTORE);
     /* generation 5's late push: fenced */
@@ -385,17 +392,7 @@ static void test_ps_server_two_phase_steps(void **state)
     push_step = 3;
     r = push(e->client, arena, 1, 1, 3, &k10, 1, g8, &v);
     assert_true(r->push->pending);
-    Sparrow__RestoreRequest rr = SPARROW__RESTORE_REQUEST__INIT;
-    rr.has_epoch = true;
-    rr.epoch = 0;
-    Sparrow__Request req = SPARROW__REQUEST__INIT;
-    req.has_version = req.has_request_id = true;
-    req.version = 1;
-    req.request_id = 99;
-    req.body_case = SPARROW__REQUEST__BODY_RESTORE;
-    req.restore = &rr;
-    send_request(e->client, &req);
-    r = recv_reply(e->client, arena);
+    r = restore(e->client, arena, 0, 0);
     assert_int_equal(r->body_case, SPARROW__REPLY__BODY_RESTORE);
     r = commit(e->client, arena, 3, ids, 2, 10);
     assert_int_equal(r->commit->rows, 0);

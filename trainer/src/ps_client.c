@@ -336,9 +336,10 @@ void spw_psc__debug_drop_acks(spw_ps_client_t *c, uint32_t n)
 
 /* ---- waits ---- */
 
-enum wait_kind { WAIT_WINDOW, WAIT_FLUSH, WAIT_PULL };
+enum wait_kind { WAIT_WINDOW, WAIT_FLUSH, WAIT_PULL, WAIT_ACKED };
 
-static bool wait_done(const spw_ps_client_t *c, enum wait_kind kind, uint32_t idx)
+/* arg: the pull slot (WAIT_PULL) or the seq (WAIT_ACKED). */
+static bool wait_done(const spw_ps_client_t *c, enum wait_kind kind, uint64_t arg)
 {
     switch (kind) {
     case WAIT_WINDOW:
@@ -346,14 +347,16 @@ static bool wait_done(const spw_ps_client_t *c, enum wait_kind kind, uint32_t id
     case WAIT_FLUSH:
         return c->outstanding == 0;
     case WAIT_PULL:
-        return c->pulls[idx].pending == 0;
+        return c->pulls[arg].pending == 0;
+    case WAIT_ACKED:
+        return spw_ps_client_acked_through(c) >= arg;
     }
     return true;
 }
 
 /* Makes progress until the condition holds. timeout_ms < 0: no limit. stoppable: a stop request
  * ends the wait with SPW_ERR_STOPPED. */
-static spw_err_t wait_for(spw_ps_client_t *c, enum wait_kind kind, uint32_t idx, int64_t timeout_ms,
+static spw_err_t wait_for(spw_ps_client_t *c, enum wait_kind kind, uint64_t arg, int64_t timeout_ms,
                           bool stoppable)
 {
     uint64_t start = spw_time_mono_ms();
@@ -362,7 +365,7 @@ static spw_err_t wait_for(spw_ps_client_t *c, enum wait_kind kind, uint32_t idx,
     for (;;) {
         if (c->sticky)
             return c->sticky;
-        if (wait_done(c, kind, idx))
+        if (wait_done(c, kind, arg))
             return SPW_OK;
         if (stoppable && spw_signal_stop_requested())
             return SPW_ERR_STOPPED;
@@ -627,25 +630,7 @@ void spw_psc__push_part_done(spw_ps_client_t *c, struct spw_psc__push *slot, uin
 
 spw_err_t spw_ps_client_wait_acked(spw_ps_client_t *c, uint64_t seq, int64_t timeout_ms)
 {
-    uint64_t start = spw_time_mono_ms();
-    if (!c->inproc)
-        spw_psc__progress(c, 0);
-    for (;;) {
-        if (c->sticky)
-            return c->sticky;
-        if (spw_ps_client_acked_through(c) >= seq)
-            return SPW_OK;
-        if (spw_signal_stop_requested())
-            return SPW_ERR_STOPPED;
-        uint64_t slice = WAIT_SLICE_MS, spent = spw_time_mono_ms() - start;
-        if (timeout_ms >= 0) {
-            if (spent >= (uint64_t)timeout_ms)
-                return SPW_ERR_TIMEOUT;
-            if ((uint64_t)timeout_ms - spent < slice)
-                slice = (uint64_t)timeout_ms - spent;
-        }
-        spw_psc__progress(c, slice);
-    }
+    return wait_for(c, WAIT_ACKED, seq, timeout_ms, true);
 }
 
 void spw_ps_client_cancel_echo(spw_ps_client_t *c, uint64_t seq_lo, uint64_t seq_hi)

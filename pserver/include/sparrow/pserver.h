@@ -129,6 +129,21 @@ spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t 
                             const float *grads, const uint32_t *versions, uint32_t *taus,
                             struct spw_ps_push_result *res);
 
+/* Rows a push returns as they are after it (fresh reads): idx[0..n) ascending indices into the
+ * push's keys; values (n × dim) and versions (n) are filled. All caller-owned. */
+struct spw_ps_echo {
+    size_t n;
+    const uint32_t *idx;
+    float *values;
+    uint32_t *versions;
+};
+
+/* spw_ps_store_push, filling *echo (may be NULL) on the way: the echoed rows cost no second
+ * lookup. A row not admitted echoes its initial weights and version 0, as a pull would. */
+spw_err_t spw_ps_store_push_echo(spw_ps_store_t *store, const uint64_t *keys, size_t n,
+                                 const float *grads, const uint32_t *versions, uint32_t *taus,
+                                 struct spw_ps_push_result *res, const struct spw_ps_echo *echo);
+
 /* A copy of one row for inspection: weights (dim) then slots (spw_ps_slot_floats). */
 struct spw_ps_row_copy {
     uint32_t version;
