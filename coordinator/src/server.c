@@ -58,7 +58,9 @@ struct member {
 struct shard {
     char endpoint[512];
     void *sock;
-    bool pending; /* a checkpoint / restore request outstanding */
+    bool pending;     /* a checkpoint / restore request outstanding */
+    int pending_body; /* its kind and epoch, to send it again on a new socket */
+    uint64_t pending_epoch;
     uint64_t req_id;
     uint64_t sent_ms;
     bool stats_pending;
@@ -216,8 +218,13 @@ static void *shard_socket(spw_coord_server_t *srv, const char *endpoint)
     return s;
 }
 
+static void shard_send(spw_coord_server_t *srv, struct shard *sh, int body, uint64_t epoch,
+                       uint64_t *id_out);
+
 /* Drops anything queued to a shard that stopped answering (stale requests must not reach it
- * after it returns). */
+ * after it returns). A checkpoint or restore request still wanted goes again on the new socket
+ * (the old one took it down with it: a restarted shard never saw it), within its first deadline;
+ * a step commit is failed at once (the coordinator recovers) rather than after its timeout. */
 static void shard_reset(spw_coord_server_t *srv, struct shard *sh)
 {
     void *s = shard_socket(srv, sh->endpoint);
@@ -226,6 +233,12 @@ static void shard_reset(spw_coord_server_t *srv, struct shard *sh)
     zmq_close(sh->sock);
     sh->sock = s;
     sh->stats_pending = false;
+    if (sh->pending)
+        shard_send(srv, sh, sh->pending_body, sh->pending_epoch, &sh->req_id);
+    if (sh->commit_pending) {
+        sh->commit_pending = false;
+        sh->commit_result = SPW_ERR_RPC;
+    }
 }
 
 static void shard_send(spw_coord_server_t *srv, struct shard *sh, int body, uint64_t epoch,
@@ -317,6 +330,8 @@ static void shards_request(spw_coord_server_t *srv, int body, uint64_t epoch)
     for (uint32_t i = 0; i < srv->n_shards; i++) {
         struct shard *sh = &srv->shards[i];
         sh->pending = true;
+        sh->pending_body = body;
+        sh->pending_epoch = epoch;
         sh->result = SPW_ERR_TIMEOUT;
         sh->sent_ms = now;
         shard_send(srv, sh, body, epoch, &sh->req_id);
