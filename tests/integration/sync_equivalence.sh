@@ -47,11 +47,17 @@ run_cluster() {
     mkdir -p "$d"
     ps_port=$(free_port)
     co_port=$(free_port)
+    while [ "$co_port" = "$ps_port" ]; do co_port=$(free_port); done
     "$SPARROW" pserver --listen "tcp://127.0.0.1:$ps_port" --dim "$dim" --optimizer "$opt" \
         --data-dir "$d/ps" --http-port 0 --memory-mb 64 --set "pserver.checkpoint.dir=$d" \
         --set pserver.lr=0.05 --set "pserver.eps=$EPS" >"$d/pserver.log" 2>&1 &
     local ps_pid=$!
     PIDS+=("$ps_pid")
+    # listening before the coordinator binds its own port (free_port once handed out one port
+    # twice: the coordinator took it, and the trainers waited for a shard that had exited)
+    wait_for "$name: the pserver listening" 30 bash -c \
+        "grep -q 'pserver listening' '$d/pserver.log' || ! kill -0 $ps_pid 2>/dev/null"
+    kill -0 "$ps_pid" 2>/dev/null || fail "$name: the pserver exited at start"
     # all trainers register within the startup grace, so the first recovery (before any record
     # is read) is the only one, and every trainer steps from clock 0 together
     "$SPARROW" coordinator --set "coordinator.listen=tcp://127.0.0.1:$co_port" \
@@ -63,7 +69,7 @@ run_cluster() {
     PIDS+=("$co_pid")
     local tpids=() i=0 f
     for f in "$@"; do
-        "$SPARROW" trainer --in "file:$f" --format pb --model "$model" --latent-dim "$LATENT" \
+        timeout 180 "$SPARROW" trainer --in "file:$f" --format pb --model "$model" --latent-dim "$LATENT" \
             --batch "$batch" --acc-steps "$acc" --topk 1 --http-port -1 \
             --shards "tcp://127.0.0.1:$ps_port" --set "trainer.coordinator=tcp://127.0.0.1:$co_port" \
             --set trainer.log.interval=0 >"$d/trainer-$i.log" 2>&1 &
