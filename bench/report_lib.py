@@ -278,3 +278,17 @@ def trainer_argv(sparrow, data, shards, model="fm", k=8, batch=512, window=50000
     for s in extra:
         argv += ["--set", s]
     return argv
+
+
+def launch_failure(out, rc, summary, drained, duration, otherwise):
+    """Why a `sparrow launch` run of a study failed, with its exit status: what launch said after
+    FAILED:, else the first of: the study's own timeout (rc None), no summary.json, not drained
+    within --duration, `otherwise`."""
+    said = [ln.split("FAILED:", 1)[1].split("; logs under")[0].strip()
+            for ln in out.splitlines() if ln.startswith("sparrow launch: FAILED:")]
+    why = ("timeout of the study's wrapper" if rc is None else
+           said[0] if said else
+           "no summary.json" if not summary else
+           "not drained within --duration %ss" % duration if not drained else
+           otherwise)
+    return "%s (rc=%s)" % (why, rc)

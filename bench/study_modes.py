@@ -151,14 +151,8 @@ def one_run(rec, sparrow, work, mode, penalty, slow, size):
            "duration_s": _num(s.get("duration_s")), "wall_s": round(secs, 1),
            "series": series(os.path.join(run_dir, "samples.csv"))}
     if not row["ok"]:
-        said = [ln.split("FAILED:", 1)[1].split("; logs under")[0].strip()
-                for ln in out.splitlines() if ln.startswith("sparrow launch: FAILED:")]
-        why = ("timeout of the study's wrapper" if rc is None else
-               said[0] if said else
-               "no summary.json" if not s else
-               "not drained within --duration %ss" % size["duration"] if not drained else
-               "launch failed after draining (see its log)")
-        row["why"] = "%s (rc=%s)" % (why, rc)
+        row["why"] = rl.launch_failure(out, rc, s, drained, size["duration"],
+                                       "launch failed after draining (see its log)")
         with open(log, "a") as f:  # what the run's processes said last, kept with the results
             f.write("\n" + _tail(run_dir) + "\n")
     shutil.rmtree(run_dir, ignore_errors=True)

@@ -237,15 +237,9 @@ def one_run(rec, sparrow, evaluator, work, heldout, want_gen, k, mode, penalty, 
                             for ln in out.splitlines() if "did not stop cleanly" in ln]
     why = None
     if not row["complete"]:
-        said = [ln.split("FAILED:", 1)[1].split("; logs under")[0].strip()
-                for ln in out.splitlines() if ln.startswith("sparrow launch: FAILED:")]
-        why = ("timeout of the study's wrapper" if rc is None else
-               said[0] if said else
-               "no summary.json" if not s else
-               "not drained within --duration %ss" % size["duration"] if not drained else
-               "the LATEST checkpoint counts %s of %d examples" %
-               (row["manifest_examples"], size["examples"]))
-        why = "%s (rc=%s)" % (why, rc)
+        why = rl.launch_failure(out, rc, s, drained, size["duration"],
+                                "the LATEST checkpoint counts %s of %d examples" %
+                                (row["manifest_examples"], size["examples"]))
     elif not row["same_stream"]:
         why = ("the run's generator reported %s, the file's first N %s: not the same examples"
                % (gen_seen, want_gen))

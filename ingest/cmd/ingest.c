@@ -661,11 +661,7 @@ static int setup(struct ingest *in)
         return -1;
     }
     spw_format_parse(spw_config_str(cfg, "ingest.format"), &in->format);
-    spw_ingest_limits_default(&in->limits);
-    in->limits.max_features = (uint32_t)spw_config_int(cfg, "ingest.max_features");
-    in->limits.max_record_bytes = (size_t)spw_config_int(cfg, "ingest.max_record_bytes");
-    in->limits.max_field_id = (uint32_t)spw_config_int(cfg, "ingest.max_field_id");
-    in->limits.binary_label = !spw_config_bool(cfg, "ingest.float_label");
+    spw_ingest_limits_from_config(cfg, "ingest", &in->limits);
     const char *schema = spw_config_str(cfg, "ingest.schema");
     if (schema) {
         in->schema = spw_schema_load(schema, spw_config_bool(cfg, "ingest.schema.strict"), errstr,

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sparrow/config.h"
 #include "sparrow/hash.h"
 
 void spw_ingest_limits_default(struct spw_ingest_limits *limits)
@@ -15,6 +16,20 @@ void spw_ingest_limits_default(struct spw_ingest_limits *limits)
     limits->max_field_id = SPW_FIELD_ID_MAX;
     limits->max_record_bytes = 1u << 20;
     limits->binary_label = true;
+}
+
+void spw_ingest_limits_from_config(const struct spw_config *cfg, const char *prefix,
+                                   struct spw_ingest_limits *limits)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "%s.max_features", prefix);
+    limits->max_features = (uint32_t)spw_config_int(cfg, name);
+    snprintf(name, sizeof(name), "%s.max_field_id", prefix);
+    limits->max_field_id = (uint32_t)spw_config_int(cfg, name);
+    snprintf(name, sizeof(name), "%s.max_record_bytes", prefix);
+    limits->max_record_bytes = (size_t)spw_config_int(cfg, name);
+    snprintf(name, sizeof(name), "%s.float_label", prefix);
+    limits->binary_label = !spw_config_bool(cfg, name);
 }
 
 spw_err_t spw_ingest__fail(struct spw_parse_error *err, enum spw_reject_reason reason,

@@ -244,8 +244,8 @@ spw_err_t spw_ps__steps_take(spw_ps__steps_t *st, const struct spw_ps__step_comm
                              struct spw_ps__step_sum *out);
 /* Highest step committed so far (0: none): a push tagged at or below it is late. */
 uint64_t spw_ps__steps_committed(const spw_ps__steps_t *st);
-/* Pushes held (and their bytes in *bytes, may be NULL). */
-size_t spw_ps__steps_pending(const spw_ps__steps_t *st, size_t *bytes);
+/* Pushes held. */
+size_t spw_ps__steps_pending(const spw_ps__steps_t *st);
 /* Drops every pending push (a restore: the steps they belong to are discarded whole) and the
  * committed watermark: the coordinator that restores numbers the steps from then on (a
  * restarted one starts again low), and pushes from before the restore are fenced anyway. */

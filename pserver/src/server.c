@@ -684,13 +684,11 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     struct spw_ps_push_result res = {0};
     uint32_t *taus = NULL;
     if (!err && sum.n > 0) {
-        taus = malloc(sum.n * sizeof(uint32_t));
-        err = taus ? spw_ps_store_push(srv->store, sum.keys, sum.n, sum.grads, sum.versions, taus,
-                                       &res)
-                   : SPW_ERR_NOMEM;
+        /* the request's arena, as a push's taus (NULL when it is exhausted: no histogram) */
+        taus = spw_arena_alloc(srv->arena, sum.n * sizeof(uint32_t));
+        err = spw_ps_store_push(srv->store, sum.keys, sum.n, sum.grads, sum.versions, taus, &res);
     }
     if (err) {
-        free(taus);
         /* the step is lost on this shard: the coordinator recovers everyone */
         SPW_ERROR("step commit failed", "step=%" PRIu64 " error=\"%s\"", commit.step,
                   spw_err_str(err));
@@ -703,7 +701,6 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     if (taus && srv->m.staleness)
         for (size_t i = 0; i < sum.n; i++)
             spw_histogram_observe(srv->m.staleness, (double)taus[i]);
-    free(taus);
     if (sum.discarded)
         spw_counter_add(srv->m.steps_discarded, sum.discarded);
     SPW_DEBUG("step committed",
@@ -734,7 +731,7 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
     if (req->restore->has_generation)
         srv->fence = req->restore->generation;
     /* the open steps postdate the epoch restored: discarded whole */
-    size_t dropped = spw_ps__steps_pending(srv->steps, NULL);
+    size_t dropped = spw_ps__steps_pending(srv->steps);
     spw_ps__steps_clear(srv->steps);
     if (dropped)
         spw_counter_add(srv->m.steps_discarded, dropped);

@@ -89,10 +89,8 @@ uint64_t spw_ps__steps_committed(const spw_ps__steps_t *st)
     return st->committed;
 }
 
-size_t spw_ps__steps_pending(const spw_ps__steps_t *st, size_t *bytes)
+size_t spw_ps__steps_pending(const spw_ps__steps_t *st)
 {
-    if (bytes)
-        *bytes = st->bytes;
     return st->n;
 }
 

@@ -545,6 +545,23 @@ static void unpin(spw_ps_store_t *store, size_t n)
             store->rows[i]->flags &= ~SPW_PS_ROW_PIN;
 }
 
+/* What a pull returns for key: the row's weights and version, or (no row: not admitted) the
+ * initial weights and version 0. */
+static void row_out(const spw_ps_store_t *store, const struct spw_ps_row *row, uint64_t key,
+                    float *dst, uint32_t *version)
+{
+    if (row) {
+        memcpy(dst, row->data, store->dim * sizeof(float));
+        *version = row->version;
+        return;
+    }
+    /* the initial row holds optimizer slots too: only its weights go out */
+    float init[SPW_PS_MAX_DIM * 3 + 1];
+    row_init(store, key, init);
+    memcpy(dst, init, store->dim * sizeof(float));
+    *version = 0;
+}
+
 spw_err_t spw_ps_store_pull(spw_ps_store_t *store, const uint64_t *keys, size_t n, float *values,
                             uint32_t *versions)
 {
@@ -559,21 +576,13 @@ spw_err_t spw_ps_store_pull(spw_ps_store_t *store, const uint64_t *keys, size_t 
         for (size_t i = 0; i < m; i++) {
             if (i + PREFETCH_DIST < m && store->rows[i + PREFETCH_DIST])
                 prefetch_row(store, store->rows[i + PREFETCH_DIST]);
-            float *dst = values + (off + i) * dim;
             struct spw_ps_row *row = store->rows[i];
-            if (row) {
-                memcpy(dst, row->data, dim * sizeof(float));
-                if (versions)
-                    versions[off + i] = row->version;
-            } else {
-                /* the initial row holds optimizer slots too: only its weights go out */
-                float init[SPW_PS_MAX_DIM * 3 + 1];
-                row_init(store, keys[off + i], init);
-                memcpy(dst, init, dim * sizeof(float));
-                if (versions)
-                    versions[off + i] = 0;
+            uint32_t version;
+            row_out(store, row, keys[off + i], values + (off + i) * dim, &version);
+            if (versions)
+                versions[off + i] = version;
+            if (!row)
                 store->stats.pulls_unadmitted++;
-            }
         }
         unpin(store, m);
     }
@@ -655,16 +664,7 @@ spw_err_t spw_ps_store_push_echo(spw_ps_store_t *store, const uint64_t *keys, si
             r.applied++;
         next:
             if (echo_k) { /* what a pull would return now: no second lookup of the row */
-                float *dst = echo->values + e * dim;
-                if (row) {
-                    memcpy(dst, row->data, dim * sizeof(float));
-                    echo->versions[e] = row->version;
-                } else {
-                    float init[SPW_PS_MAX_DIM * 3 + 1];
-                    row_init(store, keys[k], init);
-                    memcpy(dst, init, dim * sizeof(float));
-                    echo->versions[e] = 0;
-                }
+                row_out(store, row, keys[k], echo->values + e * dim, &echo->versions[e]);
                 e++;
             }
         }

@@ -182,11 +182,7 @@ int spw_eval_main(int argc, char **argv)
     rc = 1;
 
     struct spw_ingest_limits limits;
-    spw_ingest_limits_default(&limits);
-    limits.max_features = (uint32_t)spw_config_int(cfg, "trainer.max_features");
-    limits.max_field_id = (uint32_t)spw_config_int(cfg, "trainer.max_field_id");
-    limits.max_record_bytes = (size_t)spw_config_int(cfg, "trainer.max_record_bytes");
-    limits.binary_label = !spw_config_bool(cfg, "trainer.float_label");
+    spw_ingest_limits_from_config(cfg, "trainer", &limits);
     const char *schema_path = spw_config_str(cfg, "trainer.schema");
     if (schema_path && schema_path[0] &&
         !(schema = spw_schema_load(schema_path, false, errstr, sizeof(errstr)))) {

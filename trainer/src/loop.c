@@ -498,12 +498,8 @@ static spw_err_t wait_echo(spw_trainer_loop_t *loop, struct mb *mb)
     uint64_t waited = spw_time_mono_ns() - t0;
     loop->step_pull_ns += waited;
     loop->stats.pull_wait_ns += waited;
-    if (err == SPW_ERR_STOPPED) { /* the rows are not refreshed: not computed (finish drops it) */
-        spw_ps_client_cancel_echo(loop->client, mb->echo_lo, mb->echo_hi);
-        mb->echo_lo = mb->echo_hi = 0;
-        mb->ready = false;
-        return err;
-    }
+    if (err == SPW_ERR_STOPPED) /* the rows are not refreshed: not computed (finish drops it) */
+        forget_pull(loop, mb);
     mb->echo_lo = mb->echo_hi = 0;
     return err;
 }

@@ -70,11 +70,8 @@ spw_err_t spw_trainer_loop_conf_from_config(const spw_config_t *cfg,
         return SPW_ERR_INVALID;
     }
     conf->schema_path = spw_config_str(cfg, "trainer.schema");
-    conf->limits.max_features = (uint32_t)spw_config_int(cfg, "trainer.max_features");
-    conf->limits.max_field_id = (uint32_t)spw_config_int(cfg, "trainer.max_field_id");
-    conf->max_record_bytes = (size_t)spw_config_int(cfg, "trainer.max_record_bytes");
-    conf->limits.max_record_bytes = conf->max_record_bytes;
-    conf->limits.binary_label = !spw_config_bool(cfg, "trainer.float_label");
+    spw_ingest_limits_from_config(cfg, "trainer", &conf->limits);
+    conf->max_record_bytes = conf->limits.max_record_bytes;
     conf->group = spw_config_str(cfg, "trainer.group");
     conf->start_latest = strcmp(spw_config_str(cfg, "trainer.start"), "latest") == 0;
     conf->strict_offsets = spw_config_bool(cfg, "trainer.strict");

@@ -48,6 +48,13 @@ struct spw_ingest_limits {
 /* max_features 4096, max_field_id SPW_FIELD_ID_MAX, max_record_bytes 1 MiB, binary labels. */
 void spw_ingest_limits_default(struct spw_ingest_limits *limits);
 
+struct spw_config;
+/* The limits from a role's `<prefix>.max_features`, `.max_field_id`, `.max_record_bytes` and
+ * `.float_label` properties (each role's table declares them with its own defaults). cfg is
+ * borrowed; pure. */
+void spw_ingest_limits_from_config(const struct spw_config *cfg, const char *prefix,
+                                   struct spw_ingest_limits *limits);
+
 /* Field names -> ids for JSON input. Without a schema (NULL), spw_hash_field_name() maps names.
  * Opaque; read-only after loading, so safe to share between threads. */
 typedef struct spw_schema spw_schema_t;
