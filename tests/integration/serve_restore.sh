@@ -47,13 +47,18 @@ SPORT=$(cat "$DIR/serve.port")
 TR=$!
 PIDS+=("$TR")
 wait_for "the trainer's assignment" 30 grep -q "partition assigned" "$DIR/trainer.log"
-"$SPARROW" gen --n 20000 --seed 4 --rate 4000 --out "kafka://$BS/examples" 2>"$DIR/gen.log" &
+# the stream outlasts epoch 2 (40 steps = 10240 examples, 2.5 s at this rate) several times over, so
+# the trainer is still training when it is killed: a stream that ended with epoch 2 left nothing
+# to drop (CI under ASan: the trainer had consumed all of a 20000-example stream by epoch 2)
+"$SPARROW" gen --n 80000 --seed 4 --rate 4000 --out "kafka://$BS/examples" 2>"$DIR/gen.log" &
 GEN=$!
 PIDS+=("$GEN")
 wait_for "checkpoint epoch 2" 60 grep -q "checkpoint completed epoch=2 " "$DIR/coord.log"
-# let the shards train and publish past the checkpoint before the crash; the trainer goes too,
-# so that nothing trains the lost updates again after the recovery
-sleep 1
+# let the shards train and publish past the checkpoint before the crash: 0.6 s is two publish
+# intervals, and shorter than the next epoch can take (40 steps of at least 20 ms each), so the
+# crash falls between epoch 2 and 3 with updates published after 2. The trainer goes too, so
+# that nothing trains the lost updates again after the recovery
+sleep 0.6
 recoveries=$(grep -c "recovery completed" "$DIR/coord.log")
 kill -9 "$TR" "$S1" "$GEN"
 wait "$TR" "$S1" "$GEN" 2>/dev/null || true
