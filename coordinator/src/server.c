@@ -59,6 +59,9 @@ struct member {
     bool in_barrier;
     struct spw_coord_elastic elastic;
     uint64_t released_ms; /* 0: not since it (re)registered */
+    /* whether the step it computes now (next_tagged) and the one its clock counts (step_tagged)
+     * carry a step tag: one pushed asynchronously has nothing pending for its unit's commit */
+    bool next_tagged, step_tagged;
 };
 
 struct shard {
@@ -144,11 +147,8 @@ static void release_two_phase(spw_coord_server_t *srv, struct member *m, Sparrow
                  "member=%s unit=%u step_ms=%.1f step=%" PRIu64
                  " reason=\"slower than coordinator.elastic.factor x the others\"",
                  m->id, m->unit, m->elastic.ewma_ms, m->clock);
-    } else if (!m->in_barrier && !m->elastic.out && m->clock <= committed) {
-        m->in_barrier = true;
-        SPW_INFO("trainer rejoins the barrier", "member=%s unit=%u step_ms=%.1f step=%" PRIu64,
-                 m->id, m->unit, m->elastic.ewma_ms, committed + 1);
     }
+    m->next_tagged = m->in_barrier;
     if (!m->in_barrier)
         return; /* asynchronous: its pushes apply at once, penalised by their staleness */
     if (committed > m->clock) {
@@ -332,7 +332,7 @@ static void commit_step(spw_coord_server_t *srv, uint32_t u, uint64_t step)
         if (!m->in_barrier || m->clock < step)
             continue;
         srv->commit_ids[n_ids++] = m->trainer_id;
-        if (m->clock == step)
+        if (m->clock == step && m->step_tagged)
             examples += m->step_examples;
     }
     srv->stats.step_commits++;
@@ -556,6 +556,7 @@ static void on_register(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_
         m->in_barrier = true;
         m->unit = 0;
     }
+    m->next_tagged = m->in_barrier;
     m->released_ms = 0;
     copy_rid(m, rid, rid_len);
     SPW_INFO("member registered", "member=%s role=%d incarnation=%" PRIu64 " rejoin=%d", m->id,
@@ -613,10 +614,21 @@ static void observe_step(spw_coord_server_t *srv, struct member *m, double step_
     enum spw_coord_elastic_move mv =
         spw_coord_elastic_observe(&m->elastic, step_ms, median, srv->conf.sync.elastic_factor,
                                   srv->conf.sync.elastic_steps, may_leave);
-    if (mv == SPW_COORD_ELASTIC_LEAVE)
-        srv->stats.elastic_leaves++;
-    else if (mv == SPW_COORD_ELASTIC_REJOIN)
+    SPW_DEBUG("step time", "member=%s unit=%u step_ms=%.1f mean_ms=%.1f others_median_ms=%.1f",
+              m->id, m->unit, step_ms, m->elastic.ewma_ms, median);
+    if (mv == SPW_COORD_ELASTIC_LEAVE) {
+        srv->stats.elastic_leaves++; /* it leaves at its release: this step was tagged */
+    } else if (mv == SPW_COORD_ELASTIC_REJOIN) {
         srv->stats.elastic_rejoins++;
+        if (!m->in_barrier) {
+            /* back in now: held until its unit reaches its clock (it ran ahead while
+             * asynchronous), then released into the unit's next step */
+            m->in_barrier = true;
+            SPW_INFO("trainer rejoins the barrier",
+                     "member=%s unit=%u step_ms=%.1f step=%" PRIu64 " unit_step=%" PRIu64, m->id,
+                     m->unit, m->elastic.ewma_ms, m->clock, srv->unit_committed[m->unit]);
+        }
+    }
     if (mv != SPW_COORD_ELASTIC_STAY)
         SPW_INFO(mv == SPW_COORD_ELASTIC_LEAVE ? "elastic: trainer is a straggler"
                                                : "elastic: trainer keeps up again",
@@ -656,10 +668,12 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
     if (eff > (int64_t)m->clock) {
         m->clock = (uint64_t)eff;
         m->step_examples = c->has_examples ? c->examples : 0;
+        m->step_tagged = m->next_tagged;
     }
     if (c->has_trainer_id)
         m->trainer_id = c->trainer_id;
-    if (two_phase(srv) && m->released_ms && !m->waiting)
+    /* an idle tick (no examples) says nothing of the trainer's speed */
+    if (two_phase(srv) && m->released_ms && !m->waiting && c->has_examples && c->examples > 0)
         observe_step(srv, m, (double)(spw_time_mono_ms() - m->released_ms));
     m->waiting = true;
     m->told_epoch = m->told_gen = 0; /* a fresh Clock wants a fresh answer */
@@ -904,7 +918,7 @@ static void start_recovery(spw_coord_server_t *srv, const char *reason)
         mb->reported = false;
         mb->pending_commit = mb->pending_drop = false;
         /* everyone starts again in the barrier; the step times are kept */
-        mb->in_barrier = true;
+        mb->in_barrier = mb->next_tagged = true;
         mb->elastic.out = false;
         mb->elastic.slow_run = mb->elastic.fast_run = 0;
     }

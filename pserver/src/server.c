@@ -46,7 +46,9 @@ struct ps_metrics {
     spw_counter_t *rej_nonfinite, *rej_stale, *rej_unadmitted, *duplicates, *fenced;
     spw_counter_t *admitted, *evict_spill, *evict_ttl, *db_reads;
     spw_counter_t *ckpt_ok, *ckpt_failed;
-    spw_counter_t *commits, *steps_late, *steps_late_applied, *steps_discarded, *echoed;
+    spw_counter_t *commits, *steps_late, *steps_late_applied, *steps_discarded,
+        *steps_restore_dropped;
+    spw_counter_t *echoed;
     spw_histogram_t *staleness;
     spw_gauge_t *rows_dram, *rows_disk, *bytes_dram, *rows_dram_max, *epoch;
     spw_gauge_t *ckpt_seconds, *ckpt_bytes, *ready, *disk_full;
@@ -140,13 +142,16 @@ static bool metrics_register(spw_ps_server_t *srv)
 #define STEP_PUSHES_HELP                                                                           \
     "Two-phase pushes by fate: late (their unit had committed their step: dropped, or applied "    \
     "at once under apply_late), late_applied (late ones applied: on arrival, or unlisted at the "  \
-    "commit), discarded (unlisted at the commit, or of an older step, and not applied)."
+    "commit), discarded (unlisted at the commit, or of an older step, and not applied), "          \
+    "restore (pending when a restore discarded their steps)."
     m->steps_late = spw_metrics_counter_new(r, "sparrow_ps_step_pushes_total", STEP_PUSHES_HELP,
                                             "fate=\"late\"");
     m->steps_late_applied = spw_metrics_counter_new(r, "sparrow_ps_step_pushes_total",
                                                     STEP_PUSHES_HELP, "fate=\"late_applied\"");
     m->steps_discarded = spw_metrics_counter_new(r, "sparrow_ps_step_pushes_total",
                                                  STEP_PUSHES_HELP, "fate=\"discarded\"");
+    m->steps_restore_dropped = spw_metrics_counter_new(r, "sparrow_ps_step_pushes_total",
+                                                       STEP_PUSHES_HELP, "fate=\"restore\"");
 #undef STEP_PUSHES_HELP
     m->echoed = spw_metrics_counter_new(
         r, "sparrow_ps_echoed_rows_total",
@@ -820,7 +825,7 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
     size_t dropped = spw_ps__steps_pending(srv->steps);
     spw_ps__steps_clear(srv->steps);
     if (dropped)
-        spw_counter_add(srv->m.steps_discarded, dropped);
+        spw_counter_add(srv->m.steps_restore_dropped, dropped);
     char err[1024] = "";
     if (epoch > 0) {
         /* verify before closing the live store, so that a bad epoch changes nothing */

@@ -8,8 +8,11 @@
 # (LATEST's manifest counts N examples), the counter in that checkpoint equals N exactly, and so
 # does the manifest's example count: nothing lost, nothing applied twice, across every recovery.
 # The mode is an argument: hybrid:10 (default), sync (two-phase steps: the counter's pushes wait
-# for their step's commit like every row's) and async are each a test.
-# usage: coord_exactly_once.sh SPARROW DIR CKPT_COUNTER [N] [CHAOS_SEED] [MODE]
+# for their step's commit like every row's), async, group:2 (semi-synchronous groups) and sync
+# with a backup worker (COORD_SETTINGS coordinator.sync.backup=1: steps commit without the last
+# trainer, whose contributions are dropped; its counter row is still counted, since it counts
+# examples consumed, not gradients applied) are each a test.
+# usage: coord_exactly_once.sh SPARROW DIR CKPT_COUNTER [N] [CHAOS_SEED] [MODE] [COORD_SETTINGS]
 SPARROW=$1
 DIR=$2
 CKPT_COUNTER=$3
@@ -17,6 +20,10 @@ N=${4:-24000}
 SEED=${5:-$((RANDOM % 1000 + 1))}
 [ "$SEED" = random ] && SEED=$((RANDOM % 1000 + 1))
 MODE=${6:-hybrid:10}
+COORD_SET=()
+for kv in ${7:-}; do
+    COORD_SET+=(--set "coordinator:$kv")
+done
 KEY=9000000000000000077
 rm -rf "$DIR" && mkdir -p "$DIR"
 fail() {
@@ -27,13 +34,13 @@ fail() {
     done
     exit 1
 }
-echo "coord_exactly_once: N=$N chaos seed $SEED mode $MODE"
+echo "coord_exactly_once: N=$N chaos seed $SEED mode $MODE ${7:-}"
 # The mock keeps about 5 MB per partition: N over 4 partitions stays within it, so a recovery can
 # always replay from a checkpoint's offsets.
 "$SPARROW" launch --run-dir "$DIR/run" --shards 2 --trainers 3 --partitions 4 --mode "$MODE" \
     --examples "$N" --rate 1500 --duration 900 --checkpoint-interval 2s \
     --kill trainer,pserver,coordinator --kills 10 --kill-interval 2000:5000 --restart-after 500 \
-    --chaos-seed "$SEED" \
+    --chaos-seed "$SEED" "${COORD_SET[@]}" \
     --set trainer:trainer.debug.counter_key=$KEY --set pserver:pserver.debug.counter_key=$KEY \
     --set trainer:trainer.shutdown.grace=5s \
     --set trainer:kafka.session.timeout.ms=6000 --set trainer:kafka.heartbeat.interval.ms=500 \

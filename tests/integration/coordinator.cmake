@@ -22,6 +22,24 @@ if(TARGET sparrow_kafka AND TARGET sparrow_pserver)
         set_tests_properties(coord_exactly_once_${mode} PROPERTIES TIMEOUT 900
                              LABELS "integration;kafka")
     endforeach()
+    # semi-synchronous groups, and sync with a backup worker whose late contributions are dropped
+    add_test(NAME coord_exactly_once_group
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/coord_exactly_once.sh $<TARGET_FILE:sparrow>
+                     ${CMAKE_CURRENT_BINARY_DIR}/coord_exactly_once_group.d
+                     $<TARGET_FILE:ckpt_counter> 24000 random group:2)
+    add_test(NAME coord_exactly_once_backup
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/coord_exactly_once.sh $<TARGET_FILE:sparrow>
+                     ${CMAKE_CURRENT_BINARY_DIR}/coord_exactly_once_backup.d
+                     $<TARGET_FILE:ckpt_counter> 24000 random sync coordinator.sync.backup=1)
+    set_tests_properties(coord_exactly_once_group coord_exactly_once_backup PROPERTIES
+                         TIMEOUT 900 LABELS "integration;kafka")
+    # The contracts of backup workers (late contributions dropped / applied), groups (by index
+    # and by speed) and elastic synchronisation (a straggler leaves; a paused trainer leaves and
+    # rejoins), read from the coordinator's and the shard's metrics and the counter row.
+    add_test(NAME sync_units
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/sync_units.sh $<TARGET_FILE:sparrow>
+                     ${CMAKE_CURRENT_BINARY_DIR}/sync_units.d $<TARGET_FILE:ckpt_counter>)
+    set_tests_properties(sync_units PROPERTIES TIMEOUT 600 LABELS "integration;kafka")
     # sync is synchronous: K = 2, 4 trainers x batch B end with the rows of one trainer of batch
     # K*B (LR and FM, SGD and Adagrad, acc_steps 1 and 2), within 1e-6 relative.
     add_test(NAME sync_equivalence
