@@ -94,7 +94,7 @@ spw_err_t spw_ps_penalty_parse(const char *text, struct spw_ps_penalty *out)
         p.kind = SPW_PS_PENALTY_ADAPTIVE;
     } else if (strncmp(text, "dc:", 3) == 0) {
         const char *num = text + 3;
-        if (*num == '\0')
+        if (!((*num >= '0' && *num <= '9') || *num == '.')) /* no sign, no blank */
             return SPW_ERR_INVALID;
         double lambda = strtod(num, &end);
         if (*end != '\0' || !isfinite(lambda) || lambda < 0.0 || lambda > 1e6)
