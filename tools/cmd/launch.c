@@ -45,7 +45,8 @@ static void usage(FILE *out)
     fprintf(
         out,
         "usage: sparrow launch [--run-dir DIR] [--shards N] [--trainers M] [--partitions P]\n"
-        "         [--mode async|sync|ssp:S|hybrid:K] [--penalty none|inverse|exp:B|drop:T]\n"
+        "         [--mode async|sync|ssp:S|hybrid:K]\n"
+        "         [--penalty none|inverse|exp:B|drop:T|adaptive|dc:L]\n"
         "         [--examples N] [--rate EX_PER_S] [--seed S] [--drift D] [--duration SECONDS]\n"
         "         [--slow I:FACTOR]... [--delay I:MS]... [--set ROLE:key=value]...\n"
         "         [--kill ROLES --kills N [--kill-interval MIN_MS:MAX_MS] [--restart-after MS]\n"
@@ -54,7 +55,8 @@ static void usage(FILE *out)
         "         [--samples-ms MS] [--backlog] [--quiet] [--help]\n\n"
         "Runs a local cluster on 127.0.0.1: `sparrow kafka-mock` (topics examples:P, default 4,\n"
         "and model-updates:1; P at most %d), N parameter-server shards shard-<i> (1..%d,\n"
-        "default 2; --penalty sets pserver.staleness.penalty), the coordinator (--mode, default\n"
+        "default 2; --penalty sets pserver.staleness.penalty, and dc:L trainer.push.pulled=true\n"
+        "on the trainers), the coordinator (--mode, default\n"
         "async; checkpoints every --checkpoint-interval, default 10s, under DIR/checkpoints),\n"
         "`sparrow gen` (seed 7, drift 0.5 rad/M, --rate 3000 examples/s) and M CPU trainers\n"
         "trainer-<i> (1..%d, default 2; FM k=4, batch 256, group launch-trainers), optionally\n"
@@ -192,11 +194,16 @@ static int parse_flag(struct launch_opts *o, const char *a, const char *v)
             return bad(a, "async, sync, ssp:S or hybrid:K", v);
         o->mode = v;
     } else if (strcmp(a, "--penalty") == 0) {
-        if (strcmp(v, "none") != 0 && strcmp(v, "inverse") != 0 &&
-            !prefixed(v, "exp:", 1e-9, 1, false) && !prefixed(v, "drop:", 0, 1e9, true))
-            return bad(a, "none, inverse, exp:B (0 < B <= 1) or drop:T", v);
+        bool dc = prefixed(v, "dc:", 0, 1e6, false);
+        if (strcmp(v, "none") != 0 && strcmp(v, "inverse") != 0 && strcmp(v, "adaptive") != 0 &&
+            !prefixed(v, "exp:", 1e-9, 1, false) && !prefixed(v, "drop:", 0, 1e9, true) && !dc)
+            return bad(a, "none, inverse, exp:B (0 < B <= 1), drop:T, adaptive or dc:L", v);
         o->penalty = v;
-        return add_set(o, SPW_PIPELINE_PSERVER, -1, "pserver.staleness.penalty", v);
+        int rc = add_set(o, SPW_PIPELINE_PSERVER, -1, "pserver.staleness.penalty", v);
+        /* delay compensation needs the values the trainers pulled */
+        if (rc == 0 && dc)
+            rc = add_set(o, SPW_PIPELINE_TRAINER, -1, "trainer.push.pulled", "true");
+        return rc;
     } else if (strcmp(a, "--examples") == 0) {
         if (!integer(v, 1, 1e12, &x))
             return bad(a, "an integer in [1, 1e12]", v);
