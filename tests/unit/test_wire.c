@@ -725,11 +725,13 @@ static void test_wire_request_push_pulled(void **state)
 {
     (void)state;
     spw_arena_t *arena = new_arena();
+    static uint8_t room[256]; /* backs the wrong lengths below */
     for (int fp16 = 0; fp16 <= 1; fp16++) {
         size_t es = fp16 ? 2 : 4;
         Sparrow__PushRequest push = push_msg(3, 4, fp16);
         push.has_pulled = 1;
-        push.pulled = fp16 ? bin(halves16, 3 * 4 * 2) : bin(values16, 3 * 4 * 4);
+        memcpy(room, fp16 ? (const void *)halves16 : values16, 3 * 4 * es);
+        push.pulled = bin(room, 3 * 4 * es);
         assert_int_equal(unpack_push(&push, arena), SPW_OK);
 
         Sparrow__Request req = SPARROW__REQUEST__INIT;
