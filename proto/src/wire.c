@@ -203,6 +203,7 @@ static bool echo_ok(const ProtobufCBinaryData *echo, size_t n)
  *   | versions | n * 4                  |
  *   | grads    | n * dim * (fp16 ? 2:4) |
  *   | echo     | n' * 4, n' <= n        |
+ *   | pulled   | 0 (absent), or n * dim * (fp16 ? 2:4): the same layout as grads |
  */
 static bool push_ok(const Sparrow__PushRequest *push)
 {
@@ -211,7 +212,8 @@ static bool push_ok(const Sparrow__PushRequest *push)
     size_t n = push->keys.len / 8, grads;
     if (!mul3(n, push->dim, push->fp16 ? 2 : 4, &grads))
         return false;
-    return push->versions.len == n * 4 && push->grads.len == grads && echo_ok(&push->echo, n);
+    return push->versions.len == n * 4 && push->grads.len == grads && echo_ok(&push->echo, n) &&
+           (push->pulled.len == 0 || push->pulled.len == grads);
 }
 
 /* PushAck echo blocks (n' = echo_versions.len / 4): versions n' * 4, values n' * dim * 4; dim

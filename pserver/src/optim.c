@@ -66,7 +66,7 @@ const char *spw_ps_optimizer_name(enum spw_ps_optimizer opt)
 
 spw_err_t spw_ps_penalty_parse(const char *text, struct spw_ps_penalty *out)
 {
-    struct spw_ps_penalty p = {.kind = SPW_PS_PENALTY_NONE, .beta = 1.0, .max_tau = 0};
+    struct spw_ps_penalty p = {.kind = SPW_PS_PENALTY_NONE, .beta = 1.0, .max_tau = 0, .lambda = 0};
     char *end;
     if (strcmp(text, "none") == 0) {
         p.kind = SPW_PS_PENALTY_NONE;
@@ -90,6 +90,17 @@ spw_err_t spw_ps_penalty_parse(const char *text, struct spw_ps_penalty *out)
             return SPW_ERR_INVALID;
         p.kind = SPW_PS_PENALTY_DROP;
         p.max_tau = (uint32_t)v;
+    } else if (strcmp(text, "adaptive") == 0) {
+        p.kind = SPW_PS_PENALTY_ADAPTIVE;
+    } else if (strncmp(text, "dc:", 3) == 0) {
+        const char *num = text + 3;
+        if (!((*num >= '0' && *num <= '9') || *num == '.')) /* no sign, no blank */
+            return SPW_ERR_INVALID;
+        double lambda = strtod(num, &end);
+        if (*end != '\0' || !isfinite(lambda) || lambda < 0.0 || lambda > 1e6)
+            return SPW_ERR_INVALID;
+        p.kind = SPW_PS_PENALTY_DC;
+        p.lambda = lambda;
     } else {
         return SPW_ERR_INVALID;
     }
@@ -99,7 +110,18 @@ spw_err_t spw_ps_penalty_parse(const char *text, struct spw_ps_penalty *out)
 
 double spw_ps_penalty_alpha(const struct spw_ps_penalty *penalty, uint32_t tau)
 {
+    return spw_ps_penalty_alpha_ref(penalty, tau, 0.0);
+}
+
+double spw_ps_penalty_alpha_ref(const struct spw_ps_penalty *penalty, uint32_t tau, double tau_ref)
+{
     switch (penalty->kind) {
+    case SPW_PS_PENALTY_ADAPTIVE: {
+        double a = (1.0 + (tau_ref > 0.0 ? tau_ref : 0.0)) / (1.0 + (double)tau);
+        return a < 1.0 ? a : 1.0;
+    }
+    case SPW_PS_PENALTY_DC:
+        return 1.0;
     case SPW_PS_PENALTY_NONE:
         return 1.0;
     case SPW_PS_PENALTY_INVERSE:
@@ -110,6 +132,32 @@ double spw_ps_penalty_alpha(const struct spw_ps_penalty *penalty, uint32_t tau)
         return tau > penalty->max_tau ? -1.0 : 1.0;
     }
     return 1.0;
+}
+
+void spw_ps_dc_correct(uint32_t dim, float lambda, const float *g, const float *w_now,
+                       const float *w_pulled, float *out)
+{
+    for (uint32_t j = 0; j < dim; j++)
+        out[j] = g[j] + lambda * g[j] * g[j] * (w_now[j] - w_pulled[j]);
+}
+
+const char *spw_ps_row_class_name(enum spw_ps_row_class cls)
+{
+    switch (cls) {
+    case SPW_PS_CLASS_BIAS:
+        return "bias";
+    case SPW_PS_CLASS_TOP:
+        return "top";
+    case SPW_PS_CLASS_REST:
+        return "rest";
+    }
+    return "?";
+}
+
+/* The learning rate (FTRL: alpha) of elements 1..dim-1. */
+static inline float lr_latent(const struct spw_ps_optim_conf *conf)
+{
+    return conf->lr_latent > 0.0f ? conf->lr_latent : conf->lr;
 }
 
 /* Uniform in [-1, 1) from 24 bits of a mixed hash of (key, seed, j). */
@@ -130,18 +178,24 @@ void spw_ps__row_init(const struct spw_ps_optim_conf *conf, uint32_t dim, uint64
         /* z such that FTRL's closed form at n = 0 gives back the initial weight:
          * w = -(z - sgn(z)·l1) / (beta/alpha + l2). */
         float *z = data + dim;
-        float d = conf->ftrl_beta / conf->lr + conf->l2;
+        float d0 = conf->ftrl_beta / conf->lr + conf->l2;
+        float d1 = conf->ftrl_beta / lr_latent(conf) + conf->l2;
         for (uint32_t j = 0; j < dim; j++) {
-            float w = data[j];
+            float w = data[j], d = j == 0 ? d0 : d1;
             z[j] = w > 0.0f ? -w * d - conf->ftrl_l1 : (w < 0.0f ? -w * d + conf->ftrl_l1 : 0.0f);
         }
     }
 }
 
-static void apply_sgd(uint32_t dim, float *restrict w, const float *restrict g, float lr)
+/* lr0 steps element 0 (the linear weight), lr1 the others (the latent vector). */
+static void apply_sgd(uint32_t dim, float *restrict w, const float *restrict g, float lr0,
+                      float lr1)
 {
-    for (uint32_t j = 0; j < dim; j++)
-        w[j] -= lr * g[j];
+    if (dim == 0)
+        return;
+    w[0] -= lr0 * g[0];
+    for (uint32_t j = 1; j < dim; j++)
+        w[j] -= lr1 * g[j];
 }
 
 /* Adagrad on g·scale + l2·w, fused into one pass. The SSE2 path does the same single-precision
@@ -192,7 +246,7 @@ static bool all_finite(const float *g, uint32_t dim)
 }
 
 static void apply_adam(const struct spw_ps_optim_conf *conf, uint32_t dim, float *restrict w,
-                       float *restrict slots, const float *restrict g, float lr)
+                       float *restrict slots, const float *restrict g, float lr0, float lr1)
 {
     float *restrict m = slots;
     float *restrict v = slots + dim;
@@ -204,6 +258,7 @@ static void apply_adam(const struct spw_ps_optim_conf *conf, uint32_t dim, float
     float c1 = 1.0f / (1.0f - powf(b1, (float)step));
     float c2 = 1.0f / (1.0f - powf(b2, (float)step));
     for (uint32_t j = 0; j < dim; j++) {
+        float lr = j == 0 ? lr0 : lr1;
         m[j] = b1 * m[j] + (1.0f - b1) * g[j];
         v[j] = b2 * v[j] + (1.0f - b2) * g[j] * g[j];
         w[j] -= lr * (m[j] * c1) / (sqrtf(v[j] * c2) + conf->eps);
@@ -215,8 +270,9 @@ static void apply_ftrl(const struct spw_ps_optim_conf *conf, uint32_t dim, float
 {
     float *restrict z = slots;
     float *restrict n = slots + dim;
-    float alpha = conf->lr, l1 = conf->ftrl_l1;
+    float alpha0 = conf->lr, alpha1 = lr_latent(conf), l1 = conf->ftrl_l1;
     for (uint32_t j = 0; j < dim; j++) {
+        float alpha = j == 0 ? alpha0 : alpha1;
         float n_new = n[j] + g[j] * g[j];
         float sigma = (sqrtf(n_new) - sqrtf(n[j])) / alpha;
         z[j] += g[j] - sigma * w[j];
@@ -253,19 +309,24 @@ bool spw_ps__row_apply(const struct spw_ps_optim_conf *conf, uint32_t dim, float
         return true;
     }
     float l2 = conf->l2;
-    float lr = conf->lr * alpha;
+    float lr = conf->lr * alpha, lr1 = lr_latent(conf) * alpha;
     if (conf->kind == SPW_PS_ADAGRAD) {
-        apply_adagrad(dim, w, slots, g, scale, l2, lr, conf->eps);
+        if (lr1 == lr || dim == 1) {
+            apply_adagrad(dim, w, slots, g, scale, l2, lr, conf->eps);
+        } else { /* elementwise: the split gives each element what the whole row would */
+            apply_adagrad(1, w, slots, g, scale, l2, lr, conf->eps);
+            apply_adagrad(dim - 1, w + 1, slots + 1, g + 1, scale, l2, lr1, conf->eps);
+        }
         return true;
     }
     for (uint32_t j = 0; j < dim; j++)
         buf[j] = g[j] * scale + l2 * w[j];
     switch (conf->kind) {
     case SPW_PS_SGD:
-        apply_sgd(dim, w, buf, lr);
+        apply_sgd(dim, w, buf, lr, lr1);
         break;
     case SPW_PS_ADAM:
-        apply_adam(conf, dim, w, slots, buf, lr);
+        apply_adam(conf, dim, w, slots, buf, lr, lr1);
         break;
     case SPW_PS_ADAGRAD:
     case SPW_PS_FTRL:

@@ -16,7 +16,11 @@ const struct spw_config_prop spw_pserver_config_props[] = {
      "Floats per row (LR: 1, FM: 1 + k)."},
     {"pserver.optimizer", SPW_CONFIG_ENUM, "adagrad", 0, 0, "sgd|adagrad|adam|ftrl",
      "Optimizer applied on the shard."},
-    {"pserver.lr", SPW_CONFIG_DOUBLE, "0.05", 1e-9, 100, NULL, "Learning rate (FTRL: its alpha)."},
+    {"pserver.lr", SPW_CONFIG_DOUBLE, "0.05", 1e-9, 100, NULL,
+     "Learning rate (FTRL: its alpha); of the whole row unless pserver.lr.latent is set."},
+    {"pserver.lr.latent", SPW_CONFIG_DOUBLE, "0", 0, 100, NULL,
+     "Learning rate (FTRL: alpha) of a row's latent part, elements 1..dim-1 (the FM's v; "
+     "element 0, the linear weight, keeps pserver.lr), for every optimizer; 0: pserver.lr."},
     {"pserver.l2", SPW_CONFIG_DOUBLE, "0", 0, 1000, NULL,
      "L2 regularisation added to the gradient as l2*w (FTRL: its l2 term)."},
     {"pserver.clip_norm", SPW_CONFIG_DOUBLE, "0", 0, 1e12, NULL,
@@ -38,9 +42,15 @@ const struct spw_config_prop spw_pserver_config_props[] = {
      "Root of checkpoints/<epoch>/shard-<i>; empty: pserver.data_dir."},
     {"pserver.restore", SPW_CONFIG_BOOL, "true", 0, 0, NULL,
      "Start from the newest valid checkpoint (or empty when none), never from a crashed live DB."},
-    {"pserver.staleness.penalty", SPW_CONFIG_ENUM, "inverse", 0, 0, "none|inverse|exp:|drop:",
+    {"pserver.staleness.penalty", SPW_CONFIG_ENUM, "inverse", 0, 0,
+     "none|inverse|exp:|drop:|adaptive|dc:",
      "Step scale by staleness tau: none, inverse 1/(1+tau), exp:<beta> beta^tau, "
-     "drop:<max_tau>."},
+     "drop:<max_tau>, adaptive min(1, (1+tau_ref)/(1+tau)) with tau_ref the running mean tau "
+     "of the row's class (bias, top, rest), or dc:<lambda> delay compensation: a stale "
+     "gradient becomes g + lambda*g*g*(w_now - w_pulled) with the values the trainer pulled "
+     "(trainer.push.pulled; pushes grow by n*dim*4 bytes, 2 with fp16; no shard memory; "
+     "pushes without them and two-phase steps apply uncorrected, counted in "
+     "sparrow_ps_dc_rows_total)."},
     {"pserver.admit.min_count", SPW_CONFIG_INT, "1", 0, 65535, NULL,
      "Sightings (pushes) before a key gets a row; <= 1 admits every key."},
     {"pserver.debug.counter_key", SPW_CONFIG_INT, "0", 0, 9.2e18, NULL,
@@ -102,6 +112,7 @@ spw_err_t spw_ps_server_conf_from_config(const spw_config_t *cfg, struct spw_ps_
         return SPW_ERR_INVALID;
     }
     sc->optim.lr = (float)spw_config_double(cfg, "pserver.lr");
+    sc->optim.lr_latent = (float)spw_config_double(cfg, "pserver.lr.latent");
     sc->optim.l2 = (float)spw_config_double(cfg, "pserver.l2");
     sc->optim.clip_norm = (float)spw_config_double(cfg, "pserver.clip_norm");
     sc->optim.eps = (float)spw_config_double(cfg, "pserver.eps");
@@ -115,8 +126,8 @@ spw_err_t spw_ps_server_conf_from_config(const spw_config_t *cfg, struct spw_ps_
     const char *penalty = spw_config_str(cfg, "pserver.staleness.penalty");
     if (spw_ps_penalty_parse(penalty, &sc->penalty) != SPW_OK) {
         snprintf(errstr, errstr_size,
-                 "pserver.staleness.penalty '%s': want none, inverse, exp:<beta in (0,1]> or "
-                 "drop:<max_tau>",
+                 "pserver.staleness.penalty '%s': want none, inverse, exp:<beta in (0,1]>, "
+                 "drop:<max_tau>, adaptive or dc:<lambda in [0,1e6]>",
                  penalty);
         return SPW_ERR_INVALID;
     }

@@ -41,6 +41,11 @@ struct spw_ps_row {
 #define SPW_PS_ROW_PIN      4u  /* in use by the current request; not evictable */
 #define SPW_PS_DB_VALUE_OFF 12u /* RocksDB value = row bytes from here to the last float */
 
+/* Bits 16..31 of a DRAM row's flags: the tag of the top-class estimation period that last saw
+ * the row (stale.c; 0: none, which every row loaded or created has). */
+#define SPW_PS_ROW_TAG_SHIFT 16u
+#define SPW_PS_ROW_TAG_MASK  0xffff0000u
+
 /* Deterministic initial row (weights from (key, seed), slots consistent with them). */
 void spw_ps__row_init(const struct spw_ps_optim_conf *conf, uint32_t dim, uint64_t seed,
                       uint64_t key, float *data);
@@ -191,6 +196,39 @@ static inline uint64_t spw_ps__key_decode(const char in[8])
         key = (key << 8) | (uint8_t)in[i];
     return key;
 }
+
+/* ---- staleness statistics per row class (stale.c) ---- */
+
+/*
+ * Per row class (enum spw_ps_row_class): running means of tau (the reference of penalty
+ * adaptive) and of the step scale applied, over about the last SPW_PS_STALE_WINDOW rows of the
+ * class (the plain mean of the rows seen while fewer), and the count threshold of class top.
+ * The threshold is re-estimated every SPW_PS_TOP_PERIOD rows pushed as the SPW_PS_TOP_ROWS-th
+ * largest count among the distinct rows the period saw: each row's count goes, the first time a
+ * period sees it (its flags tag), into a min-heap that keeps the largest SPW_PS_TOP_ROWS. A row
+ * costs a tag compare and, at its first sighting in a period, a compare with the heap's minimum
+ * (a heap step only when it is larger). Until the first estimate no row is top. Owned by the
+ * store (its thread).
+ */
+struct spw_ps__stale {
+    double tau_ref[SPW_PS_CLASSES];
+    double alpha_mean[SPW_PS_CLASSES];
+    uint64_t rows[SPW_PS_CLASSES];
+    uint32_t top_threshold; /* UINT32_MAX: none yet */
+    uint32_t period_rows;   /* rows classified in the current period */
+    uint32_t period;        /* tag of the current period, 1..0xffff */
+    uint32_t heap_n;
+    uint32_t heap[SPW_PS_TOP_ROWS]; /* min-heap of counts */
+};
+
+void spw_ps__stale_init(struct spw_ps__stale *st);
+/* The class of the pushed row of key (row: its DRAM row, or NULL when it has none: rest), before
+ * its count is incremented; records its count for the next estimate (sets row's tag). */
+enum spw_ps_row_class spw_ps__stale_classify(struct spw_ps__stale *st, uint64_t key,
+                                             struct spw_ps_row *row);
+/* Adds a row's tau and the step scale alpha it was applied with to its class's means. */
+void spw_ps__stale_observe(struct spw_ps__stale *st, enum spw_ps_row_class cls, uint32_t tau,
+                           double alpha);
 
 /* ---- two-phase steps (steps.c) ---- */
 

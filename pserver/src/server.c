@@ -49,7 +49,9 @@ struct ps_metrics {
     spw_counter_t *commits, *steps_late, *steps_late_applied, *steps_discarded,
         *steps_restore_dropped;
     spw_counter_t *echoed;
-    spw_histogram_t *staleness;
+    spw_histogram_t *staleness, *staleness_class[SPW_PS_CLASSES];
+    spw_counter_t *dc_corrected, *dc_uncorrected;
+    spw_gauge_t *tau_ref[SPW_PS_CLASSES], *alpha_mean[SPW_PS_CLASSES], *top_threshold;
     spw_gauge_t *rows_dram, *rows_disk, *bytes_dram, *rows_dram_max, *epoch;
     spw_gauge_t *ckpt_seconds, *ckpt_bytes, *ready, *disk_full;
 };
@@ -161,6 +163,34 @@ static bool metrics_register(spw_ps_server_t *srv)
     m->staleness = spw_metrics_histogram_new(r, "sparrow_ps_staleness",
                                              "tau = version_now - version_pulled of pushed rows.",
                                              NULL, bounds, sizeof(bounds) / sizeof(bounds[0]));
+    for (int c = 0; c < SPW_PS_CLASSES; c++) {
+        snprintf(labels, sizeof(labels), "class=\"%s\"",
+                 spw_ps_row_class_name((enum spw_ps_row_class)c));
+        m->staleness_class[c] = spw_metrics_histogram_new(
+            r, "sparrow_ps_staleness_class",
+            "tau of pushed rows by row class: bias (key 0), top (the ~1000 rows updated most "
+            "often, sparrow_ps_top_count_threshold), rest.",
+            labels, bounds, sizeof(bounds) / sizeof(bounds[0]));
+        m->tau_ref[c] = spw_metrics_gauge_new(
+            r, "sparrow_ps_staleness_ref",
+            "Running mean tau of the last ~1000 pushed rows of the class (the reference of "
+            "penalty adaptive).",
+            labels);
+        m->alpha_mean[c] = spw_metrics_gauge_new(
+            r, "sparrow_ps_staleness_alpha",
+            "Running mean step scale (alpha) applied to the last ~1000 pushed rows of the class.",
+            labels);
+    }
+    m->top_threshold = spw_metrics_gauge_new(
+        r, "sparrow_ps_top_count_threshold",
+        "Update count from which a row is in class top (re-estimated as the 1000th largest; -1: "
+        "not estimated yet).",
+        NULL);
+    const char *dc = "sparrow_ps_dc_rows_total";
+    const char *dc_help = "Stale rows under penalty dc: corrected with the pushed pulled values, "
+                          "or applied uncorrected (the push carried none).";
+    m->dc_corrected = spw_metrics_counter_new(r, dc, dc_help, "result=\"corrected\"");
+    m->dc_uncorrected = spw_metrics_counter_new(r, dc, dc_help, "result=\"uncorrected\"");
     m->rows_dram = spw_metrics_gauge_new(r, "sparrow_ps_rows", "Rows by tier.", "tier=\"dram\"");
     m->rows_disk = spw_metrics_gauge_new(r, "sparrow_ps_rows", "Rows by tier.", "tier=\"rocksdb\"");
     m->rows_dram_max = spw_metrics_gauge_new(r, "sparrow_ps_rows_dram_capacity",
@@ -204,7 +234,20 @@ static void metrics_sync(spw_ps_server_t *srv)
     counter_add(m->evict_spill, st.evictions, srv->last.evictions);
     counter_add(m->evict_ttl, st.expired, srv->last.expired);
     counter_add(m->db_reads, st.db_reads, srv->last.db_reads);
+    counter_add(m->dc_corrected, st.dc_corrected, srv->last.dc_corrected);
+    counter_add(m->dc_uncorrected, st.dc_uncorrected, srv->last.dc_uncorrected);
     srv->last = st;
+    struct spw_ps_stale_stats ss;
+    spw_ps_store_get_staleness(srv->store, &ss);
+    for (int c = 0; c < SPW_PS_CLASSES; c++) {
+        if (m->tau_ref[c])
+            spw_gauge_set(m->tau_ref[c], ss.tau_ref[c]);
+        if (m->alpha_mean[c])
+            spw_gauge_set(m->alpha_mean[c], ss.alpha_mean[c]);
+    }
+    if (m->top_threshold)
+        spw_gauge_set(m->top_threshold,
+                      ss.top_threshold == UINT32_MAX ? -1.0 : (double)ss.top_threshold);
     if (m->rows_dram)
         spw_gauge_set(m->rows_dram, (double)st.rows_dram);
     if (m->rows_dram_max)
@@ -399,21 +442,39 @@ static void handle_pull(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
     send_reply(srv, peer, &reply);
 }
 
+/* sparrow_ps_staleness and, by row class (classes may be NULL: not observed),
+ * sparrow_ps_staleness_class for n pushed rows. taus may be NULL (arena exhausted): nothing. */
+static void observe_staleness(spw_ps_server_t *srv, const uint32_t *taus, const uint8_t *classes,
+                              size_t n)
+{
+    if (!taus)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (srv->m.staleness)
+            spw_histogram_observe(srv->m.staleness, (double)taus[i]);
+        if (classes && classes[i] < SPW_PS_CLASSES && srv->m.staleness_class[classes[i]])
+            spw_histogram_observe(srv->m.staleness_class[classes[i]], (double)taus[i]);
+    }
+}
+
 /* Applies rows outside a commit's average (a late contribution of a backup worker, already
  * weighted), through the store's push with its staleness penalty, and publishes them. */
 static spw_err_t apply_rows(spw_ps_server_t *srv, const uint64_t *keys, size_t n,
                             const float *grads, const uint32_t *versions, int64_t max_event_ms,
                             struct spw_ps_push_result *res)
 {
-    uint32_t *taus = spw_arena_alloc(srv->arena, n * sizeof(uint32_t));
-    spw_err_t err = spw_ps_store_push(srv->store, keys, n, grads, versions, taus, res);
+    struct spw_ps_push_args args = {.n = n,
+                                    .keys = keys,
+                                    .grads = grads,
+                                    .versions = versions,
+                                    .taus = spw_arena_alloc(srv->arena, n * sizeof(uint32_t)),
+                                    .classes = spw_arena_alloc(srv->arena, n)};
+    spw_err_t err = spw_ps_store_push_args(srv->store, &args, res);
     if (err)
         return err;
     if (srv->pub)
         spw_ps__publisher_touch(srv->pub, keys, n, max_event_ms);
-    if (taus && srv->m.staleness)
-        for (size_t i = 0; i < n; i++)
-            spw_histogram_observe(srv->m.staleness, (double)taus[i]);
+    observe_staleness(srv, args.taus, args.classes, n);
     return SPW_OK;
 }
 
@@ -523,6 +584,40 @@ static bool echo_prepare(spw_ps_server_t *srv, const Sparrow__PushRequest *push,
     return echo->values && echo->versions;
 }
 
+/* PushRequest.pulled as n × dim floats (f16 converted into the arena): NULL when absent; false
+ * when malformed or too large (an error reply was sent). */
+static bool push_pulled(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req,
+                        size_t n, const float **out)
+{
+    const Sparrow__PushRequest *push = req->push;
+    uint32_t dim = srv->conf.store.dim;
+    *out = NULL;
+    if (n == 0 || push->pulled.len == 0)
+        return true;
+    spw_err_t err;
+    if (push->fp16) {
+        const uint16_t *half;
+        float *f = NULL;
+        if ((err = spw_wire_block_u16(&push->pulled, n * dim, &half)) == SPW_OK &&
+            (f = spw_arena_alloc(srv->arena, n * dim * sizeof(float))) != NULL)
+            spw_wire_f16_to_f32_n(half, f, n * dim);
+        if (err == SPW_OK && !f) {
+            send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_TOO_BIG,
+                       "request too large for the arena");
+            return false;
+        }
+        *out = f;
+    } else {
+        err = spw_wire_block_f32(&push->pulled, n * dim, out);
+    }
+    if (err != SPW_OK) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
+                   "pulled block");
+        return false;
+    }
+    return true;
+}
+
 static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
 {
     const Sparrow__PushRequest *push = req->push;
@@ -536,7 +631,7 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
     size_t n = push->keys.len / 8; /* the wire module checked every block's length */
     const uint64_t *keys = NULL;
     const uint32_t *versions = NULL;
-    const float *grads = NULL;
+    const float *grads = NULL, *pulled = NULL;
     if (n > 0) {
         if (spw_wire_block_u64(&push->keys, n, &keys) != SPW_OK ||
             spw_wire_block_u32(&push->versions, n, &versions) != SPW_OK) {
@@ -565,6 +660,8 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
             return;
         }
     }
+    if (!push_pulled(srv, peer, req, n, &pulled))
+        return; /* answered with an error */
     if (!keys_in_shard(srv, keys, n)) {
         send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_WRONG_SHARD,
                    "a key belongs to another shard");
@@ -593,15 +690,22 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
         dedup_mark(srv, e, push->epoch, push->seq);
     } else {
         uint32_t *taus = n ? spw_arena_alloc(srv->arena, n * sizeof(uint32_t)) : NULL;
+        uint8_t *classes = n ? spw_arena_alloc(srv->arena, n) : NULL;
         struct spw_ps_push_result res = {0};
         struct spw_ps_echo echo = {0};
         bool echoing = push->echo.len > 0 && echo_prepare(srv, push, &echo);
         if (push->echo.len > 0 && !echoing) /* the trainer keeps the rows it prefetched */
             SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "push echo skipped", "rows=%zu",
                                 push->echo.len / 4);
-        spw_err_t err = n ? spw_ps_store_push_echo(srv->store, keys, n, grads, versions, taus, &res,
-                                                   echoing ? &echo : NULL)
-                          : SPW_OK;
+        struct spw_ps_push_args args = {.n = n,
+                                        .keys = keys,
+                                        .grads = grads,
+                                        .versions = versions,
+                                        .pulled = pulled,
+                                        .taus = taus,
+                                        .classes = classes,
+                                        .echo = echoing ? &echo : NULL};
+        spw_err_t err = n ? spw_ps_store_push_args(srv->store, &args, &res) : SPW_OK;
         if (err) {
             send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_INTERNAL,
                        spw_err_str(err));
@@ -611,9 +715,7 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
         if (srv->pub)
             spw_ps__publisher_touch(srv->pub, keys, n,
                                     push->has_max_event_time_ms ? push->max_event_time_ms : 0);
-        if (taus && srv->m.staleness)
-            for (size_t i = 0; i < n; i++)
-                spw_histogram_observe(srv->m.staleness, (double)taus[i]);
+        observe_staleness(srv, taus, classes, n);
         ack.has_applied = true;
         ack.applied = res.applied;
         ack.has_rejected = true;
@@ -762,10 +864,18 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     spw_err_t err = spw_ps__steps_take(srv->steps, &commit, &sum);
     struct spw_ps_push_result res = {0};
     uint32_t *taus = NULL;
+    uint8_t *classes = NULL;
     if (!err && sum.n > 0) {
         /* the request's arena, as a push's taus (NULL when it is exhausted: no histogram) */
         taus = spw_arena_alloc(srv->arena, sum.n * sizeof(uint32_t));
-        err = spw_ps_store_push(srv->store, sum.keys, sum.n, sum.grads, sum.versions, taus, &res);
+        classes = spw_arena_alloc(srv->arena, sum.n);
+        struct spw_ps_push_args args = {.n = sum.n,
+                                        .keys = sum.keys,
+                                        .grads = sum.grads,
+                                        .versions = sum.versions,
+                                        .taus = taus,
+                                        .classes = classes};
+        err = spw_ps_store_push_args(srv->store, &args, &res);
     }
     /* the unit's members that came too late, each weighted as one contributor more, after the
      * step (their tau counts the commit) */
@@ -785,9 +895,7 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     }
     if (sum.n > 0 && srv->pub)
         spw_ps__publisher_touch(srv->pub, sum.keys, sum.n, sum.max_event_ms);
-    if (taus && srv->m.staleness)
-        for (size_t i = 0; i < sum.n; i++)
-            spw_histogram_observe(srv->m.staleness, (double)taus[i]);
+    observe_staleness(srv, taus, classes, sum.n);
     if (sum.discarded)
         spw_counter_add(srv->m.steps_discarded, sum.discarded);
     if (sum.n_late)

@@ -111,6 +111,7 @@ struct spw_ps_store {
     bool ttl_cursor_valid;
 
     struct spw_ps_store_stats stats;
+    struct spw_ps__stale stale; /* staleness means per row class, the top threshold */
 };
 
 static inline uint64_t mix(uint64_t x)
@@ -601,12 +602,31 @@ spw_err_t spw_ps_store_push_echo(spw_ps_store_t *store, const uint64_t *keys, si
                                  const float *grads, const uint32_t *versions, uint32_t *taus,
                                  struct spw_ps_push_result *res, const struct spw_ps_echo *echo)
 {
+    struct spw_ps_push_args args = {
+        .n = n, .keys = keys, .grads = grads, .versions = versions, .taus = taus, .echo = echo};
+    return spw_ps_store_push_args(store, &args, res);
+}
+
+spw_err_t spw_ps_store_push_args(spw_ps_store_t *store, const struct spw_ps_push_args *args,
+                                 struct spw_ps_push_result *res)
+{
+    const size_t n = args->n;
+    const uint64_t *keys = args->keys;
+    const float *grads = args->grads;
+    const uint32_t *versions = args->versions;
+    uint32_t *taus = args->taus;
+    uint8_t *classes = args->classes;
+    const struct spw_ps_echo *echo = args->echo;
     size_t e = 0; /* the next echo index */
     uint32_t dim = store->dim;
     struct spw_ps_push_result r = {0};
     const struct spw_ps_optim_conf *oc = &store->conf.optim;
+    const struct spw_ps_penalty *pen = &store->conf.penalty;
+    const bool dc = pen->kind == SPW_PS_PENALTY_DC;
+    const float lambda = (float)pen->lambda;
+    float corrected[SPW_PS_MAX_DIM];
     /* Every penalty is 1 at tau 0 (the common case); others are computed per row. */
-    const double alpha0 = spw_ps_penalty_alpha(&store->conf.penalty, 0);
+    const double alpha0 = spw_ps_penalty_alpha(pen, 0);
     spw_err_t ret = SPW_OK;
     for (size_t off = 0; off < n; off += store->chunk_max) {
         size_t m = n - off < store->chunk_max ? n - off : store->chunk_max;
@@ -623,13 +643,18 @@ spw_err_t spw_ps_store_push_echo(spw_ps_store_t *store, const uint64_t *keys, si
             uint32_t tau = 0;
             /* the echo of row k is its state after this push (whether applied or not) */
             bool echo_k = echo && e < echo->n && echo->idx[e] == k;
+            bool counter = store->conf.counter_key && keys[k] == store->conf.counter_key;
+            enum spw_ps_row_class cls =
+                counter ? SPW_PS_CLASS_REST : spw_ps__stale_classify(&store->stale, keys[k], row);
+            if (classes)
+                classes[k] = (uint8_t)cls;
             if (!row) {
                 r.unadmitted++;
                 if (taus)
                     taus[k] = 0;
                 goto next;
             }
-            if (store->conf.counter_key && keys[k] == store->conf.counter_key) {
+            if (counter) {
                 /* the counter row: a plain sum, no optimizer, no staleness penalty */
                 if (!isfinite(grads[k * dim])) {
                     r.rejected++;
@@ -646,13 +671,25 @@ spw_err_t spw_ps_store_push_echo(spw_ps_store_t *store, const uint64_t *keys, si
             }
             if (taus)
                 taus[k] = tau;
-            double alpha = tau == 0 ? alpha0 : spw_ps_penalty_alpha(&store->conf.penalty, tau);
+            /* adaptive scales by the class's mean tau before this row joins it */
+            double alpha =
+                tau == 0 ? alpha0 : spw_ps_penalty_alpha_ref(pen, tau, store->stale.tau_ref[cls]);
+            spw_ps__stale_observe(&store->stale, cls, tau, alpha < 0.0 ? 0.0 : alpha);
             if (alpha < 0.0) {
                 r.dropped_stale++;
                 goto next;
             }
-            if (!spw_ps__row_apply(oc, dim, row->data, row->data + dim, grads + k * dim,
-                                   (float)alpha)) {
+            const float *g = grads + k * dim;
+            if (dc && tau > 0) {
+                if (args->pulled) {
+                    spw_ps_dc_correct(dim, lambda, g, row->data, args->pulled + k * dim, corrected);
+                    g = corrected;
+                    r.dc_corrected++;
+                } else {
+                    r.dc_uncorrected++;
+                }
+            }
+            if (!spw_ps__row_apply(oc, dim, row->data, row->data + dim, g, (float)alpha)) {
                 r.rejected++;
                 goto next;
             }
@@ -674,9 +711,22 @@ spw_err_t spw_ps_store_push_echo(spw_ps_store_t *store, const uint64_t *keys, si
     store->stats.rejected_nonfinite += r.rejected;
     store->stats.dropped_stale += r.dropped_stale;
     store->stats.unadmitted += r.unadmitted;
+    store->stats.dc_corrected += r.dc_corrected;
+    store->stats.dc_uncorrected += r.dc_uncorrected;
     if (res)
         *res = r;
     return ret;
+}
+
+void spw_ps_store_get_staleness(const spw_ps_store_t *store, struct spw_ps_stale_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (int c = 0; c < SPW_PS_CLASSES; c++) {
+        out->tau_ref[c] = store->stale.tau_ref[c];
+        out->alpha_mean[c] = store->stale.alpha_mean[c];
+        out->rows[c] = store->stale.rows[c];
+    }
+    out->top_threshold = store->stale.top_threshold;
 }
 
 spw_err_t spw_ps_store_get_row(spw_ps_store_t *store, uint64_t key, struct spw_ps_row_copy *out)
@@ -1335,6 +1385,7 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
         goto out_nomem;
 
     store->admit = conf->admit_min_count > 1;
+    spw_ps__stale_init(&store->stale);
     if (store->admit &&
         spw_ps__sketch_init(&store->sketch, store->max_rows * 4u, SKETCH_DEPTH) != SPW_OK)
         goto out_nomem;

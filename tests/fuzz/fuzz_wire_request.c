@@ -28,6 +28,17 @@ static void touch_push(const Sparrow__PushRequest *push)
         FUZZ_CHECK(spw_wire_block_f32(&push->grads, cells, &grads) == SPW_OK);
         fuzz_touch(grads, cells * 4);
     }
+    if (push->pulled.len > 0) { /* delay compensation: laid out as grads */
+        if (push->fp16) {
+            const uint16_t *pulled;
+            FUZZ_CHECK(spw_wire_block_u16(&push->pulled, cells, &pulled) == SPW_OK);
+            fuzz_touch(pulled, cells * 2);
+        } else {
+            const float *pulled;
+            FUZZ_CHECK(spw_wire_block_f32(&push->pulled, cells, &pulled) == SPW_OK);
+            fuzz_touch(pulled, cells * 4);
+        }
+    }
 }
 
 static void touch_request(const Sparrow__Request *req)

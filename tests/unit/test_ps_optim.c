@@ -256,6 +256,72 @@ static void test_ps_optim_penalty_values(void **state)
     assert_true(spw_ps_penalty_alpha(&p, 3) < 0.0);
 }
 
+/* pserver.lr.latent with SGD, by hand: element 0 (the linear weight) steps by lr, elements 1..
+ * (the FM latent vector) by lr_latent, both times the staleness scale. */
+static void test_ps_optim_lr_latent_sgd(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_SGD, 0.1f);
+    c.lr_latent = 0.01f;
+    float w[3] = {1.0f, 1.0f, 1.0f};
+    const float g[3] = {1.0f, 2.0f, 3.0f};
+    assert_true(spw_ps__row_apply(&c, 3, w, NULL, g, 1.0f));
+    assert_float_equal(w[0], 0.9, TOL);  /* 1 - 0.1 * 1 */
+    assert_float_equal(w[1], 0.98, TOL); /* 1 - 0.01 * 2 */
+    assert_float_equal(w[2], 0.97, TOL); /* 1 - 0.01 * 3 */
+    assert_true(spw_ps__row_apply(&c, 3, w, NULL, g, 0.5f));
+    assert_float_equal(w[0], 0.85, TOL);
+    assert_float_equal(w[1], 0.97, TOL);
+    assert_float_equal(w[2], 0.955, TOL);
+    /* 0 means pserver.lr for the whole row; LR rows (dim 1) have no latent part */
+    c.lr_latent = 0.0f;
+    float w2[2] = {1.0f, 1.0f};
+    assert_true(spw_ps__row_apply(&c, 2, w2, NULL, g, 1.0f));
+    assert_float_equal(w2[0], 0.9, TOL);
+    assert_float_equal(w2[1], 0.8, TOL);
+    c.lr_latent = 5.0f;
+    float w1 = 1.0f;
+    assert_true(spw_ps__row_apply(&c, 1, &w1, NULL, g, 1.0f));
+    assert_float_equal(w1, 0.9, TOL);
+}
+
+/* Adagrad, Adam and FTRL with lr_latent: each element as the same optimizer with that element's
+ * rate, and FTRL's initial z still gives back the initial weights. */
+static void test_ps_optim_lr_latent_others(void **state)
+{
+    (void)state;
+    const float g[5] = {0.5f, -1.0f, 2.0f, 0.25f, -0.75f};
+    enum spw_ps_optimizer kinds[3] = {SPW_PS_ADAGRAD, SPW_PS_ADAM, SPW_PS_FTRL};
+    for (int k = 0; k < 3; k++) {
+        struct spw_ps_optim_conf both = conf_of(kinds[k], 0.2f);
+        both.lr_latent = 0.03f;
+        struct spw_ps_optim_conf lin = conf_of(kinds[k], 0.2f);
+        struct spw_ps_optim_conf lat = conf_of(kinds[k], 0.03f);
+        float row[5 * 3 + 1], rlin[5 * 3 + 1], rlat[5 * 3 + 1];
+        spw_ps__row_init(&both, 5, 3, 42, row);
+        spw_ps__row_init(&lin, 5, 3, 42, rlin);
+        spw_ps__row_init(&lat, 5, 3, 42, rlat);
+        for (int step = 0; step < 3; step++) {
+            assert_true(spw_ps__row_apply(&both, 5, row, row + 5, g, 0.5f));
+            assert_true(spw_ps__row_apply(&lin, 5, rlin, rlin + 5, g, 0.5f));
+            assert_true(spw_ps__row_apply(&lat, 5, rlat, rlat + 5, g, 0.5f));
+        }
+        assert_float_equal(row[0], rlin[0], 1e-6);
+        for (int j = 1; j < 5; j++)
+            assert_float_equal(row[j], rlat[j], 1e-6);
+    }
+    struct spw_ps_optim_conf f = conf_of(SPW_PS_FTRL, 0.2f);
+    f.lr_latent = 0.05f;
+    f.ftrl_l1 = 0.001f;
+    f.init_scale = 0.1f;
+    float row[3 + 6], w0[3 + 6], zero[3] = {0, 0, 0};
+    spw_ps__row_init(&f, 3, 1, 7, row);
+    memcpy(w0, row, sizeof(row));
+    assert_true(spw_ps__row_apply(&f, 3, row, row + 3, zero, 1.0f));
+    for (int j = 0; j < 3; j++)
+        assert_float_equal(row[j], w0[j], 1e-6);
+}
+
 static void test_ps_optim_penalty_parse_rejects(void **state)
 {
     (void)state;
@@ -288,6 +354,8 @@ int main(void)
         cmocka_unit_test(test_ps_optim_staleness_scales_step),
         cmocka_unit_test(test_ps_optim_penalty_values),
         cmocka_unit_test(test_ps_optim_penalty_parse_rejects),
+        cmocka_unit_test(test_ps_optim_lr_latent_sgd),
+        cmocka_unit_test(test_ps_optim_lr_latent_others),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 
 #include "ps_int.h"
 #include "sparrow/hash.h"
+#include "sparrow/metrics.h"
 #include "sparrow/signal.h"
 #include "sparrow/wire.h"
 
@@ -167,6 +168,9 @@ static uint64_t push_step;
 static uint32_t push_step_examples;
 static const uint32_t *push_echo;
 static size_t push_n_echo;
+/* PushRequest.pulled push() adds when set (push_pulled_len bytes). */
+static const float *push_pulled;
+static size_t push_pulled_len;
 
 static Sparrow__Reply *push(void *s, spw_arena_t *arena, uint32_t trainer, uint64_t epoch,
                             uint64_t seq, const uint64_t *keys, size_t n, const float *grads,
@@ -193,6 +197,9 @@ static Sparrow__Reply *push(void *s, spw_arena_t *arena, uint32_t trainer, uint6
     p.has_echo = push_n_echo > 0;
     p.echo.data = (uint8_t *)push_echo;
     p.echo.len = push_n_echo * 4;
+    p.has_pulled = push_pulled != NULL;
+    p.pulled.data = (uint8_t *)push_pulled;
+    p.pulled.len = push_pulled ? push_pulled_len : 0;
     Sparrow__Request req = SPARROW__REQUEST__INIT;
     req.has_version = req.has_request_id = true;
     req.version = 1;
@@ -486,6 +493,61 @@ static void test_ps_server_push_echo(void **state)
     stop(e);
 }
 
+/* Penalty dc through the server: a stale push carrying its pulled values is corrected, one
+ * without is applied as it is, a malformed pulled block is answered MALFORMED; the class
+ * histogram sees each pushed row. */
+static void test_ps_server_push_pulled_dc(void **state)
+{
+    struct env *e = *state;
+    struct spw_ps_server_conf c = server_conf(e, e->dir);
+    c.store.optim.lr = 0.5f;
+    assert_int_equal(spw_ps_penalty_parse("dc:0.5", &c.store.penalty), SPW_OK);
+    spw_metrics_t *reg = spw_metrics_new();
+    assert_non_null(reg);
+    c.metrics = reg;
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    uint64_t key = 5;
+    uint32_t v0 = 0;
+    /* fresh: w = 0 - 0.5 * (-2, 4, 0, 0) = (1, -2, 0, 0), version 1 */
+    float g0[DIM] = {-2, 4, 0, 0};
+    assert_int_equal(push(e->client, arena, 1, 1, 1, &key, 1, g0, &v0)->push->applied, 1);
+    /* stale (tau 1), pulled at version 0 = (0, 0, 0, 0): g' = g + 0.5 g^2 (w_now - w_pulled)
+     * = (1 + 0.5, 0.5 + 0.5 * 0.25 * -2, 0, 0) = (1.5, 0.25, 0, 0); w = (0.25, -2.125, 0, 0) */
+    float g1[DIM] = {1, 0.5f, 0, 0};
+    const float pulled[DIM] = {0, 0, 0, 0};
+    push_pulled = pulled;
+    push_pulled_len = sizeof(pulled);
+    assert_int_equal(push(e->client, arena, 1, 1, 2, &key, 1, g1, &v0)->push->applied, 1);
+    push_pulled = NULL;
+    uint32_t ver = 0;
+    assert_float_equal(pull_one(e->client, arena, key, &ver), 0.25, 1e-6);
+    assert_int_equal(ver, 2);
+    /* without pulled values: applied uncorrected, w0 = 0.25 - 0.5 * 1 */
+    float g2[DIM] = {1, 1, 1, 1};
+    assert_int_equal(push(e->client, arena, 1, 1, 3, &key, 1, g2, &v0)->push->applied, 1);
+    assert_float_equal(pull_one(e->client, arena, key, NULL), -0.25, 1e-6);
+    /* a pulled block of the wrong length never reaches the store */
+    push_pulled = pulled;
+    push_pulled_len = sizeof(pulled) - 4;
+    Sparrow__Reply *r = push(e->client, arena, 1, 1, 4, &key, 1, g2, &v0);
+    push_pulled = NULL;
+    assert_true(r->has_error);
+    assert_int_equal(r->error, SPARROW__ERROR_CODE__ERROR_MALFORMED);
+    assert_float_equal(pull_one(e->client, arena, key, NULL), -0.25, 1e-6);
+    size_t len = 0;
+    char *text = spw_metrics_render(reg, &len);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "sparrow_ps_staleness_class_count{class=\"rest\"} 3"));
+    assert_non_null(strstr(text, "sparrow_ps_staleness_class_count{class=\"bias\"} 0"));
+    assert_non_null(strstr(text, "sparrow_ps_top_count_threshold"));
+    free(text);
+    spw_arena_destroy(arena);
+    stop(e);
+    spw_metrics_destroy(reg);
+}
+
 static void expect_error(void *s, spw_arena_t *arena, Sparrow__ErrorCode code)
 {
     Sparrow__Reply *r = recv_reply(s, arena);
@@ -758,6 +820,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ps_server_req_socket_envelope, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_server_two_phase_steps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_server_push_echo, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_server_push_pulled_dc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ps_server_commit_after_larger_commit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -41,6 +41,7 @@ static void open_stores(struct env *e, uint32_t n, enum spw_ps_penalty_kind pena
         sc.optim.lr = 1.0f;
         sc.optim.init_scale = 0.0f;
         sc.penalty.kind = penalty;
+        sc.penalty.lambda = 0.5; /* read by SPW_PS_PENALTY_DC only */
         sc.memory_bytes = 1u << 20;
         sc.db_path = path;
         e->stores[s] = spw_ps_store_open(&sc, err, sizeof(err));
@@ -175,6 +176,40 @@ static void test_psc_inproc_staleness_versions(void **state)
     pull(c, &k, 1, r2, &v);
     assert_true(r2[0] == -5.0f);
     assert_int_equal(v, 3);
+    spw_ps_client_destroy(c);
+}
+
+/* spw_ps_push.pulled reaches an in-process dc shard (f32 and fp16): the stale push is corrected,
+ * g' = g + 0.5 g^2 (w_now - w_pulled), SGD lr 1. */
+static void test_psc_inproc_pulled_dc(void **state)
+{
+    struct env *e = *state;
+    open_stores(e, 1, SPW_PS_PENALTY_DC);
+    spw_ps_client_t *c = new_client(e, NULL);
+    for (int fp16 = 0; fp16 <= 1; fp16++) {
+        uint64_t k = 42 + (uint64_t)fp16;
+        float row[DIM];
+        uint32_t v0;
+        pull(c, &k, 1, row, &v0);
+        const float pulled[DIM] = {row[0], row[1], row[2]}; /* zeros */
+        float g0[DIM] = {1, 0, 0};
+        struct spw_ps_push p = {.n = 1, .keys = &k, .grads = g0, .versions = &v0, .fp16 = fp16};
+        assert_int_equal(spw_ps_client_push(c, &p, NULL), SPW_OK); /* w = (-1, 0, 0) */
+        float g1[DIM] = {1, 1, 0};
+        p.grads = g1;
+        p.pulled = pulled; /* tau 1: (1 + 0.5*(-1), 1 + 0, 0) = (0.5, 1, 0) */
+        assert_int_equal(spw_ps_client_push(c, &p, NULL), SPW_OK);
+        uint32_t v;
+        pull(c, &k, 1, row, &v);
+        assert_int_equal(v, 2);
+        assert_float_equal(row[0], -1.5, 1e-6);
+        assert_float_equal(row[1], -1.0, 1e-6);
+        assert_float_equal(row[2], 0.0, 1e-6);
+    }
+    struct spw_ps_store_stats st;
+    spw_ps_store_get_stats(e->stores[0], &st);
+    assert_int_equal(st.dc_corrected, 2);
+    assert_int_equal(st.dc_uncorrected, 0);
     spw_ps_client_destroy(c);
 }
 
@@ -381,6 +416,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_psc_inproc_staleness_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_psc_inproc_three_stores_sliced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_psc_inproc_fp16_rounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_psc_inproc_pulled_dc, setup, teardown),
         cmocka_unit_test(test_psc_slice_sorted_by_shard_and_key),
         cmocka_unit_test(test_psc_config_rows),
     };

@@ -394,9 +394,96 @@ static void test_trn_topk_grad_acc_sums_rows(void **state)
     spw_grad_acc_destroy(NULL);
 }
 
+/* trainer.push.pulled through the compressor: a sent row carries this step's pulled values, a
+ * residual sent later (forced out or flushed) those of the step that left it. */
+static void test_trn_topk_pulled_follow_rows(void **state)
+{
+    (void)state;
+    char errstr[256];
+    struct spw_topk_conf conf = {
+        .dim = DIM, .ratio = 0.5, .error_feedback = true, .residual_max_rows = 1, .pulled = true};
+    spw_topk_t *tk = spw_topk_new(&conf, NULL, errstr, sizeof(errstr));
+    assert_non_null(tk);
+    const uint64_t keys[2] = {1, 2};
+    float grads[2 * DIM] = {10, 10, 10, 0.1f, 0.1f, 0.1f}; /* key 1 is sent, key 2 kept */
+    const float pulled[2 * DIM] = {1, 1, 1, 2, 2, 2};
+    struct spw_push_set set;
+    assert_int_equal(spw_topk_compress(tk, keys, grads, NULL, 2, &set), SPW_ERR_INVALID);
+    assert_int_equal(spw_topk_compress_pulled(tk, keys, grads, NULL, pulled, 2, &set), SPW_OK);
+    assert_int_equal(set.n, 1);
+    assert_int_equal(set.keys[0], 1);
+    assert_non_null(set.pulled);
+    assert_float_equal(set.pulled[0], 1.0, 0.0);
+    /* the next step: key 3 sent, key 4 kept, which forces key 2's residual out (table of 1) */
+    const uint64_t keys2[2] = {3, 4};
+    float grads2[2 * DIM] = {10, 10, 10, 0.2f, 0.2f, 0.2f};
+    const float pulled2[2 * DIM] = {3, 3, 3, 4, 4, 4};
+    assert_int_equal(spw_topk_compress_pulled(tk, keys2, grads2, NULL, pulled2, 2, &set), SPW_OK);
+    long i2 = find_key(&set, 2), i3 = find_key(&set, 3);
+    assert_true(i2 >= 0 && i3 >= 0);
+    assert_float_equal(set.pulled[i2 * DIM], 2.0, 0.0); /* the step that left it */
+    assert_float_equal(set.pulled[i3 * DIM + 2], 3.0, 0.0);
+    /* key 4 comes back: its residual folds into the new row, which carries the new values */
+    const uint64_t keys3[1] = {4};
+    float grads3[DIM] = {1, 1, 1};
+    const float pulled3[DIM] = {5, 5, 5};
+    assert_int_equal(spw_topk_compress_pulled(tk, keys3, grads3, NULL, pulled3, 1, &set), SPW_OK);
+    assert_int_equal(set.n, 1);
+    assert_float_equal(set.values[0], 1.2, 1e-6);
+    assert_float_equal(set.pulled[0], 5.0, 0.0);
+    /* a flushed residual carries its own */
+    const uint64_t keys4[2] = {5, 6};
+    float grads4[2 * DIM] = {10, 10, 10, 0.3f, 0.3f, 0.3f};
+    const float pulled4[2 * DIM] = {5, 5, 5, 6, 6, 6};
+    assert_int_equal(spw_topk_compress_pulled(tk, keys4, grads4, NULL, pulled4, 2, &set), SPW_OK);
+    assert_int_equal(spw_topk_flush(tk, &set), SPW_OK);
+    assert_int_equal(set.n, 1);
+    assert_int_equal(set.keys[0], 6);
+    assert_float_equal(set.pulled[0], 6.0, 0.0);
+    spw_topk_destroy(tk);
+    /* without conf.pulled the sets carry none */
+    tk = new_topk(1.0, true, false, 10);
+    assert_int_equal(spw_topk_compress_pulled(tk, keys, grads, NULL, pulled, 2, &set), SPW_OK);
+    assert_null(set.pulled);
+    spw_topk_destroy(tk);
+}
+
+/* Gradient accumulation keeps, per key, the pulled values of the latest micro-batch holding it
+ * (the version stays the oldest); one add without them and there are none for the step. */
+static void test_trn_acc_pulled_latest(void **state)
+{
+    (void)state;
+    char errstr[256];
+    spw_grad_acc_t *acc = spw_grad_acc_new(DIM, errstr, sizeof(errstr));
+    assert_non_null(acc);
+    const uint64_t k1[2] = {1, 2}, k2[2] = {2, 3};
+    const float g[2 * DIM] = {1, 1, 1, 1, 1, 1};
+    const float p1[2 * DIM] = {1, 1, 1, 2, 2, 2}, p2[2 * DIM] = {20, 20, 20, 30, 30, 30};
+    const uint32_t v1[2] = {5, 5}, v2[2] = {7, 7};
+    assert_int_equal(spw_grad_acc_add_pulled(acc, k1, g, v1, p1, 2), SPW_OK);
+    assert_int_equal(spw_grad_acc_add_pulled(acc, k2, g, v2, p2, 2), SPW_OK);
+    assert_int_equal(spw_grad_acc_rows(acc), 3);
+    const float *pulled = spw_grad_acc_pulled(acc);
+    assert_non_null(pulled);
+    assert_float_equal(pulled[0], 1.0, 0.0);            /* key 1: its only micro-batch */
+    assert_float_equal(pulled[DIM], 20.0, 0.0);         /* key 2: the latest */
+    assert_float_equal(pulled[2 * DIM], 30.0, 0.0);     /* key 3 */
+    assert_int_equal(spw_grad_acc_versions(acc)[1], 5); /* key 2's oldest version */
+    assert_float_equal(spw_grad_acc_grads(acc)[DIM], 2.0, 0.0);
+    assert_int_equal(spw_grad_acc_add(acc, k1, g, v1, 2), SPW_OK);
+    assert_null(spw_grad_acc_pulled(acc));
+    spw_grad_acc_reset(acc);
+    assert_null(spw_grad_acc_pulled(acc));
+    assert_int_equal(spw_grad_acc_add_pulled(acc, k1, g, v1, p1, 2), SPW_OK);
+    assert_non_null(spw_grad_acc_pulled(acc));
+    spw_grad_acc_destroy(acc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trn_topk_pulled_follow_rows),
+        cmocka_unit_test(test_trn_acc_pulled_latest),
         cmocka_unit_test(test_trn_topk_ratio_one_sends_everything_unchanged),
         cmocka_unit_test(test_trn_topk_keeps_largest_and_feeds_back),
         cmocka_unit_test(test_trn_topk_error_feedback_conserves_gradient),

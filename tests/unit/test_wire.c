@@ -719,6 +719,53 @@ static void test_wire_request_rejects_bad_push(void **state)
     spw_arena_destroy(arena);
 }
 
+/* PushRequest.pulled (delay compensation): absent, or exactly as long as grads (n × dim × 4, or
+ * × 2 when fp16); anything else is refused by the decoder. */
+static void test_wire_request_push_pulled(void **state)
+{
+    (void)state;
+    spw_arena_t *arena = new_arena();
+    static uint8_t room[256]; /* backs the wrong lengths below */
+    for (int fp16 = 0; fp16 <= 1; fp16++) {
+        size_t es = fp16 ? 2 : 4;
+        Sparrow__PushRequest push = push_msg(3, 4, fp16);
+        push.has_pulled = 1;
+        memcpy(room, fp16 ? (const void *)halves16 : values16, 3 * 4 * es);
+        push.pulled = bin(room, 3 * 4 * es);
+        assert_int_equal(unpack_push(&push, arena), SPW_OK);
+
+        Sparrow__Request req = SPARROW__REQUEST__INIT;
+        req.body_case = SPARROW__REQUEST__BODY_PUSH;
+        req.push = &push;
+        Sparrow__Request *out = request_round_trip(&req, arena);
+        assert_int_equal(out->push->pulled.len, 3 * 4 * es);
+        assert_memory_equal(out->push->pulled.data, fp16 ? (const void *)halves16 : values16,
+                            3 * 4 * es);
+        if (!fp16) {
+            const float *pulled;
+            assert_int_equal(spw_wire_block_f32(&out->push->pulled, 12, &pulled), SPW_OK);
+            assert_memory_equal(pulled, values16, 12 * sizeof(float));
+        }
+
+        push.pulled.len = 3 * 4 * es - es; /* one value short */
+        assert_int_equal(unpack_push(&push, arena), SPW_ERR_INVALID);
+        push.pulled.len = 3 * 4 * es + es; /* one value too many */
+        assert_int_equal(unpack_push(&push, arena), SPW_ERR_INVALID);
+        push.pulled.len = 3 * 4 * (fp16 ? 4 : 2); /* the other precision's length */
+        assert_int_equal(unpack_push(&push, arena), SPW_ERR_INVALID);
+        push.pulled.len = 1;
+        assert_int_equal(unpack_push(&push, arena), SPW_ERR_INVALID);
+        push.pulled.len = 0; /* present but empty: the same as absent */
+        assert_int_equal(unpack_push(&push, arena), SPW_OK);
+    }
+    /* no rows: only an empty pulled block */
+    Sparrow__PushRequest push = push_msg(0, 4, 0);
+    push.has_pulled = 1;
+    push.pulled = bin(values16, 16);
+    assert_int_equal(unpack_push(&push, arena), SPW_ERR_INVALID);
+    spw_arena_destroy(arena);
+}
+
 static void test_wire_request_rejects_bad_pull(void **state)
 {
     (void)state;
@@ -1719,6 +1766,16 @@ static int write_corpus(const char *dir)
     rc |= write_msg(dir, "request", "valid-push-f16", &req, 0);
     push.grads.len -= 2;
     rc |= write_msg(dir, "request", "bad-push-grads", &req, 0);
+    push = push_msg(4, 4, 0);
+    push.has_pulled = 1;
+    push.pulled = bin(values16, 64);
+    rc |= write_msg(dir, "request", "valid-push-pulled-f32", &req, 0);
+    push.pulled.len = 32; /* f16-sized pulled values in an f32 push */
+    rc |= write_msg(dir, "request", "bad-push-pulled", &req, 0);
+    push = push_msg(4, 4, 1);
+    push.has_pulled = 1;
+    push.pulled = bin(halves16, 32);
+    rc |= write_msg(dir, "request", "valid-push-pulled-f16", &req, 0);
     push = push_msg(2, 4, 0);
     push.dim = 0;
     rc |= write_msg(dir, "request", "bad-push-dim", &req, 0);
@@ -1909,6 +1966,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_wire_example_rejects_inconsistent),
         cmocka_unit_test(test_wire_example_batch_rejects_bad_example),
         cmocka_unit_test(test_wire_request_rejects_bad_push),
+        cmocka_unit_test(test_wire_request_push_pulled),
         cmocka_unit_test(test_wire_request_rejects_bad_pull),
         cmocka_unit_test(test_wire_request_without_body_decodes),
         cmocka_unit_test(test_wire_reply_rejects_bad_pull),

@@ -56,7 +56,8 @@ static void usage(FILE *out)
         "         [--samples-ms MS] [--backlog] [--quiet] [--help]\n\n"
         "Runs a local cluster on 127.0.0.1: `sparrow kafka-mock` (topics examples:P, default 4,\n"
         "and model-updates:1; P at most %d), N parameter-server shards shard-<i> (1..%d,\n"
-        "default 2; --penalty sets pserver.staleness.penalty), the coordinator (--mode, default\n"
+        "default 2; --penalty sets pserver.staleness.penalty, and dc:L trainer.push.pulled=true\n"
+        "on the trainers), the coordinator (--mode, default\n"
         "async; checkpoints every --checkpoint-interval, default 10s, under DIR/checkpoints),\n"
         "`sparrow gen` (seed 7, drift 0.5 rad/M, --rate 3000 examples/s) and M CPU trainers\n"
         "trainer-<i> (1..%d, default 2; FM k=4, batch 256, group launch-trainers), optionally\n"
@@ -188,8 +189,13 @@ static int parse_flag(struct launch_opts *o, const char *a, const char *v)
         struct spw_ps_penalty penalty;
         if (spw_ps_penalty_parse(v, &penalty) != SPW_OK)
             return bad(a, "a pserver.staleness.penalty (sparrow pserver --help)", v);
+        bool dc = penalty.kind == SPW_PS_PENALTY_DC;
         o->penalty = v;
-        return add_set(o, SPW_PIPELINE_PSERVER, -1, "pserver.staleness.penalty", v);
+        int rc = add_set(o, SPW_PIPELINE_PSERVER, -1, "pserver.staleness.penalty", v);
+        /* delay compensation needs the values the trainers pulled */
+        if (rc == 0 && dc)
+            rc = add_set(o, SPW_PIPELINE_TRAINER, -1, "trainer.push.pulled", "true");
+        return rc;
     } else if (strcmp(a, "--examples") == 0) {
         if (!integer(v, 1, 1e12, &x))
             return bad(a, "an integer in [1, 1e12]", v);

@@ -105,7 +105,8 @@ struct spw_trainer_loop {
     uint64_t *split_keys; /* a pushed set reordered: the rows echo_to shares first */
     uint32_t *split_versions;
     void *split_values; /* f32 or f16 */
-    size_t cap_split_keys, cap_split_versions, cap_split_values;
+    float *split_pulled;
+    size_t cap_split_keys, cap_split_versions, cap_split_values, cap_split_pulled;
     float *counter_grad; /* dim floats: the counter row's push (conf.counter_key) */
 
     struct mark *marks;                                    /* FIFO [head, n) */
@@ -225,6 +226,7 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
         loop->hooks = *hooks;
     struct spw_trainer_params *p = &loop->conf.params;
     p->topk.dim = p->model.dim;
+    p->topk.pulled = conf->push_pulled;
     loop->dim = p->model.dim;
     if (!conf->in || p->batch < 1 || p->acc_steps < 1 || !(conf->debug_slow_factor >= 1.0)) {
         snprintf(errstr, errstr_size, "trainer: invalid loop settings");
@@ -324,6 +326,7 @@ void spw_trainer_loop_destroy(spw_trainer_loop_t *loop)
     free(loop->split_keys);
     free(loop->split_versions);
     free(loop->split_values);
+    free(loop->split_pulled);
     free(loop);
 }
 
@@ -513,7 +516,8 @@ static spw_err_t push_frames(spw_trainer_loop_t *loop, const struct spw_push_set
                              uint64_t examples, int64_t max_event, uint64_t step, struct mb *to,
                              const uint32_t *echo_pos, uint64_t *last_seq)
 {
-    size_t row_bytes = SPW_TRN_PUSH_ROW_OVERHEAD + (size_t)loop->dim * sizeof(float);
+    size_t row_bytes =
+        SPW_TRN_PUSH_ROW_OVERHEAD + (size_t)loop->dim * sizeof(float) * (set->pulled ? 2 : 1);
     size_t frame = loop->conf.client.max_frame;
     size_t per = frame > PUSH_FRAME_SLACK + row_bytes ? (frame - PUSH_FRAME_SLACK) / row_bytes : 1;
     for (size_t off = 0; off < set->n; off += per) {
@@ -525,6 +529,7 @@ static spw_err_t push_frames(spw_trainer_loop_t *loop, const struct spw_push_set
             .grads = set->values ? set->values + off * set->dim : NULL,
             .grads_f16 = set->values_f16 ? set->values_f16 + off * set->dim : NULL,
             .fp16 = set->fp16,
+            .pulled = set->pulled ? set->pulled + off * set->dim : NULL,
             .max_event_time_ms = max_event == INT64_MIN ? 0 : max_event,
             .examples = off == 0 ? (uint32_t)(examples > UINT32_MAX ? UINT32_MAX : examples) : 0,
             .step = step,
@@ -569,7 +574,9 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
         spw_trn__grow((void **)&loop->split_keys, &loop->cap_split_keys, n, sizeof(uint64_t)) ||
         spw_trn__grow((void **)&loop->split_versions, &loop->cap_split_versions, n,
                       sizeof(uint32_t)) ||
-        spw_trn__grow((void **)&loop->split_values, &loop->cap_split_values, n * dim, vbytes))
+        spw_trn__grow((void **)&loop->split_values, &loop->cap_split_values, n * dim, vbytes) ||
+        (set->pulled && spw_trn__grow((void **)&loop->split_pulled, &loop->cap_split_pulled,
+                                      n * dim, sizeof(float))))
         return SPW_ERR_NOMEM;
     /* shared rows from the front, the others from the back (their order does not matter) */
     size_t a = 0, b = n;
@@ -584,6 +591,8 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
         loop->split_keys[j] = set->keys[i];
         loop->split_versions[j] = set->versions ? set->versions[i] : 0;
         memcpy(dst + j * dim * vbytes, src + i * dim * vbytes, dim * vbytes);
+        if (set->pulled)
+            memcpy(loop->split_pulled + j * dim, set->pulled + i * dim, dim * sizeof(float));
     }
     struct spw_push_set shared = {
         .n = a,
@@ -593,11 +602,14 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
         .versions = loop->split_versions,
         .values = set->fp16 ? NULL : (const float *)dst,
         .values_f16 = set->fp16 ? (const uint16_t *)dst : NULL,
+        .pulled = set->pulled ? loop->split_pulled : NULL,
     };
     struct spw_push_set rest = shared;
     rest.n = n - a;
     rest.keys += a;
     rest.versions += a;
+    if (rest.pulled)
+        rest.pulled += a * dim;
     if (rest.values)
         rest.values += a * dim;
     else
@@ -609,15 +621,20 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
     return err;
 }
 
-/* Compresses (when configured) and pushes n gradient rows. */
+/* Compresses (when configured) and pushes n gradient rows; pulled (NULL: not sent) are the row
+ * values they were computed from. */
 static spw_err_t push_rows(spw_trainer_loop_t *loop, const uint64_t *keys, float *grads,
-                           const uint32_t *versions, size_t n, uint64_t examples, int64_t max_event,
-                           uint64_t step, uint64_t *last_seq)
+                           const uint32_t *versions, const float *pulled, size_t n,
+                           uint64_t examples, int64_t max_event, uint64_t step, uint64_t *last_seq)
 {
-    struct spw_push_set set = {
-        .n = n, .dim = loop->dim, .keys = keys, .versions = versions, .values = grads};
+    struct spw_push_set set = {.n = n,
+                               .dim = loop->dim,
+                               .keys = keys,
+                               .versions = versions,
+                               .values = grads,
+                               .pulled = pulled};
     if (loop->tk) {
-        spw_err_t err = spw_topk_compress(loop->tk, keys, grads, versions, n, &set);
+        spw_err_t err = spw_topk_compress_pulled(loop->tk, keys, grads, versions, pulled, n, &set);
         if (err)
             return err;
     }
@@ -670,12 +687,13 @@ static spw_err_t end_step(spw_trainer_loop_t *loop, struct mb *mb, bool hooks)
     spw_err_t err;
     if (loop->acc)
         err = push_rows(loop, spw_grad_acc_keys(loop->acc), spw_grad_acc_grads(loop->acc),
-                        spw_grad_acc_versions(loop->acc), spw_grad_acc_rows(loop->acc),
-                        loop->step_examples, loop->step_max_event, tag, &seq);
+                        spw_grad_acc_versions(loop->acc), spw_grad_acc_pulled(loop->acc),
+                        spw_grad_acc_rows(loop->acc), loop->step_examples, loop->step_max_event,
+                        tag, &seq);
     else
         err = push_rows(loop, spw_batch_keys(mb->batch), loop->grads, mb->versions,
-                        spw_batch_unique(mb->batch), loop->step_examples, loop->step_max_event, tag,
-                        &seq);
+                        loop->conf.push_pulled ? mb->rows : NULL, spw_batch_unique(mb->batch),
+                        loop->step_examples, loop->step_max_event, tag, &seq);
     loop->echo_to = NULL;
     if (loop->acc)
         spw_grad_acc_reset(loop->acc);
@@ -758,7 +776,8 @@ static spw_err_t compute(spw_trainer_loop_t *loop, struct mb *mb)
     /* the predictions came from rows not yet trained on this batch: progressive validation */
     spw_pv_add(loop->pv, loop->preds, spw_batch_labels(b), spw_batch_oracle(b), n);
     if (loop->acc &&
-        (err = spw_grad_acc_add(loop->acc, spw_batch_keys(b), loop->grads, mb->versions, nu)))
+        (err = spw_grad_acc_add_pulled(loop->acc, spw_batch_keys(b), loop->grads, mb->versions,
+                                       loop->conf.push_pulled ? mb->rows : NULL, nu)))
         return err;
     uint64_t dt = spw_time_mono_ns() - t0;
     mb->filled = false;

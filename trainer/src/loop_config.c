@@ -18,6 +18,8 @@ void spw_trainer_loop_conf_default(struct spw_trainer_loop_conf *conf)
     conf->linger_ms = 100;
     spw_ps_client_conf_default(&conf->client);
     conf->inproc_memory_bytes = 1024ull << 20;
+    conf->inproc_penalty.kind = SPW_PS_PENALTY_INVERSE;
+    conf->inproc_penalty.beta = 1.0;
     conf->prefetch = true;
     conf->fresh_reads = true;
     conf->log_interval_ms = 5000;
@@ -103,6 +105,15 @@ spw_err_t spw_trainer_loop_conf_from_config(const spw_config_t *cfg,
     }
     conf->inproc_dir = spw_config_str(cfg, "trainer.inproc.dir");
     conf->inproc_memory_bytes = (uint64_t)spw_config_int(cfg, "trainer.inproc.memory.mb") << 20;
+    const char *penalty = spw_config_str(cfg, "trainer.inproc.penalty");
+    if (spw_ps_penalty_parse(penalty, &conf->inproc_penalty) != SPW_OK) {
+        snprintf(errstr, errstr_size,
+                 "trainer.inproc.penalty '%.200s': want none, inverse, exp:<beta in (0,1]>, "
+                 "drop:<max_tau>, adaptive or dc:<lambda in [0,1e6]>",
+                 penalty);
+        return SPW_ERR_INVALID;
+    }
+    conf->push_pulled = spw_config_bool(cfg, "trainer.push.pulled");
     conf->trainer_id = (uint32_t)spw_config_int(cfg, "trainer.id");
     conf->epoch = (uint64_t)spw_config_int(cfg, "trainer.epoch");
     conf->prefetch = spw_config_bool(cfg, "trainer.pull.prefetch");

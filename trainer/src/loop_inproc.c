@@ -51,7 +51,7 @@ spw_err_t spw_trn__inproc_open(struct spw_trn__inproc *ip, const struct spw_trai
         sc.optim.lr = p->lr;
         sc.optim.eps = p->eps;
         sc.optim.init_scale = p->init_scale;
-        sc.penalty.kind = SPW_PS_PENALTY_INVERSE;
+        sc.penalty = conf->inproc_penalty;
         sc.seed = p->seed;
         sc.memory_bytes = conf->inproc_memory_bytes;
         sc.db_path = path;

@@ -272,6 +272,8 @@ void spw_ps_client_destroy(spw_ps_client_t *c)
     free(c->uvers);
     free(c->uvals);
     free(c->uhalf);
+    free(c->upulled);
+    free(c->uhpulled);
     free(c->stores);
     spw_arena_destroy(c->arena);
     memset(c->curve_secret, 0, sizeof(c->curve_secret));
@@ -467,7 +469,13 @@ static spw_err_t reserve_scratch(spw_ps_client_t *c, size_t n)
     uint16_t *h = realloc(c->uhalf, cap * dim * sizeof(*h));
     if (h)
         c->uhalf = h;
-    if (!k || !v || !f || !h)
+    float *pf = realloc(c->upulled, cap * dim * sizeof(*pf));
+    if (pf)
+        c->upulled = pf;
+    uint16_t *ph = realloc(c->uhpulled, cap * dim * sizeof(*ph));
+    if (ph)
+        c->uhpulled = ph;
+    if (!k || !v || !f || !h || !pf || !ph)
         return SPW_ERR_NOMEM;
     c->ucap = cap;
     return SPW_OK;
@@ -694,10 +702,11 @@ uint32_t spw_ps_client_abandon_pushes(spw_ps_client_t *c)
 }
 
 /* Writes shard s's rows of the sorted push into dst: keys, then versions, then gradients (f32
- * or f16 by es). ent[lo..hi) are the shard's entries. */
+ * or f16 by es), then (pulled non-NULL: when push->pulled is set) the pulled values in the same
+ * format. ent[lo..hi) are the shard's entries. */
 static void gather_push(spw_ps_client_t *c, const struct spw_ps_push *push,
                         const struct spw_psc__ent *ent, uint32_t lo, uint32_t hi, uint64_t *keys,
-                        uint32_t *versions, void *grads)
+                        uint32_t *versions, void *grads, void *pulled)
 {
     uint32_t dim = c->conf.dim;
     for (uint32_t j = lo; j < hi; j++) {
@@ -714,6 +723,14 @@ static void gather_push(spw_ps_client_t *c, const struct spw_ps_push *push,
             spw_wire_f32_to_f16_n(push->grads + (size_t)pos * dim,
                                   (uint16_t *)grads + (size_t)i * dim, dim);
         }
+        if (!pulled)
+            continue;
+        if (push->fp16)
+            spw_wire_f32_to_f16_n(push->pulled + (size_t)pos * dim,
+                                  (uint16_t *)pulled + (size_t)i * dim, dim);
+        else
+            memcpy((float *)pulled + (size_t)i * dim, push->pulled + (size_t)pos * dim,
+                   dim * sizeof(float));
     }
 }
 
@@ -730,15 +747,23 @@ static spw_err_t push_inproc(spw_ps_client_t *c, const struct spw_ps_push *push)
         if (reserve_scratch(c, n) != SPW_OK)
             return SPW_ERR_NOMEM;
         void *grads = push->fp16 ? (void *)c->uhalf : (void *)c->uvals;
-        gather_push(c, push, ent, lo, hi, c->ukeys, c->uvers, grads);
-        if (push->fp16) /* the shard applies what a half carries */
+        void *pulled = !push->pulled ? NULL : push->fp16 ? (void *)c->uhpulled : (void *)c->upulled;
+        gather_push(c, push, ent, lo, hi, c->ukeys, c->uvers, grads, pulled);
+        if (push->fp16) { /* the shard applies what a half carries */
             spw_wire_f16_to_f32_n(c->uhalf, c->uvals, (size_t)n * dim);
+            if (pulled)
+                spw_wire_f16_to_f32_n(c->uhpulled, c->upulled, (size_t)n * dim);
+        }
         struct spw_ps_push_result res = {0};
-        spw_err_t err =
-            spw_ps_store_push(c->stores[s], c->ukeys, n, c->uvals, c->uvers, NULL, &res);
+        struct spw_ps_push_args args = {.n = n,
+                                        .keys = c->ukeys,
+                                        .grads = c->uvals,
+                                        .versions = c->uvers,
+                                        .pulled = pulled ? c->upulled : NULL};
+        spw_err_t err = spw_ps_store_push_args(c->stores[s], &args, &res);
         if (err)
             return err;
-        size_t bytes = (size_t)n * (12 + dim * es);
+        size_t bytes = (size_t)n * (12 + dim * es * (pulled ? 2 : 1));
         c->stats.bytes_pushed += bytes;
         if (c->m.bytes_push)
             spw_counter_add(c->m.bytes_push, bytes);
@@ -770,7 +795,7 @@ spw_err_t spw_ps_client_push(spw_ps_client_t *c, const struct spw_ps_push *push,
     const uint32_t *seg = c->sorter.seg;
     uint32_t dim = c->conf.dim;
     size_t es = push->fp16 ? 2 : 4;
-    size_t row_bytes = 12 + (size_t)dim * es;
+    size_t row_bytes = 12 + (size_t)dim * es * (push->pulled ? 2 : 1);
     for (uint32_t s = 0; s < c->n_shards; s++) {
         uint32_t lo = seg[s], hi = seg[s + 1];
         for (uint32_t j = lo + 1; j < hi; j++)
@@ -804,6 +829,7 @@ spw_err_t spw_ps_client_push(spw_ps_client_t *c, const struct spw_ps_push *push,
     slot->epoch = c->epoch;
     slot->generation = c->generation;
     slot->fp16 = push->fp16;
+    slot->pulled = push->pulled != NULL;
     slot->max_event_time_ms = push->max_event_time_ms;
     slot->examples = push->examples;
     slot->step = push->step;
@@ -825,7 +851,8 @@ spw_err_t spw_ps_client_push(spw_ps_client_t *c, const struct spw_ps_push *push,
         }
         uint8_t *b = part->blocks.data;
         gather_push(c, push, ent, lo, hi, (uint64_t *)b, (uint32_t *)(b + (size_t)n * 8),
-                    b + (size_t)n * 12);
+                    b + (size_t)n * 12,
+                    push->pulled ? b + (size_t)n * (12 + (size_t)dim * es) : NULL);
         part->blocks.len = (size_t)n * row_bytes;
         if (gather_echo(push, ent, lo, hi, part) != SPW_OK) {
             for (uint32_t t = 0; t <= s; t++)

@@ -82,6 +82,7 @@ struct spw_psc__pull {
 struct spw_psc__push {
     bool busy;
     bool fp16;
+    bool pulled; /* the parts' blocks end with the pulled values */
     uint64_t seq;
     uint64_t epoch;
     uint64_t generation; /* recovery generation (0: not coordinated) */
@@ -149,6 +150,8 @@ struct spw_ps_client {
     uint32_t *uvers;
     float *uvals;
     uint16_t *uhalf;
+    float *upulled;     /* pulled values of a push (f32, as the store applies them) */
+    uint16_t *uhpulled; /* ... as halves, when the push is fp16 */
     size_t ucap;
 
     spw_err_t sticky;

@@ -192,6 +192,9 @@ void spw_psc__send(spw_ps_client_t *c, uint32_t s, bool push, uint32_t idx,
         ps.versions.len = n * 4;
         ps.grads.data = part->blocks.data + n * 12;
         ps.grads.len = n * c->conf.dim * es;
+        ps.has_pulled = slot->pulled;
+        ps.pulled.data = part->blocks.data + n * 12 + ps.grads.len;
+        ps.pulled.len = slot->pulled ? ps.grads.len : 0;
         ps.has_fp16 = true;
         ps.fp16 = slot->fp16;
         ps.has_max_event_time_ms = slot->max_event_time_ms != INT64_MIN;

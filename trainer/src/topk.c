@@ -31,12 +31,14 @@ struct spw_topk {
     uint32_t *out_versions;
     float *out_values;
     uint16_t *out_f16;
-    size_t cap_out_keys, cap_out_versions, cap_out_values, cap_out_f16;
+    float *out_pulled; /* conf.pulled */
+    size_t cap_out_keys, cap_out_versions, cap_out_values, cap_out_f16, cap_out_pulled;
 
     /* residual table */
     struct spw_trn__keyidx index; /* key -> slot */
     uint64_t *res_keys;
     float *res_values;
+    float *res_pulled; /* conf.pulled: the values each residual's gradient was computed from */
     uint32_t *res_versions;
     uint32_t *prev, *next; /* age list; SPW_TRN__NONE ends it; next also links the free list */
     size_t pool_cap;       /* slots allocated */
@@ -84,6 +86,8 @@ void spw_topk_destroy(spw_topk_t *tk)
     free(tk->out_versions);
     free(tk->out_values);
     free(tk->out_f16);
+    free(tk->out_pulled);
+    free(tk->res_pulled);
     spw_trn__keyidx_fini(&tk->index);
     free(tk->res_keys);
     free(tk->res_values);
@@ -100,17 +104,29 @@ static spw_err_t reserve_out(spw_topk_t *tk, size_t n)
         spw_trn__grow((void **)&tk->out_versions, &tk->cap_out_versions, n, sizeof(uint32_t)) ||
         spw_trn__grow((void **)&tk->out_values, &tk->cap_out_values, n * dim, sizeof(float)) ||
         (tk->conf.fp16 &&
-         spw_trn__grow((void **)&tk->out_f16, &tk->cap_out_f16, n * dim, sizeof(uint16_t))))
+         spw_trn__grow((void **)&tk->out_f16, &tk->cap_out_f16, n * dim, sizeof(uint16_t))) ||
+        (tk->conf.pulled &&
+         spw_trn__grow((void **)&tk->out_pulled, &tk->cap_out_pulled, n * dim, sizeof(float))))
         return SPW_ERR_NOMEM;
     return SPW_OK;
 }
 
-static void append_out(spw_topk_t *tk, uint64_t key, const float *values, uint32_t version)
+/* pulled: the row's pulled values (dim floats; read only with conf.pulled). */
+static void append_out(spw_topk_t *tk, uint64_t key, const float *values, uint32_t version,
+                       const float *pulled)
 {
     size_t i = tk->out_n++;
     tk->out_keys[i] = key;
     tk->out_versions[i] = version;
     memcpy(tk->out_values + i * tk->conf.dim, values, tk->conf.dim * sizeof(float));
+    if (tk->conf.pulled)
+        memcpy(tk->out_pulled + i * tk->conf.dim, pulled, tk->conf.dim * sizeof(float));
+}
+
+/* Residual slot's pulled values (NULL without conf.pulled). */
+static const float *res_pulled(const spw_topk_t *tk, uint32_t slot)
+{
+    return tk->conf.pulled ? tk->res_pulled + (size_t)slot * tk->conf.dim : NULL;
 }
 
 /* Packs the push set's values to fp16 (when configured) and fills *out and the byte counters. */
@@ -134,6 +150,7 @@ static void finish_out(spw_topk_t *tk, struct spw_push_set *out)
         .versions = tk->out_versions,
         .values = tk->out_values,
         .values_f16 = tk->conf.fp16 ? tk->out_f16 : NULL,
+        .pulled = tk->conf.pulled ? tk->out_pulled : NULL,
     };
 }
 
@@ -175,6 +192,10 @@ static uint32_t take_slot(spw_topk_t *tk)
             spw_trn__grow((void **)&tk->next, &c4, cap, sizeof(uint32_t)) ||
             spw_trn__grow((void **)&tk->res_values, &c5, cap * tk->conf.dim, sizeof(float)))
             return SPW_TRN__NONE;
+        size_t c6 = tk->pool_cap * tk->conf.dim;
+        if (tk->conf.pulled &&
+            spw_trn__grow((void **)&tk->res_pulled, &c6, cap * tk->conf.dim, sizeof(float)))
+            return SPW_TRN__NONE;
         /* spw_trn__grow may round up; the pool counts what every array holds. */
         tk->pool_cap = cap;
     }
@@ -183,18 +204,19 @@ static uint32_t take_slot(spw_topk_t *tk)
 
 /* Stores an unsent row as the newest residual, first sending the oldest when the table is full
  * (the push set has room: reserve_out covered every row of the step). */
-static spw_err_t keep_residual(spw_topk_t *tk, uint64_t key, const float *values, uint32_t version)
+static spw_err_t keep_residual(spw_topk_t *tk, uint64_t key, const float *values, uint32_t version,
+                               const float *pulled)
 {
     const size_t dim = tk->conf.dim;
     if (tk->conf.residual_max_rows == 0) {
-        append_out(tk, key, values, version);
+        append_out(tk, key, values, version, pulled);
         tk->stats.rows_forced++;
         return SPW_OK;
     }
     if (tk->count == tk->conf.residual_max_rows) {
         uint32_t old = tk->head;
-        append_out(tk, tk->res_keys[old], tk->res_values + (size_t)old * dim,
-                   tk->res_versions[old]);
+        append_out(tk, tk->res_keys[old], tk->res_values + (size_t)old * dim, tk->res_versions[old],
+                   res_pulled(tk, old));
         tk->stats.rows_forced++;
         spw_trn__keyidx_remove(&tk->index, tk->res_keys[old]);
         unlink_slot(tk, old);
@@ -205,6 +227,8 @@ static spw_err_t keep_residual(spw_topk_t *tk, uint64_t key, const float *values
     tk->res_keys[slot] = key;
     tk->res_versions[slot] = version;
     memcpy(tk->res_values + (size_t)slot * dim, values, dim * sizeof(float));
+    if (tk->conf.pulled)
+        memcpy(tk->res_pulled + (size_t)slot * dim, pulled, dim * sizeof(float));
     tk->prev[slot] = tk->tail;
     tk->next[slot] = SPW_TRN__NONE;
     if (tk->tail != SPW_TRN__NONE)
@@ -222,11 +246,20 @@ static spw_err_t keep_residual(spw_topk_t *tk, uint64_t key, const float *values
 spw_err_t spw_topk_compress(spw_topk_t *tk, const uint64_t *keys, float *grads,
                             const uint32_t *versions, size_t n, struct spw_push_set *out)
 {
+    return spw_topk_compress_pulled(tk, keys, grads, versions, NULL, n, out);
+}
+
+spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *grads,
+                                   const uint32_t *versions, const float *pulled, size_t n,
+                                   struct spw_push_set *out)
+{
     const size_t dim = tk->conf.dim;
     const bool ef = tk->conf.error_feedback;
     spw_err_t err;
     if (n >= UINT32_MAX)
         return SPW_ERR_TOO_BIG;
+    if (tk->conf.pulled && !pulled && n > 0)
+        return SPW_ERR_INVALID;
     size_t index_need = tk->count + n;
     if (index_need > tk->conf.residual_max_rows)
         index_need = tk->conf.residual_max_rows;
@@ -276,7 +309,8 @@ spw_err_t spw_topk_compress(spw_topk_t *tk, const uint64_t *keys, float *grads,
 
     for (size_t r = 0; r < n; r++)
         if (tk->selected[r])
-            append_out(tk, keys[r], grads + r * dim, versions ? versions[r] : 0);
+            append_out(tk, keys[r], grads + r * dim, versions ? versions[r] : 0,
+                       pulled ? pulled + r * dim : NULL);
     for (size_t r = 0; r < n; r++) {
         if (tk->selected[r])
             continue;
@@ -284,7 +318,8 @@ spw_err_t spw_topk_compress(spw_topk_t *tk, const uint64_t *keys, float *grads,
             tk->stats.rows_discarded++;
             continue;
         }
-        if ((err = keep_residual(tk, keys[r], grads + r * dim, versions ? versions[r] : 0)))
+        if ((err = keep_residual(tk, keys[r], grads + r * dim, versions ? versions[r] : 0,
+                                 pulled ? pulled + r * dim : NULL)))
             return err;
     }
     finish_out(tk, out);
@@ -299,7 +334,7 @@ spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out)
     tk->out_n = 0;
     for (uint32_t slot = tk->head; slot != SPW_TRN__NONE; slot = tk->next[slot])
         append_out(tk, tk->res_keys[slot], tk->res_values + (size_t)slot * dim,
-                   tk->res_versions[slot]);
+                   tk->res_versions[slot], res_pulled(tk, slot));
     tk->stats.rows_flushed += tk->out_n;
     tk->count = 0;
     tk->pool_used = 0;

@@ -26,6 +26,11 @@ const struct spw_config_prop spw_trainer_config_props[] = {
      "Bound of the residual table; when it is full the oldest residuals are pushed."},
     {"trainer.push.fp16", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
      "Push gradient values as IEEE half floats instead of single."},
+    {"trainer.push.pulled", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
+     "Pushes also carry the row values each gradient was computed from (for the shards' "
+     "pserver.staleness.penalty dc:<lambda>): as pulled for the latest micro-batch of the step "
+     "that held the key (a top-k residual sent alone: those of the step that left it). Pushes "
+     "grow by n*dim*4 bytes (2 with trainer.push.fp16)."},
     {"trainer.backend", SPW_CONFIG_ENUM, "auto", 0, 0, "cpu|cuda|auto",
      "Compute backend; auto uses CUDA when it is built and a device is usable, else the CPU."},
     {"trainer.eval.window", SPW_CONFIG_INT, "100000", 1, 1e8, NULL,
@@ -89,6 +94,9 @@ const struct spw_config_prop spw_trainer_config_props[] = {
      "temporary directory removed at exit."},
     {"trainer.inproc.memory.mb", SPW_CONFIG_INT, "1024", 1, 16777216, NULL,
      "DRAM budget of each in-process shard (colder rows go to its RocksDB)."},
+    {"trainer.inproc.penalty", SPW_CONFIG_ENUM, "inverse", 0, 0,
+     "none|inverse|exp:|drop:|adaptive|dc:",
+     "Staleness penalty of the in-process shards (as pserver.staleness.penalty)."},
     {"trainer.log.interval", SPW_CONFIG_DURATION_MS, "5s", 0, 3600000, NULL,
      "Period of the progress log line (progressive validation, rates); 0: none."},
     {"trainer.commit.interval", SPW_CONFIG_DURATION_MS, "5s", 0, 3600000, NULL,

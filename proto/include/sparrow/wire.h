@@ -21,7 +21,8 @@
  *   The arena running out of budget is SPW_ERR_NOMEM. On any failure *out is untouched and the
  *   arena may hold partial allocations until its next reset.
  * - What each unpacker checks beyond decoding: row widths (dim) are 1..SPW_WIRE_MAX_DIM; a push
- *   has keys n x 8, versions n x 4 and grads n x dim x (fp16 ? 2 : 4) bytes; a pull request
+ *   has keys n x 8, versions n x 4, grads n x dim x (fp16 ? 2 : 4) bytes, echo ascending
+ *   indices below n, and pulled either empty or as long as grads; a pull request
  *   keys n x 8; a pull reply versions n x 4 and values n x dim x 4; a model update either is a
  *   tombstone without weights or has dim x 4 bytes of weights; a manifest has shard_count >= 1
  *   entries naming each shard 0..shard_count-1 once; partitions are >= 0. A Request or

@@ -32,30 +32,74 @@ enum spw_ps_penalty_kind {
     SPW_PS_PENALTY_INVERSE = 1, /* alpha = 1 / (1 + tau) */
     SPW_PS_PENALTY_EXP = 2,     /* alpha = beta^tau */
     SPW_PS_PENALTY_DROP = 3,    /* alpha = 1 up to max_tau, update dropped above */
+    /* alpha = min(1, (1 + tau_ref) / (1 + tau)), tau_ref the shard's running mean tau of the
+     * row's frequency class (enum spw_ps_row_class): a row as stale as its class usually is
+     * applies in full, a straggler's staler one is shrunk */
+    SPW_PS_PENALTY_ADAPTIVE = 4,
+    /* delay compensation (DC-ASGD): alpha = 1, and a stale gradient (tau > 0) is corrected to
+     * g + lambda * g * g * (w_now - w_pulled) (spw_ps_dc_correct) when the push carries the
+     * values it was computed from */
+    SPW_PS_PENALTY_DC = 5,
 };
 
 struct spw_ps_penalty {
     enum spw_ps_penalty_kind kind;
     double beta;      /* EXP: in (0, 1] */
     uint32_t max_tau; /* DROP */
+    double lambda;    /* DC: >= 0 */
 };
 
-/* Parses "none", "inverse", "exp:<beta>" (0 < beta <= 1) or "drop:<max_tau>" (integer >= 0).
- * SPW_ERR_INVALID for anything else. */
+/* Parses "none", "inverse", "exp:<beta>" (0 < beta <= 1), "drop:<max_tau>" (integer >= 0),
+ * "adaptive" or "dc:<lambda>" (finite, 0 <= lambda <= 1e6). SPW_ERR_INVALID for anything else.
+ * Pure, thread-safe. */
 spw_err_t spw_ps_penalty_parse(const char *text, struct spw_ps_penalty *out);
 
-/* The step scale for staleness tau; a negative result means "drop the update". */
+/* The step scale for staleness tau; a negative result means "drop the update". ADAPTIVE is
+ * computed with a reference of 0 (that is 1 / (1 + tau)); DC is 1. Pure, thread-safe. */
 double spw_ps_penalty_alpha(const struct spw_ps_penalty *penalty, uint32_t tau);
+
+/* spw_ps_penalty_alpha with the reference staleness tau_ref (>= 0) that ADAPTIVE scales by:
+ * min(1, (1 + tau_ref) / (1 + tau)); the other kinds ignore tau_ref. Pure, thread-safe. */
+double spw_ps_penalty_alpha_ref(const struct spw_ps_penalty *penalty, uint32_t tau, double tau_ref);
+
+/* Delay compensation of one row (DC-ASGD, Zheng et al. 2017), elementwise:
+ * out[j] = g[j] + lambda * g[j] * g[j] * (w_now[j] - w_pulled[j]). out may alias g; the other
+ * arrays are dim floats each. Pure, thread-safe. */
+void spw_ps_dc_correct(uint32_t dim, float lambda, const float *g, const float *w_now,
+                       const float *w_pulled, float *out);
+
+/* Row-frequency classes of the staleness statistics (docs/ARCHITECTURE.md §3): the global bias
+ * row (key SPW_PS_BIAS_KEY), the about SPW_PS_TOP_ROWS rows of this shard updated most often
+ * (count at least a threshold re-estimated every SPW_PS_TOP_PERIOD rows pushed), the rest. */
+enum spw_ps_row_class {
+    SPW_PS_CLASS_BIAS = 0,
+    SPW_PS_CLASS_TOP = 1,
+    SPW_PS_CLASS_REST = 2,
+};
+#define SPW_PS_CLASSES 3
+/* The trainer's models keep their global bias in the row of key 0 (SPW_TRN_BIAS_KEY). */
+#define SPW_PS_BIAS_KEY 0ull
+/* Rows in class top, approximately. */
+#define SPW_PS_TOP_ROWS 1000u
+/* Rows pushed between two estimates of the top class's count threshold. */
+#define SPW_PS_TOP_PERIOD (1u << 17)
+/* Horizon, in rows of a class, of the running means of tau and alpha per class. */
+#define SPW_PS_STALE_WINDOW 1000u
+
+/* "bias", "top", "rest" ("?" otherwise). Thread-safe. */
+const char *spw_ps_row_class_name(enum spw_ps_row_class cls);
 
 /* Parses "sgd|adagrad|adam|ftrl". SPW_ERR_INVALID otherwise. */
 spw_err_t spw_ps_optimizer_parse(const char *text, enum spw_ps_optimizer *out);
 const char *spw_ps_optimizer_name(enum spw_ps_optimizer opt);
 
-/* Optimizer hyper-parameters. The step is lr (× alpha(tau)); for FTRL lr is FTRL's alpha and the
- * staleness scale multiplies the gradient (FTRL has no separate step). */
+/* Optimizer hyper-parameters. The step is lr (× alpha(tau)) for element 0 of a row (the linear
+ * weight) and lr_latent (× alpha) for elements 1..dim-1 (the FM latent vector); for FTRL they are
+ * FTRL's alpha and the staleness scale multiplies the gradient (FTRL has no separate step). */
 struct spw_ps_optim_conf {
     enum spw_ps_optimizer kind;
     float lr;
+    float lr_latent;  /* elements 1..dim-1 (FM's latent part); 0: lr. FTRL: their alpha */
     float l2;         /* added to the gradient as l2·w (FTRL: its own l2 term) */
     float clip_norm;  /* per-row gradient L2-norm clip; 0 disables */
     float eps;        /* Adagrad / Adam denominator */
@@ -118,9 +162,11 @@ spw_err_t spw_ps_store_pull(spw_ps_store_t *store, const uint64_t *keys, size_t 
 
 struct spw_ps_push_result {
     uint32_t applied;
-    uint32_t rejected;      /* a non-finite gradient value: the row is left unchanged */
-    uint32_t dropped_stale; /* penalty drop:<max_tau> exceeded */
-    uint32_t unadmitted;    /* key seen fewer than admit_min_count times: counted, not applied */
+    uint32_t rejected;       /* a non-finite gradient value: the row is left unchanged */
+    uint32_t dropped_stale;  /* penalty drop:<max_tau> exceeded */
+    uint32_t unadmitted;     /* key seen fewer than admit_min_count times: counted, not applied */
+    uint32_t dc_corrected;   /* penalty dc: stale rows whose gradient was corrected */
+    uint32_t dc_uncorrected; /* penalty dc: stale rows applied uncorrected (no pulled values) */
 };
 
 /* Push: applies n × dim gradients. versions (may be NULL: tau 0) are the versions each gradient was
@@ -143,6 +189,39 @@ struct spw_ps_echo {
 spw_err_t spw_ps_store_push_echo(spw_ps_store_t *store, const uint64_t *keys, size_t n,
                                  const float *grads, const uint32_t *versions, uint32_t *taus,
                                  struct spw_ps_push_result *res, const struct spw_ps_echo *echo);
+
+/* Everything one push applies (spw_ps_store_push_args). Arrays are caller-owned and are only
+ * read, except the outputs taus and classes. */
+struct spw_ps_push_args {
+    size_t n;
+    const uint64_t *keys;     /* n; need not be sorted */
+    const float *grads;       /* n × dim */
+    const uint32_t *versions; /* n versions the gradients were computed from; NULL: tau 0 */
+    /* n × dim weights the gradients were computed from (PushRequest.pulled; penalty dc corrects
+     * stale rows with them). NULL: none (dc applies stale rows uncorrected and counts them). */
+    const float *pulled;
+    uint32_t *taus;                 /* out, may be NULL: each row's tau (0 when not applied) */
+    uint8_t *classes;               /* out, may be NULL: each row's enum spw_ps_row_class */
+    const struct spw_ps_echo *echo; /* may be NULL: see spw_ps_store_push_echo */
+};
+
+/* The push all others are: applies args->grads through the optimizer with the staleness
+ * penalty (adaptive by the row class's running mean tau, dc with args->pulled), updates the
+ * class statistics (spw_ps_store_get_staleness), fills the outputs and the echo. Store
+ * errors as spw_ps_store_push. Not thread-safe (the store's thread). */
+spw_err_t spw_ps_store_push_args(spw_ps_store_t *store, const struct spw_ps_push_args *args,
+                                 struct spw_ps_push_result *res);
+
+/* The shard's staleness statistics per row class (indexed by enum spw_ps_row_class). */
+struct spw_ps_stale_stats {
+    double tau_ref[SPW_PS_CLASSES];    /* running mean tau (adaptive's reference) */
+    double alpha_mean[SPW_PS_CLASSES]; /* running mean step scale applied */
+    uint64_t rows[SPW_PS_CLASSES];     /* rows observed */
+    uint32_t top_threshold;            /* count from which a row is top; UINT32_MAX: none yet */
+};
+
+/* Not thread-safe (the store's thread). */
+void spw_ps_store_get_staleness(const spw_ps_store_t *store, struct spw_ps_stale_stats *out);
 
 /* A copy of one row for inspection: weights (dim) then slots (spw_ps_slot_floats). */
 struct spw_ps_row_copy {
@@ -213,7 +292,9 @@ struct spw_ps_store_stats {
     uint64_t rejected_nonfinite;
     uint64_t dropped_stale;
     uint64_t unadmitted;
-    uint64_t row_bytes; /* bytes of one row in DRAM (header + floats) */
+    uint64_t dc_corrected;   /* penalty dc: stale rows corrected with their pulled values */
+    uint64_t dc_uncorrected; /* penalty dc: stale rows pushed without pulled values */
+    uint64_t row_bytes;      /* bytes of one row in DRAM (header + floats) */
 };
 
 void spw_ps_store_get_stats(const spw_ps_store_t *store, struct spw_ps_store_stats *stats);

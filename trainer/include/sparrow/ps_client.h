@@ -186,6 +186,10 @@ struct spw_ps_push {
     const uint16_t *grads_f16; /* n × dim IEEE halves; used as is when fp16 (NULL: converted
                                   from grads with spw_wire_f32_to_f16_n) */
     bool fp16;                 /* values travel (and are applied) as halves */
+    /* n × dim row values the gradients were computed from (PushRequest.pulled, for the shards'
+     * penalty dc), sent as halves when fp16; NULL: not sent. They cost n × dim × (fp16 ? 2 : 4)
+     * more bytes per push. */
+    const float *pulled;
     int64_t max_event_time_ms; /* newest event time behind the gradients */
     uint32_t examples;         /* examples behind them */
     uint64_t step;             /* two-phase step tag (held on the shards until its commit; 0:

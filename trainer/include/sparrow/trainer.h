@@ -231,12 +231,20 @@ void spw_grad_acc_destroy(spw_grad_acc_t *acc);
 spw_err_t spw_grad_acc_add(spw_grad_acc_t *acc, const uint64_t *keys, const float *grads,
                            const uint32_t *versions, size_t n);
 
+/* spw_grad_acc_add that also keeps the row values the gradients were computed from (pulled,
+ * n × dim, may be NULL): a row's are those of the latest add holding its key (its version stays
+ * the oldest). */
+spw_err_t spw_grad_acc_add_pulled(spw_grad_acc_t *acc, const uint64_t *keys, const float *grads,
+                                  const uint32_t *versions, const float *pulled, size_t n);
+
 /* Rows held, and views of them valid until the next add or reset. grads is writable so that it
  * can be handed to spw_topk_compress without a copy. */
 size_t spw_grad_acc_rows(const spw_grad_acc_t *acc);
 const uint64_t *spw_grad_acc_keys(const spw_grad_acc_t *acc);
 float *spw_grad_acc_grads(spw_grad_acc_t *acc);
 const uint32_t *spw_grad_acc_versions(const spw_grad_acc_t *acc);
+/* The rows' pulled values (n × dim), or NULL unless every add since the reset carried them. */
+const float *spw_grad_acc_pulled(const spw_grad_acc_t *acc);
 
 /* Empties acc, keeping its capacity (O(1) for the key index). */
 void spw_grad_acc_reset(spw_grad_acc_t *acc);
@@ -250,6 +258,9 @@ struct spw_topk_conf {
     bool fp16;                /* values travel as IEEE half */
     size_t residual_max_rows; /* bound of the residual table (0: no residual can be kept, so
                                  every row is sent at once) */
+    /* the push sets carry pulled values (spw_topk_compress_pulled): a residual keeps those of
+     * the step that left it (dim more floats per residual) */
+    bool pulled;
 };
 
 /* The rows to push: views owned by the compressor, valid until its next compress or flush.
@@ -263,6 +274,8 @@ struct spw_push_set {
     const uint32_t *versions;
     const float *values;
     const uint16_t *values_f16;
+    /* n × dim row values the gradients were computed from (f32 whatever fp16 says), or NULL */
+    const float *pulled;
 };
 
 struct spw_topk_stats {
@@ -301,6 +314,14 @@ void spw_topk_destroy(spw_topk_t *tk);
  */
 spw_err_t spw_topk_compress(spw_topk_t *tk, const uint64_t *keys, float *grads,
                             const uint32_t *versions, size_t n, struct spw_push_set *out);
+
+/* spw_topk_compress with the row values the gradients were computed from (pulled, n × dim; may
+ * be NULL only when conf.pulled is false, and is ignored then): with conf.pulled, out->pulled
+ * holds each sent row's (a row with its residual folded in: this step's; a residual sent on its
+ * own: the step's that left it). SPW_ERR_INVALID for conf.pulled without pulled. */
+spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *grads,
+                                   const uint32_t *versions, const float *pulled, size_t n,
+                                   struct spw_push_set *out);
 
 /* Moves every residual into *out (oldest first) and empties the table (checkpoints use it). */
 spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out);

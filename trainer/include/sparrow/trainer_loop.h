@@ -111,11 +111,17 @@ struct spw_trainer_loop_conf {
     uint32_t inproc_shards;       /* > 0: that many in-process shards instead of client.shards */
     const char *inproc_dir;       /* their RocksDB root; NULL or "": a temporary directory */
     uint64_t inproc_memory_bytes; /* DRAM budget of each in-process shard */
-    uint32_t trainer_id;          /* 0: derived from the host name and process id */
-    uint64_t epoch;               /* push epoch; 0: wall-clock ms at start (fresh per run) */
+    struct spw_ps_penalty inproc_penalty; /* staleness penalty of the in-process shards */
+    uint32_t trainer_id;                  /* 0: derived from the host name and process id */
+    uint64_t epoch;   /* push epoch; 0: wall-clock ms at start (fresh per run) */
     bool prefetch;    /* pull the next micro-batch while computing (ZeroMQ shards only: in-process
                          pulls complete at once, so they are made after the previous push) */
     bool fresh_reads; /* with prefetch: push acks refresh the prefetched rows (own pushes) */
+    /* pushes carry the row values each gradient was computed from (PushRequest.pulled, for the
+     * shards' penalty dc): a row's values as pulled (and echo-refreshed) for the latest
+     * micro-batch of the step that held its key; a top-k residual sent on its own carries those
+     * of the step that left it. n × dim × (fp16 ? 2 : 4) more bytes per push. */
+    bool push_pulled;
     /* operations */
     uint64_t log_interval_ms;    /* progress line period; 0: none */
     uint64_t commit_interval_ms; /* Kafka offset commits; 0: never (a coordinator commits) */
