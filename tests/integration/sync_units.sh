@@ -14,8 +14,9 @@
 #                exactly its 2 members; the group without the straggler commits more steps.
 #   group-speed  group:2 by speed, 4 trainers, trainers 2 and 4 slowed 6x: after a checkpoint
 #                the two stragglers share a group (by index they would be apart).
-#   elastic      sync, 3 trainers, coordinator.elastic.factor=2 (steps 3), trainer 3 slowed 6x:
-#                it leaves the barrier; trainer 1, paused (SIGSTOP) for 1.5 s, leaves and rejoins.
+#   elastic      sync, 4 trainers, coordinator.elastic.factor=2 (steps 3), trainer 4 slowed 6x:
+#                it leaves the barrier; trainer 1, paused (SIGSTOP) for 1.5 s, leaves and rejoins
+#                (at most half of a unit is out of the barrier at once).
 # usage: sync_units.sh SPARROW DIR CKPT_COUNTER [CASE...]
 set -euo pipefail
 SPARROW=$1
@@ -181,15 +182,16 @@ for c in "${CASES[@]}"; do
         [ -n "$g2" ] && [ "$g2" = "$g4" ] || fail "$c: the two stragglers are not grouped together"
         ;;
     elastic)
-        run_case "$c" 3 sync "3" coordinator.elastic.factor=2 coordinator.elastic.steps=3
-        wait_for "$c: a step commit" 60 grep -q "step commit" "$D/coord.log"
-        sleep 1
+        N=24000 # long enough to pause trainer 1 while everyone still has data
+        run_case "$c" 4 sync "4" coordinator.elastic.factor=2 coordinator.elastic.steps=3
+        wait_for "$c: 20 step commits of examples" 60 bash -c \
+            "[ \$(grep -c 'step commit.* examples=[1-9]' '$D/coord.log') -ge 20 ]"
         kill -STOP "${TRAINER_PIDS[0]}"
         sleep 1.5
         kill -CONT "${TRAINER_PIDS[0]}"
         drained
-        grep -q 'trainer leaves the barrier.*member=trainer-3 ' "$D/coord.log" ||
-            fail "$c: the straggler trainer-3 did not leave the barrier"
+        grep -q 'trainer leaves the barrier.*member=trainer-4 ' "$D/coord.log" ||
+            fail "$c: the straggler trainer-4 did not leave the barrier"
         grep -q 'trainer leaves the barrier.*member=trainer-1 ' "$D/coord.log" ||
             fail "$c: trainer-1 (paused) did not leave the barrier"
         grep -q 'trainer rejoins the barrier.*member=trainer-1 ' "$D/coord.log" ||
@@ -198,6 +200,7 @@ for c in "${CASES[@]}"; do
         rejoins=$(metric "$CO_HTTP" sparrow_coord_elastic_moves_total 'move="rejoin"')
         echo "  $c: elastic moves leave=$leaves rejoin=$rejoins"
         check "$leaves >= 2 and $rejoins >= 1" "$c: the moves are counted"
+        N=8000
         ;;
     *) fail "unknown case $c" ;;
     esac
