@@ -45,7 +45,8 @@ static void usage(FILE *out)
     fprintf(
         out,
         "usage: sparrow launch [--run-dir DIR] [--shards N] [--trainers M] [--partitions P]\n"
-        "         [--mode async|sync|ssp:S|hybrid:K] [--penalty none|inverse|exp:B|drop:T]\n"
+        "         [--mode async|sync|ssp:S|hybrid:K|group:G]\n"
+        "         [--penalty none|inverse|exp:B|drop:T|adaptive|dc:LAMBDA]\n"
         "         [--examples N] [--rate EX_PER_S] [--seed S] [--drift D] [--duration SECONDS]\n"
         "         [--slow I:FACTOR]... [--delay I:MS]... [--set ROLE:key=value]...\n"
         "         [--kill ROLES --kills N [--kill-interval MIN_MS:MAX_MS] [--restart-after MS]\n"
@@ -79,7 +80,8 @@ static void usage(FILE *out)
         "Every --samples-ms (default 500) DIR/samples.csv gets t_ms,trainer,step,clock,examples,\n"
         "window_logloss per trainer (-1 where a metric is absent). At the end every process is\n"
         "stopped (SIGTERM, SIGKILL after 35 s) and the summary (mode, throughput, window\n"
-        "logloss/AUC against the Bayes-optimal per trainer, staleness histogram, checkpoint\n"
+        "logloss/AUC against the Bayes-optimal per trainer, staleness histogram, and per row\n"
+        "class where the shards export sparrow_ps_staleness_class, checkpoint\n"
         "epoch, example count and pause, kills, exit statuses) goes to --summary (default\n"
         "DIR/summary.json).\n"
         "Exits 0 on success, 1 when a process dies unexpectedly (naming its log), does not stop\n"
@@ -187,14 +189,18 @@ static int parse_flag(struct launch_opts *o, const char *a, const char *v)
             return bad(a, "an integer in [1, " LAUNCH_STR(SPW_PIPELINE_MAX_PARTITIONS) "]", v);
         o->partitions = (long)x;
     } else if (strcmp(a, "--mode") == 0) {
+        /* group:G (issue 15) is passed on: a coordinator without it refuses it at start */
         if (strcmp(v, "async") != 0 && strcmp(v, "sync") != 0 &&
-            !prefixed(v, "ssp:", 0, 1e9, true) && !prefixed(v, "hybrid:", 1, 1e9, true))
-            return bad(a, "async, sync, ssp:S or hybrid:K", v);
+            !prefixed(v, "ssp:", 0, 1e9, true) && !prefixed(v, "hybrid:", 1, 1e9, true) &&
+            !prefixed(v, "group:", 1, 1e9, true))
+            return bad(a, "async, sync, ssp:S, hybrid:K or group:G", v);
         o->mode = v;
     } else if (strcmp(a, "--penalty") == 0) {
-        if (strcmp(v, "none") != 0 && strcmp(v, "inverse") != 0 &&
-            !prefixed(v, "exp:", 1e-9, 1, false) && !prefixed(v, "drop:", 0, 1e9, true))
-            return bad(a, "none, inverse, exp:B (0 < B <= 1) or drop:T", v);
+        /* adaptive and dc:LAMBDA (issue 15) are passed on: a shard without them refuses them */
+        if (strcmp(v, "none") != 0 && strcmp(v, "inverse") != 0 && strcmp(v, "adaptive") != 0 &&
+            !prefixed(v, "exp:", 1e-9, 1, false) && !prefixed(v, "drop:", 0, 1e9, true) &&
+            !prefixed(v, "dc:", 0, 1e9, false))
+            return bad(a, "none, inverse, exp:B (0 < B <= 1), drop:T, adaptive or dc:LAMBDA", v);
         o->penalty = v;
         return add_set(o, SPW_PIPELINE_PSERVER, -1, "pserver.staleness.penalty", v);
     } else if (strcmp(a, "--examples") == 0) {
