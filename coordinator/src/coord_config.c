@@ -1,15 +1,37 @@
 /* The property table of `sparrow coordinator` and its translation into a server conf. */
 #include <stdio.h>
+#include <string.h>
 
 #include "sparrow/coordinator.h"
 
 const struct spw_config_prop spw_coordinator_config_props[] = {
     {"coordinator.listen", SPW_CONFIG_STRING, "tcp://0.0.0.0:7100", 0, 1000, NULL,
      "ZeroMQ endpoint the coordinator binds for trainers and other members."},
-    {"coordinator.mode", SPW_CONFIG_ENUM, "async", 0, 0, "async|sync|ssp:|hybrid:",
+    {"coordinator.mode", SPW_CONFIG_ENUM, "async", 0, 0, "async|sync|ssp:|hybrid:|group:",
      "Trainer mode: async; sync (synchronous steps: every trainer's step-t gradients averaged on "
      "the shards and applied once, step t+1 reads the result, so K trainers of batch B train "
-     "like one of batch K*B); ssp:S (at most S steps ahead); hybrid:K (barrier every K)."},
+     "like one of batch K*B); ssp:S (at most S steps ahead); hybrid:K (barrier every K); group:G "
+     "(semi-synchronous: trainers in groups of G, synchronous steps inside a group, groups "
+     "asynchronous to each other)."},
+    {"coordinator.sync.backup", SPW_CONFIG_INT, "0", 0, 1023, NULL,
+     "Backup workers of sync and group:G: a step commits once the first n-b trainers of its "
+     "unit (the job, or the group) in the barrier pushed it, at least one; the others' step "
+     "contributions are late (coordinator.sync.late)."},
+    {"coordinator.sync.late", SPW_CONFIG_ENUM, "drop", 0, 0, "drop|apply",
+     "Late contributions of backup workers: drop (not applied; counted), or apply (applied on "
+     "their own after the step, weighted as one contributor more of it, through the shards' "
+     "staleness penalty). Either way the debug counter row counts their examples."},
+    {"coordinator.elastic.factor", SPW_CONFIG_DOUBLE, "0", 0, 1000, NULL,
+     "Elastic synchronisation (sync, group:G): a trainer whose step time is above this factor "
+     "times the median of the other trainers of its unit for coordinator.elastic.steps steps "
+     "leaves the barrier (trains asynchronously, staleness-penalised), and rejoins once it "
+     "stays within (1 + factor) / 2 times the median as long. 0: off; otherwise above 1."},
+    {"coordinator.elastic.steps", SPW_CONFIG_INT, "5", 1, 1000000, NULL,
+     "Consecutive steps a trainer must be slow (fast) before it leaves (rejoins) the barrier."},
+    {"coordinator.group.by", SPW_CONFIG_ENUM, "index", 0, 0, "index|speed",
+     "How group:G forms its groups (at every recovery and checkpoint): index (in the order the "
+     "trainers registered) or speed (trainers of similar measured step time together, so that "
+     "a straggler does not hold a fast group)."},
     {"coordinator.shards", SPW_CONFIG_STRING, "", 0, 16384, NULL,
      "Parameter-server shards (comma-separated ZeroMQ endpoints, shard 0 first)."},
     {"coordinator.checkpoint.dir", SPW_CONFIG_STRING, ".", 1, 4000, NULL,
@@ -46,8 +68,28 @@ spw_err_t spw_coord_server_conf_from_config(const spw_config_t *cfg,
     c.listen = spw_config_str(cfg, "coordinator.listen");
     if (spw_coord_mode_parse(spw_config_str(cfg, "coordinator.mode"), &c.mode) != SPW_OK) {
         snprintf(errstr, errstr_size,
-                 "coordinator.mode: expected async, sync, ssp:S (0..1000000) or hybrid:K "
-                 "(1..1000000000)");
+                 "coordinator.mode: expected async, sync, ssp:S (0..1000000), hybrid:K "
+                 "(1..1000000000) or group:G (1..%u)",
+                 SPW_COORD_MAX_MEMBERS);
+        return SPW_ERR_INVALID;
+    }
+    c.sync.backup = (uint32_t)spw_config_int(cfg, "coordinator.sync.backup");
+    c.sync.apply_late = strcmp(spw_config_str(cfg, "coordinator.sync.late"), "apply") == 0;
+    c.sync.elastic_factor = spw_config_double(cfg, "coordinator.elastic.factor");
+    c.sync.elastic_steps = (uint32_t)spw_config_int(cfg, "coordinator.elastic.steps");
+    c.sync.group_by_speed = strcmp(spw_config_str(cfg, "coordinator.group.by"), "speed") == 0;
+    if (c.sync.elastic_factor > 0 && c.sync.elastic_factor <= 1) {
+        snprintf(errstr, errstr_size,
+                 "coordinator.elastic.factor %g: a factor at or below 1 would move every "
+                 "trainer slower than the median; use 0 (off) or above 1",
+                 c.sync.elastic_factor);
+        return SPW_ERR_INVALID;
+    }
+    bool two_phase = spw_coord_mode_two_phase(&c.mode);
+    if (!two_phase && (c.sync.backup > 0 || c.sync.elastic_factor > 0)) {
+        snprintf(errstr, errstr_size,
+                 "coordinator.sync.backup and coordinator.elastic.factor apply to "
+                 "coordinator.mode sync or group:G only");
         return SPW_ERR_INVALID;
     }
     c.shards = spw_config_str(cfg, "coordinator.shards");

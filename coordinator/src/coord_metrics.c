@@ -32,6 +32,24 @@ void spw_coord__metrics_register(struct spw_coord__metrics *m, spw_metrics_t *r)
                                             "Global recoveries started.", NULL);
     m->removed = spw_metrics_counter_new(r, "sparrow_coord_members_removed_total",
                                          "Members removed after member.timeout of silence.", NULL);
+    m->step_commits = spw_metrics_counter_new(r, "sparrow_coord_step_commits_total",
+                                              "Two-phase steps committed (sync, group:G).", NULL);
+    const char *st = "sparrow_coord_step_trainers_total",
+               *st_help = "Trainers of a unit at each step commit: waited (their step "
+                          "contributions averaged) or late (backup workers, out of the barrier).";
+    m->step_waited = spw_metrics_counter_new(r, st, st_help, "fate=\"waited\"");
+    m->step_late = spw_metrics_counter_new(r, st, st_help, "fate=\"late\"");
+    const char *mv = "sparrow_coord_elastic_moves_total",
+               *mv_help = "Elastic synchronisation: stragglers moved out of the barrier (leave) "
+                          "and back (rejoin).";
+    m->elastic_leaves = spw_metrics_counter_new(r, mv, mv_help, "move=\"leave\"");
+    m->elastic_rejoins = spw_metrics_counter_new(r, mv, mv_help, "move=\"rejoin\"");
+    m->out_of_barrier = spw_metrics_gauge_new(
+        r, "sparrow_coord_trainers_out_of_barrier",
+        "Trainers elastic synchronisation moved out of the barrier (training asynchronously).",
+        NULL);
+    m->units = spw_metrics_gauge_new(r, "sparrow_coord_sync_units",
+                                     "Synchronous units: 1 in sync, the groups in group:G.", NULL);
 }
 
 void spw_coord__metrics_sync(struct spw_coord__metrics *m, const struct spw_coord_server_stats *st,
@@ -53,4 +71,13 @@ void spw_coord__metrics_sync(struct spw_coord__metrics *m, const struct spw_coor
     add_delta(m->epochs_aborted, st->epochs_aborted, &m->seen_aborted);
     add_delta(m->recoveries, st->recoveries, &m->seen_recoveries);
     add_delta(m->removed, st->members_removed, &m->seen_removed);
+    add_delta(m->step_commits, st->step_commits, &m->seen_commits);
+    add_delta(m->step_waited, st->step_waited, &m->seen_waited);
+    add_delta(m->step_late, st->step_late, &m->seen_late);
+    add_delta(m->elastic_leaves, st->elastic_leaves, &m->seen_leaves);
+    add_delta(m->elastic_rejoins, st->elastic_rejoins, &m->seen_rejoins);
+    if (m->out_of_barrier)
+        spw_gauge_set(m->out_of_barrier, st->out_of_barrier);
+    if (m->units)
+        spw_gauge_set(m->units, st->units);
 }

@@ -1,4 +1,4 @@
-/* Trainer modes: parsing and the clock rules of async, sync, ssp:S and hybrid:K. */
+/* Trainer modes: parsing and the clock rules of async, sync, ssp:S, hybrid:K and group:G. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +29,10 @@ spw_err_t spw_coord_mode_parse(const char *text, struct spw_coord_mode *out)
         m.kind = SPW_COORD_HYBRID;
         if (parse_param(text + 7, 1, 1000000000, &m.param) != SPW_OK)
             return SPW_ERR_INVALID;
+    } else if (strncmp(text, "group:", 6) == 0) {
+        m.kind = SPW_COORD_GROUP;
+        if (parse_param(text + 6, 1, SPW_COORD_MAX_MEMBERS, &m.param) != SPW_OK)
+            return SPW_ERR_INVALID;
     } else {
         return SPW_ERR_INVALID;
     }
@@ -51,7 +55,15 @@ void spw_coord_mode_format(const struct spw_coord_mode *mode, char *buf, size_t 
     case SPW_COORD_HYBRID:
         snprintf(buf, size, "hybrid:%" PRIu32, mode->param);
         break;
+    case SPW_COORD_GROUP:
+        snprintf(buf, size, "group:%" PRIu32, mode->param);
+        break;
     }
+}
+
+bool spw_coord_mode_two_phase(const struct spw_coord_mode *mode)
+{
+    return mode->kind == SPW_COORD_SYNC || mode->kind == SPW_COORD_GROUP;
 }
 
 bool spw_coord_mode_barrier(const struct spw_coord_mode *mode, uint64_t clock)
@@ -66,6 +78,7 @@ bool spw_coord_mode_may_proceed(const struct spw_coord_mode *mode, uint64_t cloc
     case SPW_COORD_ASYNC:
         return true;
     case SPW_COORD_SYNC:
+    case SPW_COORD_GROUP: /* the server releases by the unit's commits (step_rule.c) */
         return min_clock >= clock;
     case SPW_COORD_SSP:
         return clock <= min_clock || clock - min_clock <= mode->param;

@@ -53,6 +53,12 @@ struct member {
     bool pending_commit, pending_drop, pending_offsets;
     uint32_t trainer_id;    /* the id its pushes carry (from its Clocks) */
     uint64_t step_examples; /* examples of the step its clock counts (two-phase weight) */
+    /* two-phase modes: its synchronous unit, whether the unit's steps wait for it (elastic
+     * moves a straggler out), its step times, and when it was last released */
+    uint32_t unit;
+    bool in_barrier;
+    struct spw_coord_elastic elastic;
+    uint64_t released_ms; /* 0: not since it (re)registered */
 };
 
 struct shard {
@@ -101,10 +107,16 @@ struct spw_coord_server {
     struct spw_coord_server_stats stats;
     struct spw_coord__metrics m;
     uint64_t last_completed_ms; /* the last checkpoint completed (start before the first) */
-    /* two-phase steps (sync): the last step every shard applied, and the one being committed
-     * (0: none) since commit_sent_ms */
-    uint64_t committed_step, commit_step, commit_sent_ms;
-    uint32_t *commit_ids; /* SPW_COORD_MAX_MEMBERS scratch: the step's contributors */
+    /* two-phase steps (sync, group:G): each unit's last step every shard applied, and the one
+     * being committed (0: none) for commit_unit since commit_sent_ms; one commit at a time */
+    uint64_t *unit_committed; /* SPW_COORD_MAX_MEMBERS */
+    uint32_t n_units;
+    uint32_t commit_unit;
+    uint64_t commit_step, commit_sent_ms;
+    uint32_t *commit_ids, *member_ids;      /* SPW_COORD_MAX_MEMBERS scratch */
+    struct spw_coord_step_member *rule_tmp; /* SPW_COORD_MAX_MEMBERS scratch */
+    double *speed_tmp;                      /* SPW_COORD_MAX_MEMBERS scratch */
+    uint32_t *group_tmp;                    /* SPW_COORD_MAX_MEMBERS scratch */
 };
 
 /* ---- sending ---- */
@@ -112,7 +124,39 @@ struct spw_coord_server {
 /* True in the modes whose steps are two-phase: pushes wait on the shards for the step's commit. */
 static bool two_phase(const spw_coord_server_t *srv)
 {
-    return srv->conf.mode.kind == SPW_COORD_SYNC;
+    return spw_coord_mode_two_phase(&srv->conf.mode);
+}
+
+static bool is_trainer(const struct member *m)
+{
+    return m->live && m->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER;
+}
+
+/* Two-phase: a trainer released into the next step of its unit, or out of the barrier. Its clock
+ * counts its unit's steps: one that came too late (backup workers) or rejoins skips the steps
+ * committed without it, so that its pushes carry the step being formed. */
+static void release_two_phase(spw_coord_server_t *srv, struct member *m, Sparrow__ClockReply *cr)
+{
+    uint64_t committed = srv->unit_committed[m->unit];
+    if (m->in_barrier && m->elastic.out) {
+        m->in_barrier = false;
+        SPW_WARN("trainer leaves the barrier",
+                 "member=%s unit=%u step_ms=%.1f step=%" PRIu64
+                 " reason=\"slower than coordinator.elastic.factor x the others\"",
+                 m->id, m->unit, m->elastic.ewma_ms, m->clock);
+    } else if (!m->in_barrier && !m->elastic.out && m->clock <= committed) {
+        m->in_barrier = true;
+        SPW_INFO("trainer rejoins the barrier", "member=%s unit=%u step_ms=%.1f step=%" PRIu64,
+                 m->id, m->unit, m->elastic.ewma_ms, committed + 1);
+    }
+    if (!m->in_barrier)
+        return; /* asynchronous: its pushes apply at once, penalised by their staleness */
+    if (committed > m->clock) {
+        m->base += (int64_t)(committed - m->clock);
+        m->clock = committed;
+    }
+    cr->has_step = true;
+    cr->step = committed + 1;
 }
 
 static void send_to(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len,
@@ -175,17 +219,18 @@ static void reply_member(spw_coord_server_t *srv, struct member *m, int kind)
         cr.has_drop_cache = cr.has_commit = true;
         cr.drop_cache = m->pending_drop;
         cr.commit = m->pending_commit;
-        if (two_phase(srv)) { /* the next step's pushes wait for commit clock + 1 */
-            cr.has_step = true;
-            cr.step = m->clock + 1;
-        }
+        if (two_phase(srv)) /* the next step's pushes wait for their unit's commit */
+            release_two_phase(srv, m, &cr);
+        m->released_ms = spw_time_mono_ms();
         m->pending_drop = m->pending_commit = m->pending_offsets = false;
         break;
     case 1:
         cr.has_checkpoint_epoch = true;
         cr.checkpoint_epoch = srv->epoch_open;
+        m->released_ms = 0; /* its next step time would count the pause */
         break;
     case 2:
+        m->released_ms = 0;
         cr.has_restore = cr.has_restore_epoch = true;
         cr.restore = true;
         cr.restore_epoch = srv->cur.epoch;
@@ -272,31 +317,44 @@ static void shard_send(spw_coord_server_t *srv, struct shard *sh, int body, uint
         zmq_send(sh->sock, srv->out.data, srv->out.len, ZMQ_DONTWAIT);
 }
 
-/* Sends CommitRequest(step) to every shard: the contributions of the live trainers whose clock
- * reached step, weighted over their examples of that step. */
-static void commit_step(spw_coord_server_t *srv, uint64_t step)
+/* Sends CommitRequest(step) of unit u to every shard: the contributions of its in-barrier
+ * trainers that pushed step, weighted over their examples of it; every trainer of the unit is
+ * named a member (the others' contributions of the step are late). */
+static void commit_step(spw_coord_server_t *srv, uint32_t u, uint64_t step)
 {
-    size_t n_ids = 0;
+    size_t n_ids = 0, n_members = 0;
     uint64_t examples = 0;
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
         const struct member *m = &srv->members[i];
-        if (!m->live || m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER || m->clock < step)
+        if (!is_trainer(m) || m->unit != u)
+            continue;
+        srv->member_ids[n_members++] = m->trainer_id;
+        if (!m->in_barrier || m->clock < step)
             continue;
         srv->commit_ids[n_ids++] = m->trainer_id;
         if (m->clock == step)
             examples += m->step_examples;
     }
+    srv->stats.step_commits++;
+    srv->stats.step_waited += n_ids;
+    srv->stats.step_late += n_members - n_ids;
+    SPW_DEBUG("step commit", "unit=%u step=%" PRIu64 " waited=%zu members=%zu examples=%" PRIu64, u,
+              step, n_ids, n_members, examples);
     Sparrow__Request req = SPARROW__REQUEST__INIT;
     Sparrow__CommitRequest cr = SPARROW__COMMIT_REQUEST__INIT;
     req.has_version = req.has_request_id = true;
     req.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
     req.body_case = SPARROW__REQUEST__BODY_COMMIT;
     req.commit = &cr;
-    cr.has_step = cr.has_examples = true;
+    cr.has_step = cr.has_examples = cr.has_apply_late = true;
     cr.step = step;
     cr.examples = examples;
     cr.n_trainer_ids = n_ids;
     cr.trainer_ids = srv->commit_ids;
+    cr.n_member_ids = n_members;
+    cr.member_ids = srv->member_ids;
+    cr.apply_late = srv->conf.sync.apply_late;
+    srv->commit_unit = u;
     srv->commit_step = step;
     srv->commit_sent_ms = spw_time_mono_ms();
     for (uint32_t i = 0; i < srv->n_shards; i++) {
@@ -308,6 +366,73 @@ static void commit_step(spw_coord_server_t *srv, uint64_t step)
         srv->out.len = 0;
         if (spw_wire_pack(&req.base, &srv->out) == SPW_OK)
             zmq_send(sh->sock, srv->out.data, srv->out.len, ZMQ_DONTWAIT);
+    }
+}
+
+/* May unit u's next step commit (enough of its in-barrier trainers pushed it)? */
+static bool unit_ready(spw_coord_server_t *srv, uint32_t u)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        const struct member *m = &srv->members[i];
+        if (is_trainer(m) && m->unit == u)
+            srv->rule_tmp[n++] =
+                (struct spw_coord_step_member){.clock = m->clock, .in_barrier = m->in_barrier};
+    }
+    return spw_coord_step_ready(srv->rule_tmp, n, srv->unit_committed[u] + 1,
+                                srv->conf.sync.backup);
+}
+
+/* Puts the live trainers in their units (sync: one; group:G: groups of G by order or speed) and
+ * numbers every unit's steps from the highest step any unit committed or any trainer pushed:
+ * called while no step is pending (a recovery, a completed checkpoint), so that a trainer moved
+ * to another group never waits for steps it has passed. */
+static void form_units(spw_coord_server_t *srv)
+{
+    if (!two_phase(srv))
+        return;
+    size_t n = 0;
+    uint64_t top = 0;
+    for (uint32_t u = 0; u < srv->n_units; u++)
+        if (srv->unit_committed[u] > top)
+            top = srv->unit_committed[u];
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        const struct member *m = &srv->members[i];
+        if (!is_trainer(m))
+            continue;
+        srv->speed_tmp[n++] = m->elastic.measured ? m->elastic.ewma_ms : 0.0;
+        if (m->clock > top)
+            top = m->clock;
+    }
+    uint32_t size = srv->conf.mode.kind == SPW_COORD_GROUP ? srv->conf.mode.param : (uint32_t)n;
+    if (size == 0 || spw_coord_groups_assign(srv->conf.sync.group_by_speed ? srv->speed_tmp : NULL,
+                                             n, size, srv->group_tmp) != SPW_OK)
+        memset(srv->group_tmp, 0, (n ? n : 1) * sizeof(*srv->group_tmp));
+    bool changed = false;
+    uint32_t units = 1;
+    size_t k = 0;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        struct member *m = &srv->members[i];
+        if (!is_trainer(m))
+            continue;
+        uint32_t g = srv->group_tmp[k++];
+        changed |= g != m->unit;
+        m->unit = g;
+        if (g + 1 > units)
+            units = g + 1;
+    }
+    srv->n_units = units;
+    for (uint32_t u = 0; u < units; u++)
+        srv->unit_committed[u] = top;
+    if (changed && srv->conf.mode.kind == SPW_COORD_GROUP) {
+        SPW_INFO("groups formed", "groups=%u size=%u trainers=%zu by=%s step=%" PRIu64, units, size,
+                 n, srv->conf.sync.group_by_speed ? "speed" : "index", top);
+        for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+            const struct member *m = &srv->members[i];
+            if (is_trainer(m))
+                SPW_INFO("group member", "member=%s group=%u trainer_id=%u step_ms=%.1f", m->id,
+                         m->unit, m->trainer_id, m->elastic.ewma_ms);
+        }
     }
 }
 
@@ -426,6 +551,12 @@ static void on_register(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_
     m->examples_reported = m->examples_counted = 0;
     m->restored_gen = 0;
     m->told_gen = m->told_epoch = 0;
+    if (!same_process) {
+        memset(&m->elastic, 0, sizeof(m->elastic));
+        m->in_barrier = true;
+        m->unit = 0;
+    }
+    m->released_ms = 0;
     copy_rid(m, rid, rid_len);
     SPW_INFO("member registered", "member=%s role=%d incarnation=%" PRIu64 " rejoin=%d", m->id,
              m->role, m->incarnation, was_live);
@@ -456,6 +587,42 @@ static void on_heartbeat(spw_coord_server_t *srv, const uint8_t *rid, size_t rid
     cr.generation = srv->generation;
     cr.latest_epoch = srv->stats.latest_epoch;
     send_to(srv, rid, rid_len, &msg.base);
+}
+
+/* Elastic synchronisation: m's step took step_ms (from its release to this Clock); compared
+ * with the median of its unit's other trainers, it may leave the barrier (it is released
+ * asynchronously from then on) or rejoin it (at its next release). */
+static void observe_step(spw_coord_server_t *srv, struct member *m, double step_ms)
+{
+    size_t n = 0;
+    uint32_t in = 0, out = 0;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        const struct member *o = &srv->members[i];
+        if (o == m || !is_trainer(o) || o->unit != m->unit)
+            continue;
+        if (o->elastic.measured)
+            srv->speed_tmp[n++] = o->elastic.ewma_ms;
+        if (o->in_barrier && !o->elastic.out)
+            in++;
+        else
+            out++;
+    }
+    double median = spw_coord_median(srv->speed_tmp, n);
+    /* the barrier keeps at least one other trainer, and a majority of the unit */
+    bool may_leave = in >= 1 && 2 * (out + 1) <= in + out + 1;
+    enum spw_coord_elastic_move mv =
+        spw_coord_elastic_observe(&m->elastic, step_ms, median, srv->conf.sync.elastic_factor,
+                                  srv->conf.sync.elastic_steps, may_leave);
+    if (mv == SPW_COORD_ELASTIC_LEAVE)
+        srv->stats.elastic_leaves++;
+    else if (mv == SPW_COORD_ELASTIC_REJOIN)
+        srv->stats.elastic_rejoins++;
+    if (mv != SPW_COORD_ELASTIC_STAY)
+        SPW_INFO(mv == SPW_COORD_ELASTIC_LEAVE ? "elastic: trainer is a straggler"
+                                               : "elastic: trainer keeps up again",
+                 "member=%s unit=%u step_ms=%.1f others_median_ms=%.1f factor=%g steps=%u", m->id,
+                 m->unit, m->elastic.ewma_ms, median, srv->conf.sync.elastic_factor,
+                 srv->conf.sync.elastic_steps);
 }
 
 static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len,
@@ -492,6 +659,8 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
     }
     if (c->has_trainer_id)
         m->trainer_id = c->trainer_id;
+    if (two_phase(srv) && m->released_ms && !m->waiting)
+        observe_step(srv, m, (double)(spw_time_mono_ms() - m->released_ms));
     m->waiting = true;
     m->told_epoch = m->told_gen = 0; /* a fresh Clock wants a fresh answer */
     evaluate(srv);
@@ -587,6 +756,7 @@ static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const c
     }
     uint64_t now_mono = spw_time_mono_ms();
     srv->last_ckpt_ms = now_mono;
+    form_units(srv); /* nothing is pending: groups by speed follow the measured step times */
     if (srv->conf.mode.kind == SPW_COORD_HYBRID) /* the epoch was a barrier: drop caches */
         for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
             if (srv->members[i].live)
@@ -733,7 +903,12 @@ static void start_recovery(spw_coord_server_t *srv, const char *reason)
         mb->told_gen = 0;
         mb->reported = false;
         mb->pending_commit = mb->pending_drop = false;
+        /* everyone starts again in the barrier; the step times are kept */
+        mb->in_barrier = true;
+        mb->elastic.out = false;
+        mb->elastic.slow_run = mb->elastic.fast_run = 0;
     }
+
     SPW_WARN("recovery started", "generation=%" PRIu64 " epoch=%" PRIu64 " reason=\"%s\"",
              srv->generation, e, reason);
 }
@@ -768,13 +943,16 @@ static spw_err_t shards_result(const spw_coord_server_t *srv)
     return SPW_OK;
 }
 
-/* True when every live trainer waits (its Clock held) at exactly `clock`. */
-static bool all_held_at(const spw_coord_server_t *srv, uint64_t clock)
+/* Two-phase: true when no step is pending anywhere: every live trainer waits (its Clock held)
+ * and none in a barrier pushed a step its unit has not committed, and no commit is in flight. */
+static bool all_held_between_steps(const spw_coord_server_t *srv)
 {
+    if (srv->commit_step)
+        return false;
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
         const struct member *m = &srv->members[i];
-        if (m->live && m->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER &&
-            (!m->waiting || m->clock != clock))
+        if (is_trainer(m) &&
+            (!m->waiting || (m->in_barrier && m->clock > srv->unit_committed[m->unit])))
             return false;
     }
     return true;
@@ -828,6 +1006,7 @@ static void evaluate(spw_coord_server_t *srv)
                              "generation=%" PRIu64 " epoch=%" PRIu64 " trainers=%u",
                              srv->generation, srv->cur.epoch, n);
                     srv->phase = PHASE_RUN;
+                    form_units(srv);
                     srv->last_ckpt_ms = spw_time_mono_ms();
                     srv->last_ckpt_clock = max;
                 }
@@ -863,9 +1042,9 @@ static void evaluate(spw_coord_server_t *srv)
             if (!srv->initial_recovery_done || n == 0)
                 break;
             if (two_phase(srv)) {
-                /* step min is complete (every live trainer's pushes acknowledged): commit it
-                 * on every shard before anyone reads, and before a checkpoint records the
-                 * offsets of its examples */
+                /* a unit's step is complete (enough of its trainers' pushes acknowledged):
+                 * commit it on every shard before they read, and before a checkpoint records
+                 * the offsets of its examples; one commit at a time */
                 bool ok;
                 if (srv->commit_step && !commit_done(srv, &ok))
                     break;
@@ -876,12 +1055,19 @@ static void evaluate(spw_coord_server_t *srv)
                         start_recovery(srv, "a shard failed to commit a step");
                         break;
                     }
-                    srv->committed_step = step;
+                    srv->unit_committed[srv->commit_unit] = step;
                 }
-                if (min > srv->committed_step) {
-                    commit_step(srv, min);
+                bool sent = false;
+                for (uint32_t k = 0; k < srv->n_units && !sent; k++) {
+                    /* round robin from the unit after the last committed: none starves */
+                    uint32_t u = (srv->commit_unit + 1 + k) % srv->n_units;
+                    if (unit_ready(srv, u)) {
+                        commit_step(srv, u, srv->unit_committed[u] + 1);
+                        sent = true;
+                    }
+                }
+                if (sent)
                     break;
-                }
             }
             if (srv->conf.mode.kind == SPW_COORD_HYBRID) {
                 /* a barrier every live trainer reached: checkpoint (when due) and release */
@@ -905,11 +1091,12 @@ static void evaluate(spw_coord_server_t *srv)
                     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
                         if (srv->members[i].live)
                             srv->members[i].pending_drop = true;
-            } else if ((!two_phase(srv) || all_held_at(srv, srv->committed_step)) &&
-                       checkpoint_due(srv, max)) {
-                /* two-phase: only between steps, every trainer held at the step just committed
-                 * (one released into the next step would report offsets of examples whose
-                 * pushes wait for a commit the checkpoint comes before) */
+            } else if (checkpoint_due(srv, max) &&
+                       (!two_phase(srv) || all_held_between_steps(srv))) {
+                /* two-phase: only between steps, every trainer held with nothing pending (one
+                 * released into the next step would report offsets of examples whose pushes
+                 * wait for a commit the checkpoint comes before); while one is due nobody is
+                 * released, so that the trainers gather */
                 open_epoch(srv, srv->conf.checkpoint_interval_ms > 0 &&
                                         spw_time_mono_ms() - srv->last_ckpt_ms >=
                                             srv->conf.checkpoint_interval_ms
@@ -917,11 +1104,14 @@ static void evaluate(spw_coord_server_t *srv)
                                     : "steps");
                 break;
             }
+            if (two_phase(srv) && checkpoint_due(srv, max))
+                break; /* hold everyone until the checkpoint can open */
             for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
                 struct member *m = &srv->members[i];
-                if (m->live && m->waiting &&
-                    spw_coord_mode_may_proceed(&srv->conf.mode, m->clock, min) &&
-                    (!two_phase(srv) || m->clock <= srv->committed_step)) {
+                bool go = two_phase(srv)
+                              ? !m->in_barrier || m->clock <= srv->unit_committed[m->unit]
+                              : spw_coord_mode_may_proceed(&srv->conf.mode, m->clock, min);
+                if (m->live && m->waiting && go) {
                     m->waiting = false;
                     reply_member(srv, m, 0);
                 }
@@ -1085,6 +1275,10 @@ static void tick(spw_coord_server_t *srv)
     for (uint32_t i = 0; i < srv->n_shards; i++)
         down += srv->shards[i].down;
     srv->stats.trainers = live_trainers(srv, &min, &max);
+    srv->stats.out_of_barrier = 0;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
+        srv->stats.out_of_barrier += is_trainer(&srv->members[i]) && !srv->members[i].in_barrier;
+    srv->stats.units = two_phase(srv) ? srv->n_units : 0;
     spw_coord__metrics_sync(&srv->m, &srv->stats, down,
                             (double)(spw_time_mono_ms() - srv->last_completed_ms) / 1000.0);
 }
@@ -1148,7 +1342,15 @@ spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *con
     srv->arena = spw_arena_new(1 << 16, (size_t)SPW_COORD_MAX_FRAME * 4);
     srv->ctx = zmq_ctx_new();
     srv->commit_ids = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->commit_ids));
-    if (!srv->listen || !srv->dir || !srv->arena || !srv->ctx || !srv->commit_ids) {
+    srv->member_ids = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->member_ids));
+    srv->group_tmp = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->group_tmp));
+    srv->unit_committed = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->unit_committed));
+    srv->rule_tmp = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->rule_tmp));
+    srv->speed_tmp = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->speed_tmp));
+    srv->n_units = 1;
+    if (!srv->listen || !srv->dir || !srv->arena || !srv->ctx || !srv->commit_ids ||
+        !srv->member_ids || !srv->group_tmp || !srv->unit_committed || !srv->rule_tmp ||
+        !srv->speed_tmp) {
         snprintf(errstr, errstr_size, "out of memory");
         goto err;
     }
@@ -1293,6 +1495,11 @@ void spw_coord_server_destroy(spw_coord_server_t *srv)
     spw_arena_destroy(srv->arena);
     free(srv->out.data);
     free(srv->commit_ids);
+    free(srv->member_ids);
+    free(srv->group_tmp);
+    free(srv->unit_committed);
+    free(srv->rule_tmp);
+    free(srv->speed_tmp);
     free(srv->listen);
     free(srv->dir);
     free(srv);

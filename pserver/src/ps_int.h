@@ -211,17 +211,32 @@ struct spw_ps__step_push {
 };
 
 /* A commit: step, the trainers whose contributions count, and the step's examples over all of
- * them (0: the sum of what arrived). counter_key (0: none) is summed, not averaged. */
+ * them (0: the sum of what arrived). member_ids: every trainer of the synchronous unit (listed
+ * or not; n_members 0: every trainer is). counter_key (0: none) is summed, not averaged. */
 struct spw_ps__step_commit {
     uint64_t step;
     const uint32_t *trainer_ids;
     size_t n_trainers;
+    const uint32_t *member_ids;
+    size_t n_members;
     uint64_t examples;
     uint64_t counter_key;
+    bool apply_late; /* the unit's late contributions are applied, not dropped */
+};
+
+/* One late contribution to apply on its own (apply_late): its gradient already weighted as one
+ * contributor of its step (its examples over the step's). Owned by the table. */
+struct spw_ps__step_late {
+    size_t n;
+    const uint64_t *keys;
+    const float *grads;
+    const uint32_t *versions;
+    int64_t max_event_ms;
 };
 
 /* What a commit applies: unique keys, their averaged gradients and the oldest version each was
- * computed from (owned by the table, valid until its next call). */
+ * computed from, then the late contributions to apply one by one after them (owned by the
+ * table, valid until its next call). */
 struct spw_ps__step_sum {
     size_t n;
     const uint64_t *keys;
@@ -229,6 +244,16 @@ struct spw_ps__step_sum {
     const uint32_t *versions;
     uint32_t contributions, discarded;
     int64_t max_event_ms;
+    const struct spw_ps__step_late *late;
+    size_t n_late;
+};
+
+/* How a push tagged with a step its trainer's unit committed already is treated. */
+struct spw_ps__step_lateness {
+    bool late;          /* the step is committed for this trainer */
+    bool apply;         /* apply it at once (scaled by weight), else drop it */
+    double weight;      /* its examples over the committed step's (apply) */
+    uint64_t committed; /* the trainer's committed watermark */
 };
 
 /* NULL when out of memory. max_bytes bounds the pending pushes held. */
@@ -238,16 +263,22 @@ void spw_ps__steps_destroy(spw_ps__steps_t *st);
  * kept), SPW_ERR_NOMEM. */
 spw_err_t spw_ps__steps_add(spw_ps__steps_t *st, const struct spw_ps__step_push *push);
 /* Sums commit->step's contributions of the listed trainers per row into *out, divided by the
- * step's examples; drops them, and every contribution of an older step or an unlisted trainer
- * (out->discarded). Later steps stay. The committed watermark becomes commit->step. */
+ * step's examples, and drops them. The unit's other contributions of this step or an older one
+ * (members not listed: backup workers) are discarded (out->discarded; their counter row is
+ * still summed) or, with apply_late, returned in out->late. Later steps, and contributions of
+ * trainers outside the unit, stay. Every member's committed watermark becomes commit->step. */
 spw_err_t spw_ps__steps_take(spw_ps__steps_t *st, const struct spw_ps__step_commit *commit,
                              struct spw_ps__step_sum *out);
-/* Highest step committed so far (0: none): a push tagged at or below it is late. */
+/* Whether trainer_id's push for step is late (its unit committed step already), and what to do
+ * with it; examples: the push's step examples (its weight when applied). */
+struct spw_ps__step_lateness spw_ps__steps_lateness(const spw_ps__steps_t *st, uint32_t trainer_id,
+                                                    uint64_t step, uint64_t examples);
+/* Highest step committed so far for any trainer (0: none). */
 uint64_t spw_ps__steps_committed(const spw_ps__steps_t *st);
 /* Pushes held. */
 size_t spw_ps__steps_pending(const spw_ps__steps_t *st);
 /* Drops every pending push (a restore: the steps they belong to are discarded whole) and the
- * committed watermark: the coordinator that restores numbers the steps from then on (a
+ * committed watermarks: the coordinator that restores numbers the steps from then on (a
  * restarted one starts again low), and pushes from before the restore are fenced anyway. */
 void spw_ps__steps_clear(spw_ps__steps_t *st);
 

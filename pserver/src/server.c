@@ -46,7 +46,7 @@ struct ps_metrics {
     spw_counter_t *rej_nonfinite, *rej_stale, *rej_unadmitted, *duplicates, *fenced;
     spw_counter_t *admitted, *evict_spill, *evict_ttl, *db_reads;
     spw_counter_t *ckpt_ok, *ckpt_failed;
-    spw_counter_t *commits, *steps_late, *steps_discarded, *echoed;
+    spw_counter_t *commits, *steps_late, *steps_late_applied, *steps_discarded, *echoed;
     spw_histogram_t *staleness;
     spw_gauge_t *rows_dram, *rows_disk, *bytes_dram, *rows_dram_max, *epoch;
     spw_gauge_t *ckpt_seconds, *ckpt_bytes, *ready, *disk_full;
@@ -137,16 +137,17 @@ static bool metrics_register(spw_ps_server_t *srv)
                                              "Checkpoints taken.", "result=\"failed\"");
     m->commits = spw_metrics_counter_new(r, "sparrow_ps_step_commits_total",
                                          "Two-phase steps committed (CommitRequest).", NULL);
-    m->steps_late = spw_metrics_counter_new(
-        r, "sparrow_ps_step_pushes_total",
-        "Two-phase pushes by fate: late (their step was committed: not applied), discarded (an "
-        "unlisted trainer or an older step at a commit).",
-        "fate=\"late\"");
-    m->steps_discarded = spw_metrics_counter_new(
-        r, "sparrow_ps_step_pushes_total",
-        "Two-phase pushes by fate: late (their step was committed: not applied), discarded (an "
-        "unlisted trainer or an older step at a commit).",
-        "fate=\"discarded\"");
+#define STEP_PUSHES_HELP                                                                           \
+    "Two-phase pushes by fate: late (their unit had committed their step: dropped, or applied "    \
+    "at once under apply_late), late_applied (late ones applied: on arrival, or unlisted at the "  \
+    "commit), discarded (unlisted at the commit, or of an older step, and not applied)."
+    m->steps_late = spw_metrics_counter_new(r, "sparrow_ps_step_pushes_total", STEP_PUSHES_HELP,
+                                            "fate=\"late\"");
+    m->steps_late_applied = spw_metrics_counter_new(r, "sparrow_ps_step_pushes_total",
+                                                    STEP_PUSHES_HELP, "fate=\"late_applied\"");
+    m->steps_discarded = spw_metrics_counter_new(r, "sparrow_ps_step_pushes_total",
+                                                 STEP_PUSHES_HELP, "fate=\"discarded\"");
+#undef STEP_PUSHES_HELP
     m->echoed = spw_metrics_counter_new(
         r, "sparrow_ps_echoed_rows_total",
         "Rows returned in push acknowledgements (a trainer's fresh reads of its own pushes).",
@@ -393,22 +394,92 @@ static void handle_pull(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
     send_reply(srv, peer, &reply);
 }
 
+/* Applies rows outside a commit's average (a late contribution of a backup worker, already
+ * weighted), through the store's push with its staleness penalty, and publishes them. */
+static spw_err_t apply_rows(spw_ps_server_t *srv, const uint64_t *keys, size_t n,
+                            const float *grads, const uint32_t *versions, int64_t max_event_ms,
+                            struct spw_ps_push_result *res)
+{
+    uint32_t *taus = spw_arena_alloc(srv->arena, n * sizeof(uint32_t));
+    spw_err_t err = spw_ps_store_push(srv->store, keys, n, grads, versions, taus, res);
+    if (err)
+        return err;
+    if (srv->pub)
+        spw_ps__publisher_touch(srv->pub, keys, n, max_event_ms);
+    if (taus && srv->m.staleness)
+        for (size_t i = 0; i < n; i++)
+            spw_histogram_observe(srv->m.staleness, (double)taus[i]);
+    return SPW_OK;
+}
+
+/* A push whose step its trainer's unit committed already: applied at once, weighted as one
+ * contributor more of that step (apply_late), or dropped but for its counter row (it counts the
+ * examples consumed). False when an error reply was sent. */
+static bool late_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req,
+                      const uint64_t *keys, size_t n, const float *grads, const uint32_t *versions,
+                      const struct spw_ps__step_lateness *l, Sparrow__PushAck *ack)
+{
+    const Sparrow__PushRequest *push = req->push;
+    const uint32_t dim = srv->conf.store.dim;
+    const uint64_t counter = srv->conf.store.counter_key;
+    ack->has_late = true;
+    ack->late = true;
+    spw_counter_inc(srv->m.steps_late);
+    SPW_LOG_RATELIMITED(SPW_LOG_DEBUG, 5000, "push for a committed step",
+                        "trainer=%u step=%" PRIu64 " committed=%" PRIu64 " apply=%d",
+                        push->trainer_id, push->step, l->committed, l->apply);
+    size_t m = 0; /* the rows applied, compacted at the front of the copies */
+    uint64_t *k2 = n ? spw_arena_alloc(srv->arena, n * sizeof(uint64_t)) : NULL;
+    uint32_t *v2 = n ? spw_arena_alloc(srv->arena, n * sizeof(uint32_t)) : NULL;
+    float *g2 = n ? spw_arena_alloc(srv->arena, n * dim * sizeof(float)) : NULL;
+    if (n && (!k2 || !v2 || !g2)) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_TOO_BIG,
+                   "request too large for the arena");
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        bool is_counter = counter && keys[i] == counter;
+        if (!l->apply && !is_counter)
+            continue;
+        k2[m] = keys[i];
+        v2[m] = versions ? versions[i] : 0;
+        for (uint32_t d = 0; d < dim; d++)
+            g2[m * dim + d] =
+                is_counter ? grads[i * dim + d] : (float)(l->weight * (double)grads[i * dim + d]);
+        m++;
+    }
+    struct spw_ps_push_result res = {0};
+    if (m > 0) {
+        spw_err_t err = apply_rows(srv, k2, m, g2, v2,
+                                   push->has_max_event_time_ms ? push->max_event_time_ms : 0, &res);
+        if (err) {
+            send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_INTERNAL,
+                       spw_err_str(err));
+            return false;
+        }
+    }
+    if (l->apply) {
+        ack->has_late_applied = true;
+        ack->late_applied = true;
+        spw_counter_inc(srv->m.steps_late_applied);
+    }
+    ack->has_applied = true;
+    ack->applied = res.applied;
+    return true;
+}
+
 /* A push tagged with a step: held in the pending table until the step's commit (a push of a
- * committed step is late: acknowledged, not applied). False when an error reply was sent. */
+ * step its unit committed is late: see late_push). False when an error reply was sent. */
 static bool hold_for_step(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req,
                           const uint64_t *keys, size_t n, const float *grads,
                           const uint32_t *versions, Sparrow__PushAck *ack)
 {
     const Sparrow__PushRequest *push = req->push;
-    if (push->step <= spw_ps__steps_committed(srv->steps)) {
-        ack->has_late = true;
-        ack->late = true;
-        spw_counter_inc(srv->m.steps_late);
-        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "push for a committed step",
-                            "trainer=%u step=%" PRIu64 " committed=%" PRIu64, push->trainer_id,
-                            push->step, spw_ps__steps_committed(srv->steps));
-        return true;
-    }
+    struct spw_ps__step_lateness l =
+        spw_ps__steps_lateness(srv->steps, push->trainer_id, push->step,
+                               push->has_step_examples ? push->step_examples : 0);
+    if (l.late)
+        return late_push(srv, peer, req, keys, n, grads, versions, &l, ack);
     struct spw_ps__step_push sp = {
         .step = push->step,
         .trainer_id = push->trainer_id,
@@ -671,8 +742,11 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
         .step = cr->has_step ? cr->step : 0,
         .trainer_ids = cr->trainer_ids,
         .n_trainers = cr->n_trainer_ids,
+        .member_ids = cr->member_ids,
+        .n_members = cr->n_member_ids,
         .examples = cr->has_examples ? cr->examples : 0,
         .counter_key = srv->conf.store.counter_key,
+        .apply_late = cr->has_apply_late && cr->apply_late,
     };
     if (commit.step == 0) {
         send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_MALFORMED,
@@ -687,6 +761,14 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
         /* the request's arena, as a push's taus (NULL when it is exhausted: no histogram) */
         taus = spw_arena_alloc(srv->arena, sum.n * sizeof(uint32_t));
         err = spw_ps_store_push(srv->store, sum.keys, sum.n, sum.grads, sum.versions, taus, &res);
+    }
+    /* the unit's members that came too late, each weighted as one contributor more, after the
+     * step (their tau counts the commit) */
+    for (size_t i = 0; !err && i < sum.n_late; i++) {
+        struct spw_ps_push_result lr = {0};
+        if (sum.late[i].n)
+            err = apply_rows(srv, sum.late[i].keys, sum.late[i].n, sum.late[i].grads,
+                             sum.late[i].versions, sum.late[i].max_event_ms, &lr);
     }
     if (err) {
         /* the step is lost on this shard: the coordinator recovers everyone */
@@ -703,11 +785,13 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
             spw_histogram_observe(srv->m.staleness, (double)taus[i]);
     if (sum.discarded)
         spw_counter_add(srv->m.steps_discarded, sum.discarded);
+    if (sum.n_late)
+        spw_counter_add(srv->m.steps_late_applied, sum.n_late);
     SPW_DEBUG("step committed",
-              "step=%" PRIu64 " trainers=%zu examples=%" PRIu64 " contributions=%u rows=%zu "
-              "discarded=%u",
-              commit.step, commit.n_trainers, commit.examples, sum.contributions, sum.n,
-              sum.discarded);
+              "step=%" PRIu64 " trainers=%zu members=%zu examples=%" PRIu64 " contributions=%u "
+              "rows=%zu discarded=%u late_applied=%zu",
+              commit.step, commit.n_trainers, commit.n_members, commit.examples, sum.contributions,
+              sum.n, sum.discarded, sum.n_late);
     spw_counter_inc(srv->m.commits);
     Sparrow__CommitReply rep = SPARROW__COMMIT_REPLY__INIT;
     rep.has_step = rep.has_rows = rep.has_contributions = rep.has_discarded = true;
@@ -715,6 +799,8 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     rep.rows = res.applied;
     rep.contributions = sum.contributions;
     rep.discarded = sum.discarded;
+    rep.has_late_applied = true;
+    rep.late_applied = (uint32_t)sum.n_late;
     Sparrow__Reply reply = reply_for(req->request_id);
     reply.body_case = SPARROW__REPLY__BODY_COMMIT;
     reply.commit = &rep;

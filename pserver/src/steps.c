@@ -19,13 +19,28 @@ struct contrib {
     float *grads; /* n × dim */
 };
 
+/* A trainer's committed watermark: the last step its unit committed. */
+struct watermark {
+    uint32_t trainer_id;
+    bool apply_late;
+    uint64_t step;
+    uint64_t examples; /* that step's examples (the weight of a late push applied) */
+};
+
 /* Owned by the shard's thread. */
 struct spw_ps__steps {
     uint32_t dim;
     size_t max_bytes, bytes;
-    uint64_t committed; /* highest step committed (0: none) */
+    uint64_t committed;     /* of commits without member ids: every trainer's (0: none) */
+    uint64_t max_committed; /* highest step committed for anyone */
+    struct watermark *wm;   /* per trainer, of commits naming their unit */
+    size_t n_wm, cap_wm;
     struct contrib **c;
     size_t n, cap;
+    /* the last take's late contributions (apply_late), freed by the next take or a clear */
+    struct contrib **late_c;
+    struct spw_ps__step_late *late;
+    size_t n_late, cap_late;
     /* aggregation scratch, reused by every take */
     uint64_t *slot_key; /* open addressing (slot_idx EMPTY_IDX: free) */
     uint32_t *slot_idx;
@@ -62,11 +77,20 @@ static void drop_at(spw_ps__steps_t *st, size_t i)
     st->c[i] = st->c[--st->n];
 }
 
+static void free_late(spw_ps__steps_t *st)
+{
+    for (size_t i = 0; i < st->n_late; i++)
+        free(st->late_c[i]);
+    st->n_late = 0;
+}
+
 void spw_ps__steps_clear(spw_ps__steps_t *st)
 {
     while (st->n > 0)
         drop_at(st, st->n - 1);
-    st->committed = 0;
+    free_late(st);
+    st->committed = st->max_committed = 0;
+    st->n_wm = 0;
 }
 
 void spw_ps__steps_destroy(spw_ps__steps_t *st)
@@ -75,6 +99,9 @@ void spw_ps__steps_destroy(spw_ps__steps_t *st)
         return;
     spw_ps__steps_clear(st);
     free(st->c);
+    free(st->wm);
+    free(st->late_c);
+    free(st->late);
     free(st->slot_key);
     free(st->slot_idx);
     free(st->keys);
@@ -86,7 +113,56 @@ void spw_ps__steps_destroy(spw_ps__steps_t *st)
 
 uint64_t spw_ps__steps_committed(const spw_ps__steps_t *st)
 {
-    return st->committed;
+    return st->max_committed;
+}
+
+static struct watermark *find_wm(const spw_ps__steps_t *st, uint32_t trainer_id)
+{
+    for (size_t i = 0; i < st->n_wm; i++)
+        if (st->wm[i].trainer_id == trainer_id)
+            return &st->wm[i];
+    return NULL;
+}
+
+static spw_err_t set_wm(spw_ps__steps_t *st, uint32_t trainer_id, uint64_t step, uint64_t examples,
+                        bool apply_late)
+{
+    struct watermark *w = find_wm(st, trainer_id);
+    if (!w) {
+        if (st->n_wm == st->cap_wm) {
+            size_t cap = st->cap_wm ? st->cap_wm * 2 : 16;
+            struct watermark *x = realloc(st->wm, cap * sizeof(*x));
+            if (!x)
+                return SPW_ERR_NOMEM;
+            st->wm = x;
+            st->cap_wm = cap;
+        }
+        w = &st->wm[st->n_wm++];
+        w->trainer_id = trainer_id;
+        w->step = 0;
+    }
+    if (step >= w->step) {
+        w->step = step;
+        w->examples = examples;
+        w->apply_late = apply_late;
+    }
+    return SPW_OK;
+}
+
+struct spw_ps__step_lateness spw_ps__steps_lateness(const spw_ps__steps_t *st, uint32_t trainer_id,
+                                                    uint64_t step, uint64_t examples)
+{
+    struct spw_ps__step_lateness l = {.committed = st->committed, .weight = 1.0};
+    const struct watermark *w = find_wm(st, trainer_id);
+    if (w && w->step > l.committed)
+        l.committed = w->step;
+    l.late = step <= l.committed;
+    if (l.late && w && w->apply_late && step <= w->step) {
+        l.apply = true;
+        /* one contributor more of that step: its share of the step's examples with it */
+        l.weight = examples ? (double)examples / (double)(w->examples + examples) : 0.0;
+    }
+    return l;
 }
 
 size_t spw_ps__steps_pending(const spw_ps__steps_t *st)
@@ -203,21 +279,63 @@ static uint32_t row_of(spw_ps__steps_t *st, uint64_t key, uint32_t version, size
     return r;
 }
 
+static bool is_member(const struct spw_ps__step_commit *commit, uint32_t id)
+{
+    return commit->n_members == 0 || listed(commit->member_ids, commit->n_members, id) ||
+           listed(commit->trainer_ids, commit->n_trainers, id);
+}
+
+/* Keeps c (taken out of the table) as a late contribution, weighted as one contributor more of
+ * a step of `total` examples; its counter row stays a plain sum. */
+static spw_err_t keep_late(spw_ps__steps_t *st, struct contrib *c, double total,
+                           uint64_t counter_key)
+{
+    if (st->n_late == st->cap_late) {
+        size_t cap = st->cap_late ? st->cap_late * 2 : 16;
+        struct contrib **x = realloc(st->late_c, cap * sizeof(*x));
+        if (!x)
+            return SPW_ERR_NOMEM;
+        st->late_c = x;
+        struct spw_ps__step_late *l = realloc(st->late, cap * sizeof(*l));
+        if (!l)
+            return SPW_ERR_NOMEM;
+        st->late = l;
+        st->cap_late = cap;
+    }
+    double w = c->examples ? (double)c->examples / (total + (double)c->examples) : 0.0;
+    for (size_t k = 0; k < c->n; k++) {
+        if (counter_key && c->keys[k] == counter_key)
+            continue;
+        float *g = c->grads + k * st->dim;
+        for (uint32_t d = 0; d < st->dim; d++)
+            g[d] = (float)(w * (double)g[d]);
+    }
+    st->late_c[st->n_late] = c;
+    st->late[st->n_late] = (struct spw_ps__step_late){.n = c->n,
+                                                      .keys = c->keys,
+                                                      .grads = c->grads,
+                                                      .versions = c->versions,
+                                                      .max_event_ms = c->max_event_ms};
+    st->n_late++;
+    return SPW_OK;
+}
+
 spw_err_t spw_ps__steps_take(spw_ps__steps_t *st, const struct spw_ps__step_commit *commit,
                              struct spw_ps__step_sum *out)
 {
     const uint32_t dim = st->dim;
     memset(out, 0, sizeof(*out));
-    out->max_event_ms = 0;
+    free_late(st);
     size_t rows_max = 0;
     uint64_t examples = 0;
     for (size_t i = 0; i < st->n; i++) {
         const struct contrib *c = st->c[i];
+        if (c->step > commit->step || !is_member(commit, c->trainer_id))
+            continue;
+        rows_max += c->n; /* a discarded one may bring its counter row */
         if (c->step == commit->step &&
-            listed(commit->trainer_ids, commit->n_trainers, c->trainer_id)) {
-            rows_max += c->n;
+            listed(commit->trainer_ids, commit->n_trainers, c->trainer_id))
             examples += c->examples;
-        }
     }
     spw_err_t err = grow_scratch(st, rows_max ? rows_max : 1);
     if (err)
@@ -228,29 +346,43 @@ spw_err_t spw_ps__steps_take(spw_ps__steps_t *st, const struct spw_ps__step_comm
     size_t rows = 0;
     for (size_t i = 0; i < st->n;) {
         struct contrib *c = st->c[i];
-        if (c->step > commit->step) {
+        if (c->step > commit->step || !is_member(commit, c->trainer_id)) {
             i++;
             continue;
         }
-        if (c->step < commit->step ||
-            !listed(commit->trainer_ids, commit->n_trainers, c->trainer_id)) {
-            out->discarded++;
-            drop_at(st, i);
+        bool summed = c->step == commit->step &&
+                      listed(commit->trainer_ids, commit->n_trainers, c->trainer_id);
+        if (!summed && commit->apply_late) {
+            /* taken out of the table without freeing: the late list owns it now */
+            st->bytes -= contrib_bytes(dim, c->n);
+            st->c[i] = st->c[--st->n];
+            if ((err = keep_late(st, c, total, commit->counter_key))) {
+                free(c);
+                return err;
+            }
             continue;
         }
         double w = (double)c->examples;
         for (size_t k = 0; k < c->n; k++) {
+            /* the counter row (pserver.debug.counter_key) is a plain sum of its pushes, also
+             * of a discarded one: it counts the examples consumed, not the gradients applied */
+            bool counter = commit->counter_key && c->keys[k] == commit->counter_key;
+            if (!summed && !counter)
+                continue;
             uint32_t r = row_of(st, c->keys[k], c->versions[k], &rows);
             double *s = st->sums + (size_t)r * dim;
             const float *g = c->grads + k * dim;
-            /* the counter row (pserver.debug.counter_key) is a plain sum of its pushes */
-            double wk = commit->counter_key && c->keys[k] == commit->counter_key ? 1.0 : w;
+            double wk = counter ? 1.0 : w;
             for (uint32_t d = 0; d < dim; d++)
                 s[d] += wk * (double)g[d];
         }
-        if (c->max_event_ms > out->max_event_ms)
-            out->max_event_ms = c->max_event_ms;
-        out->contributions++;
+        if (summed) {
+            if (c->max_event_ms > out->max_event_ms)
+                out->max_event_ms = c->max_event_ms;
+            out->contributions++;
+        } else {
+            out->discarded++;
+        }
         drop_at(st, i);
     }
     for (size_t r = 0; r < rows; r++) {
@@ -259,11 +391,27 @@ spw_err_t spw_ps__steps_take(spw_ps__steps_t *st, const struct spw_ps__step_comm
         for (uint32_t d = 0; d < dim; d++)
             st->grads[r * dim + d] = (float)(st->sums[r * dim + d] / div);
     }
-    if (commit->step > st->committed)
-        st->committed = commit->step;
+    uint64_t step_examples = (uint64_t)total;
+    if (commit->n_members == 0) {
+        if (commit->step > st->committed)
+            st->committed = commit->step;
+    } else {
+        for (size_t i = 0; i < commit->n_members; i++)
+            if ((err = set_wm(st, commit->member_ids[i], commit->step, step_examples,
+                              commit->apply_late)))
+                return err;
+    }
+    for (size_t i = 0; i < commit->n_trainers; i++)
+        if ((err = set_wm(st, commit->trainer_ids[i], commit->step, step_examples,
+                          commit->apply_late)))
+            return err;
+    if (commit->step > st->max_committed)
+        st->max_committed = commit->step;
     out->n = rows;
     out->keys = st->keys;
     out->versions = st->versions;
     out->grads = st->grads;
+    out->late = st->late;
+    out->n_late = st->n_late;
     return SPW_OK;
 }

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "sparrow/coordinator.h"
+#include "sparrow/pserver.h"
 #include "sparrow/pipeline.h"
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
@@ -45,8 +47,7 @@ static void usage(FILE *out)
     fprintf(
         out,
         "usage: sparrow launch [--run-dir DIR] [--shards N] [--trainers M] [--partitions P]\n"
-        "         [--mode async|sync|ssp:S|hybrid:K|group:G]\n"
-        "         [--penalty none|inverse|exp:B|drop:T|adaptive|dc:LAMBDA]\n"
+        "         [--mode async|sync|ssp:S|hybrid:K|group:G] [--penalty PENALTY]\n"
         "         [--examples N] [--rate EX_PER_S] [--seed S] [--drift D] [--duration SECONDS]\n"
         "         [--slow I:FACTOR]... [--delay I:MS]... [--set ROLE:key=value]...\n"
         "         [--kill ROLES --kills N [--kill-interval MIN_MS:MAX_MS] [--restart-after MS]\n"
@@ -111,15 +112,6 @@ static bool num(const char *s, double lo, double hi, double *out)
 static bool integer(const char *s, double lo, double hi, double *out)
 {
     return num(s, lo, hi, out) && *out == floor(*out) && !strpbrk(s, ".eE");
-}
-
-/* "PREFIX:<number in [lo, hi]>" (integer when want_int). */
-static bool prefixed(const char *s, const char *prefix, double lo, double hi, bool want_int)
-{
-    size_t n = strlen(prefix);
-    double v;
-    return strncmp(s, prefix, n) == 0 &&
-           (want_int ? integer(s + n, lo, hi, &v) : num(s + n, lo, hi, &v));
 }
 
 /* A duration as the roles take it: a number with ms, s, m or h, or plain milliseconds. */
@@ -189,18 +181,14 @@ static int parse_flag(struct launch_opts *o, const char *a, const char *v)
             return bad(a, "an integer in [1, " LAUNCH_STR(SPW_PIPELINE_MAX_PARTITIONS) "]", v);
         o->partitions = (long)x;
     } else if (strcmp(a, "--mode") == 0) {
-        /* group:G (issue 15) is passed on: a coordinator without it refuses it at start */
-        if (strcmp(v, "async") != 0 && strcmp(v, "sync") != 0 &&
-            !prefixed(v, "ssp:", 0, 1e9, true) && !prefixed(v, "hybrid:", 1, 1e9, true) &&
-            !prefixed(v, "group:", 1, 1e9, true))
+        struct spw_coord_mode mode;
+        if (spw_coord_mode_parse(v, &mode) != SPW_OK)
             return bad(a, "async, sync, ssp:S, hybrid:K or group:G", v);
         o->mode = v;
     } else if (strcmp(a, "--penalty") == 0) {
-        /* adaptive and dc:LAMBDA (issue 15) are passed on: a shard without them refuses them */
-        if (strcmp(v, "none") != 0 && strcmp(v, "inverse") != 0 && strcmp(v, "adaptive") != 0 &&
-            !prefixed(v, "exp:", 1e-9, 1, false) && !prefixed(v, "drop:", 0, 1e9, true) &&
-            !prefixed(v, "dc:", 0, 1e9, false))
-            return bad(a, "none, inverse, exp:B (0 < B <= 1), drop:T, adaptive or dc:LAMBDA", v);
+        struct spw_ps_penalty penalty;
+        if (spw_ps_penalty_parse(v, &penalty) != SPW_OK)
+            return bad(a, "a pserver.staleness.penalty (sparrow pserver --help)", v);
         o->penalty = v;
         return add_set(o, SPW_PIPELINE_PSERVER, -1, "pserver.staleness.penalty", v);
     } else if (strcmp(a, "--examples") == 0) {

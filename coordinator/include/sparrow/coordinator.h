@@ -64,15 +64,16 @@ enum spw_coord_mode_kind {
     SPW_COORD_SYNC = 1,
     SPW_COORD_SSP = 2,
     SPW_COORD_HYBRID = 3,
+    SPW_COORD_GROUP = 4, /* semi-synchronous groups: sync inside a group of G, async between */
 };
 
 struct spw_coord_mode {
     enum spw_coord_mode_kind kind;
-    uint32_t param; /* SSP: S (>= 0); HYBRID: K (>= 1) */
+    uint32_t param; /* SSP: S (>= 0); HYBRID: K (>= 1); GROUP: G (>= 1) */
 };
 
-/* Parses "async", "sync", "ssp:S" (0 <= S <= 1e6) or "hybrid:K" (1 <= K <= 1e9). SPW_ERR_INVALID
- * for anything else. */
+/* Parses "async", "sync", "ssp:S" (0 <= S <= 1e6), "hybrid:K" (1 <= K <= 1e9) or "group:G"
+ * (1 <= G <= SPW_COORD_MAX_MEMBERS). SPW_ERR_INVALID for anything else. */
 spw_err_t spw_coord_mode_parse(const char *text, struct spw_coord_mode *out);
 
 /* Writes the mode as text ("ssp:4") into buf. */
@@ -85,6 +86,62 @@ bool spw_coord_mode_may_proceed(const struct spw_coord_mode *mode, uint64_t cloc
 
 /* True when `clock` is a hybrid barrier (a positive multiple of K). */
 bool spw_coord_mode_barrier(const struct spw_coord_mode *mode, uint64_t clock);
+
+/* True in the two-phase modes (sync, group:G): a step's pushes wait on the shards for its
+ * commit. */
+bool spw_coord_mode_two_phase(const struct spw_coord_mode *mode);
+
+/* ---- the rules of the two-phase modes (step_rule.c; pure, thread-safe) ----
+ * A synchronous unit is the whole job in sync, one group in group:G. Its step t commits when
+ * the first n - b of its n trainers in the barrier pushed t (backup workers b; at least one);
+ * the others' step-t contributions are late. A trainer that elastic synchronisation moved out of
+ * the barrier trains asynchronously and is not waited for. */
+
+/* One trainer of a unit, as the commit rule sees it. */
+struct spw_coord_step_member {
+    uint64_t clock;  /* the last step it pushed */
+    bool in_barrier; /* false: elastic moved it out (async, not waited for) */
+};
+
+/* Trainers a step of a unit with in_barrier trainers waits for: in_barrier - backup, at least
+ * one (0 when in_barrier is 0). */
+uint32_t spw_coord_step_need(uint32_t in_barrier, uint32_t backup);
+
+/* May step `step` of the unit of these members commit (enough in-barrier members pushed it)? */
+bool spw_coord_step_ready(const struct spw_coord_step_member *members, size_t n, uint64_t step,
+                          uint32_t backup);
+
+/* Puts n trainers in groups of `size`: by their order (step_ms NULL), or by step time (fastest
+ * first; unmeasured, <= 0, after the measured in their order), so that a straggler does not hold
+ * a fast group. group_out[i] receives trainer i's group (0-based). SPW_ERR_INVALID for size 0,
+ * SPW_ERR_NOMEM. */
+spw_err_t spw_coord_groups_assign(const double *step_ms, size_t n, uint32_t size,
+                                  uint32_t *group_out);
+
+/* The median of values (sorted in place; 0 for none). */
+double spw_coord_median(double *values, size_t n);
+
+/* Elastic synchronisation, one trainer's state: the running mean of its step time (from its
+ * release to its next Clock: compute and push, not the barrier's wait). */
+struct spw_coord_elastic {
+    double ewma_ms;
+    bool measured;
+    bool out; /* out of the barrier */
+    uint32_t slow_run, fast_run;
+};
+
+enum spw_coord_elastic_move {
+    SPW_COORD_ELASTIC_STAY = 0,
+    SPW_COORD_ELASTIC_LEAVE = 1,  /* slower than factor x the others' median for `steps` steps */
+    SPW_COORD_ELASTIC_REJOIN = 2, /* back within (1 + factor) / 2 x for `steps` steps */
+};
+
+/* Adds one step time and decides a move, given the median of the unit's other trainers' running
+ * means (0: none known) and whether leaving is allowed (the unit keeps someone in the barrier).
+ * factor 0 disables every move. */
+enum spw_coord_elastic_move spw_coord_elastic_observe(struct spw_coord_elastic *e, double step_ms,
+                                                      double others_median_ms, double factor,
+                                                      uint32_t steps, bool may_leave);
 
 /* ---- checkpoint files ---- */
 
@@ -166,9 +223,19 @@ uint64_t spw_coord_recovery_epoch(const char *root, uint32_t shards, spw_coord_v
 typedef struct spw_coord_server spw_coord_server_t;
 struct spw_metrics;
 
+/* The settings of the two-phase modes. */
+struct spw_coord_sync_conf {
+    uint32_t backup;        /* backup workers: a step waits for the first n - backup */
+    bool apply_late;        /* late contributions applied (penalised), else dropped */
+    double elastic_factor;  /* 0: no elastic moves */
+    uint32_t elastic_steps; /* consecutive steps before a move */
+    bool group_by_speed;    /* group:G: groups of similar step time, else by trainer order */
+};
+
 struct spw_coord_server_conf {
     const char *listen; /* ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:7100" */
     struct spw_coord_mode mode;
+    struct spw_coord_sync_conf sync;
     const char *shards;              /* comma-separated shard endpoints ("" or NULL: none) */
     const char *checkpoint_dir;      /* root of checkpoints/ (the shards' pserver.checkpoint.dir) */
     uint64_t member_timeout_ms;      /* silence that removes a member */
@@ -201,6 +268,14 @@ struct spw_coord_server_stats {
     uint64_t generation;
     uint64_t example_count; /* of LATEST */
     uint32_t trainers;      /* live */
+    /* two-phase modes */
+    uint64_t step_commits;    /* steps committed (every unit) */
+    uint64_t step_waited;     /* trainers listed in them (their contributions averaged) */
+    uint64_t step_late;       /* trainers of a unit a commit did not wait for (backup, elastic) */
+    uint64_t elastic_leaves;  /* stragglers moved out of the barrier */
+    uint64_t elastic_rejoins; /* moved back in */
+    uint32_t out_of_barrier;  /* trainers out of the barrier now */
+    uint32_t units;           /* synchronous units (groups) now */
 };
 
 /* A snapshot (for tests, from the running thread or after run returned). */
