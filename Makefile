@@ -51,8 +51,8 @@ docs: build
 
 # Every benchmark (each printing its figures as ratios against a baseline of the same run) and the
 # studies of issue 9, written to docs/BENCHMARKS.md with plots in docs/bench/ (about 30 minutes on
-# 2 cores before the scaling study, which adds about 16: its 60 runs took 967 s here; `bench/run_all
-# --quick` is the smoke run CI does, about 5 minutes plus the quick scaling study's 1.5).
+# 2 cores before the scaling study, which adds about 30: some 130 runs of 10-20 s; `bench/run_all
+# --quick` is the smoke run CI does, about 5 minutes plus the quick scaling study's 2.5).
 bench: build
 	bench/run_all --build $(BUILD)
 

@@ -453,8 +453,10 @@ def modes_section(res, plots):
 
 def _scal_label(r):
     if r.get("baseline_run"):
-        return "sync baseline: 1 trainer, batch %d" % r["batch"]
-    return r["mode"] + ("/" + r["penalty"] if r["mode"] == "async" else "")
+        return "one trainer, batch %d" % r["batch"]
+    if r.get("config"):
+        return r["config"]
+    return r["mode"] + ("/" + r["penalty"] if r["mode"] == "async" else "")  # issue 9's rows
 
 
 def _scal_slow(r):
@@ -463,6 +465,134 @@ def _scal_slow(r):
 
 def _g(x):
     return "—" if x is None else "%g" % x
+
+
+TAU_CLASSES = ["bias", "top", "rest"]  # sparrow_ps_staleness_class{class=...} of the shards
+
+
+def _tau_cell(t):
+    t = t or {}
+    if not t.get("count"):
+        return "—"
+    return "%s / %s" % (f2(t.get("mean")), _g(t.get("p99")))
+
+
+def _scal_ratio(r):
+    """The ratio cell: the ratio to the baseline (or "(baseline)"), **diverged** by the rule:
+    held-out logloss above the constant predictor's, or not finite."""
+    cell = "(baseline)" if r.get("is_baseline") or (
+        "is_baseline" not in r and r["k"] == 1 and not r.get("baseline_run")) else \
+        f4(r.get("ratio"))
+    if r.get("diverged"):
+        cell += " **diverged**"
+    return cell
+
+
+def _scal_table(rows, classes, stream_col=False):
+    t = []
+    for r in rows:
+        ev = r.get("eval") or {}
+        run = "ok" if r.get("complete") else "**not drained**"
+        if not r.get("ok"):
+            run = "**failed**: " + r.get("why", "")
+        elif not r.get("launch_ok"):
+            run += " (then: %s)" % ("; ".join(r.get("stop_problems") or []) or
+                                    "launch rc=%s" % r.get("rc"))
+        ll = ev.get("logloss")
+        if r.get("ok") and ev and ll is None:
+            ll_cell = "not finite"
+        else:
+            ll_cell = f4(ll)
+        tc = r.get("tau_class") or {}
+        cells = ([r.get("stream_label", r.get("stream", ""))] if stream_col else []) + [
+            "`%s`: %s" % (_scal_label(r), r["desc"]) if r.get("desc") and
+            not r.get("baseline_run") else _scal_label(r),
+            r["k"], _scal_slow(r), ll_cell, _scal_ratio(r), f4(ev.get("const_logloss")),
+            f4(ev.get("bayes_logloss")), f0(r.get("ex_per_s")), f2(r.get("speed_ratio")),
+            "%s / %s" % (f2(r.get("tau_mean")), _g(r.get("tau_p99")))] + \
+            [_tau_cell(tc.get(c)) for c in classes] + \
+            ["%.0f%%" % (100 * r["wait_share"]) if r.get("wait_share") is not None else "—",
+             run]
+        t.append(cells)
+    head = (["stream"] if stream_col else []) + [
+        "mode", "K", "straggler", "held-out logloss", "ratio to baseline", "const", "Bayes",
+        "examples/s", "examples/s vs sync", "tau mean / p99"] + \
+        ["tau %s mean / p99" % c for c in classes] + ["wait share", "run"]
+    return table(head, t)
+
+
+def _scal_plots(st, rows, plots):
+    """Held-out logloss against K per configuration (one plot per straggler variant, with the
+    one-trainer baselines and the constant and Bayes lines) and, with the straggler, examples/s
+    relative to sync against K."""
+    lines = []
+    labels = list(dict.fromkeys(_scal_label(r) for r in rows if not r.get("baseline_run")))
+    colour = {lab: MODES_COLOURS[i % len(MODES_COLOURS)] for i, lab in enumerate(labels)}
+    evs = [r["eval"] for r in rows if r.get("ok") and r.get("eval")]
+    const = [e["const_logloss"] for e in evs if e.get("const_logloss") is not None]
+    bayes = [e["bayes_logloss"] for e in evs if e.get("bayes_logloss") is not None]
+    sb = [r for r in rows if r.get("baseline_run") and r.get("ok") and r.get("eval") and
+          r["eval"].get("logloss") is not None]
+    xr = "set logscale x 2\nset xlabel 'trainers K'\nset grid\nset key outside right\n" \
+         "set xrange [0.8:%g]\n" % (max(st.get("ks") or [32]) * 1.25)
+    for slow in sorted(set(r["slow"] for r in rows)):
+        data, script = {}, []
+        for i, lab in enumerate(labels):
+            pts = sorted((r["k"], r["eval"]["logloss"]) for r in rows
+                         if not r.get("baseline_run") and _scal_label(r) == lab and
+                         r.get("ok") and r.get("eval") and r["eval"].get("logloss") is not None
+                         and (r["slow"] == slow or (r["k"] == 1 and slow)))
+            if not pts or (slow and all(k == 1 for k, _ in pts)):
+                continue
+            fn = "scal_%d_%g.dat" % (i, slow)
+            data[fn] = "".join("%g %g\n" % p for p in pts)
+            script.append("'%s' using 1:2 with linespoints lw 2 lc rgb '%s' title '%s'" %
+                          (fn, colour[lab], lab))
+        if sb:
+            fn = "scal_base.dat"
+            data[fn] = "".join("%g %g\n" % (r["batch"] // st.get("batch", 256),
+                                            r["eval"]["logloss"])
+                               for r in sorted(sb, key=lambda r: r["batch"]))
+            script.append("'%s' using 1:2 with points pt 6 ps 1.5 lc rgb 'black' title 'one "
+                          "trainer, batch K*%s'" % (fn, st.get("batch")))
+        if not script:
+            continue
+        if const:
+            script.append("%g with lines dt 3 lw 2 lc rgb 'red' title 'constant predictor'" %
+                          const[0])
+        if bayes:
+            script.append("%g with lines dt 2 lw 2 lc rgb 'gray' title 'Bayes-optimal'" %
+                          bayes[0])
+        name = "scaling_logloss" + ("_slow%g" % slow if slow else "")
+        # a diverged run far above the constant predictor would flatten every other line
+        top = max([float(v.split()[1]) for d in data.values() for v in d.splitlines()] or [0])
+        clip = const and top > const[0] * 1.1
+        lines += [plots.plot(name, xr + "set ylabel 'held-out logloss of the final model'\n"
+                             "set yrange [*:%s]\nset title 'Scaling: held-out logloss against K "
+                             "(%s examples), straggler: %s%s'\nplot %s\n" %
+                             ("%g" % (const[0] * 1.1) if clip else "*", f0(st.get("examples")),
+                              "trainer K-1 at %gx" % slow if slow else "none",
+                              ", clipped at 1.1 x const" if clip else "",
+                              ", ".join(script)), data), ""]
+    slow = max([r["slow"] for r in rows] or [0])
+    data, script = {}, []
+    for i, lab in enumerate(labels):
+        pts = sorted((r["k"], r["speed_ratio"]) for r in rows
+                     if not r.get("baseline_run") and _scal_label(r) == lab and r["k"] > 1 and
+                     r["slow"] == slow and r.get("speed_ratio") is not None)
+        if pts:
+            fn = "scal_speed_%d.dat" % i
+            data[fn] = "".join("%g %g\n" % p for p in pts)
+            script.append("'%s' using 1:2 with linespoints lw 2 lc rgb '%s' title '%s'" %
+                          (fn, colour[lab], lab))
+    if script:
+        lines += [plots.plot("scaling_speed", xr + "set ylabel 'examples/s relative to sync'\n"
+                             "set title 'Scaling: examples/s over sync''s at the same K, "
+                             "straggler: %s'\nplot %s, 1 with lines dt 2 lc rgb 'gray' "
+                             "title 'sync'\n" %
+                             ("trainer K-1 at %gx" % slow if slow else "none",
+                              ", ".join(script)), data), ""]
+    return lines
 
 
 def scaling_section(res, plots):
@@ -474,7 +604,25 @@ def scaling_section(res, plots):
         if st.get("failures"):
             lines += ["Study: " + "; ".join(st["failures"]), ""]
         return lines, st
-    smp, chk = st.get("stream", {}), st.get("stream_check", {})
+    smp, chk = st.get("stream", {}), st.get("stream_check") or {}
+    rows = st["rows"]
+    for r in rows:
+        r.setdefault("part", "main")
+        r.setdefault("stream", "main")
+        r["stream_label"] = ((st.get("streams") or {}).get(r["stream"]) or {}).get(
+            "label", r["stream"])
+    order = [c["name"] for c in st.get("configs") or []] + list(st.get("candidates") or [])
+
+    def key(r):  # K, then the configurations' order, the one-trainer baselines after them
+        return (r["stream"], r["k"], r.get("baseline_run", False), r.get("batch", 0),
+                order.index(r.get("config")) if r.get("config") in order else len(order),
+                r["slow"])
+
+    main = sorted((r for r in rows if r["part"] == "main"), key=key)
+    check = sorted((r for r in rows if r["part"] == "defaults"), key=key)
+    seen = set(c for r in rows for c in (r.get("tau_class") or {}) if
+               (r["tau_class"][c] or {}).get("count"))
+    classes = TAU_CLASSES + sorted(seen - set(TAU_CLASSES))
     lines += ["Each configuration is one `sparrow launch` run (bench/study_scaling.py): K CPU "
               "trainer processes (FM k=4, batch %s), %s shards, the coordinator and the Kafka "
               "mock (%s partitions). The generator produces the same %s examples every time (seed "
@@ -485,102 +633,76 @@ def scaling_section(res, plots):
               "(`gen --n N+H`, its first N checked byte for byte against `gen --n N`; every run's "
               "generator reported click rate %s and Bayes-optimal logloss %s over its N, as "
               "`gen --n N` did). *Ratio*: held-out logloss over the baseline's, one trainer on "
-              "the same examples: K=1 of the same mode, for sync one trainer with batch K·%s "
-              "(which sync with K trainers of batch %s should equal). *Const* and *Bayes*: the "
-              "constant predictor's and the planted model's logloss on the held-out examples (from "
-              "`sparrow eval`). *Progressive*: the trainers' mean final-window logloss (score "
-              "then train; each window a quarter of a trainer's share, N/K/4 examples). tau: the "
-              "shards' `sparrow_ps_staleness` (mean from its sum; p50/p99 as bucket bounds). "
-              "*Wait share*: the seconds the trainers waited for the coordinator during the run "
-              "(`sparrow_trainer_coord_wait_seconds`) over K times the run's duration. The "
-              "straggler is trainer K-1 slowed 4x (`trainer.debug.slow_factor`); K=1 has none. "
-              "Clocked modes run with the shards' `inverse` penalty. Every configuration ran "
-              "once." %
+              "the same examples: K=1 of the same configuration for the async family; for the "
+              "sync family (sync, backup workers, elastic) one trainer with batch K·%s (which sync "
+              "with K trainers of batch %s should equal); for group:G one trainer with batch G·%s "
+              "(one group); a one-trainer baseline row is compared with K=1 sync. A run whose "
+              "held-out logloss ends above the constant predictor's (or is not finite) is marked "
+              "**diverged**. *Const* and *Bayes*: the constant predictor's and the planted "
+              "model's logloss on the held-out examples (from `sparrow eval`). *Examples/s*: "
+              "launch's train_ex_per_s; *vs sync*: over `sync`'s with the same straggler at the "
+              "same K on the same stream. tau: the shards' `sparrow_ps_staleness` (mean from its "
+              "sum; p99 as a bucket bound), and per row class the shards' "
+              "`sparrow_ps_staleness_class{class=...}` (launch sums each shard's histogram, read "
+              "from its /metrics as the run ends, into summary.json's `staleness_class`; — where "
+              "the shards do not export it). *Wait share*: the seconds the trainers waited for the "
+              "coordinator during the run (`sparrow_trainer_coord_wait_seconds`) over K times the "
+              "run's duration. The straggler is trainer K-1 slowed %sx "
+              "(`trainer.debug.slow_factor`); K=1 has none. Every configuration ran once." %
               (st.get("batch"), st.get("shards"), st.get("partitions"), f0(st.get("examples")),
                smp.get("seed"), smp.get("fields"), smp.get("drift"), f0(smp.get("vocab_max")),
                st.get("duration"), f0(st.get("heldout")), f0(st.get("heldout")),
                (chk.get("gen_head") or {}).get("ctr", "?"),
                (chk.get("gen_head") or {}).get("bayes_logloss", "?"), st.get("batch"),
-               st.get("batch")), "",
-              "Per run: `%s`; the held-out tail: `%s`; per run: `%s`." %
+               st.get("batch"), st.get("batch"), _g(st.get("straggler", 4))), ""]
+    if st.get("configs"):
+        lines += ["The configurations (`--set ROLE:KEY=VALUE` given to launch besides --mode and "
+                  "--penalty):", ""]
+        lines += [table(["name", "mode", "penalty", "settings", "description"],
+                        [("`%s`" % c["name"], c["mode"], c["penalty"],
+                          " ".join("`%s`" % x for x in c["sets"]) or "—", c["desc"])
+                         for c in st["configs"]]), ""]
+    if st.get("by_design"):
+        lines += ["Not run by design: " + "; ".join(st["by_design"]) + ".", ""]
+    lines += ["Per run: `%s`; the held-out tail: `%s`; per run: `%s`." %
               (_rel(res, st.get("command", "")), _rel(res, st.get("gen_command", "")),
                _rel(res, st.get("eval_command", ""))), "",
-              "Study status: %s (%.0f s)." % (status, st.get("secs", 0)), ""]
-    rows = st["rows"]
-    t = []
-    for r in rows:
-        ev = r.get("eval") or {}
-        drained = ("yes" if r.get("complete") else "**no**")
-        if not r.get("ok"):
-            drained += ": " + r.get("why", "")
-        elif not r.get("launch_ok"):
-            drained += " (then: %s)" % ("; ".join(r.get("stop_problems") or []) or
-                                        "launch rc=%s" % r.get("rc"))
-        ratio = f4(r.get("ratio"))
-        if r.get("ratio") is not None and r.get("diverged"):
-            ratio += " **diverged**"
-        t.append((r["k"], _scal_label(r), _scal_slow(r), f4(ev.get("logloss")),
-                  f4(ev.get("auc")),
-                  "(baseline)" if r["k"] == 1 and not r.get("baseline_run") else ratio,
-                  f4(ev.get("const_logloss")),
-                  f4(ev.get("bayes_logloss")), f4(r.get("window_logloss")), f0(r.get("ex_per_s")),
-                  "%s / %s / %s" % (f2(r.get("tau_mean")), _g(r.get("tau_p50")),
-                                    _g(r.get("tau_p99"))),
-                  "%.0f%%" % (100 * r["wait_share"]) if r.get("wait_share") is not None else "—",
-                  drained))
-    lines += [table(["K", "mode", "straggler", "held-out logloss", "AUC", "ratio to baseline",
-                     "const", "Bayes", "progressive logloss", "examples/s",
-                     "tau mean / p50 / p99", "wait share", "drained"], t), ""]
+              "Study status: %s (%.0f s; %s of %s planned runs ran)." %
+              (status, st.get("secs", 0), len(rows), st.get("planned", len(rows))), ""]
+    if main:
+        lines += [_scal_table(main, classes), ""]
     if st.get("failures"):
         lines += ["Failed, incomplete or skipped runs (a run that did not drain is not evaluated; "
                   "its other figures are those it had when it stopped): " +
                   "; ".join(st["failures"]), ""]
-    # the plot: held-out logloss against K per mode, straggler dashed; const and Bayes as lines
-    data, script = {}, []
-    labels = list(dict.fromkeys(_scal_label(r) for r in rows if not r.get("baseline_run")))
-    for i, lab in enumerate(labels):
-        for slow in sorted(set(r["slow"] for r in rows)):
-            pts = sorted((r["k"], r["eval"]["logloss"]) for r in rows
-                         if not r.get("baseline_run") and _scal_label(r) == lab and
-                         r.get("ok") and r.get("eval") and r["eval"].get("logloss") is not None
-                         and (r["slow"] == slow or (r["k"] == 1 and slow)))
-            if len(pts) < 1:
-                continue
-            fn = "scal_%d_%g.dat" % (i, slow)
-            data[fn] = "".join("%g %g\n" % p for p in pts)
-            script.append("'%s' using 1:2 with linespoints lw 2 dt %d lc rgb '%s' title '%s%s'" %
-                          (fn, 2 if slow else 1, MODES_COLOURS[i % len(MODES_COLOURS)], lab,
-                           ", trainer K-1 at %gx" % slow if slow else ""))
-    sb = [r for r in rows if r.get("baseline_run") and r.get("ok") and r.get("eval")]
-    if sb:
-        fn = "scal_syncbase.dat"
-        data[fn] = "".join("%g %g\n" % (r["batch"] // st.get("batch", 256), r["eval"]["logloss"])
-                           for r in sorted(sb, key=lambda r: r["batch"]))
-        script.append("'%s' using 1:2 with points pt 6 ps 1.5 lc rgb 'black' title 'sync baseline: "
-                      "1 trainer, batch K*%s'" % (fn, st.get("batch")))
-    evs = [r["eval"] for r in rows if r.get("ok") and r.get("eval")]
-    const = [e["const_logloss"] for e in evs if e.get("const_logloss") is not None]
-    bayes = [e["bayes_logloss"] for e in evs if e.get("bayes_logloss") is not None]
-    if script:
-        extra = ""
-        if const:
-            extra += ", %g with lines dt 3 lw 2 lc rgb 'red' title 'constant predictor'" % const[0]
-        if bayes:
-            extra += ", %g with lines dt 2 lw 2 lc rgb 'gray' title 'Bayes-optimal'" % bayes[0]
-        lines += [plots.plot("scaling_logloss",
-                             "set logscale x 2\nset xlabel 'trainers K'\nset ylabel 'held-out "
-                             "logloss of the final model'\nset grid\nset key outside right\n"
-                             "set xrange [0.8:%g]\nset title 'Scaling: held-out logloss against "
-                             "K (%s examples)'\nplot %s%s\n" %
-                             (max(st.get("ks") or [32]) * 1.25, f0(st.get("examples")),
-                              ", ".join(script), extra), data), ""]
+    if main:
+        lines += _scal_plots(st, main, plots)
+    if check or st.get("candidates"):
+        streams = st.get("streams") or {}
+        lines += ["### Defaults check: the candidate defaults on other streams", ""]
+        lines += ["The candidate default configurations (%s) on %d more generated streams (%s), "
+                  "at K = %s, K > 1 with trainer K-1 slowed %sx; each stream with its own "
+                  "held-out tail and baselines, checked as the main stream's. `sync` runs beside "
+                  "them at the same K for the examples/s ratio." %
+                  (", ".join("`%s`" % c for c in st.get("candidates") or []),
+                   len([t for t in streams if t != "main"]),
+                   "; ".join("%s: %s (`%s`)" % (t, s["label"], " ".join(
+                       "%s=%s" % kv for kv in sorted(s["gen"].items())))
+                       for t, s in streams.items() if t != "main"),
+                   ", ".join(map(str, st.get("defaults_ks") or [])),
+                   _g((st.get("defaults_slows") or [None])[0])), ""]
+        if check:
+            lines += [_scal_table(check, classes, stream_col=True), ""]
+        else:
+            lines += ["No defaults-check run in this study.", ""]
     return lines, st
 
 
 def scaling_choose(st):
     """The mode bullets of "How to choose", computed from the scaling study's rows."""
-    rows = [r for r in st.get("rows") or [] if not r.get("baseline_run")]
-    if not rows:
+    allrows = [r for r in st.get("rows") or [] if not r.get("baseline_run")]
+    rows = [r for r in allrows if r.get("part", "main") == "main"]
+    if not allrows:
         return ["- **Mode (scaling study).** No scaling figures in this run (%s)." %
                 st.get("status", "not run"), ""]
     within = st.get("within", 0.005)
@@ -597,7 +719,7 @@ def scaling_choose(st):
             missing = [r["k"] for r in rs if r.get("ratio") is None]
             inside = [r["k"] for r in ok if r["within"]]
             outside = [r for r in ok if not r["within"]]
-            div = [r["k"] for r in ok if r.get("diverged")]
+            div = [r["k"] for r in rs if r.get("diverged")]
             upto = None
             for r in ok:
                 if not r["within"]:
@@ -615,9 +737,13 @@ def scaling_choose(st):
                 if outside:
                     txt += "; above it at K=%s" % ", ".join(
                         "%d (%s)" % (r["k"], f4(r["ratio"])) for r in outside)
-                if div:
-                    txt += "; **diverged** (held-out logloss above the constant predictor's) "
-                    txt += "at K=%s" % ", ".join(map(str, div))
+            if div:
+                txt += "; **diverged** (held-out logloss above the constant predictor's) "
+                txt += "at K=%s" % ", ".join(map(str, div))
+            sp = [r for r in rs if r.get("speed_ratio") is not None]
+            if sp and lab != "sync":
+                txt += "; examples/s vs sync %s" % ", ".join(
+                    "K=%d %s" % (r["k"], f2(r["speed_ratio"])) for r in sp)
             if missing:
                 txt += "; no figure at K=%s (not drained, not evaluated or no baseline)" % \
                     ", ".join(map(str, missing))
@@ -625,6 +751,18 @@ def scaling_choose(st):
     divs = sorted(set(_scal_label(r) for r in rows if r.get("diverged")))
     out.append("  - Diverged in this run: %s." % (", ".join("`%s`" % d for d in divs) if divs
                                                   else "none"))
+    cands = st.get("candidates") or []
+    check = [r for r in allrows if r.get("part") == "defaults" and r["k"] > 1 and
+             (not cands or r.get("config") in cands)]  # not sync, the examples/s reference
+    if check:
+        out.append("  - Defaults check (other streams, straggler on):")
+        for lab in dict.fromkeys(_scal_label(r) for r in check):
+            rs = [r for r in check if _scal_label(r) == lab]
+            out.append("    - `%s`: %s." % (lab, "; ".join(
+                "%s K=%d ratio %s%s, examples/s vs sync %s" % (
+                    r.get("stream_label", r["stream"]), r["k"], f4(r.get("ratio")),
+                    " **diverged**" if r.get("diverged") else "", f2(r.get("speed_ratio")))
+                for r in sorted(rs, key=lambda r: (r["stream"], r["k"])))))
     return out + [""]
 
 

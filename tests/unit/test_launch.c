@@ -231,6 +231,51 @@ static void test_launch_free_port_and_wait_file(void **state)
     assert_int_equal(spw_launch_wait_file(path, 100), SPW_ERR_TIMEOUT);
 }
 
+/* The per-label histogram launch's summary.json gets from the shards (staleness_class): series
+ * summed per value of the label over pages, the label anywhere in the braces, other histograms
+ * whose names share the prefix (sparrow_ps_staleness) not counted, series lacking the label
+ * skipped; the unlabelled reader of sparrow_ps_staleness does not see the class histogram. */
+static void test_pipeline_hist_by_label(void **state)
+{
+    (void)state;
+    static const char page[] =
+        "# TYPE sparrow_ps_staleness histogram\n"
+        "sparrow_ps_staleness_bucket{le=\"0\"} 10\n"
+        "sparrow_ps_staleness_bucket{le=\"+Inf\"} 20\n"
+        "sparrow_ps_staleness_sum 30\n"
+        "sparrow_ps_staleness_count 20\n"
+        "sparrow_ps_staleness_class_bucket{class=\"bias\",le=\"0\"} 1\n"
+        "sparrow_ps_staleness_class_bucket{class=\"bias\",le=\"4\"} 3\n"
+        "sparrow_ps_staleness_class_bucket{class=\"bias\",le=\"+Inf\"} 4\n"
+        "sparrow_ps_staleness_class_sum{class=\"bias\"} 9\n"
+        "sparrow_ps_staleness_class_count{class=\"bias\"} 4\n"
+        "sparrow_ps_staleness_class_bucket{le=\"0\",shard=\"0\",class=\"rest\"} 5\n"
+        "sparrow_ps_staleness_class_bucket{le=\"+Inf\",shard=\"0\",class=\"rest\"} 6\n"
+        "sparrow_ps_staleness_class_sum{shard=\"0\",class=\"rest\"} 2\n"
+        "sparrow_ps_staleness_class_bucket{subclass=\"x\",le=\"+Inf\"} 100\n";
+    struct spw_pipeline_hist_by hb;
+    memset(&hb, 0, sizeof(hb));
+    spw_pipeline_hist_add_by(&hb, page, "sparrow_ps_staleness_class", "class");
+    spw_pipeline_hist_add_by(&hb, page, "sparrow_ps_staleness_class", "class"); /* shard 2 */
+    assert_int_equal(hb.n, 2);
+    assert_string_equal(hb.value[0], "bias");
+    assert_string_equal(hb.value[1], "rest");
+    assert_true(spw_pipeline_hist_total(&hb.h[0]) == 8);
+    assert_true(hb.h[0].sum == 18);
+    assert_true(spw_pipeline_hist_mean(&hb.h[0]) == 18.0 / 8);
+    assert_true(spw_pipeline_hist_quantile(&hb.h[0], 0.5) == 4);
+    assert_true(spw_pipeline_hist_total(&hb.h[1]) == 12);
+    assert_true(hb.h[1].sum == 4);
+    struct spw_pipeline_hist h;
+    memset(&h, 0, sizeof(h));
+    spw_pipeline_hist_add(&h, page, "sparrow_ps_staleness");
+    assert_true(spw_pipeline_hist_total(&h) == 20 && h.sum == 30);
+    struct spw_pipeline_hist_by none;
+    memset(&none, 0, sizeof(none));
+    spw_pipeline_hist_add_by(&none, page, "sparrow_ps_staleness", "class");
+    assert_int_equal(none.n, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_launch_stop_group_signals_together),
         cmocka_unit_test(test_launch_holds_the_largest_pipeline),
         cmocka_unit_test(test_launch_free_port_and_wait_file),
+        cmocka_unit_test(test_pipeline_hist_by_label),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

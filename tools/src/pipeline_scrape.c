@@ -89,6 +89,32 @@ double spw_pipeline_metric_sum(const char *page, const char *name)
     return found ? sum : NAN;
 }
 
+/* Adds v to the cumulative bucket of h with upper bound bound. */
+static void hist_bucket_add(struct spw_pipeline_hist *h, double bound, double v)
+{
+    size_t i = 0;
+    while (i < h->n && h->le[i] != bound)
+        i++;
+    if (i == h->n) {
+        if (h->n == SPW_PIPELINE_MAX_BUCKETS)
+            return;
+        h->le[h->n] = bound;
+        h->count[h->n++] = 0;
+    }
+    h->count[i] += v;
+}
+
+/* The bound of a bucket line's le="..." label; false when it has none. */
+static bool bucket_bound(const char *line, double *bound)
+{
+    const char *le = strstr(line, "le=\"");
+    const char *eol = strchr(line, '\n');
+    if (!le || (eol && le > eol))
+        return false;
+    *bound = strncmp(le + 4, "+Inf", 4) == 0 ? INFINITY : strtod(le + 4, NULL);
+    return true;
+}
+
 void spw_pipeline_hist_add(struct spw_pipeline_hist *h, const char *page, const char *name)
 {
     char prefix[128];
@@ -102,24 +128,60 @@ void spw_pipeline_hist_add(struct spw_pipeline_hist *h, const char *page, const 
          line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
         if (strncmp(line, prefix, plen) != 0)
             continue;
-        const char *le = strstr(line, "le=\"");
-        const char *eol = strchr(line, '\n');
-        if (!le || (eol && le > eol))
+        double bound, v = line_value(line);
+        if (bucket_bound(line, &bound) && isfinite(v))
+            hist_bucket_add(h, bound, v);
+    }
+}
+
+/* The histogram of hb for the value of label in the {...} that starts at braces; NULL when the
+ * series lacks label or hb is full. */
+static struct spw_pipeline_hist *hist_of_label(struct spw_pipeline_hist_by *hb, const char *braces,
+                                               const char *label)
+{
+    const char *close = strchr(braces, '}');
+    size_t llen = strlen(label);
+    for (const char *at = braces; close && at < close; at++) {
+        if ((*at != '{' && *at != ',') || strncmp(at + 1, label, llen) != 0 ||
+            strncmp(at + 1 + llen, "=\"", 2) != 0)
             continue;
-        double bound = strncmp(le + 4, "+Inf", 4) == 0 ? INFINITY : strtod(le + 4, NULL);
-        double v = line_value(line);
-        if (!isfinite(v))
+        const char *v = at + 1 + llen + 2, *end = strchr(v, '"');
+        if (!end || end > close || (size_t)(end - v) >= sizeof(hb->value[0]))
+            return NULL;
+        size_t vlen = (size_t)(end - v);
+        for (size_t i = 0; i < hb->n; i++)
+            if (strlen(hb->value[i]) == vlen && strncmp(hb->value[i], v, vlen) == 0)
+                return &hb->h[i];
+        if (hb->n == SPW_PIPELINE_MAX_LABEL_VALUES)
+            return NULL;
+        memcpy(hb->value[hb->n], v, vlen);
+        hb->value[hb->n][vlen] = '\0';
+        return &hb->h[hb->n++];
+    }
+    return NULL;
+}
+
+void spw_pipeline_hist_add_by(struct spw_pipeline_hist_by *hb, const char *page, const char *name,
+                              const char *label)
+{
+    char bucket[128], sum[128];
+    snprintf(bucket, sizeof(bucket), "%s_bucket{", name);
+    snprintf(sum, sizeof(sum), "%s_sum{", name);
+    size_t blen = strlen(bucket), slen = strlen(sum);
+    for (const char *line = page; line && *line;
+         line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        bool is_bucket = strncmp(line, bucket, blen) == 0;
+        if (!is_bucket && strncmp(line, sum, slen) != 0)
             continue;
-        size_t i = 0;
-        while (i < h->n && h->le[i] != bound)
-            i++;
-        if (i == h->n) {
-            if (h->n == SPW_PIPELINE_MAX_BUCKETS)
-                continue;
-            h->le[h->n] = bound;
-            h->count[h->n++] = 0;
-        }
-        h->count[i] += v;
+        struct spw_pipeline_hist *h =
+            hist_of_label(hb, line + (is_bucket ? blen : slen) - 1, label);
+        double bound, v = line_value(line);
+        if (!h || !isfinite(v))
+            continue;
+        if (!is_bucket)
+            h->sum += v;
+        else if (bucket_bound(line, &bound))
+            hist_bucket_add(h, bound, v);
     }
 }
 
@@ -265,6 +327,7 @@ void spw_pipeline_scrape(const spw_pipeline_t *p, struct spw_pipeline_snapshot *
         if (!page)
             continue;
         spw_pipeline_hist_add(&s->tau, page, "sparrow_ps_staleness");
+        spw_pipeline_hist_add_by(&s->tau_class, page, "sparrow_ps_staleness_class", "class");
         free(page);
     }
     s->tau_p50 = spw_pipeline_hist_quantile(&s->tau, 0.5);

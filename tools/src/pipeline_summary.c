@@ -133,6 +133,14 @@ spw_err_t spw_pipeline_summary_write(const spw_pipeline_t *p, const struct spw_p
     }
     fputs("\n  ],\n  \"staleness\": ", f);
     jhist(f, &s->tau);
+    fputs(",\n  \"staleness_class\": {", f); /* by class; {} where the shards lack it */
+    for (size_t i = 0; i < s->tau_class.n; i++) {
+        fputs(i ? ", " : "", f);
+        jstr(f, s->tau_class.value[i]);
+        fputs(": ", f);
+        jhist(f, &s->tau_class.h[i]);
+    }
+    fputc('}', f);
     fputs(",\n  \"checkpoint\": {\"latest_epoch\": ", f);
     jnum(f, r->latest_epoch >= 0 ? (double)r->latest_epoch : NAN);
     fputs(", \"manifest_example_count\": ", f);

@@ -120,6 +120,20 @@ struct spw_pipeline_hist {
 /* Adds the buckets and the _sum of histogram name in page to h. */
 void spw_pipeline_hist_add(struct spw_pipeline_hist *h, const char *page, const char *name);
 
+/* Histograms of one name split by the value of one label (the shards'
+ * sparrow_ps_staleness_class{class="bias|top|rest"}), each summed over processes. */
+#define SPW_PIPELINE_MAX_LABEL_VALUES 8
+struct spw_pipeline_hist_by {
+    char value[SPW_PIPELINE_MAX_LABEL_VALUES][32];
+    struct spw_pipeline_hist h[SPW_PIPELINE_MAX_LABEL_VALUES];
+    size_t n;
+};
+
+/* Adds the buckets and the _sum of histogram name in page to hb, per value of label (a series
+ * without that label is skipped; values beyond SPW_PIPELINE_MAX_LABEL_VALUES are dropped). */
+void spw_pipeline_hist_add_by(struct spw_pipeline_hist_by *hb, const char *page, const char *name,
+                              const char *label);
+
 /* The upper bound of the first bucket holding quantile q; NAN when h is empty. */
 double spw_pipeline_hist_quantile(const struct spw_pipeline_hist *h, double q);
 
@@ -148,7 +162,9 @@ struct spw_pipeline_snapshot {
     double tau_p50, tau_p99;
     long epoch; /* last completed checkpoint epoch (coordinator's log), -1 none */
     struct spw_pipeline_trainer trainer[SPW_PIPELINE_MAX_TRAINERS];
-    struct spw_pipeline_hist tau;   /* the shards' sparrow_ps_staleness */
+    struct spw_pipeline_hist tau; /* the shards' sparrow_ps_staleness */
+    /* the shards' sparrow_ps_staleness_class by class (empty where the shards lack it) */
+    struct spw_pipeline_hist_by tau_class;
     struct spw_pipeline_hist pause; /* the trainers' checkpoint pause, seconds */
 };
 
