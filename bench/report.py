@@ -509,6 +509,7 @@ def _scal_table(rows, classes, stream_col=False):
             not r.get("baseline_run") else _scal_label(r),
             r["k"], _scal_slow(r), ll_cell, _scal_ratio(r), f4(ev.get("const_logloss")),
             f4(ev.get("bayes_logloss")), f0(r.get("ex_per_s")), f2(r.get("speed_ratio")),
+            f0(r.get("busy_ex_per_s")), f2(r.get("busy_ratio")),
             "%s / %s" % (f2(r.get("tau_mean")), _g(r.get("tau_p99")))] + \
             [_tau_cell(tc.get(c)) for c in classes] + \
             ["%.0f%%" % (100 * r["wait_share"]) if r.get("wait_share") is not None else "—",
@@ -516,7 +517,7 @@ def _scal_table(rows, classes, stream_col=False):
         t.append(cells)
     head = (["stream"] if stream_col else []) + [
         "mode", "K", "straggler", "held-out logloss", "ratio to baseline", "const", "Bayes",
-        "examples/s", "examples/s vs sync", "tau mean / p99"] + \
+        "examples/s", "examples/s vs sync", "busy examples/s", "busy vs sync", "tau mean / p99"] + \
         ["tau %s mean / p99" % c for c in classes] + ["wait share", "run"]
     return table(head, t)
 
@@ -577,17 +578,17 @@ def _scal_plots(st, rows, plots):
     slow = max([r["slow"] for r in rows] or [0])
     data, script = {}, []
     for i, lab in enumerate(labels):
-        pts = sorted((r["k"], r["speed_ratio"]) for r in rows
+        pts = sorted((r["k"], r["busy_ratio"]) for r in rows
                      if not r.get("baseline_run") and _scal_label(r) == lab and r["k"] > 1 and
-                     r["slow"] == slow and r.get("speed_ratio") is not None)
+                     r["slow"] == slow and r.get("busy_ratio") is not None)
         if pts:
             fn = "scal_speed_%d.dat" % i
             data[fn] = "".join("%g %g\n" % p for p in pts)
             script.append("'%s' using 1:2 with linespoints lw 2 lc rgb '%s' title '%s'" %
                           (fn, colour[lab], lab))
     if script:
-        lines += [plots.plot("scaling_speed", xr + "set ylabel 'examples/s relative to sync'\n"
-                             "set title 'Scaling: examples/s over sync''s at the same K, "
+        lines += [plots.plot("scaling_speed", xr + "set ylabel 'busy examples/s relative to sync'\n"
+                             "set title 'Scaling: busy examples/s over sync''s at the same K, "
                              "straggler: %s'\nplot %s, 1 with lines dt 2 lc rgb 'gray' "
                              "title 'sync'\n" %
                              ("trainer K-1 at %gx" % slow if slow else "none",
@@ -640,8 +641,13 @@ def scaling_section(res, plots):
               "held-out logloss ends above the constant predictor's (or is not finite) is marked "
               "**diverged**. *Const* and *Bayes*: the constant predictor's and the planted "
               "model's logloss on the held-out examples (from `sparrow eval`). *Examples/s*: "
-              "launch's train_ex_per_s; *vs sync*: over `sync`'s with the same straggler at the "
-              "same K on the same stream. tau: the shards' `sparrow_ps_staleness` (mean from its "
+              "launch's train_ex_per_s (N over the time to drain: with fixed partitions the "
+              "straggler's own share ends every mode's run at about the same time, so this "
+              "measures the straggler); *busy examples/s*: the examples trained while every "
+              "trainer still had data (by the time the first trainer finished its share, from "
+              "launch's samples.csv) over that time, the rate a continuous stream would see; "
+              "*vs sync*: over `sync`'s with the same straggler at the same K on the same stream. "
+              "tau: the shards' `sparrow_ps_staleness` (mean from its "
               "sum; p99 as a bucket bound), and per row class the shards' "
               "`sparrow_ps_staleness_class{class=...}` (launch sums each shard's histogram, read "
               "from its /metrics as the run ends, into summary.json's `staleness_class`; — where "
@@ -740,10 +746,10 @@ def scaling_choose(st):
             if div:
                 txt += "; **diverged** (held-out logloss above the constant predictor's) "
                 txt += "at K=%s" % ", ".join(map(str, div))
-            sp = [r for r in rs if r.get("speed_ratio") is not None]
+            sp = [r for r in rs if r.get("busy_ratio") is not None]
             if sp and lab != "sync":
-                txt += "; examples/s vs sync %s" % ", ".join(
-                    "K=%d %s" % (r["k"], f2(r["speed_ratio"])) for r in sp)
+                txt += "; busy examples/s vs sync %s" % ", ".join(
+                    "K=%d %s" % (r["k"], f2(r["busy_ratio"])) for r in sp)
             if missing:
                 txt += "; no figure at K=%s (not drained, not evaluated or no baseline)" % \
                     ", ".join(map(str, missing))
@@ -759,9 +765,9 @@ def scaling_choose(st):
         for lab in dict.fromkeys(_scal_label(r) for r in check):
             rs = [r for r in check if _scal_label(r) == lab]
             out.append("    - `%s`: %s." % (lab, "; ".join(
-                "%s K=%d ratio %s%s, examples/s vs sync %s" % (
+                "%s K=%d ratio %s%s, busy examples/s vs sync %s" % (
                     r.get("stream_label", r["stream"]), r["k"], f4(r.get("ratio")),
-                    " **diverged**" if r.get("diverged") else "", f2(r.get("speed_ratio")))
+                    " **diverged**" if r.get("diverged") else "", f2(r.get("busy_ratio")))
                 for r in sorted(rs, key=lambda r: (r["stream"], r["k"])))))
     return out + [""]
 

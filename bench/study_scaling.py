@@ -79,6 +79,7 @@ Standalone: bench/study_scaling.py BUILD_DIR [--quick] [--modes LIST] [--candida
   --md FILE          write the report's scaling section (bench/report.py) there, plots in
                      bench/ beside it"""
 
+import csv
 import json
 import math
 import os
@@ -355,6 +356,40 @@ def _tag(spec):
     return "".join(c if c.isalnum() or c in "-." else "_" for c in t)
 
 
+def busy_rate(path):
+    """Examples/s while every trainer had data: the examples trained by the time the first
+    trainer finished its share (its count reached its final value), over the time since the
+    first example, from launch's samples.csv (t_ms, trainer, ..., examples per trainer). With
+    fixed partitions a straggler's own share ends every mode's run at the same time, so the
+    time to drain measures the straggler, not the mode; None when the series is too short."""
+    per = {}
+    try:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                t, tr, ex = float(row["t_ms"]), row["trainer"], float(row["examples"])
+                if ex >= 0:
+                    per.setdefault(tr, []).append((t, ex))
+    except (OSError, KeyError, ValueError):
+        return None
+    done, start = [], None
+    for pts in per.values():
+        pts.sort()
+        final = pts[-1][1]
+        if final <= 0:
+            continue
+        done.append(next(t for t, ex in pts if ex >= final))
+        first = next((t for t, ex in pts if ex > 0), None)
+        if first is not None and (start is None or first < start):
+            start = first
+    if not done or start is None:
+        return None
+    t1 = min(done)
+    total = 0.0
+    for pts in per.values():
+        total += max([ex for t, ex in pts if t <= t1] or [0.0])
+    return total / ((t1 - start) / 1000.0) if t1 - start >= 500 else None
+
+
 def one_run(rec, sparrow, evaluator, work, st, spec, size):
     """One launch run and its evaluation. st: the stream's dict (heldout, want_gen, gen props);
     spec: part, stream, config, cfg, k, slow, batch (None: B; set: a one-trainer baseline)."""
@@ -433,6 +468,7 @@ def one_run(rec, sparrow, evaluator, work, st, spec, size):
         row["why"] = why
         with open(log, "a") as f:  # what the run's processes said last, kept with the results
             f.write("\n" + study_modes._tail(run_dir) + "\n")
+    row["busy_ex_per_s"] = busy_rate(os.path.join(run_dir, "samples.csv")) if drained else None
     shutil.rmtree(run_dir, ignore_errors=True)
     return row
 
@@ -508,6 +544,9 @@ def judge(rows):
         r["speed_ref"] = "sync K=%d" % ref["k"] if ref else None
         r["speed_ratio"] = (r["ex_per_s"] / ref["ex_per_s"]
                             if ref and r.get("ex_per_s") and ref.get("ex_per_s") else None)
+        r["busy_ratio"] = (r["busy_ex_per_s"] / ref["busy_ex_per_s"]
+                           if ref and r.get("busy_ex_per_s") and ref.get("busy_ex_per_s")
+                           else None)
 
 
 def _spec(part, stream, name, cfg, k, slow, batch=None):
