@@ -1,5 +1,5 @@
 # coordinator unit tests: modes and epochs with fake members and fake shards (threads), files.
-foreach(_coord_unit coord_modes coord_files coord_epochs)
+foreach(_coord_unit coord_modes coord_files coord_epochs coord_step_rule)
     spw_unit(${_coord_unit} sparrow_coordinator)
 endforeach()
 # The local launcher of `sparrow demo`, tests and benchmarks (tools/src/launch.c), listed here
