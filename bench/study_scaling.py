@@ -128,6 +128,9 @@ CONFIGS = {
         [C + "group.by=speed"], slows=(4,)),
     "async/none": _config("no staleness penalty", "async", "none"),
     "async/inverse": _config("penalty inverse (lr/(1+tau))", "async", "inverse"),
+    "async/inverse+lat0.01": _config(
+        "penalty inverse, the latent part's learning rate 0.01 (pserver.lr.latent; linear 0.05)",
+        "async", "inverse", ["pserver:pserver.lr.latent=0.01"]),
     "async/adaptive": _config("penalty adaptive", "async", "adaptive"),
     "async/dc:0.04": _config("delay compensation dc:0.04 (trainer.push.pulled=true)",
                              "async", "dc:0.04", ["trainer:trainer.push.pulled=true"]),
@@ -135,7 +138,8 @@ CONFIGS = {
     "hybrid:100": _config("a barrier every 100 steps", "hybrid:100", "inverse"),
 }
 MAIN = ["sync", "sync+backup1/drop", "sync+backup1/apply", "sync+elastic2", "group:4/index",
-        "group:4/speed", "async/none", "async/inverse", "async/adaptive", "async/dc:0.04"]
+        "group:4/speed", "async/none", "async/inverse", "async/inverse+lat0.01", "async/adaptive",
+        "async/dc:0.04"]
 QUICK_MAIN = ["sync", "sync+backup1/drop", "group:4/index", "async/adaptive"]
 KS = [1, 2, 4, 8, 16, 32]
 QUICK_KS = [1, 2, 4]
