@@ -1058,11 +1058,10 @@ static void evaluate(spw_coord_server_t *srv)
             if (two_phase(srv)) {
                 /* a unit's step is complete (enough of its trainers' pushes acknowledged):
                  * commit it on every shard before they read, and before a checkpoint records
-                 * the offsets of its examples; one commit at a time */
+                 * the offsets of its examples. One commit at a time; the other units' trainers
+                 * (and this one's late ones) are released meanwhile. */
                 bool ok;
-                if (srv->commit_step && !commit_done(srv, &ok))
-                    break;
-                if (srv->commit_step) {
+                if (srv->commit_step && commit_done(srv, &ok)) {
                     uint64_t step = srv->commit_step;
                     srv->commit_step = 0;
                     if (!ok) {
@@ -1071,17 +1070,12 @@ static void evaluate(spw_coord_server_t *srv)
                     }
                     srv->unit_committed[srv->commit_unit] = step;
                 }
-                bool sent = false;
-                for (uint32_t k = 0; k < srv->n_units && !sent; k++) {
+                for (uint32_t k = 0; k < srv->n_units && !srv->commit_step; k++) {
                     /* round robin from the unit after the last committed: none starves */
                     uint32_t u = (srv->commit_unit + 1 + k) % srv->n_units;
-                    if (unit_ready(srv, u)) {
+                    if (unit_ready(srv, u))
                         commit_step(srv, u, srv->unit_committed[u] + 1);
-                        sent = true;
-                    }
                 }
-                if (sent)
-                    break;
             }
             if (srv->conf.mode.kind == SPW_COORD_HYBRID) {
                 /* a barrier every live trainer reached: checkpoint (when due) and release */
