@@ -289,7 +289,8 @@ struct spw_ps__step_sum {
 /* How a push tagged with a step its trainer's unit committed already is treated. */
 struct spw_ps__step_lateness {
     bool late;          /* the step is committed for this trainer */
-    bool apply;         /* apply it at once (scaled by weight), else drop it */
+    bool apply;         /* apply it at once (scaled by weight), else drop it (also one
+                           without examples: it has no weight) */
     double weight;      /* its examples over the committed step's (apply) */
     uint64_t committed; /* the trainer's committed watermark */
 };

@@ -157,7 +157,7 @@ struct spw_ps__step_lateness spw_ps__steps_lateness(const spw_ps__steps_t *st, u
     if (w && w->step > l.committed)
         l.committed = w->step;
     l.late = step <= l.committed;
-    if (l.late && w && w->apply_late && step <= w->step) {
+    if (l.late && w && w->apply_late && step <= w->step && examples > 0) {
         l.apply = true;
         /* one contributor more of that step: its share of the step's examples with it */
         l.weight = examples ? (double)examples / (double)(w->examples + examples) : 0.0;
@@ -352,7 +352,8 @@ spw_err_t spw_ps__steps_take(spw_ps__steps_t *st, const struct spw_ps__step_comm
         }
         bool summed = c->step == commit->step &&
                       listed(commit->trainer_ids, commit->n_trainers, c->trainer_id);
-        if (!summed && commit->apply_late) {
+        /* a late contribution without examples has no weight: discarded like a dropped one */
+        if (!summed && commit->apply_late && c->examples > 0) {
             /* taken out of the table without freeing: the late list owns it now */
             st->bytes -= contrib_bytes(dim, c->n);
             st->c[i] = st->c[--st->n];
