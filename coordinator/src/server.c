@@ -59,9 +59,10 @@ struct member {
     bool in_barrier;
     struct spw_coord_elastic elastic;
     uint64_t released_ms; /* 0: not since it (re)registered */
-    /* whether the step it computes now (next_tagged) and the one its clock counts (step_tagged)
-     * carry a step tag: one pushed asynchronously has nothing pending for its unit's commit */
-    bool next_tagged, step_tagged;
+    /* whether the step its clock counts carried a step tag (it was in the barrier when it
+     * computed it: the barrier changes only at a release or after this is taken); one pushed
+     * asynchronously has nothing pending for its unit's commit */
+    bool step_tagged;
 };
 
 struct shard {
@@ -119,7 +120,7 @@ struct spw_coord_server {
     uint32_t *commit_ids, *member_ids;      /* SPW_COORD_MAX_MEMBERS scratch */
     struct spw_coord_step_member *rule_tmp; /* SPW_COORD_MAX_MEMBERS scratch */
     double *speed_tmp;                      /* SPW_COORD_MAX_MEMBERS scratch */
-    uint32_t *group_tmp;                    /* SPW_COORD_MAX_MEMBERS scratch */
+    uint32_t *group_tmp; /* SPW_COORD_MAX_MEMBERS + 1 scratch: groups formed, units' starts */
 };
 
 /* ---- sending ---- */
@@ -148,7 +149,6 @@ static void release_two_phase(spw_coord_server_t *srv, struct member *m, Sparrow
                  " reason=\"slower than coordinator.elastic.factor x the others\"",
                  m->id, m->unit, m->elastic.ewma_ms, m->clock);
     }
-    m->next_tagged = m->in_barrier;
     if (!m->in_barrier)
         return; /* asynchronous: its pushes apply at once, penalised by their staleness */
     if (committed > m->clock) {
@@ -200,8 +200,7 @@ static void reply_member(spw_coord_server_t *srv, struct member *m, int kind)
     cr.latest_epoch = srv->stats.latest_epoch;
     uint64_t min = UINT64_MAX;
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
-        if (srv->members[i].live && srv->members[i].role == SPARROW__MEMBER_ROLE__ROLE_TRAINER &&
-            srv->members[i].clock < min)
+        if (is_trainer(&srv->members[i]) && srv->members[i].clock < min)
             min = srv->members[i].clock;
     cr.min_step = min == UINT64_MAX ? 0 : min;
     Sparrow__PartitionOffset *offs = NULL;
@@ -369,18 +368,34 @@ static void commit_step(spw_coord_server_t *srv, uint32_t u, uint64_t step)
     }
 }
 
-/* May unit u's next step commit (enough of its in-barrier trainers pushed it)? */
-static bool unit_ready(spw_coord_server_t *srv, uint32_t u)
+/* The unit whose next step may commit (enough of its in-barrier trainers pushed it), round
+ * robin from the unit after the last committed so that none starves; UINT32_MAX when none. One
+ * pass groups the members by unit into rule_tmp (a counting sort: group_tmp holds each unit's
+ * start), so that evaluating every unit costs two passes over the members, not one each. */
+static uint32_t ready_unit(spw_coord_server_t *srv)
 {
-    size_t n = 0;
+    uint32_t *start = srv->group_tmp;
+    memset(start, 0, (srv->n_units + 1) * sizeof(*start));
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
+        if (is_trainer(&srv->members[i]) && srv->members[i].unit < srv->n_units)
+            start[srv->members[i].unit + 1]++;
+    for (uint32_t u = 0; u < srv->n_units; u++)
+        start[u + 1] += start[u];
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
         const struct member *m = &srv->members[i];
-        if (is_trainer(m) && m->unit == u)
-            srv->rule_tmp[n++] =
+        if (is_trainer(m) && m->unit < srv->n_units)
+            srv->rule_tmp[start[m->unit]++] =
                 (struct spw_coord_step_member){.clock = m->clock, .in_barrier = m->in_barrier};
     }
-    return spw_coord_step_ready(srv->rule_tmp, n, srv->unit_committed[u] + 1,
-                                srv->conf.sync.backup);
+    /* start[u] is now unit u's end, start[u - 1] its start */
+    for (uint32_t k = 0; k < srv->n_units; k++) {
+        uint32_t u = (srv->commit_unit + 1 + k) % srv->n_units;
+        uint32_t lo = u ? start[u - 1] : 0;
+        if (spw_coord_step_ready(srv->rule_tmp + lo, start[u] - lo, srv->unit_committed[u] + 1,
+                                 srv->conf.sync.backup))
+            return u;
+    }
+    return UINT32_MAX;
 }
 
 /* Puts the live trainers in their units (sync: one; group:G: groups of G by order or speed) and
@@ -493,7 +508,7 @@ static uint32_t live_trainers(const spw_coord_server_t *srv, uint64_t *min, uint
     *max = 0;
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
         const struct member *m = &srv->members[i];
-        if (!m->live || m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER)
+        if (!is_trainer(m))
             continue;
         n++;
         if (m->clock < *min)
@@ -556,7 +571,6 @@ static void on_register(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_
         m->in_barrier = true;
         m->unit = 0;
     }
-    m->next_tagged = m->in_barrier;
     m->released_ms = 0;
     copy_rid(m, rid, rid_len);
     SPW_INFO("member registered", "member=%s role=%d incarnation=%" PRIu64 " rejoin=%d", m->id,
@@ -655,7 +669,7 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
         uint64_t omin = UINT64_MAX;
         for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
             const struct member *o = &srv->members[i];
-            if (o != m && o->live && o->based && o->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER) {
+            if (o != m && o->based && is_trainer(o)) {
                 others = true;
                 if (o->clock < omin)
                     omin = o->clock;
@@ -668,7 +682,7 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
     if (eff > (int64_t)m->clock) {
         m->clock = (uint64_t)eff;
         m->step_examples = c->has_examples ? c->examples : 0;
-        m->step_tagged = m->next_tagged;
+        m->step_tagged = m->in_barrier; /* before observe_step may move it back in */
     }
     if (c->has_trainer_id)
         m->trainer_id = c->trainer_id;
@@ -918,7 +932,7 @@ static void start_recovery(spw_coord_server_t *srv, const char *reason)
         mb->reported = false;
         mb->pending_commit = mb->pending_drop = false;
         /* everyone starts again in the barrier; the step times are kept */
-        mb->in_barrier = mb->next_tagged = true;
+        mb->in_barrier = true;
         mb->elastic.out = false;
         mb->elastic.slow_run = mb->elastic.fast_run = 0;
     }
@@ -933,7 +947,7 @@ static bool all_trainers(const spw_coord_server_t *srv, bool restored)
 {
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
         const struct member *m = &srv->members[i];
-        if (!m->live || m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER)
+        if (!is_trainer(m))
             continue;
         if (restored ? m->restored_gen != srv->generation : !m->reported)
             return false;
@@ -1029,8 +1043,8 @@ static void evaluate(spw_coord_server_t *srv)
         case PHASE_CKPT_TRAINERS:
             for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
                 struct member *m = &srv->members[i];
-                if (m->live && m->waiting && !m->reported && m->told_epoch != srv->epoch_open &&
-                    m->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER) {
+                if (is_trainer(m) && m->waiting && !m->reported &&
+                    m->told_epoch != srv->epoch_open) {
                     m->told_epoch = srv->epoch_open;
                     m->waiting = false; /* answered: the trainer clocks again once reported */
                     reply_member(srv, m, 1);
@@ -1070,12 +1084,9 @@ static void evaluate(spw_coord_server_t *srv)
                     }
                     srv->unit_committed[srv->commit_unit] = step;
                 }
-                for (uint32_t k = 0; k < srv->n_units && !srv->commit_step; k++) {
-                    /* round robin from the unit after the last committed: none starves */
-                    uint32_t u = (srv->commit_unit + 1 + k) % srv->n_units;
-                    if (unit_ready(srv, u))
-                        commit_step(srv, u, srv->unit_committed[u] + 1);
-                }
+                uint32_t u = srv->commit_step ? UINT32_MAX : ready_unit(srv);
+                if (u != UINT32_MAX)
+                    commit_step(srv, u, srv->unit_committed[u] + 1);
             }
             if (srv->conf.mode.kind == SPW_COORD_HYBRID) {
                 /* a barrier every live trainer reached: checkpoint (when due) and release */
@@ -1083,7 +1094,7 @@ static void evaluate(spw_coord_server_t *srv)
                 uint64_t b = 0;
                 for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
                     const struct member *m = &srv->members[i];
-                    if (!m->live || m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER)
+                    if (!is_trainer(m))
                         continue;
                     if (!m->waiting || !spw_coord_mode_barrier(&srv->conf.mode, m->clock) ||
                         (b && m->clock != b))
@@ -1351,7 +1362,7 @@ spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *con
     srv->ctx = zmq_ctx_new();
     srv->commit_ids = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->commit_ids));
     srv->member_ids = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->member_ids));
-    srv->group_tmp = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->group_tmp));
+    srv->group_tmp = calloc(SPW_COORD_MAX_MEMBERS + 1, sizeof(*srv->group_tmp));
     srv->unit_committed = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->unit_committed));
     srv->rule_tmp = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->rule_tmp));
     srv->speed_tmp = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*srv->speed_tmp));

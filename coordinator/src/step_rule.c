@@ -51,10 +51,8 @@ spw_err_t spw_coord_groups_assign(const double *step_ms, size_t n, uint32_t size
         return SPW_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) {
         r[i].index = i;
-        /* unmeasured trainers after the measured ones, in their order */
-        r[i].key = step_ms && step_ms[i] > 0 && isfinite(step_ms[i]) ? step_ms[i] : INFINITY;
-        if (!step_ms)
-            r[i].key = 0;
+        /* by order: every key equal; by speed: the unmeasured after the measured, in order */
+        r[i].key = !step_ms ? 0.0 : step_ms[i] > 0 && isfinite(step_ms[i]) ? step_ms[i] : INFINITY;
     }
     qsort(r, n, sizeof(*r), by_key);
     for (size_t k = 0; k < n; k++)

@@ -312,8 +312,6 @@ spw_err_t spw_ps__steps_take(spw_ps__steps_t *st, const struct spw_ps__step_comm
  * with it; examples: the push's step examples (its weight when applied). */
 struct spw_ps__step_lateness spw_ps__steps_lateness(const spw_ps__steps_t *st, uint32_t trainer_id,
                                                     uint64_t step, uint64_t examples);
-/* Highest step committed so far for any trainer (0: none). */
-uint64_t spw_ps__steps_committed(const spw_ps__steps_t *st);
 /* Pushes held. */
 size_t spw_ps__steps_pending(const spw_ps__steps_t *st);
 /* Drops every pending push (a restore: the steps they belong to are discarded whole) and the

@@ -457,24 +457,23 @@ static void observe_staleness(spw_ps_server_t *srv, const uint32_t *taus, const 
     }
 }
 
-/* Applies rows outside a commit's average (a late contribution of a backup worker, already
- * weighted), through the store's push with its staleness penalty, and publishes them. */
-static spw_err_t apply_rows(spw_ps_server_t *srv, const uint64_t *keys, size_t n,
-                            const float *grads, const uint32_t *versions, int64_t max_event_ms,
-                            struct spw_ps_push_result *res)
+/* Every way rows are applied (an async push, a step's average, a late contribution): the
+ * store's push (optimizer, staleness penalty), then the rows are published and their staleness
+ * observed. args->taus and ->classes are set from the request's arena (NULL when it is
+ * exhausted: no histogram). */
+static spw_err_t apply_push(spw_ps_server_t *srv, struct spw_ps_push_args *args,
+                            int64_t max_event_ms, struct spw_ps_push_result *res)
 {
-    struct spw_ps_push_args args = {.n = n,
-                                    .keys = keys,
-                                    .grads = grads,
-                                    .versions = versions,
-                                    .taus = spw_arena_alloc(srv->arena, n * sizeof(uint32_t)),
-                                    .classes = spw_arena_alloc(srv->arena, n)};
-    spw_err_t err = spw_ps_store_push_args(srv->store, &args, res);
+    if (args->n == 0)
+        return SPW_OK;
+    args->taus = spw_arena_alloc(srv->arena, args->n * sizeof(uint32_t));
+    args->classes = spw_arena_alloc(srv->arena, args->n);
+    spw_err_t err = spw_ps_store_push_args(srv->store, args, res);
     if (err)
         return err;
     if (srv->pub)
-        spw_ps__publisher_touch(srv->pub, keys, n, max_event_ms);
-    observe_staleness(srv, args.taus, args.classes, n);
+        spw_ps__publisher_touch(srv->pub, args->keys, args->n, max_event_ms);
+    observe_staleness(srv, args->taus, args->classes, args->n);
     return SPW_OK;
 }
 
@@ -515,14 +514,13 @@ static bool late_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Re
         m++;
     }
     struct spw_ps_push_result res = {0};
-    if (m > 0) {
-        spw_err_t err = apply_rows(srv, k2, m, g2, v2,
-                                   push->has_max_event_time_ms ? push->max_event_time_ms : 0, &res);
-        if (err) {
-            send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_INTERNAL,
-                       spw_err_str(err));
-            return false;
-        }
+    struct spw_ps_push_args args = {.n = m, .keys = k2, .grads = g2, .versions = v2};
+    spw_err_t err =
+        apply_push(srv, &args, push->has_max_event_time_ms ? push->max_event_time_ms : 0, &res);
+    if (err) {
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_INTERNAL,
+                   spw_err_str(err));
+        return false;
     }
     if (l->apply) {
         ack->has_late_applied = true;
@@ -689,8 +687,6 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
             return; /* answered with an error */
         dedup_mark(srv, e, push->epoch, push->seq);
     } else {
-        uint32_t *taus = n ? spw_arena_alloc(srv->arena, n * sizeof(uint32_t)) : NULL;
-        uint8_t *classes = n ? spw_arena_alloc(srv->arena, n) : NULL;
         struct spw_ps_push_result res = {0};
         struct spw_ps_echo echo = {0};
         bool echoing = push->echo.len > 0 && echo_prepare(srv, push, &echo);
@@ -702,20 +698,15 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
                                         .grads = grads,
                                         .versions = versions,
                                         .pulled = pulled,
-                                        .taus = taus,
-                                        .classes = classes,
                                         .echo = echoing ? &echo : NULL};
-        spw_err_t err = n ? spw_ps_store_push_args(srv->store, &args, &res) : SPW_OK;
+        spw_err_t err =
+            apply_push(srv, &args, push->has_max_event_time_ms ? push->max_event_time_ms : 0, &res);
         if (err) {
             send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_INTERNAL,
                        spw_err_str(err));
             return;
         }
         dedup_mark(srv, e, push->epoch, push->seq);
-        if (srv->pub)
-            spw_ps__publisher_touch(srv->pub, keys, n,
-                                    push->has_max_event_time_ms ? push->max_event_time_ms : 0);
-        observe_staleness(srv, taus, classes, n);
         ack.has_applied = true;
         ack.applied = res.applied;
         ack.has_rejected = true;
@@ -863,27 +854,19 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     struct spw_ps__step_sum sum;
     spw_err_t err = spw_ps__steps_take(srv->steps, &commit, &sum);
     struct spw_ps_push_result res = {0};
-    uint32_t *taus = NULL;
-    uint8_t *classes = NULL;
-    if (!err && sum.n > 0) {
-        /* the request's arena, as a push's taus (NULL when it is exhausted: no histogram) */
-        taus = spw_arena_alloc(srv->arena, sum.n * sizeof(uint32_t));
-        classes = spw_arena_alloc(srv->arena, sum.n);
-        struct spw_ps_push_args args = {.n = sum.n,
-                                        .keys = sum.keys,
-                                        .grads = sum.grads,
-                                        .versions = sum.versions,
-                                        .taus = taus,
-                                        .classes = classes};
-        err = spw_ps_store_push_args(srv->store, &args, &res);
-    }
+    struct spw_ps_push_args args = {
+        .n = sum.n, .keys = sum.keys, .grads = sum.grads, .versions = sum.versions};
+    if (!err)
+        err = apply_push(srv, &args, sum.max_event_ms, &res);
     /* the unit's members that came too late, each weighted as one contributor more, after the
      * step (their tau counts the commit) */
     for (size_t i = 0; !err && i < sum.n_late; i++) {
         struct spw_ps_push_result lr = {0};
-        if (sum.late[i].n)
-            err = apply_rows(srv, sum.late[i].keys, sum.late[i].n, sum.late[i].grads,
-                             sum.late[i].versions, sum.late[i].max_event_ms, &lr);
+        struct spw_ps_push_args late = {.n = sum.late[i].n,
+                                        .keys = sum.late[i].keys,
+                                        .grads = sum.late[i].grads,
+                                        .versions = sum.late[i].versions};
+        err = apply_push(srv, &late, sum.late[i].max_event_ms, &lr);
     }
     if (err) {
         /* the step is lost on this shard: the coordinator recovers everyone */
@@ -893,9 +876,6 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
                    spw_err_str(err));
         return;
     }
-    if (sum.n > 0 && srv->pub)
-        spw_ps__publisher_touch(srv->pub, sum.keys, sum.n, sum.max_event_ms);
-    observe_staleness(srv, taus, classes, sum.n);
     if (sum.discarded)
         spw_counter_add(srv->m.steps_discarded, sum.discarded);
     if (sum.n_late)

@@ -31,9 +31,8 @@ struct watermark {
 struct spw_ps__steps {
     uint32_t dim;
     size_t max_bytes, bytes;
-    uint64_t committed;     /* of commits without member ids: every trainer's (0: none) */
-    uint64_t max_committed; /* highest step committed for anyone */
-    struct watermark *wm;   /* per trainer, of commits naming their unit */
+    uint64_t committed;   /* of commits without member ids: every trainer's (0: none) */
+    struct watermark *wm; /* per trainer, of commits naming their unit */
     size_t n_wm, cap_wm;
     struct contrib **c;
     size_t n, cap;
@@ -89,7 +88,7 @@ void spw_ps__steps_clear(spw_ps__steps_t *st)
     while (st->n > 0)
         drop_at(st, st->n - 1);
     free_late(st);
-    st->committed = st->max_committed = 0;
+    st->committed = 0;
     st->n_wm = 0;
 }
 
@@ -109,11 +108,6 @@ void spw_ps__steps_destroy(spw_ps__steps_t *st)
     free(st->sums);
     free(st->grads);
     free(st);
-}
-
-uint64_t spw_ps__steps_committed(const spw_ps__steps_t *st)
-{
-    return st->max_committed;
 }
 
 static struct watermark *find_wm(const spw_ps__steps_t *st, uint32_t trainer_id)
@@ -149,6 +143,13 @@ static spw_err_t set_wm(spw_ps__steps_t *st, uint32_t trainer_id, uint64_t step,
     return SPW_OK;
 }
 
+/* A late contribution's weight: one contributor more of a step of step_examples examples, its
+ * share of the step's examples with it. */
+static double late_weight(uint64_t examples, double step_examples)
+{
+    return (double)examples / (step_examples + (double)examples);
+}
+
 struct spw_ps__step_lateness spw_ps__steps_lateness(const spw_ps__steps_t *st, uint32_t trainer_id,
                                                     uint64_t step, uint64_t examples)
 {
@@ -159,8 +160,7 @@ struct spw_ps__step_lateness spw_ps__steps_lateness(const spw_ps__steps_t *st, u
     l.late = step <= l.committed;
     if (l.late && w && w->apply_late && step <= w->step && examples > 0) {
         l.apply = true;
-        /* one contributor more of that step: its share of the step's examples with it */
-        l.weight = examples ? (double)examples / (double)(w->examples + examples) : 0.0;
+        l.weight = late_weight(examples, (double)w->examples);
     }
     return l;
 }
@@ -285,8 +285,8 @@ static bool is_member(const struct spw_ps__step_commit *commit, uint32_t id)
            listed(commit->trainer_ids, commit->n_trainers, id);
 }
 
-/* Keeps c (taken out of the table) as a late contribution, weighted as one contributor more of
- * a step of `total` examples; its counter row stays a plain sum. */
+/* Keeps c (taken out of the table; c->examples > 0) as a late contribution, weighted as one
+ * contributor more of a step of `total` examples; its counter row stays a plain sum. */
 static spw_err_t keep_late(spw_ps__steps_t *st, struct contrib *c, double total,
                            uint64_t counter_key)
 {
@@ -302,7 +302,7 @@ static spw_err_t keep_late(spw_ps__steps_t *st, struct contrib *c, double total,
         st->late = l;
         st->cap_late = cap;
     }
-    double w = c->examples ? (double)c->examples / (total + (double)c->examples) : 0.0;
+    double w = late_weight(c->examples, total);
     for (size_t k = 0; k < c->n; k++) {
         if (counter_key && c->keys[k] == counter_key)
             continue;
@@ -406,8 +406,6 @@ spw_err_t spw_ps__steps_take(spw_ps__steps_t *st, const struct spw_ps__step_comm
         if ((err = set_wm(st, commit->trainer_ids[i], commit->step, step_examples,
                           commit->apply_late)))
             return err;
-    if (commit->step > st->max_committed)
-        st->max_committed = commit->step;
     out->n = rows;
     out->keys = st->keys;
     out->versions = st->versions;

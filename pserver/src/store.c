@@ -595,15 +595,8 @@ spw_err_t spw_ps_store_push(spw_ps_store_t *store, const uint64_t *keys, size_t 
                             const float *grads, const uint32_t *versions, uint32_t *taus,
                             struct spw_ps_push_result *res)
 {
-    return spw_ps_store_push_echo(store, keys, n, grads, versions, taus, res, NULL);
-}
-
-spw_err_t spw_ps_store_push_echo(spw_ps_store_t *store, const uint64_t *keys, size_t n,
-                                 const float *grads, const uint32_t *versions, uint32_t *taus,
-                                 struct spw_ps_push_result *res, const struct spw_ps_echo *echo)
-{
     struct spw_ps_push_args args = {
-        .n = n, .keys = keys, .grads = grads, .versions = versions, .taus = taus, .echo = echo};
+        .n = n, .keys = keys, .grads = grads, .versions = versions, .taus = taus};
     return spw_ps_store_push_args(store, &args, res);
 }
 

@@ -184,12 +184,6 @@ struct spw_ps_echo {
     uint32_t *versions;
 };
 
-/* spw_ps_store_push, filling *echo (may be NULL) on the way: the echoed rows cost no second
- * lookup. A row not admitted echoes its initial weights and version 0, as a pull would. */
-spw_err_t spw_ps_store_push_echo(spw_ps_store_t *store, const uint64_t *keys, size_t n,
-                                 const float *grads, const uint32_t *versions, uint32_t *taus,
-                                 struct spw_ps_push_result *res, const struct spw_ps_echo *echo);
-
 /* Everything one push applies (spw_ps_store_push_args). Arrays are caller-owned and are only
  * read, except the outputs taus and classes. */
 struct spw_ps_push_args {
@@ -200,9 +194,11 @@ struct spw_ps_push_args {
     /* n × dim weights the gradients were computed from (PushRequest.pulled; penalty dc corrects
      * stale rows with them). NULL: none (dc applies stale rows uncorrected and counts them). */
     const float *pulled;
-    uint32_t *taus;                 /* out, may be NULL: each row's tau (0 when not applied) */
-    uint8_t *classes;               /* out, may be NULL: each row's enum spw_ps_row_class */
-    const struct spw_ps_echo *echo; /* may be NULL: see spw_ps_store_push_echo */
+    uint32_t *taus;   /* out, may be NULL: each row's tau (0 when not applied) */
+    uint8_t *classes; /* out, may be NULL: each row's enum spw_ps_row_class */
+    /* may be NULL: filled on the way, the echoed rows cost no second lookup; a row not admitted
+     * echoes its initial weights and version 0, as a pull would */
+    const struct spw_ps_echo *echo;
 };
 
 /* The push all others are: applies args->grads through the optimizer with the staleness
