@@ -32,9 +32,10 @@
 
 #define HTTP_MAX_ROUTES      16
 #define HTTP_MAX_PREFIX      128
-#define HTTP_CONN_LIMIT      64          /* concurrent connections (each one a thread) */
-#define HTTP_CONN_TIMEOUT_S  10          /* idle seconds before a connection is closed */
-#define HTTP_DRAIN_MS        10000       /* longest wait for requests in flight at stop */
+#define HTTP_CONN_LIMIT      64    /* concurrent connections (each one a thread) */
+#define HTTP_CONN_TIMEOUT_S  10    /* idle seconds before a connection is closed */
+#define HTTP_DRAIN_MS        10000 /* longest wait for requests in flight at stop */
+#define HTTP_DRAIN_FRESH_MS  2000  /* longest wait at stop for an accepted connection's request */
 #define HTTP_CONN_MEMORY     (32 * 1024) /* request line + headers + read buffer per connection */
 #define HTTP_DISCARD_SLACK   (1u << 20) /* bytes of an oversized chunked body read before closing */
 #define HTTP_READY_REASON    256
@@ -69,6 +70,15 @@ struct spw_http {
     char ready_reason[HTTP_READY_REASON];
 
     _Atomic size_t in_flight; /* requests begun and not completed (spw_http_stop drains them) */
+    /* Connections accepted whose first request has not begun (its bytes may still be on the way):
+     * spw_http_stop waits for them too, so that a connection accepted is never cut off unserved. */
+    _Atomic size_t fresh;
+};
+
+/* Per-connection state (MHD's socket_context), from MHD_CONNECTION_NOTIFY_STARTED to _CLOSED. Only
+ * the connection's own thread touches it. */
+struct connection {
+    bool requested; /* a request has begun on it: no longer counted in fresh */
 };
 
 enum target {
@@ -89,6 +99,25 @@ struct request {
     size_t len;
     size_t cap;
 };
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct spw_http *http = cls;
+    (void)conn;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct connection *c = calloc(1, sizeof(*c)); /* NULL: the connection is not waited for */
+        *socket_context = c;
+        if (c)
+            atomic_fetch_add(&http->fresh, 1);
+        return;
+    }
+    struct connection *c = *socket_context;
+    if (c && !c->requested)
+        atomic_fetch_sub(&http->fresh, 1);
+    free(c);
+    *socket_context = NULL;
+}
 
 /* ---- responses ------------------------------------------------------------------------------- */
 
@@ -319,6 +348,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         *con_cls = req;
         atomic_fetch_add(&http->in_flight, 1);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        struct connection *c = ci ? ci->socket_context : NULL;
+        if (c && !c->requested) {
+            c->requested = true;
+            atomic_fetch_sub(&http->fresh, 1);
+        }
         return on_headers(http, req, conn, url, method);
     }
     if (*upload_data_size > 0) {
@@ -430,6 +466,7 @@ spw_http_t *spw_http_start(const char *addr, uint16_t port, spw_metrics_t *metri
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_CONN_TIMEOUT_S,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, http,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, http,
         MHD_OPTION_END);
     /* clang-format on */
     if (!http->daemon) {
@@ -496,18 +533,32 @@ uint16_t spw_http_port(const spw_http_t *http)
     return http->port;
 }
 
+size_t spw_http_connections(const spw_http_t *http)
+{
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(http->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return info ? info->num_connections : 0;
+}
+
 void spw_http_stop(spw_http_t *http)
 {
     if (!http)
         return;
     /* Drain: refuse new connections, let the requests already begun finish (up to
-     * HTTP_DRAIN_MS), then stop, which closes idle keep-alive connections. */
+     * HTTP_DRAIN_MS) and the connections accepted send theirs (up to HTTP_DRAIN_FRESH_MS), then
+     * stop, which closes idle keep-alive connections. */
     MHD_socket listen_fd = MHD_quiesce_daemon(http->daemon);
     if (listen_fd != MHD_INVALID_SOCKET)
         close(listen_fd);
-    uint64_t deadline = spw_time_mono_ms() + HTTP_DRAIN_MS;
-    while (atomic_load(&http->in_flight) > 0 && spw_time_mono_ms() < deadline)
+    uint64_t start = spw_time_mono_ms();
+    for (;;) {
+        uint64_t waited = spw_time_mono_ms() - start;
+        bool requests = atomic_load(&http->in_flight) > 0;
+        bool fresh = atomic_load(&http->fresh) > 0 && waited < HTTP_DRAIN_FRESH_MS;
+        if ((!requests && !fresh) || waited >= HTTP_DRAIN_MS)
+            break;
         spw_time_sleep_ms(10);
+    }
     if (atomic_load(&http->in_flight) > 0)
         SPW_WARN("http stop: requests still in flight after the drain", "requests=%zu",
                  atomic_load(&http->in_flight));

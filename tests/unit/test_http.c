@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -524,6 +525,44 @@ static void test_http_start_errors(void **state)
     spw_http_stop(NULL);
 }
 
+struct stopper {
+    spw_http_t *http;
+};
+
+static void *stop_thread(void *arg)
+{
+    spw_http_stop(((struct stopper *)arg)->http);
+    return NULL;
+}
+
+/* A connection accepted before the stop, whose request arrives during the drain, is answered: the
+ * stop waits for it instead of closing it unserved. */
+static void test_http_stop_serves_accepted_connection(void **state)
+{
+    (void)state;
+    char errstr[256] = "";
+    spw_http_t *http = spw_http_start("127.0.0.1", 0, NULL, MAX_BODY, errstr, sizeof(errstr));
+    assert_non_null(http);
+    assert_int_equal(spw_http_route_add(http, "/e", short_handler, NULL), 0);
+    int fd = connect_to(spw_http_port(http));
+    for (int i = 0; i < 10000 && spw_http_connections(http) == 0; i++)
+        usleep(1000);
+    assert_int_equal(spw_http_connections(http), 1);
+    struct stopper st = {http};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, stop_thread, &st), 0);
+    usleep(100 * 1000); /* the stop is draining by now (or not yet begun: answered either way) */
+    const char req[] = "GET /e HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    send_all(fd, req, sizeof(req) - 1);
+    struct reply r;
+    read_reply(fd, &r);
+    close(fd);
+    assert_int_equal(r.status, 200);
+    assert_body(&r, "short\n");
+    reply_free(&r);
+    assert_int_equal(pthread_join(t, NULL), 0);
+}
+
 static void get_with_auth(uint16_t port, const char *path, const char *auth, struct reply *r)
 {
     char req[512];
@@ -584,6 +623,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_http_route_add_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http_start_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http_bearer_token, setup, teardown),
+        cmocka_unit_test(test_http_stop_serves_accepted_connection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

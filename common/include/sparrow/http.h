@@ -53,9 +53,12 @@ void spw_http_set_ready(spw_http_t *http, bool ready, const char *reason);
 /* The bound port (useful after port 0). */
 uint16_t spw_http_port(const spw_http_t *http);
 
+/* Connections open now (accepted and not yet closed). Thread-safe. */
+size_t spw_http_connections(const spw_http_t *http);
+
 /* Stops the server and frees it: stops accepting connections, waits (up to 10 s) for the
- * requests already begun to be answered, then closes every connection. NULL is a no-op. Not
- * from a handler. */
+ * requests already begun to be answered and (up to 2 s) for the connections already accepted to
+ * send their first request, then closes every connection. NULL is a no-op. Not from a handler. */
 void spw_http_stop(spw_http_t *http);
 
 #endif
