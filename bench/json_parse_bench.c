@@ -11,7 +11,7 @@
 
 #include "sparrow/ingest.h"
 
-#include "../ingest/src/ingest_int.h"
+#include "ingest_int.h"
 
 #define BATCH 1000 /* lines per arena reset, as `sparrow ingest` resets per batch */
 

@@ -10,7 +10,7 @@
 
 #include "sparrow/hash.h"
 
-#include "../../ingest/src/ingest_int.h"
+#include "ingest_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,4 @@
-# `sparrow launch` (tools/cmd/launch.c): the configurable local cluster, its drain and its faults.
+# `sparrow launch` (cmd/launch.c, tools/src/launch.c): the configurable local cluster, its drain and its faults.
 if(TARGET sparrow_kafka)
     spw_integration(launch_basic 300)
     # 16 trainers and 16 shards (the scaling study's sizes): about 15 s on 2 cores

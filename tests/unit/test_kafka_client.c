@@ -1,4 +1,4 @@
-/* Unit tests of ingest/kafka against an in-process mock cluster: properties, fault commands,
+/* Unit tests of kafka/ against an in-process mock cluster: properties, fault commands,
  * producer + consumer round trip with headers, caller-supplied start offsets, commit/resume,
  * retention loss reporting, transactions. */
 #include <stdarg.h>

@@ -18,7 +18,7 @@
 #include "sparrow/ingest.h"
 #include "sparrow/wire.h"
 
-#include "../../ingest/src/ingest_int.h"
+#include "ingest_int.h"
 
 /* ---- helpers ---- */
 

@@ -11,9 +11,7 @@
 #include "sparrow/metrics.h"
 #include "sparrow/trainer_loop.h"
 
-#ifdef SPARROW_HAVE_KAFKA
 #include "sparrow/kafka.h"
-#endif
 
 /* Budget of the input arena: one decoded file record, or one Kafka record's ExampleBatch (whose
  * bytes are bounded by max_record_bytes; decoding expands them by a small factor). */
@@ -54,9 +52,7 @@ struct spw_trn__source {
     char *topic;
     void *consumer; /* spw_kafka_consumer_t */
     bool closing;   /* the consumer is closing: its final revoke is not the hooks' business */
-#ifdef SPARROW_HAVE_KAFKA
     struct spw_kafka_msg msg;
-#endif
     bool have_msg;
     int32_t cur_part;
     int64_t cur_offset;

@@ -145,8 +145,6 @@ size_t spw_trn__source_positions(const struct spw_trn__source *src,
     return n;
 }
 
-#ifdef SPARROW_HAVE_KAFKA
-
 static void on_assign(void *opaque, struct spw_kafka_partition *parts, size_t n)
 {
     struct spw_trn__source *src = opaque;
@@ -416,61 +414,6 @@ spw_err_t spw_trn__source_release(struct spw_trn__source *src)
     return src->consumer ? spw_kafka_consumer_resume(src->consumer) : SPW_OK;
 }
 
-#else /* no Kafka library in this build */
-
-spw_err_t spw_trn__source_seek(struct spw_trn__source *src, spw_trainer_resume_fn resume,
-                               void *opaque)
-{
-    (void)src;
-    (void)resume;
-    (void)opaque;
-    return SPW_ERR_UNSUPPORTED;
-}
-
-spw_err_t spw_trn__source_open_kafka(struct spw_trn__source *src, const char *url,
-                                     const struct spw_trainer_loop_conf *conf,
-                                     const struct spw_trainer_hooks *hooks,
-                                     spw_trainer_loop_t *loop, char *errstr, size_t errstr_size)
-{
-    (void)src, (void)url, (void)conf, (void)hooks, (void)loop;
-    snprintf(errstr, errstr_size, "trainer: Kafka input is not built in");
-    return SPW_ERR_UNSUPPORTED;
-}
-
-static spw_err_t next_kafka(struct spw_trn__source *src, int timeout_ms, Sparrow__Example **ex)
-{
-    (void)src, (void)timeout_ms, (void)ex;
-    return SPW_ERR_UNSUPPORTED;
-}
-
-spw_err_t spw_trn__source_store(struct spw_trn__source *src, int32_t part, int64_t offset,
-                                uint32_t skip, bool *stored)
-{
-    (void)src, (void)part, (void)offset, (void)skip;
-    *stored = false;
-    return SPW_OK;
-}
-
-spw_err_t spw_trn__source_commit(struct spw_trn__source *src, bool sync)
-{
-    (void)src, (void)sync;
-    return SPW_OK;
-}
-
-spw_err_t spw_trn__source_hold(struct spw_trn__source *src, int timeout_ms)
-{
-    (void)src, (void)timeout_ms;
-    return SPW_OK;
-}
-
-spw_err_t spw_trn__source_release(struct spw_trn__source *src)
-{
-    (void)src;
-    return SPW_OK;
-}
-
-#endif
-
 spw_err_t spw_trn__source_next(struct spw_trn__source *src, int timeout_ms, Sparrow__Example **ex)
 {
     return src->kafka ? next_kafka(src, timeout_ms, ex) : next_file(src, ex);
@@ -478,7 +421,6 @@ spw_err_t spw_trn__source_next(struct spw_trn__source *src, int timeout_ms, Spar
 
 void spw_trn__source_close(struct spw_trn__source *src)
 {
-#ifdef SPARROW_HAVE_KAFKA
     release_msg(src);
     if (src->consumer) {
         /* The trainer is leaving: the partitions' next owners rejoin the coordinator on their
@@ -488,7 +430,6 @@ void spw_trn__source_close(struct spw_trn__source *src)
         spw_kafka_consumer_close(src->consumer);
         spw_kafka_consumer_destroy(src->consumer);
     }
-#endif
     src->consumer = NULL;
     spw_reader_close(src->reader);
     spw_schema_destroy(src->schema);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "sparrow/arena.h"
+#include "sparrow/config.h"
 #include "sparrow/err.h"
 #include "sparrow/sparrow.pb-c.h"
 
@@ -155,5 +156,9 @@ const void *spw_reader_raw(const spw_reader_t *reader, size_t *len);
 /* Records read (good and bad; blank lines are not records), and of them the bad ones. */
 uint64_t spw_reader_records(const spw_reader_t *reader);
 uint64_t spw_reader_rejected(const spw_reader_t *reader);
+
+/* The property table of `sparrow ingest`. */
+extern const struct spw_config_prop spw_ingest_config_props[];
+extern const size_t spw_ingest_config_n_props;
 
 #endif

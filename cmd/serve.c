@@ -1,7 +1,7 @@
 /* `sparrow serve`: online predictions from the latest checkpoint plus the model-update stream. */
 #include <stdio.h>
 
-#include "commands.h"
+#include "command_table.h"
 #include "sparrow/config.h"
 #include "sparrow/log.h"
 #include "sparrow/serve.h"

@@ -4,14 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
+#include "command_table.h"
 #include "sparrow/config.h"
 #include "sparrow/http.h"
 #include "sparrow/log.h"
 #include "sparrow/metrics.h"
 #include "sparrow/trainer.h"
 #include "sparrow/trainer_loop.h"
-#include "trainer_coord.h"
+#include "sparrow/trainer_coord.h"
 
 static const struct spw_cli_alias aliases[] = {
     {"--in", "trainer.in"},

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
+#include "command_table.h"
 #include "sparrow/config.h"
 #include "sparrow/hash.h"
 #include "sparrow/http.h"

@@ -11,7 +11,7 @@
 #include "sparrow/ps_client.h"
 #include "sparrow/sparrow.pb-c.h"
 #include "sparrow/time.h"
-#include "trainer_coord.h"
+#include "sparrow/trainer_coord.h"
 
 /* Partitions a checkpoint report may hold, and partition numbers whose resume offset is remembered
  * (positions not yet stored report it); more is refused with an error, never truncated. */

@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <dirent.h>
 
-#include "commands.h"
+#include "command_table.h"
 #include "sparrow/coordinator.h"
 #include "sparrow/hash.h"
 #include "sparrow/log.h"

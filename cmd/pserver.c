@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "commands.h"
+#include "command_table.h"
 #include "sparrow/config.h"
 #include "sparrow/http.h"
 #include "sparrow/log.h"

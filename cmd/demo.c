@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
+#include "command_table.h"
 #include "sparrow/pipeline.h"
 #include "sparrow/signal.h"
 #include "sparrow/time.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
+#include "command_table.h"
 #include "sparrow/config.h"
 #include "sparrow/evaluate.h"
 #include "sparrow/log.h"

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "commands.h"
+#include "command_table.h"
 #include "sparrow/config.h"
 #include "sparrow/coordinator.h"
 #include "sparrow/http.h"

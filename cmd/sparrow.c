@@ -3,9 +3,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
+#include "command_table.h"
 #include "sparrow/config.h"
+#include "sparrow/coordinator.h"
 #include "sparrow/evaluate.h"
+#include "sparrow/ingest.h"
+#include "sparrow/pserver.h"
+#include "sparrow/serve.h"
+#include "sparrow/trainer.h"
 #include "sparrow/tools.h"
 
 static int config_doc_main(int argc, char **argv);

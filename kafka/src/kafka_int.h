@@ -1,4 +1,4 @@
-/* Private to ingest/kafka: helpers shared by the consumer, producer and mock files. */
+/* Private to kafka/: helpers shared by the consumer, producer and mock files. */
 #ifndef SPARROW_KAFKA_INT_H
 #define SPARROW_KAFKA_INT_H
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
+#include "command_table.h"
 #include "sparrow/kafka.h"
 #include "sparrow/log.h"
 #include "sparrow/signal.h"

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "commands.h"
+#include "command_table.h"
 #include "sparrow/coordinator.h"
 #include "sparrow/pserver.h"
 #include "sparrow/pipeline.h"
