@@ -70,14 +70,11 @@ const struct spw_config_prop spw_ingest_config_props[] = {
     {"ingest.kafka.close.timeout", SPW_CONFIG_DURATION_MS, "10s", 100, 3600000, NULL,
      "On SIGTERM, after delivery: longest wait for the Kafka input's close (final commit, "
      "leaving the group); past it the partitions move on the group's session timeout."},
-    {"ingest.http.addr", SPW_CONFIG_STRING, "127.0.0.1", 0, 255, NULL,
-     "Address of the /metrics, /healthz, /readyz endpoint."},
-    {"ingest.http.port", SPW_CONFIG_INT, "0", -1, 65535, NULL,
-     "Port of the HTTP endpoint (0: any free port, logged; -1: no endpoint)."},
+    SPW_CONFIG_PROPS_HTTP("ingest", "127.0.0.1", "0"),
     {"kafka.*", SPW_CONFIG_PASSTHROUGH, NULL, 0, 0, NULL,
      "librdkafka properties for the consumer and producers, passed through unchanged "
      "(kafka.security.protocol=SSL, ...)."},
-    {"log.level", SPW_CONFIG_ENUM, "info", 0, 0, "error|warn|info|debug", "Log threshold."},
+    SPW_CONFIG_PROP_LOG_LEVEL("info"),
 };
 const size_t spw_ingest_config_n_props =
     sizeof(spw_ingest_config_props) / sizeof(spw_ingest_config_props[0]);
@@ -884,17 +881,13 @@ int spw_ingest_main(int argc, char **argv)
         rc = 2;
         goto out_teardown;
     }
-    int64_t port = spw_config_int(in.cfg, "ingest.http.port");
-    if (port >= 0) {
-        http = spw_http_start(spw_config_str(in.cfg, "ingest.http.addr"), (uint16_t)port,
-                              in.metrics, 4096, errstr, sizeof(errstr));
-        if (!http) {
-            SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
-            goto out_teardown;
-        }
-        spw_http_set_ready(http, true, NULL);
-        SPW_INFO("http endpoint up", "port=%u", (unsigned)spw_http_port(http));
+    if (spw_http_start_from_config(in.cfg, "ingest", in.metrics, 4096, &http, errstr,
+                                   sizeof(errstr)) != SPW_OK) {
+        SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
+        goto out_teardown;
     }
+    if (http)
+        spw_http_set_ready(http, true, NULL);
 
     if (in.reader) {
         rc = run_file(&in);

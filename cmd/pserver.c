@@ -53,14 +53,12 @@ int spw_pserver_main(int argc, char **argv)
         SPW_ERROR("out of memory", NULL);
         goto out_destroy_cfg;
     }
-    spw_http_t *http = spw_http_start(spw_config_str(cfg, "pserver.http.addr"),
-                                      (uint16_t)spw_config_int(cfg, "pserver.http.port"), metrics,
-                                      1 << 16, errstr, sizeof(errstr));
-    if (!http) {
+    spw_http_t *http = NULL;
+    if (spw_http_start_from_config(cfg, "pserver", metrics, 1 << 16, &http, errstr,
+                                   sizeof(errstr)) != SPW_OK) {
         SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
         goto out_destroy_metrics;
     }
-    SPW_INFO("http endpoint", "port=%u", (unsigned)spw_http_port(http));
     conf.metrics = metrics;
     conf.http = http;
     spw_ps_server_t *server = spw_ps_server_new(&conf, errstr, sizeof(errstr));

@@ -73,15 +73,10 @@ int spw_trainer_main(int argc, char **argv)
         goto out_destroy_cfg;
     }
     spw_http_t *http = NULL;
-    int64_t port = spw_config_int(cfg, "trainer.http.port");
-    if (port >= 0) {
-        http = spw_http_start(spw_config_str(cfg, "trainer.http.addr"), (uint16_t)port, metrics,
-                              1 << 16, errstr, sizeof(errstr));
-        if (!http) {
-            SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
-            goto out_destroy_metrics;
-        }
-        SPW_INFO("http endpoint", "port=%u", (unsigned)spw_http_port(http));
+    if (spw_http_start_from_config(cfg, "trainer", metrics, 1 << 16, &http, errstr,
+                                   sizeof(errstr)) != SPW_OK) {
+        SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
+        goto out_destroy_metrics;
     }
     conf.metrics = metrics;
     conf.http = http;

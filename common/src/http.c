@@ -1,5 +1,6 @@
 /* The HTTP endpoint (libmicrohttpd): /metrics, /healthz, /readyz and the routes a role adds. */
 #include "sparrow/http.h"
+#include "sparrow/config.h"
 #include "sparrow/log.h"
 #include "sparrow/time.h"
 
@@ -484,6 +485,25 @@ out_destroy_lock:
 out_free_http:
     free(http);
     return NULL;
+}
+
+spw_err_t spw_http_start_from_config(const struct spw_config *cfg, const char *role,
+                                     spw_metrics_t *metrics, size_t max_body, spw_http_t **out,
+                                     char *errstr, size_t errstr_size)
+{
+    char key[128];
+    *out = NULL;
+    snprintf(key, sizeof(key), "%s.http.port", role);
+    int64_t port = spw_config_int(cfg, key);
+    if (port < 0)
+        return SPW_OK;
+    snprintf(key, sizeof(key), "%s.http.addr", role);
+    *out = spw_http_start(spw_config_str(cfg, key), (uint16_t)port, metrics, max_body, errstr,
+                          errstr_size);
+    if (!*out)
+        return SPW_ERR_IO;
+    SPW_INFO("http endpoint", "port=%u", (unsigned)spw_http_port(*out));
+    return SPW_OK;
 }
 
 /* Safe against requests being served (a slot is filled before n_routes publishes it), not against

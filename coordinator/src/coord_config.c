@@ -49,13 +49,8 @@ const struct spw_config_prop spw_coordinator_config_props[] = {
      "Checkpoint epochs kept; older ones are removed."},
     {"coordinator.startup.grace", SPW_CONFIG_DURATION_MS, "2s", 0, 600000, NULL,
      "After start, wait this long for members to (re)join before the first recovery."},
-    {"coordinator.http.addr", SPW_CONFIG_STRING, "0.0.0.0", 0, 255, NULL,
-     "Address of the /metrics, /healthz, /readyz endpoint."},
-    {"coordinator.http.port", SPW_CONFIG_INT, "-1", -1, 65535, NULL,
-     "Port of the HTTP endpoint (0: any free port, logged; -1: no endpoint). The Kubernetes "
-     "manifests use 7101."},
-    {"log.level", SPW_CONFIG_ENUM, "info", 0, 0, "error|warn|info|debug",
-     "Lowest level of log line written to stderr."},
+    SPW_CONFIG_PROPS_HTTP("coordinator", "0.0.0.0", "-1"), /* the Kubernetes manifests use 7101 */
+    SPW_CONFIG_PROP_LOG_LEVEL("info"),
 };
 const size_t spw_coordinator_config_n_props =
     sizeof(spw_coordinator_config_props) / sizeof(spw_coordinator_config_props[0]);

@@ -65,10 +65,7 @@ const struct spw_config_prop spw_pserver_config_props[] = {
      "Rows examined by each TTL sweep step (every 100 ms)."},
     {"pserver.max_frame", SPW_CONFIG_INT, "33554432", 1024, SPW_WIRE_HARD_MAX_FRAME / 8, NULL,
      "Largest request frame in bytes; larger ones are refused before decoding."},
-    {"pserver.http.addr", SPW_CONFIG_STRING, "0.0.0.0", 0, 64, NULL,
-     "Address of the /metrics, /healthz, /readyz endpoint."},
-    {"pserver.http.port", SPW_CONFIG_INT, "9100", 0, 65535, NULL,
-     "Port of the HTTP endpoint (0 picks a free port)."},
+    SPW_CONFIG_PROPS_HTTP("pserver", "0.0.0.0", "9100"),
     {"pserver.curve.secret_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
      "File with the shard's Z85 CURVE secret key; empty disables CurveZMQ."},
     {"pserver.curve.allowed_clients_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
@@ -86,7 +83,7 @@ const struct spw_config_prop spw_pserver_config_props[] = {
     {"rocksdb.options", SPW_CONFIG_STRING, "", 0, 16384, NULL,
      "RocksDB option string (rocksdb_get_options_from_string), e.g. "
      "\"write_buffer_size=67108864;max_background_jobs=4\"."},
-    {"log.level", SPW_CONFIG_ENUM, "info", 0, 0, "error|warn|info|debug", "Log threshold."},
+    SPW_CONFIG_PROP_LOG_LEVEL("info"),
 };
 const size_t spw_pserver_config_n_props =
     sizeof(spw_pserver_config_props) / sizeof(spw_pserver_config_props[0]);

@@ -13,10 +13,7 @@ const struct spw_config_prop spw_serve_config_props[] = {
     {"serve.group", SPW_CONFIG_STRING, "", 0, 200, NULL,
      "Consumer group id; empty: a unique one per process (every replica reads every partition; "
      "offsets are never committed)."},
-    {"serve.http.addr", SPW_CONFIG_STRING, "127.0.0.1", 1, 255, NULL,
-     "Address the HTTP API binds (0.0.0.0 for every interface)."},
-    {"serve.http.port", SPW_CONFIG_INT, "8080", 0, 65535, NULL,
-     "HTTP port of the API, /metrics, /healthz and /readyz; 0 picks a free port."},
+    SPW_CONFIG_PROPS_HTTP("serve", "127.0.0.1", "8080"), /* -1 refused: the API is HTTP */
     {"serve.http.port_file", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
      "When set, the bound HTTP port is written to this file once serving starts."},
     {"serve.max_body", SPW_CONFIG_INT, "1048576", 64, 67108864, NULL,
@@ -38,7 +35,7 @@ const struct spw_config_prop spw_serve_config_props[] = {
      "Exit non-zero when updates were lost to retention (else log, count and go on)."},
     {"kafka.*", SPW_CONFIG_PASSTHROUGH, NULL, 0, 0, NULL,
      "librdkafka properties passed through (kafka.bootstrap.servers, TLS, SASL)."},
-    {"log.level", SPW_CONFIG_ENUM, "info", 0, 0, "error|warn|info|debug", "Log threshold."},
+    SPW_CONFIG_PROP_LOG_LEVEL("info"),
 };
 const size_t spw_serve_config_n_props =
     sizeof(spw_serve_config_props) / sizeof(spw_serve_config_props[0]);

@@ -736,10 +736,12 @@ spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_
                      s->boot.offsets[i].partition, s->boot.offsets[i].offset);
     }
 
-    s->http = spw_http_start(spw_config_str(cfg, "serve.http.addr"),
-                             (uint16_t)spw_config_int(cfg, "serve.http.port"), s->metrics,
-                             s->max_body, errstr, errstr_size);
-    if (!s->http)
+    if (spw_config_int(cfg, "serve.http.port") < 0) {
+        snprintf(errstr, errstr_size, "serve.http.port=-1: serve answers over HTTP only");
+        goto out_destroy;
+    }
+    if (spw_http_start_from_config(cfg, "serve", s->metrics, s->max_body, &s->http, errstr,
+                                   errstr_size) != SPW_OK)
         goto out_destroy;
     spw_http_set_ready(s->http, false, "catching up with the model-update stream");
     const char *token_file = spw_config_str(cfg, "serve.auth.token_file");

@@ -42,7 +42,7 @@ const struct spw_config_prop spw_evaluate_config_props[] = {
      "File with the shards' Z85 CURVE public key; empty: no CurveZMQ."},
     {"trainer.curve.client_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
      "File with this client's Z85 CURVE secret key (required with the server key)."},
-    {"log.level", SPW_CONFIG_ENUM, "warn", 0, 0, "error|warn|info|debug", "Log threshold."},
+    SPW_CONFIG_PROP_LOG_LEVEL("warn"),
 };
 const size_t spw_evaluate_config_n_props =
     sizeof(spw_evaluate_config_props) / sizeof(spw_evaluate_config_props[0]);

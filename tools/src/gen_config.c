@@ -35,7 +35,7 @@ const struct spw_config_prop spw_gen_config_props[] = {
      "Event time of the first example, in ms since the Unix epoch."},
     {"gen.rate", SPW_CONFIG_DOUBLE, "1000", 0.001, 1e9, NULL,
      "Events per second of event time (spacing of event timestamps)."},
-    {"log.level", SPW_CONFIG_ENUM, "info", 0, 0, "error|warn|info|debug", "Log threshold."},
+    SPW_CONFIG_PROP_LOG_LEVEL("info"),
 };
 const size_t spw_gen_config_n_props =
     sizeof(spw_gen_config_props) / sizeof(spw_gen_config_props[0]);

@@ -119,15 +119,12 @@ const struct spw_config_prop spw_trainer_config_props[] = {
     {"trainer.coordinator", SPW_CONFIG_STRING, "", 0, 255, NULL,
      "Coordinator endpoint (tcp://host:port): clocks, checkpoint epochs and recovery; offsets are "
      "then committed on its signal only. Empty: no coordinator."},
-    {"trainer.http.addr", SPW_CONFIG_STRING, "0.0.0.0", 0, 255, NULL,
-     "Address of the /metrics, /healthz, /readyz endpoint."},
-    {"trainer.http.port", SPW_CONFIG_INT, "9200", -1, 65535, NULL,
-     "Port of the HTTP endpoint (0: any free port, logged; -1: no endpoint)."},
+    SPW_CONFIG_PROPS_HTTP("trainer", "0.0.0.0", "9200"),
     SPW_PS_CLIENT_CONFIG_PROPS,
     {"kafka.*", SPW_CONFIG_PASSTHROUGH, NULL, 0, 0, NULL,
      "librdkafka properties of the consumer, passed through unchanged "
      "(kafka.security.protocol=SSL, ...)."},
-    {"log.level", SPW_CONFIG_ENUM, "info", 0, 0, "error|warn|info|debug", "Log threshold."},
+    SPW_CONFIG_PROP_LOG_LEVEL("info"),
 };
 const size_t spw_trainer_config_n_props =
     sizeof(spw_trainer_config_props) / sizeof(spw_trainer_config_props[0]);

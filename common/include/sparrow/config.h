@@ -139,6 +139,31 @@ struct spw_cli_alias {
     const char *key;
 };
 
+/* The rows every role's table shares: one spelling, range and description each. */
+
+/* log.level: the lowest level of log line written to stderr ("info" for the roles). */
+#define SPW_CONFIG_PROP_LOG_LEVEL(def)                                                             \
+    {                                                                                              \
+        "log.level", SPW_CONFIG_ENUM, def, 0, 0, "error|warn|info|debug",                          \
+            "Lowest level of log line written to stderr."                                          \
+    }
+
+/* ROLE.http.addr and ROLE.http.port: the role's HTTP endpoint (/metrics, /healthz, /readyz and its
+ * own routes), started by spw_http_start_from_config. role is a string literal. */
+#define SPW_CONFIG_PROPS_HTTP(role, addr, port)                                                    \
+    {role ".http.addr",                                                                            \
+     SPW_CONFIG_STRING,                                                                            \
+     addr,                                                                                         \
+     1,                                                                                            \
+     255,                                                                                          \
+     NULL,                                                                                         \
+     "Address the HTTP endpoint (/metrics, /healthz, /readyz and the role's routes) binds: "       \
+     "0.0.0.0 for every interface, 127.0.0.1 for this host only."},                                \
+    {                                                                                              \
+        role ".http.port", SPW_CONFIG_INT, port, -1, 65535, NULL,                                  \
+            "Port of the HTTP endpoint (0: any free port, logged; -1: no endpoint)."               \
+    }
+
 struct spw_cli_result {
     bool help;        /* --help or -h was given */
     bool dump_config; /* --dump-config was given */

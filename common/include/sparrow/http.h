@@ -33,6 +33,15 @@ typedef void (*spw_http_handler_fn)(void *opaque, const char *method, const char
 spw_http_t *spw_http_start(const char *addr, uint16_t port, spw_metrics_t *metrics, size_t max_body,
                            char *errstr, size_t errstr_size);
 
+struct spw_config;
+
+/* Starts role's endpoint from cfg's ROLE.http.addr and ROLE.http.port (SPW_CONFIG_PROPS_HTTP) as
+ * spw_http_start does, and logs its port. *out is NULL when the port is -1 (no endpoint).
+ * SPW_ERR_IO with errstr when it cannot listen. */
+spw_err_t spw_http_start_from_config(const struct spw_config *cfg, const char *role,
+                                     spw_metrics_t *metrics, size_t max_body, spw_http_t **out,
+                                     char *errstr, size_t errstr_size);
+
 /* Adds a route: requests whose path starts with prefix go to fn. Call before traffic arrives
  * (routes are read without a lock). At most 16 routes. */
 spw_err_t spw_http_route_add(spw_http_t *http, const char *prefix, spw_http_handler_fn fn,
