@@ -36,7 +36,7 @@ static void usage(FILE *out)
         "                    --in file:PATH [--format pb|json|criteo] [--json] [--timeout T]\n"
         "       [--schema FILE] [--batch B] [--log-level L] [--config FILE] [--set key=value]...\n"
         "       [--dump-config] [--help]\n\n"
-        "Scores a held-out file with a trained model, without training (DESIGN.md section 11).\n"
+        "Scores a held-out file with a trained model, without training (docs/ARCHITECTURE.md section 11).\n"
         "DIR is the coordinator's checkpoint root (the shards' pserver.checkpoint.dir: it holds\n"
         "checkpoints/LATEST and checkpoints/<E>/{MANIFEST,shard-<i>}) or that checkpoints/\n"
         "directory itself; the epoch is LATEST's unless --epoch is given. Every shard\n"

@@ -11,7 +11,6 @@
 #include "sparrow/metrics.h"
 #include "sparrow/trainer.h"
 #include "sparrow/trainer_loop.h"
-#include "sparrow/trainer_coord.h"
 
 static const struct spw_cli_alias aliases[] = {
     {"--in", "trainer.in"},
@@ -80,39 +79,15 @@ int spw_trainer_main(int argc, char **argv)
     }
     conf.metrics = metrics;
     conf.http = http;
-    spw_trainer_coord_t *coord = NULL;
-    struct spw_trainer_hooks hooks = {0};
-    const char *coord_ep = spw_config_str(cfg, "trainer.coordinator");
-    if (coord_ep && coord_ep[0]) {
-        coord = spw_trainer_coord_new(coord_ep, conf.trainer_id, metrics, &hooks, errstr,
-                                      sizeof(errstr));
-        if (!coord) {
-            SPW_ERROR("coordinator registration failed", "error=\"%s\"", errstr);
-            goto out_stop_http;
-        }
-        conf.commit_interval_ms = 0; /* offsets are committed on the coordinator's signal */
-    }
-    spw_trainer_loop_t *loop =
-        spw_trainer_loop_new(&conf, coord ? &hooks : NULL, errstr, sizeof(errstr));
-    if (!loop) {
+    spw_trainer_t *trainer = spw_trainer_new(&conf, errstr, sizeof(errstr));
+    if (!trainer) {
         SPW_ERROR("trainer failed to start", "error=\"%s\"", errstr);
-        goto out_destroy_coord;
+        goto out_stop_http;
     }
-    if (coord) {
-        spw_err_t cerr = spw_trainer_coord_start(coord, loop);
-        if (cerr != SPW_OK) {
-            SPW_ERROR("coordinator clock failed", "error=\"%s\"", spw_err_str(cerr));
-            rc = cerr == SPW_ERR_STOPPED ? 0 : 1;
-            spw_trainer_loop_destroy(loop);
-            goto out_destroy_coord;
-        }
-    }
-    spw_err_t err = spw_trainer_loop_run(loop);
-    rc = err == SPW_OK ? 0 : 1;
-    spw_trainer_loop_destroy(loop);
+    spw_err_t err = spw_trainer_run(trainer);
+    rc = err == SPW_OK || err == SPW_ERR_STOPPED ? 0 : 1;
+    spw_trainer_destroy(trainer);
     SPW_INFO("stopped", "rc=%d", rc);
-out_destroy_coord:
-    spw_trainer_coord_destroy(coord);
 out_stop_http:
     spw_http_stop(http);
 out_destroy_metrics:

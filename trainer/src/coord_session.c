@@ -1,4 +1,4 @@
-/* The trainer's side of the coordinator: see trainer_coord.h. */
+/* The trainer's side of the coordinator: see coord_session.h. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 #include "sparrow/ps_client.h"
 #include "sparrow/sparrow.pb-c.h"
 #include "sparrow/time.h"
-#include "sparrow/trainer_coord.h"
+#include "coord_session.h"
 
 /* Partitions a checkpoint report may hold, and partition numbers whose resume offset is remembered
  * (positions not yet stored report it); more is refused with an error, never truncated. */

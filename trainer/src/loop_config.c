@@ -124,5 +124,6 @@ spw_err_t spw_trainer_loop_conf_from_config(const spw_config_t *cfg,
     conf->debug_delay_ms = (uint64_t)spw_config_duration_ms(cfg, "trainer.debug.delay_ms");
     conf->debug_slow_factor = spw_config_double(cfg, "trainer.debug.slow_factor");
     conf->counter_key = (uint64_t)spw_config_int(cfg, "trainer.debug.counter_key");
+    conf->coordinator = spw_config_str(cfg, "trainer.coordinator");
     return SPW_OK;
 }

@@ -133,6 +133,8 @@ struct spw_trainer_loop_conf {
                                   * (uncompressed; the shards' pserver.debug.counter_key adds it up) */
     struct spw_metrics *metrics; /* borrowed; may be NULL; sparrow_trainer_* */
     struct spw_http *http;       /* borrowed; may be NULL; readiness is reported to it */
+    /* the role (spw_trainer_new): the coordinator's endpoint; NULL or "": none */
+    const char *coordinator;
 };
 
 /* Defaults: the trainer.* table's values with trainer.in unset. */
@@ -256,5 +258,27 @@ struct spw_trainer_loop_stats {
 };
 
 void spw_trainer_loop_get_stats(const spw_trainer_loop_t *loop, struct spw_trainer_loop_stats *out);
+
+/* ---- the trainer role (`sparrow trainer`) ---- */
+
+/* The worker loop, and its coordinator session when conf->coordinator is set. One thread uses it.
+ */
+typedef struct spw_trainer spw_trainer_t;
+
+/*
+ * Registers with the coordinator when conf->coordinator is set (waiting up to a minute; offsets
+ * are then committed on its signal only, whatever conf->commit_interval_ms says) and creates the
+ * loop (spw_trainer_loop_new). conf is copied; its strings and borrowed objects must outlive the
+ * trainer. NULL with errstr on failure.
+ */
+spw_trainer_t *spw_trainer_new(const struct spw_trainer_loop_conf *conf, char *errstr,
+                               size_t errstr_size);
+
+/* Clock 0 with the coordinator (when there is one), then spw_trainer_loop_run. SPW_ERR_STOPPED
+ * when a stop came before the first clock; otherwise as spw_trainer_loop_run. Call once. */
+spw_err_t spw_trainer_run(spw_trainer_t *trainer);
+
+/* Destroys the loop, then leaves the coordinator. NULL is a no-op. */
+void spw_trainer_destroy(spw_trainer_t *trainer);
 
 #endif

@@ -1,8 +1,8 @@
 /* The trainer's side of the coordinator (docs/ARCHITECTURE.md §5): clocks after every step and
  * while idle, checkpoint reports, recovery, and Kafka group membership kept alive while held at a
  * barrier. */
-#ifndef SPARROW_TRAINER_COORD_H
-#define SPARROW_TRAINER_COORD_H
+#ifndef SPARROW_TRAINER_COORD_SESSION_H
+#define SPARROW_TRAINER_COORD_SESSION_H
 
 #include <stdint.h>
 
