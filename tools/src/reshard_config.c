@@ -3,10 +3,10 @@
 
 const struct spw_config_prop spw_reshard_config_props[] = {
     {"reshard.from", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
-     "Checkpoint to rewrite (required): an epoch directory <root>/checkpoints/<E>, or a root "
+     "Checkpoint to rewrite (required): an epoch directory ROOT/checkpoints/E, or a root "
      "whose checkpoints/LATEST names one."},
     {"reshard.to", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
-     "Output root (required), which must not exist or be empty: it receives checkpoints/<E>/ "
+     "Output root (required), which must not exist or be empty: it receives checkpoints/E/ "
      "and checkpoints/LATEST, whole or not at all."},
     {"reshard.shards", SPW_CONFIG_INT, NULL, 1, SPW_RESHARD_MAX_SHARDS, NULL,
      "Shard count of the rewritten checkpoint (required)."},
