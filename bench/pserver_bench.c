@@ -17,6 +17,7 @@
 #include <zmq.h>
 
 #include "ps_int.h"
+#include "sparrow/fs.h"
 #include "sparrow/arena.h"
 #include "sparrow/hash.h"
 #include "sparrow/time.h"
@@ -639,7 +640,7 @@ int main(int argc, char **argv)
         spw_ps_store_close(es);
         free(er - (size_t)e_warm * BATCH);
     }
-    spw_ps__rmtree(o.dir);
+    spw_fs_remove_tree(o.dir);
     free(ranks);
     free(g);
     zipf_fini(&z);

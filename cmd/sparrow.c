@@ -9,6 +9,7 @@
 #include "sparrow/evaluate.h"
 #include "sparrow/ingest.h"
 #include "sparrow/pserver.h"
+#include "sparrow/reshard.h"
 #include "sparrow/serve.h"
 #include "sparrow/trainer.h"
 #include "sparrow/tools.h"
@@ -34,7 +35,8 @@ static const struct spw_command commands[] = {
      NULL, NULL},
     {"eval", "score held-out data with a checkpoint or live shards (logloss, AUC, calibration)",
      spw_eval_main, spw_evaluate_config_props, &spw_evaluate_config_n_props},
-    {"reshard", "rewrite a checkpoint for another shard count", spw_reshard_main, NULL, NULL},
+    {"reshard", "rewrite a checkpoint for another shard count", spw_reshard_main,
+     spw_reshard_config_props, &spw_reshard_config_n_props},
     {"launch", "run a local cluster (modes, slow trainers, kills) and write summary.json",
      spw_launch_main, NULL, NULL},
     {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main,

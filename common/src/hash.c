@@ -32,16 +32,6 @@ int64_t spw_hash_criteo_bucket(int64_t x)
     return (int64_t)floor(l * l);
 }
 
-uint64_t spw_hash_mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
 uint32_t spw_hash_jump(uint64_t key, uint32_t buckets)
 {
     int64_t b = -1, j = 0;

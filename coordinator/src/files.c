@@ -1,6 +1,6 @@
 /* Checkpoint files of the coordinator: MANIFEST (written atomically, checksummed), LATEST,
- * listing and pruning of epochs, and the choice of the recovery epoch. */
-#include <dirent.h>
+ * pruning of epochs, and the choice of the recovery epoch. Where they live is
+ * sparrow/ckpt_layout.h's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "sparrow/arena.h"
+#include "sparrow/ckpt_layout.h"
 #include "sparrow/coordinator.h"
 #include "sparrow/log.h"
 #include "sparrow/time.h"
@@ -179,20 +180,20 @@ spw_err_t spw_coord_manifest_write(const char *root, const struct spw_coord_mani
         buf.data[buf.len + (size_t)i] = (uint8_t)(h >> (8 * i));
     buf.len += 8;
     char dir[PATH_MAX];
-    if (!mkpath(dir, sizeof(dir), "%s/checkpoints/%" PRIu64, root, m->epoch)) {
+    if (spw_ckpt_epoch_path(dir, sizeof(dir), root, m->epoch) != SPW_OK) {
         snprintf(errstr, errstr_size, "path too long");
         rc = SPW_ERR_INVALID;
         goto out_free;
     }
     char parent[PATH_MAX];
-    if (mkpath(parent, sizeof(parent), "%s/checkpoints", root))
+    if (spw_ckpt_dir_path(parent, sizeof(parent), root) == SPW_OK)
         mkdir(parent, 0755);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         snprintf(errstr, errstr_size, "cannot create %s: %s", dir, strerror(errno));
         rc = SPW_ERR_IO;
         goto out_free;
     }
-    rc = write_atomic(dir, "MANIFEST", buf.data, buf.len, errstr, errstr_size);
+    rc = write_atomic(dir, SPW_CKPT_MANIFEST, buf.data, buf.len, errstr, errstr_size);
 out_free:
     free(buf.data);
     free(uoff_ptrs);
@@ -231,7 +232,7 @@ spw_err_t spw_coord_manifest_read(const char *root, uint64_t epoch, struct spw_c
 {
     char path[PATH_MAX];
     memset(m, 0, sizeof(*m));
-    if (!mkpath(path, sizeof(path), "%s/checkpoints/%" PRIu64 "/MANIFEST", root, epoch)) {
+    if (spw_ckpt_manifest_path(path, sizeof(path), root, epoch) != SPW_OK) {
         snprintf(errstr, errstr_size, "path too long");
         return SPW_ERR_INVALID;
     }
@@ -314,16 +315,16 @@ out_free:
 spw_err_t spw_coord_latest_write(const char *root, uint64_t epoch, char *errstr, size_t errstr_size)
 {
     char dir[PATH_MAX], text[32];
-    if (!mkpath(dir, sizeof(dir), "%s/checkpoints", root))
+    if (spw_ckpt_dir_path(dir, sizeof(dir), root) != SPW_OK)
         return SPW_ERR_INVALID;
     int n = snprintf(text, sizeof(text), "%" PRIu64 "\n", epoch);
-    return write_atomic(dir, "LATEST", text, (size_t)n, errstr, errstr_size);
+    return write_atomic(dir, SPW_CKPT_LATEST, text, (size_t)n, errstr, errstr_size);
 }
 
 spw_err_t spw_coord_latest_read(const char *root, uint64_t *epoch)
 {
     char path[PATH_MAX];
-    if (!mkpath(path, sizeof(path), "%s/checkpoints/LATEST", root))
+    if (spw_ckpt_latest_path(path, sizeof(path), root) != SPW_OK)
         return SPW_ERR_INVALID;
     uint8_t *data = NULL;
     size_t len = 0;
@@ -343,88 +344,9 @@ spw_err_t spw_coord_latest_read(const char *root, uint64_t *epoch)
     return SPW_OK;
 }
 
-static int cmp_desc(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-static bool parse_epoch_name(const char *name, uint64_t *out)
-{
-    if (!name[0] || name[0] == '0')
-        return false;
-    for (const char *p = name; *p; p++)
-        if (*p < '0' || *p > '9')
-            return false;
-    int64_t v;
-    if (spw_parse_int64(name, &v) != SPW_OK || v <= 0)
-        return false;
-    *out = (uint64_t)v;
-    return true;
-}
-
 long spw_coord_epochs_list(const char *root, uint64_t *epochs, size_t n_max)
 {
-    char base[PATH_MAX];
-    if (!mkpath(base, sizeof(base), "%s/checkpoints", root))
-        return SPW_ERR_INVALID;
-    DIR *d = opendir(base);
-    if (!d)
-        return errno == ENOENT ? 0 : SPW_ERR_IO;
-    size_t cap = 64, n = 0;
-    uint64_t *all = malloc(cap * sizeof(*all));
-    if (!all) {
-        closedir(d);
-        return SPW_ERR_NOMEM;
-    }
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        uint64_t e;
-        if (!parse_epoch_name(de->d_name, &e))
-            continue;
-        if (n == cap) {
-            uint64_t *na = realloc(all, 2 * cap * sizeof(*all));
-            if (!na) {
-                free(all);
-                closedir(d);
-                return SPW_ERR_NOMEM;
-            }
-            all = na;
-            cap *= 2;
-        }
-        all[n++] = e;
-    }
-    closedir(d);
-    qsort(all, n, sizeof(*all), cmp_desc);
-    memcpy(epochs, all, (n < n_max ? n : n_max) * sizeof(*all));
-    free(all);
-    return (long)n;
-}
-
-/* rm -r of a directory tree we created (no symlinks followed). */
-static int remove_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d)
-        return unlink(path);
-    struct dirent *de;
-    int rc = 0;
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        char child[PATH_MAX];
-        if (!mkpath(child, sizeof(child), "%s/%s", path, de->d_name)) {
-            rc = -1;
-            continue;
-        }
-        struct stat st;
-        if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode))
-            rc |= remove_tree(child);
-        else
-            rc |= unlink(child);
-    }
-    closedir(d);
-    return rc | rmdir(path);
+    return spw_ckpt_epochs_list(root, epochs, n_max);
 }
 
 size_t spw_coord_prune(const char *root, uint64_t latest, uint32_t keep, uint64_t spare)
@@ -439,11 +361,7 @@ size_t spw_coord_prune(const char *root, uint64_t latest, uint32_t keep, uint64_
     uint32_t kept = 0;
     for (long i = 0; i < n; i++) {
         uint64_t e = epochs[i];
-        char man[PATH_MAX];
-        struct stat st;
-        bool has_manifest =
-            mkpath(man, sizeof(man), "%s/checkpoints/%" PRIu64 "/MANIFEST", root, e) &&
-            stat(man, &st) == 0;
+        bool has_manifest = spw_ckpt_epoch_has_manifest(root, e);
         bool drop;
         if (e == spare)
             drop = false;
@@ -453,10 +371,10 @@ size_t spw_coord_prune(const char *root, uint64_t latest, uint32_t keep, uint64_
             drop = kept++ >= keep;
         if (!drop)
             continue;
-        char dir[PATH_MAX];
-        if (!mkpath(dir, sizeof(dir), "%s/checkpoints/%" PRIu64, root, e))
+        spw_err_t rc = spw_ckpt_epoch_remove(root, e);
+        if (rc == SPW_ERR_INVALID)
             continue;
-        if (remove_tree(dir) == 0) {
+        if (rc == SPW_OK) {
             removed++;
             SPW_INFO("checkpoint pruned", "epoch=%" PRIu64 " latest=%" PRIu64, e, latest);
         } else {
@@ -469,7 +387,7 @@ size_t spw_coord_prune(const char *root, uint64_t latest, uint32_t keep, uint64_
 spw_err_t spw_coord_verify_default(const char *shard_dir, const char *checksum)
 {
     char path[PATH_MAX];
-    if (!mkpath(path, sizeof(path), "%s/CHECKSUM", shard_dir))
+    if (spw_ckpt_checksum_path(path, sizeof(path), shard_dir) != SPW_OK)
         return SPW_ERR_INVALID;
     uint8_t *data = NULL;
     size_t len = 0;
@@ -500,7 +418,7 @@ static bool epoch_verifies(const char *root, uint64_t e, uint32_t shards,
     }
     for (uint32_t i = 0; i < shards; i++) {
         char dir[PATH_MAX];
-        if (!mkpath(dir, sizeof(dir), "%s/checkpoints/%" PRIu64 "/shard-%u", root, e, i))
+        if (spw_ckpt_shard_path(dir, sizeof(dir), root, e, i) != SPW_OK)
             return false;
         spw_err_t v = verify(dir, m->checksums[i]);
         if (v != SPW_OK) {

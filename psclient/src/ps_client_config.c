@@ -7,6 +7,7 @@
 #include <zmq.h>
 
 #include "ps_client_int.h"
+#include "sparrow/curve_key.h"
 #include "sparrow/log.h"
 
 const struct spw_config_prop spw_ps_client_config_props[] = {SPW_PS_CLIENT_CONFIG_PROPS};
@@ -103,75 +104,23 @@ spw_err_t spw_ps_client_conf_from_config(const spw_config_t *cfg, struct spw_ps_
     return SPW_OK;
 }
 
-/* The 40-character key of a line: between double quotes when there are any, else the trimmed
- * line. */
-static bool line_key(const char *line, char out[41])
-{
-    const char *s = line, *e;
-    const char *q = strchr(line, '"');
-    if (q) {
-        s = q + 1;
-        e = strchr(s, '"');
-        if (!e)
-            return false;
-    } else {
-        while (is_blank(*s))
-            s++;
-        e = s + strlen(s);
-        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || is_blank(e[-1])))
-            e--;
-    }
-    if (e - s != 40)
-        return false;
-    memcpy(out, s, 40);
-    out[40] = '\0';
-    return true;
-}
-
-/* Comment, blank, or a zcert section/metadata line. */
-static bool skip_line(const char *line)
-{
-    while (is_blank(*line))
-        line++;
-    return *line == '#' || *line == '\n' || *line == '\r' || *line == '\0' ||
-           strncmp(line, "metadata", 8) == 0 || strncmp(line, "curve", 5) == 0;
-}
-
 spw_err_t spw_psc__load_key(const char *path, bool secret, char out[41], char *errstr,
                             size_t errstr_size)
 {
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        snprintf(errstr, errstr_size, "%s: %s", path, strerror(errno));
-        return SPW_ERR_NOT_FOUND;
-    }
-    struct stat st;
-    if (secret && fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
-        SPW_WARN("secret key file readable by group or others", "path=%s", path);
-    const char *want = secret ? "secret-key" : "public-key";
-    const char *other = secret ? "public-key" : "secret-key";
-    char line[512], z85[41];
-    bool found = false;
-    while (fgets(line, sizeof(line), f)) {
-        if (skip_line(line) || strstr(line, other))
-            continue;
-        bool named = strstr(line, want) != NULL;
-        if (line_key(line, z85)) {
-            found = true;
-            if (named)
-                break;
-        }
-    }
-    fclose(f);
+    char z85[SPW_CURVE_KEY_LEN + 1];
+    spw_err_t rc = spw_curve_key_read(path, secret, z85, errstr, errstr_size);
+    if (rc != SPW_OK)
+        return rc;
     uint8_t bin[32];
-    if (!found || !zmq_z85_decode(bin, z85)) {
+    bool ok = zmq_z85_decode(bin, z85) != NULL;
+    memset(bin, 0, sizeof(bin));
+    if (!ok) {
+        memset(z85, 0, sizeof(z85));
         snprintf(errstr, errstr_size, "%s: no 40-character Z85 %s key", path,
                  secret ? "secret" : "public");
         return SPW_ERR_INVALID;
     }
-    memset(bin, 0, sizeof(bin));
-    memcpy(out, z85, 41);
+    memcpy(out, z85, sizeof(z85));
     memset(z85, 0, sizeof(z85));
-    memset(line, 0, sizeof(line));
     return SPW_OK;
 }

@@ -15,6 +15,8 @@
 #include <xxhash.h>
 
 #include "ps_int.h"
+#include "sparrow/ckpt_layout.h"
+#include "sparrow/fs.h"
 #include "sparrow/log.h"
 
 /*
@@ -26,11 +28,10 @@
  * Format 1 is still verified:                            "xxh3-64 <16 hex digits>\n"
  *   one XXH3-64 stream over name, NUL, size as 8 little-endian bytes, contents.
  */
-#define CHECKSUM_NAME "CHECKSUM"
-#define CHECKSUM_V1   "xxh3-64 "
-#define CHECKSUM_V2   "xxh3-64-files "
-#define MAX_FILES     4096
-#define READ_CHUNK    (4u << 20)
+#define CHECKSUM_V1 "xxh3-64 "
+#define CHECKSUM_V2 "xxh3-64-files "
+#define MAX_FILES   4096
+#define READ_CHUNK  (4u << 20)
 
 bool spw_ps__path(char *out, size_t size, const char *fmt, ...)
 {
@@ -57,7 +58,7 @@ static spw_err_t list_files(const char *dir, char ***names_out, size_t *n_out)
     spw_err_t ret = SPW_OK;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.' || strcmp(de->d_name, CHECKSUM_NAME) == 0)
+        if (de->d_name[0] == '.' || strcmp(de->d_name, SPW_CKPT_CHECKSUM) == 0)
             continue;
         if (n == MAX_FILES) {
             ret = SPW_ERR_TOO_BIG;
@@ -302,7 +303,7 @@ spw_err_t spw_ps__checksum_dir(const char *dir, struct spw_ps__digest_cache *cac
     }
     snprintf(hex, 17, "%016" PRIx64, digest);
     char path[4096];
-    if (!spw_ps__path(path, sizeof(path), "%s/%s", dir, CHECKSUM_NAME))
+    if (!spw_ps__path(path, sizeof(path), "%s/%s", dir, SPW_CKPT_CHECKSUM))
         return SPW_ERR_INVALID;
     FILE *f = fopen(path, "we");
     if (!f)
@@ -319,7 +320,7 @@ spw_err_t spw_ps__checkpoint_db(rocksdb_t *db, const char *tmp, const char *fina
                                 struct spw_ps__digest_cache *cache, char hex[17], uint64_t *bytes,
                                 char *errstr, size_t errstr_size)
 {
-    spw_ps__rmtree(tmp);
+    spw_fs_remove_tree(tmp);
     char *rerr = NULL;
     rocksdb_checkpoint_t *cp = rocksdb_checkpoint_object_create(db, &rerr);
     if (!rerr)
@@ -329,21 +330,21 @@ spw_err_t spw_ps__checkpoint_db(rocksdb_t *db, const char *tmp, const char *fina
     if (rerr) {
         snprintf(errstr, errstr_size, "rocksdb checkpoint %s: %s", tmp, rerr);
         rocksdb_free(rerr);
-        spw_ps__rmtree(tmp);
+        spw_fs_remove_tree(tmp);
         char rtmp[4200]; /* RocksDB stages the checkpoint in "<dir>.tmp" */
         if (spw_ps__path(rtmp, sizeof(rtmp), "%s.tmp", tmp))
-            spw_ps__rmtree(rtmp);
+            spw_fs_remove_tree(rtmp);
         return SPW_ERR_IO;
     }
     spw_err_t err = spw_ps__checksum_dir(tmp, cache, hex, bytes);
     if (err) {
         snprintf(errstr, errstr_size, "writing checksum in %s: %s", tmp, strerror(errno));
-        spw_ps__rmtree(tmp);
+        spw_fs_remove_tree(tmp);
         return err;
     }
     if (rename(tmp, final) != 0) {
         snprintf(errstr, errstr_size, "rename %s: %s", tmp, strerror(errno));
-        spw_ps__rmtree(tmp);
+        spw_fs_remove_tree(tmp);
         return SPW_ERR_IO;
     }
     return SPW_OK;
@@ -352,7 +353,7 @@ spw_err_t spw_ps__checkpoint_db(rocksdb_t *db, const char *tmp, const char *fina
 spw_err_t spw_ps_checkpoint_verify(const char *dir, char hex[17])
 {
     char path[4096];
-    if (!spw_ps__path(path, sizeof(path), "%s/%s", dir, CHECKSUM_NAME))
+    if (!spw_ps__path(path, sizeof(path), "%s/%s", dir, SPW_CKPT_CHECKSUM))
         return SPW_ERR_INVALID;
     FILE *f = fopen(path, "re");
     if (!f)
@@ -389,30 +390,6 @@ spw_err_t spw_ps_checkpoint_verify(const char *dir, char hex[17])
     if (hex)
         memcpy(hex, have, 17);
     return SPW_OK;
-}
-
-void spw_ps__rmtree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        char sub[4096];
-        if (!spw_ps__path(sub, sizeof(sub), "%s/%s", path, de->d_name))
-            continue;
-        struct stat st;
-        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-            spw_ps__rmtree(sub);
-        else
-            unlink(sub);
-    }
-    closedir(d);
-    rmdir(path);
 }
 
 static spw_err_t copy_file(const char *src, const char *dst)
@@ -457,12 +434,6 @@ static spw_err_t copy_file(const char *src, const char *dst)
     return ret;
 }
 
-static int cmp_epoch_desc(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? 1 : (x > y ? -1 : 0);
-}
-
 /* Replaces db_path by the files of checkpoint dir: SST files (immutable) hard-linked when on the
  * same filesystem, everything else copied, so that the live database never writes into a
  * checkpoint's files. */
@@ -473,7 +444,7 @@ static spw_err_t install(const char *dir, const char *db_path)
     spw_err_t ret = list_files(dir, &names, &n);
     if (ret)
         return ret;
-    spw_ps__rmtree(db_path);
+    spw_fs_remove_tree(db_path);
     if (mkdir(db_path, 0755) != 0) {
         free_names(names, n);
         return SPW_ERR_IO;
@@ -501,44 +472,30 @@ spw_err_t spw_ps_checkpoint_restore(const char *root, uint32_t shard, const char
                                     uint64_t *epoch, char *errstr, size_t errstr_size)
 {
     char base[4096];
-    DIR *d = spw_ps__path(base, sizeof(base), "%s/checkpoints", root) ? opendir(base) : NULL;
-    if (!d) {
+    struct stat st;
+    if (spw_ckpt_dir_path(base, sizeof(base), root) != SPW_OK || stat(base, &st) != 0 ||
+        !S_ISDIR(st.st_mode)) {
         snprintf(errstr, errstr_size, "no checkpoints under %s", base);
         return SPW_ERR_NOT_FOUND;
     }
-    uint64_t *epochs = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        const char *s = de->d_name;
-        if (*s < '0' || *s > '9' || strlen(s) > 19)
-            continue;
-        char *end;
-        unsigned long long e = strtoull(s, &end, 10);
-        if (*end != '\0')
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            uint64_t *ne = realloc(epochs, cap * sizeof(uint64_t));
-            if (!ne) {
-                free(epochs);
-                closedir(d);
-                snprintf(errstr, errstr_size, "out of memory");
-                return SPW_ERR_NOMEM;
-            }
-            epochs = ne;
-        }
-        epochs[n++] = e;
+    long listed = spw_ckpt_epochs_list(root, NULL, 0);
+    uint64_t *epochs = listed > 0 ? malloc((size_t)listed * sizeof(uint64_t)) : NULL;
+    if (listed < 0 || (listed > 0 && !epochs)) {
+        free(epochs);
+        snprintf(errstr, errstr_size, "listing %s: %s", base,
+                 spw_err_str(listed < 0 ? (spw_err_t)listed : SPW_ERR_NOMEM));
+        return listed < 0 ? (spw_err_t)listed : SPW_ERR_NOMEM;
     }
-    closedir(d);
-    if (n)
-        qsort(epochs, n, sizeof(uint64_t), cmp_epoch_desc);
+    size_t n = 0;
+    if (listed > 0) {
+        long again = spw_ckpt_epochs_list(root, epochs, (size_t)listed);
+        n = again < 0 ? 0 : (size_t)(again < listed ? again : listed);
+    }
     spw_err_t ret = SPW_ERR_NOT_FOUND;
     snprintf(errstr, errstr_size, "no valid checkpoint of shard %u under %s", shard, base);
     for (size_t i = 0; i < n; i++) {
         char dir[4096];
-        struct stat st;
-        if (!spw_ps__path(dir, sizeof(dir), "%s/%" PRIu64 "/shard-%u", base, epochs[i], shard) ||
+        if (spw_ckpt_shard_path(dir, sizeof(dir), root, epochs[i], shard) != SPW_OK ||
             stat(dir, &st) != 0)
             continue;
         spw_err_t v = spw_ps_checkpoint_verify(dir, NULL);
@@ -565,8 +522,7 @@ spw_err_t spw_ps_checkpoint_restore_epoch(const char *root, uint32_t shard, uint
 {
     char dir[4096];
     struct stat st;
-    if (!spw_ps__path(dir, sizeof(dir), "%s/checkpoints/%" PRIu64 "/shard-%u", root, epoch,
-                      shard) ||
+    if (spw_ckpt_shard_path(dir, sizeof(dir), root, epoch, shard) != SPW_OK ||
         stat(dir, &st) != 0) {
         snprintf(errstr, errstr_size, "no checkpoint of shard %u at epoch %" PRIu64 " under %s",
                  shard, epoch, root);

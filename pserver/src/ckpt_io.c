@@ -11,6 +11,7 @@
 #include <rocksdb/c.h>
 
 #include "ps_int.h"
+#include "sparrow/fs.h"
 #include "sparrow/ps_ckpt.h"
 
 #define META_PREFIX   "sparrow-ps "
@@ -268,7 +269,7 @@ void spw_ps_ckpt_reader_close(spw_ps_ckpt_reader_t *r)
     if (r->opts)
         rocksdb_options_destroy(r->opts);
     if (r->own_log_dir) {
-        spw_ps__rmtree(r->own_log_dir);
+        spw_fs_remove_tree(r->own_log_dir);
         free(r->own_log_dir);
     }
     free(r->data);
@@ -335,7 +336,7 @@ spw_ps_ckpt_writer_t *spw_ps_ckpt_writer_open(const char *dir, const struct spw_
     }
     /* The scratch database is rebuilt from the rows if the process dies: no WAL. */
     rocksdb_writeoptions_disable_WAL(w->wo, 1);
-    spw_ps__rmtree(w->build);
+    spw_fs_remove_tree(w->build);
     w->opts = spw_ps__db_options();
     char *rerr = NULL;
     w->db = rocksdb_open(w->opts, w->build, &rerr);
@@ -458,12 +459,12 @@ void spw_ps_ckpt_writer_close(spw_ps_ckpt_writer_t *w)
     if (w->wb)
         rocksdb_writebatch_destroy(w->wb);
     if (w->build[0])
-        spw_ps__rmtree(w->build);
+        spw_fs_remove_tree(w->build);
     if (!w->finished && w->tmp[0]) {
-        spw_ps__rmtree(w->tmp);
+        spw_fs_remove_tree(w->tmp);
         char rtmp[PATH_MAX_CKPT + 32];
         if (spw_ps__path(rtmp, sizeof(rtmp), "%s.tmp", w->tmp))
-            spw_ps__rmtree(rtmp);
+            spw_fs_remove_tree(rtmp);
     }
     free(w->value);
     free(w);

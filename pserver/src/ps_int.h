@@ -177,8 +177,6 @@ spw_err_t spw_ps__checkpoint_db(struct rocksdb_t *db, const char *tmp, const cha
 /* snprintf into a path buffer; false when the result does not fit. */
 bool spw_ps__path(char *out, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Removes a directory tree (best effort). */
-void spw_ps__rmtree(const char *path);
 
 /* Big-endian key encoding for RocksDB (ordered by key). */
 static inline void spw_ps__key_encode(uint64_t key, char out[8])

@@ -12,6 +12,9 @@
 
 #include "ps_int.h"
 #include "sparrow/arena.h"
+#include "sparrow/ckpt_layout.h"
+#include "sparrow/curve_key.h"
+#include "sparrow/fs.h"
 #include "sparrow/hash.h"
 #include "sparrow/http.h"
 #include "sparrow/log.h"
@@ -918,8 +921,8 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
     if (epoch > 0) {
         /* verify before closing the live store, so that a bad epoch changes nothing */
         char dir[4096];
-        if (!spw_ps__path(dir, sizeof(dir), "%s/checkpoints/%" PRIu64 "/shard-%u", srv->ckpt_dir,
-                          epoch, srv->conf.store.shard) ||
+        if (spw_ckpt_shard_path(dir, sizeof(dir), srv->ckpt_dir, epoch, srv->conf.store.shard) !=
+                SPW_OK ||
             spw_ps_checkpoint_verify(dir, NULL) != SPW_OK) {
             snprintf(err, sizeof(err),
                      "checkpoint epoch %" PRIu64 " of shard %u missing or corrupt", epoch,
@@ -933,7 +936,7 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
     srv->store = NULL;
     spw_err_t rc = SPW_OK;
     if (epoch == 0)
-        spw_ps__rmtree(srv->db_path);
+        spw_fs_remove_tree(srv->db_path);
     else
         rc = spw_ps_checkpoint_restore_epoch(srv->ckpt_dir, srv->conf.store.shard, epoch,
                                              srv->db_path, err, sizeof(err));
@@ -1103,109 +1106,55 @@ out_close:
 
 /* ---- CurveZMQ ---- */
 
-/* Extracts the 40-character Z85 key of a line: the text between double quotes when there are
- * any (zcert files: `secret-key = "..."`), else the trimmed line. */
-static bool line_key(char *line, char out[41])
-{
-    char *s = line, *e;
-    char *q = strchr(line, '"');
-    if (q) {
-        s = q + 1;
-        e = strchr(s, '"');
-        if (!e)
-            return false;
-    } else {
-        while (*s == ' ' || *s == '\t')
-            s++;
-        e = s + strlen(s);
-        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-    }
-    if (e - s != 40)
-        return false;
-    memcpy(out, s, 40);
-    out[40] = '\0';
-    return true;
-}
-
-static bool skip_line(const char *line)
-{
-    while (*line == ' ' || *line == '\t')
-        line++;
-    return *line == '#' || *line == '\n' || *line == '\r' || *line == '\0' ||
-           strncmp(line, "metadata", 8) == 0 || strncmp(line, "curve", 5) == 0;
-}
-
 static spw_err_t load_secret_key(const char *path, uint8_t key[32], char *errstr,
                                  size_t errstr_size)
 {
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        snprintf(errstr, errstr_size, "%s: %s", path, strerror(errno));
-        return SPW_ERR_NOT_FOUND;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
-        SPW_WARN("secret key file readable by group or others", "path=%s", path);
-    char line[512], z85[41];
-    bool found = false, any = false;
-    while (fgets(line, sizeof(line), f)) {
-        if (skip_line(line))
-            continue;
-        bool is_secret = strstr(line, "secret-key") != NULL;
-        bool is_public = strstr(line, "public-key") != NULL;
-        if (is_public)
-            continue;
-        if (line_key(line, z85) && (is_secret || !any)) {
-            found = true;
-            if (is_secret)
-                break;
-        }
-        any = true;
-    }
-    fclose(f);
-    if (!found || !zmq_z85_decode(key, z85)) {
+    char z85[SPW_CURVE_KEY_LEN + 1];
+    spw_err_t rc = spw_curve_key_read(path, true, z85, errstr, errstr_size);
+    if (rc != SPW_OK)
+        return rc;
+    bool ok = zmq_z85_decode(key, z85) != NULL;
+    memset(z85, 0, sizeof(z85));
+    if (!ok) {
         snprintf(errstr, errstr_size, "%s: no 40-character Z85 secret key", path);
         return SPW_ERR_INVALID;
     }
     return SPW_OK;
 }
 
+struct allowed_ctx {
+    spw_ps_server_t *srv;
+    const char *path;
+};
+
+static spw_err_t add_allowed(void *opaque, const char *key, int lineno, char *errstr,
+                             size_t errstr_size)
+{
+    struct allowed_ctx *ctx = opaque;
+    spw_ps_server_t *srv = ctx->srv;
+    if (srv->n_allowed == MAX_ALLOWED_KEYS) {
+        snprintf(errstr, errstr_size, "%s: more than %d keys", ctx->path, MAX_ALLOWED_KEYS);
+        return SPW_ERR_TOO_BIG;
+    }
+    if (!zmq_z85_decode(srv->allowed[srv->n_allowed], key)) {
+        snprintf(errstr, errstr_size, "%s:%d: not a 40-character Z85 public key", ctx->path,
+                 lineno);
+        return SPW_ERR_INVALID;
+    }
+    srv->n_allowed++;
+    return SPW_OK;
+}
+
 static spw_err_t load_allowed(spw_ps_server_t *srv, const char *path, char *errstr,
                               size_t errstr_size)
 {
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        snprintf(errstr, errstr_size, "%s: %s", path, strerror(errno));
-        return SPW_ERR_NOT_FOUND;
-    }
     srv->allowed = calloc(MAX_ALLOWED_KEYS, 32);
     if (!srv->allowed) {
-        fclose(f);
         snprintf(errstr, errstr_size, "out of memory");
         return SPW_ERR_NOMEM;
     }
-    char line[512], z85[41];
-    int lineno = 0;
-    spw_err_t ret = SPW_OK;
-    while (fgets(line, sizeof(line), f)) {
-        lineno++;
-        if (skip_line(line) || strstr(line, "secret-key"))
-            continue;
-        if (srv->n_allowed == MAX_ALLOWED_KEYS) {
-            snprintf(errstr, errstr_size, "%s: more than %d keys", path, MAX_ALLOWED_KEYS);
-            ret = SPW_ERR_TOO_BIG;
-            break;
-        }
-        if (!line_key(line, z85) || !zmq_z85_decode(srv->allowed[srv->n_allowed], z85)) {
-            snprintf(errstr, errstr_size, "%s:%d: not a 40-character Z85 public key", path, lineno);
-            ret = SPW_ERR_INVALID;
-            break;
-        }
-        srv->n_allowed++;
-    }
-    fclose(f);
-    return ret;
+    struct allowed_ctx ctx = {srv, path};
+    return spw_curve_keys_foreach(path, add_allowed, &ctx, errstr, errstr_size);
 }
 
 /* Answers one ZAP request (RFC 27): 200 for a CURVE client key on the allow-list, else 400. */
@@ -1260,24 +1209,6 @@ static void handle_zap(spw_ps_server_t *srv)
 
 /* ---- lifecycle ---- */
 
-static spw_err_t mkdir_p(const char *path)
-{
-    char buf[4096];
-    if (!spw_ps__path(buf, sizeof(buf), "%s", path))
-        return SPW_ERR_INVALID;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return SPW_ERR_IO;
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return SPW_ERR_IO;
-    return SPW_OK;
-}
-
 spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *errstr,
                                    size_t errstr_size)
 {
@@ -1313,7 +1244,7 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
         goto out_destroy;
     }
     sprintf(srv->db_path, "%s/db", conf->data_dir);
-    if (mkdir_p(srv->data_dir) != SPW_OK) {
+    if (spw_fs_mkdir_p(srv->data_dir) != SPW_OK) {
         snprintf(errstr, errstr_size, "mkdir %s: %s", srv->data_dir, strerror(errno));
         goto out_destroy;
     }
@@ -1344,7 +1275,7 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
             struct stat st;
             if (stat(srv->db_path, &st) == 0)
                 SPW_WARN("no valid checkpoint, starting empty", "removed=%s", srv->db_path);
-            spw_ps__rmtree(srv->db_path);
+            spw_fs_remove_tree(srv->db_path);
         } else {
             goto out_destroy;
         }

@@ -16,6 +16,9 @@
 #include <xxhash.h>
 
 #include "ps_int.h"
+#include "sparrow/ckpt_layout.h"
+#include "sparrow/fs.h"
+#include "sparrow/hash.h"
 #include "sparrow/log.h"
 #include "sparrow/time.h"
 
@@ -114,19 +117,9 @@ struct spw_ps_store {
     struct spw_ps__stale stale; /* staleness means per row class, the top threshold */
 };
 
-static inline uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
 static inline uint32_t key_hash(uint64_t key)
 {
-    return (uint32_t)mix(key + IDX_SALT);
+    return (uint32_t)spw_hash_mix64(key + IDX_SALT);
 }
 
 static inline struct spw_ps_row *slot_row(const spw_ps_store_t *store, uint32_t slot)
@@ -1486,35 +1479,14 @@ void spw_ps_store_close(spw_ps_store_t *store)
 
 /* ---- checkpoints ---- */
 
-static spw_err_t mkdir_p(const char *path)
-{
-    char buf[4096];
-    size_t len = strlen(path);
-    if (len >= sizeof(buf))
-        return SPW_ERR_INVALID;
-    memcpy(buf, path, len + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return SPW_ERR_IO;
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return SPW_ERR_IO;
-    return SPW_OK;
-}
-
 spw_err_t spw_ps_store_checkpoint(spw_ps_store_t *store, const char *root, uint64_t epoch,
                                   struct spw_ps_checkpoint_info *info, char *errstr,
                                   size_t errstr_size)
 {
     char parent[4096], final[4096], tmp[4096];
-    int w1 = snprintf(parent, sizeof(parent), "%s/checkpoints/%" PRIu64, root, epoch);
-    int w2 = snprintf(final, sizeof(final), "%s/shard-%u", parent, store->conf.shard);
-    int w3 = snprintf(tmp, sizeof(tmp), "%s/.shard-%u.tmp", parent, store->conf.shard);
-    if (w1 < 0 || w2 < 0 || w3 < 0 || (size_t)w3 >= sizeof(tmp) || (size_t)w2 >= sizeof(final)) {
+    if (spw_ckpt_epoch_path(parent, sizeof(parent), root, epoch) != SPW_OK ||
+        spw_ckpt_shard_path(final, sizeof(final), root, epoch, store->conf.shard) != SPW_OK ||
+        spw_ckpt_shard_tmp_path(tmp, sizeof(tmp), root, epoch, store->conf.shard) != SPW_OK) {
         snprintf(errstr, errstr_size, "checkpoint path too long");
         return SPW_ERR_INVALID;
     }
@@ -1529,7 +1501,7 @@ spw_err_t spw_ps_store_checkpoint(spw_ps_store_t *store, const char *root, uint6
         snprintf(errstr, errstr_size, "flushing dirty rows: %s", ferr);
         return err;
     }
-    if (mkdir_p(parent) != SPW_OK) {
+    if (spw_fs_mkdir_p(parent) != SPW_OK) {
         snprintf(errstr, errstr_size, "mkdir %s: %s", parent, strerror(errno));
         return SPW_ERR_IO;
     }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sparrow/ckpt_layout.h"
 #include "sparrow/coordinator.h"
 #include "sparrow/log.h"
 #include "sparrow/ps_ckpt.h"
@@ -84,7 +85,9 @@ spw_err_t spw_serve_bootstrap_load(const char *root, const char *log_dir, const 
         return SPW_OK;
     }
     if (rc != SPW_OK) {
-        snprintf(errstr, errstr_size, "%s/checkpoints/LATEST: %s", root, spw_err_str(rc));
+        char latest[PATH_MAX];
+        spw_ckpt_latest_path(latest, sizeof(latest), root);
+        snprintf(errstr, errstr_size, "%s: %s", latest, spw_err_str(rc));
         return rc;
     }
     struct spw_coord_manifest m;
@@ -104,8 +107,7 @@ spw_err_t spw_serve_bootstrap_load(const char *root, const char *log_dir, const 
     }
     for (uint32_t i = 0; i < m.shard_count; i++) {
         char dir[PATH_MAX];
-        if (snprintf(dir, sizeof(dir), "%s/checkpoints/%" PRIu64 "/shard-%u", root, epoch, i) >=
-            (int)sizeof(dir)) {
+        if (spw_ckpt_shard_path(dir, sizeof(dir), root, epoch, i) != SPW_OK) {
             snprintf(errstr, errstr_size, "path too long");
             rc = SPW_ERR_INVALID;
             goto out_fail;

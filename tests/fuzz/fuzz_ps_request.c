@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "ps_int.h"
+#include "sparrow/fs.h"
 #include "sparrow/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -17,7 +18,7 @@ static char dir[64];
 static void cleanup(void)
 {
     spw_ps_server_destroy(srv);
-    spw_ps__rmtree(dir);
+    spw_fs_remove_tree(dir);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

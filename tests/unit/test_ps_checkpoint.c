@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include "ps_int.h"
+#include "sparrow/fs.h"
 
 enum { DIM = 4, NKEYS = 3000, ROWF = DIM * 3 + 1 };
 
@@ -33,7 +34,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    spw_ps__rmtree(g_dir);
+    spw_fs_remove_tree(g_dir);
     return 0;
 }
 

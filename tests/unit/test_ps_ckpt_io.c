@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "ps_int.h"
+#include "sparrow/fs.h"
 #include "sparrow/ps_ckpt.h"
 
 enum { DIM = 4, NKEYS = 3000, ROWF = DIM * 3 + 1 /* Adam */ };
@@ -33,7 +34,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    spw_ps__rmtree(g_dir);
+    spw_fs_remove_tree(g_dir);
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ps_int.h"
+#include "sparrow/fs.h"
 
 #define TOL 1e-6
 
@@ -34,7 +35,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *fx = *state;
-    spw_ps__rmtree(fx->dir);
+    spw_fs_remove_tree(fx->dir);
     free(fx);
     return 0;
 }

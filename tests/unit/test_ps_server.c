@@ -14,6 +14,7 @@
 #include <zmq.h>
 
 #include "ps_int.h"
+#include "sparrow/fs.h"
 #include "sparrow/hash.h"
 #include "sparrow/metrics.h"
 #include "sparrow/signal.h"
@@ -109,7 +110,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct env *e = *state;
-    spw_ps__rmtree(e->dir);
+    spw_fs_remove_tree(e->dir);
     free(e);
     return 0;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ps_int.h"
+#include "sparrow/fs.h"
 
 struct fixture {
     char dir[64];
@@ -32,7 +33,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *fx = *state;
-    spw_ps__rmtree(fx->dir);
+    spw_fs_remove_tree(fx->dir);
     free(fx);
     return 0;
 }

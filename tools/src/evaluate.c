@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "sparrow/arena.h"
+#include "sparrow/ckpt_layout.h"
 #include "sparrow/coordinator.h"
 #include "sparrow/eval.h"
 #include "sparrow/ps_ckpt.h"
@@ -68,32 +69,21 @@ static spw_err_t find_root(const char *dir, char *root, size_t root_size, char *
         return fail(SPW_ERR_NOT_FOUND, errstr, errstr_size,
                     "checkpoint directory %s is not a directory", dir);
     char sub[PATH_MAX];
-    if (snprintf(sub, sizeof(sub), "%s/checkpoints", dir) >= (int)sizeof(sub))
+    if (spw_ckpt_dir_path(sub, sizeof(sub), dir) != SPW_OK)
         return fail(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", dir);
     if (is_dir(sub)) {
         snprintf(root, root_size, "%s", dir);
         return SPW_OK;
     }
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof(buf), "%s", dir);
-    size_t len = strlen(buf);
-    while (len > 1 && buf[len - 1] == '/')
-        buf[--len] = '\0';
-    char *slash = strrchr(buf, '/');
-    const char *base = slash ? slash + 1 : buf;
-    if (strcmp(base, "checkpoints") != 0)
+    enum spw_ckpt_path_kind kind;
+    uint64_t epoch;
+    if (spw_ckpt_path_split(dir, &kind, root, root_size, &epoch) != SPW_OK)
+        return fail(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", dir);
+    if (kind != SPW_CKPT_PATH_DIR)
         return fail(SPW_ERR_NOT_FOUND, errstr, errstr_size,
-                    "%s holds no checkpoints/ directory (give the coordinator's checkpoint root, "
-                    "pserver.checkpoint.dir, or its checkpoints/ directory)",
+                    "%s holds no " SPW_CKPT_DIR "/ directory (give the coordinator's checkpoint "
+                    "root, pserver.checkpoint.dir, or its " SPW_CKPT_DIR "/ directory)",
                     dir);
-    if (!slash)
-        snprintf(root, root_size, ".");
-    else if (slash == buf)
-        snprintf(root, root_size, "/");
-    else {
-        *slash = '\0';
-        snprintf(root, root_size, "%s", buf);
-    }
     return SPW_OK;
 }
 
@@ -101,7 +91,7 @@ static spw_err_t find_root(const char *dir, char *root, size_t root_size, char *
 static void list_epochs(const char *root, char *msg, size_t size)
 {
     uint64_t epochs[EPOCHS_LISTED];
-    long n = spw_coord_epochs_list(root, epochs, EPOCHS_LISTED);
+    long n = spw_ckpt_epochs_list(root, epochs, EPOCHS_LISTED);
     size_t len = strlen(msg);
     if (len + 1 >= size)
         return;
@@ -191,7 +181,9 @@ spw_evaluate_model_t *spw_evaluate_model_open_checkpoint(const char *dir, uint64
     if (epoch == 0) {
         rc = spw_coord_latest_read(root, &epoch);
         if (rc != SPW_OK) {
-            snprintf(errstr, errstr_size, "%s/checkpoints/LATEST: %s", root,
+            char latest[PATH_MAX];
+            spw_ckpt_latest_path(latest, sizeof(latest), root);
+            snprintf(errstr, errstr_size, "%s: %s", latest,
                      rc == SPW_ERR_NOT_FOUND ? "missing (no complete checkpoint; give --epoch)"
                                              : spw_err_str(rc));
             if (rc == SPW_ERR_NOT_FOUND)
@@ -205,8 +197,9 @@ spw_evaluate_model_t *spw_evaluate_model_open_checkpoint(const char *dir, uint64
     rc = spw_coord_manifest_read(root, epoch, &m, merr, sizeof(merr));
     if (rc != SPW_OK) {
         if (rc == SPW_ERR_NOT_FOUND) {
-            snprintf(errstr, errstr_size, "epoch %" PRIu64 " not found under %s/checkpoints", epoch,
-                     root);
+            char base[PATH_MAX];
+            spw_ckpt_dir_path(base, sizeof(base), root);
+            snprintf(errstr, errstr_size, "epoch %" PRIu64 " not found under %s", epoch, base);
             list_epochs(root, errstr, errstr_size);
         } else {
             snprintf(errstr, errstr_size, "epoch %" PRIu64 " MANIFEST: %s", epoch, merr);
@@ -230,8 +223,7 @@ spw_evaluate_model_t *spw_evaluate_model_open_checkpoint(const char *dir, uint64
         total += m.rows[i];
     for (uint32_t i = 0; i < m.shard_count; i++) {
         char sdir[PATH_MAX];
-        if (snprintf(sdir, sizeof(sdir), "%s/checkpoints/%" PRIu64 "/shard-%u", root, epoch, i) >=
-            (int)sizeof(sdir)) {
+        if (spw_ckpt_shard_path(sdir, sizeof(sdir), root, epoch, i) != SPW_OK) {
             rc = fail(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", root);
             goto out_fail;
         }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gen_int.h"
+#include "sparrow/fmt.h"
 #include "sparrow/hash.h"
 #include "sparrow/tools.h"
 
@@ -29,31 +30,9 @@ struct sample {
     int64_t *buckets;
 };
 
-size_t spw_gen__fmt_u64(char *out, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    return n;
-}
-
-size_t spw_gen__fmt_i64(char *out, int64_t v)
-{
-    if (v < 0) {
-        out[0] = '-';
-        return 1 + spw_gen__fmt_u64(out + 1, 0 - (uint64_t)v);
-    }
-    return spw_gen__fmt_u64(out, (uint64_t)v);
-}
-
 static uint32_t raw_of(const struct spw_gen__field *f, uint64_t value_id)
 {
-    return (uint32_t)spw_gen__mix64(f->raw_base + value_id * GOLDEN);
+    return (uint32_t)spw_hash_mix64(f->raw_base + value_id * GOLDEN);
 }
 
 /* spw_hash_key(field, text, 8), i.e. xxHash64 of 8 bytes seeded with the field id, unrolled for
@@ -112,7 +91,7 @@ static inline void raw_params(const spw_gen_t *gen, uint64_t key, int c, int32_t
 {
     uint64_t base = key + gen->model_seed[c];
     for (uint32_t j = 0; j < gen->n_params; j += 2) {
-        uint64_t hbits = spw_gen__mix64(base + (j / 2 + 1) * GOLDEN);
+        uint64_t hbits = spw_hash_mix64(base + (j / 2 + 1) * GOLDEN);
         r[j] = (int32_t)(uint32_t)hbits;
         r[j + 1] = (int32_t)(uint32_t)(hbits >> 32);
     }
@@ -159,7 +138,7 @@ static double logit_of(const spw_gen_t *gen, const uint64_t *keys, size_t n, dou
         for (size_t i = 0; i < n; i++) {
             uint64_t base = keys[i] + seed;
             for (uint32_t j = 0; j < np; j += 2) {
-                uint64_t hbits = spw_gen__mix64(base + (j / 2 + 1) * GOLDEN);
+                uint64_t hbits = spw_hash_mix64(base + (j / 2 + 1) * GOLDEN);
                 double lo = (double)(int32_t)(uint32_t)hbits;
                 double hi = (double)(int32_t)(uint32_t)(hbits >> 32);
                 sum[j] += lo;
@@ -438,7 +417,7 @@ spw_gen_t *spw_gen_new(const struct spw_gen_params *params, char *errstr, size_t
                 goto out_free_gen;
             for (size_t b = 0; b < nb; b++) {
                 char text[24];
-                size_t len = spw_gen__fmt_u64(text, b);
+                size_t len = spw_fmt_u64(text, b);
                 f->bucket_keys[b] = spw_hash_key(f->id, text, len);
             }
             f->n_small = f->vocab < SPW_GEN__SMALL_INTS ? f->vocab : SPW_GEN__SMALL_INTS;

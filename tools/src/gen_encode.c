@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "gen_int.h"
+#include "sparrow/fmt.h"
 #include "sparrow/tools.h"
 
 spw_err_t spw_gen_check_format(const spw_gen_t *gen, enum spw_format format, char *errstr,
@@ -55,11 +56,11 @@ static spw_err_t encode_json(const spw_gen_t *gen, const struct spw_gen_example 
         return err;
     char *start = (char *)buf->data + buf->len, *p = start;
     p = PUT_LIT(p, "{\"id\":");
-    p += spw_gen__fmt_u64(p, ex->id);
+    p += spw_fmt_u64(p, ex->id);
     p = PUT_LIT(p, ",\"label\":");
     *p++ = ex->label != 0.0f ? '1' : '0';
     p = PUT_LIT(p, ",\"ts\":");
-    p += spw_gen__fmt_i64(p, ex->event_time_ms);
+    p += spw_fmt_i64(p, ex->event_time_ms);
     p = PUT_LIT(p, ",\"features\":{");
     for (uint32_t i = 0; i < ex->n_features; i++) {
         const struct spw_gen__field *f = &gen->field[i];
@@ -69,7 +70,7 @@ static spw_err_t encode_json(const spw_gen_t *gen, const struct spw_gen_example 
         p = put(p, f->name, f->name_len);
         p = PUT_LIT(p, "\":\"");
         if (f->is_int) {
-            p += spw_gen__fmt_i64(p, ex->buckets[i]);
+            p += spw_fmt_i64(p, ex->buckets[i]);
         } else {
             spw_gen__fmt_hex8(p, (uint32_t)ex->raw[i]);
             p += 8;
@@ -95,7 +96,7 @@ static spw_err_t encode_criteo(const struct spw_gen_example *ex, struct spw_wire
     for (uint32_t c = 0; c < SPW_GEN_INT_FIELDS; c++) {
         *p++ = '\t';
         if (c < ex->n_int)
-            p += spw_gen__fmt_u64(p, ex->raw[c]);
+            p += spw_fmt_u64(p, ex->raw[c]);
     }
     uint32_t n_cat = ex->n_features - ex->n_int;
     for (uint32_t c = 0; c < SPW_GEN_CRITEO_CATS; c++) {

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sparrow/hash.h"
 #include "sparrow/tools.h"
 
 /* Integer values whose Criteo bucket is looked up rather than computed (most draws: Zipf). */
@@ -48,17 +49,6 @@ struct spw_gen {
     struct spw_gen_example ex;
 };
 
-/* The same function as spw_hash_mix64 (SplitMix64's finaliser), inlined for the hot loop. */
-static inline uint64_t spw_gen__mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
 /* A Zipf rank above z->head, by rejection-inversion (gen_zipf.c). */
 uint64_t spw_gen__zipf_tail(const struct spw_gen_zipf *z, struct spw_gen_rng *rng);
 
@@ -78,8 +68,6 @@ static inline uint64_t spw_gen__zipf_draw(const struct spw_gen_zipf *z, struct s
 }
 
 /* Decimal text of v into out (room for 20 / 21 bytes); returns the length. */
-size_t spw_gen__fmt_u64(char *out, uint64_t v);
-size_t spw_gen__fmt_i64(char *out, int64_t v);
 
 /* The 8 lower-case hex digits of v (Criteo's spelling, most significant first) as the
  * little-endian 64-bit word of their bytes, computed in registers: the nibbles are spread one per

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sparrow/fs.h"
 #include "sparrow/launch.h"
 #include "sparrow/time.h"
 
@@ -32,26 +33,6 @@ struct spw_launch {
     struct launch_proc procs[SPW_LAUNCH_MAX_PROCS];
     int n;
 };
-
-static int mkdir_p(const char *path)
-{
-    char tmp[PATH_MAX];
-    size_t len = strlen(path);
-    if (len == 0 || len >= sizeof(tmp))
-        return -1;
-    memcpy(tmp, path, len + 1);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
-}
 
 spw_launch_t *spw_launch_new(const char *run_dir, const char *exe, char *errstr, size_t errstr_size)
 {
@@ -74,7 +55,7 @@ spw_launch_t *spw_launch_new(const char *run_dir, const char *exe, char *errstr,
         }
         l->exe[n] = '\0';
     }
-    if (mkdir_p(run_dir) != 0) {
+    if (spw_fs_mkdir_p(run_dir) != SPW_OK) {
         snprintf(errstr, errstr_size, "cannot create run directory %s: %s", run_dir,
                  strerror(errno));
         goto out_free;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "pipeline_int.h"
+#include "sparrow/hash.h"
 
 /* A kill waiting for its restart. */
 struct pending {
@@ -29,10 +30,7 @@ struct spw_chaos {
 
 static uint64_t splitmix(uint64_t *x)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return spw_hash_mix64(*x += 0x9e3779b97f4a7c15ull);
 }
 
 static uint64_t next_interval(spw_chaos_t *c)

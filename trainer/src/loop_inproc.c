@@ -4,17 +4,12 @@
 #include "loop_int.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
+#include "sparrow/fs.h"
 
 spw_err_t spw_trn__inproc_open(struct spw_trn__inproc *ip, const struct spw_trainer_loop_conf *conf,
                                char *errstr, size_t errstr_size)
@@ -69,7 +64,7 @@ void spw_trn__inproc_close(struct spw_trn__inproc *ip)
         spw_ps_store_close(ip->stores[s]);
     free(ip->stores);
     if (ip->root && ip->temporary)
-        nftw(ip->root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        spw_fs_remove_tree(ip->root);
     free(ip->root);
     memset(ip, 0, sizeof(*ip));
 }

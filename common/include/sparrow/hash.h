@@ -19,8 +19,17 @@ uint32_t spw_hash_field_name(const char *name, size_t len);
 /* The Criteo convention for integer features: values above 2 become floor(ln(x)^2), others stay. */
 int64_t spw_hash_criteo_bucket(int64_t x);
 
-/* A 64-bit finaliser (SplitMix64's) that spreads keys before sharding. */
-uint64_t spw_hash_mix64(uint64_t x);
+/* A 64-bit finaliser (SplitMix64's) that spreads keys before sharding; also the mixer of the
+ * pserver's row index and the generator's hot loop, hence inline here (one copy of it). */
+static inline uint64_t spw_hash_mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
 
 /* Jump consistent hash (Lamping & Veach 2014): bucket in [0, buckets) for key; buckets >= 1. */
 uint32_t spw_hash_jump(uint64_t key, uint32_t buckets);

@@ -196,7 +196,8 @@ spw_err_t spw_coord_latest_write(const char *root, uint64_t epoch, char *errstr,
 spw_err_t spw_coord_latest_read(const char *root, uint64_t *epoch);
 
 /* The epochs present under <root>/checkpoints (numeric directory names), newest first, into
- * epochs (n_max); returns how many there are (may exceed n_max), or a negative spw_err_t. */
+ * epochs (n_max); returns how many there are (may exceed n_max), or a negative spw_err_t.
+ * Exactly spw_ckpt_epochs_list (sparrow/ckpt_layout.h), which new callers use. */
 long spw_coord_epochs_list(const char *root, uint64_t *epochs, size_t n_max);
 
 /* Removes every epoch directory except the `keep` newest whose epoch is <= latest, and every

@@ -16,8 +16,9 @@
  * thread; nothing in it is locked. Different readers and writers may be used from different
  * threads at once. The decoding helpers are pure and thread-safe.
  *
- * A shard checkpoint is a directory (<root>/checkpoints/<epoch>/shard-<i>) holding a RocksDB
- * checkpoint and a CHECKSUM file over its files (pserver/src/checkpoint.c). Its rows:
+ * A shard checkpoint is a directory (<root>/checkpoints/<epoch>/shard-<i>, laid out by
+ * sparrow/ckpt_layout.h) holding a RocksDB checkpoint and a CHECKSUM file over its files
+ * (pserver/src/checkpoint.c). Its rows:
  *   key "\0meta" (5 bytes)   value "sparrow-ps 2 dim=<dim> optimizer=<name>"
  *   key 8 bytes, the feature key big-endian
  *   value   offset  size      field
