@@ -157,8 +157,87 @@ const void *spw_reader_raw(const spw_reader_t *reader, size_t *len);
 uint64_t spw_reader_records(const spw_reader_t *reader);
 uint64_t spw_reader_rejected(const spw_reader_t *reader);
 
+/* ---- the role: `sparrow ingest` as a library object ----
+ *
+ * Raw events from a Kafka topic or a file are parsed and validated into ExampleBatch records,
+ * batched per key bucket and written to a Kafka topic or a file; invalid events go to the
+ * dead-letter output unchanged. Input offsets are committed only after every record holding
+ * their events was delivered (at-least-once). An ingest is owned by one thread: the one that
+ * created it runs and destroys it. It lives in ingest.h, not a header of its own, because a
+ * module has one public header (docs/STYLE: include/sparrow/<module>.h), as pserver.h carries
+ * both its store and its server.
+ */
+
+struct spw_metrics;
+struct spw_http;
+
 /* The property table of `sparrow ingest`. */
 extern const struct spw_config_prop spw_ingest_config_props[];
 extern const size_t spw_ingest_config_n_props;
+
+/* What an ingest is made from. Strings are borrowed for the duration of spw_ingest_new only
+ * (nothing in conf is kept but metrics and http). */
+struct spw_ingest_conf {
+    const char *in;  /* kafka://HOST:PORT/TOPIC or file:PATH ("-": stdin); required */
+    const char *out; /* kafka://HOST:PORT/TOPIC or file:PATH ("-": stdout); required */
+    const char *dlq; /* dead-letter output URL; NULL: out with ".dlq" appended */
+    enum spw_format format;
+    const char *group;     /* consumer group of a Kafka input */
+    bool start_latest;     /* a partition without a committed offset starts at its end */
+    bool strict;           /* offsets lost to retention end the run (SPW_ERR_CORRUPT) */
+    size_t batch_size;     /* examples per ExampleBatch record (per bucket), >= 1 */
+    size_t max_bytes;      /* largest ExampleBatch record */
+    uint64_t linger_ms;    /* longest wait of an event for its batch (Kafka input) */
+    const char *key_field; /* field name keying the output records; NULL or "": not keyed */
+    size_t key_buckets;    /* buckets when keyed, >= 1 */
+    struct spw_ingest_limits limits;
+    const char *schema; /* schema file; NULL: names hashed */
+    bool schema_strict; /* names absent from the schema are dead-lettered */
+    size_t inflight;    /* flushed cycles awaiting delivery before input pauses, >= 1 */
+    uint64_t commit_interval_ms;
+    uint64_t shutdown_timeout_ms;     /* grace period to deliver what is queued on SIGTERM */
+    int kafka_close_timeout_ms;       /* longest wait for the Kafka input's close */
+    const spw_config_t *kafka_config; /* its `kafka.*` pass-through properties; may be NULL */
+    struct spw_metrics *metrics;      /* borrowed, must outlive the ingest; may be NULL */
+    struct spw_http *http;            /* borrowed, readiness is reported to it; may be NULL */
+};
+
+/* Fills conf from a configuration of spw_ingest_config_props (strings borrowed from cfg, which
+ * must outlive conf). Checks what the table cannot: ingest.in and ingest.out set, every kafka.*
+ * property known to librdkafka (errstr names a bad one). SPW_ERR_INVALID with errstr on failure.
+ * metrics and http are left NULL. Pure apart from cfg; thread-safe for distinct conf. */
+spw_err_t spw_ingest_conf_from_config(const spw_config_t *cfg, struct spw_ingest_conf *conf,
+                                      char *errstr, size_t errstr_size);
+
+typedef struct spw_ingest spw_ingest_t;
+
+/* Loads the schema, opens the input (a file reader or a Kafka group consumer) and both outputs,
+ * registers the sparrow_ingest_* metrics in conf->metrics, and logs "ingest started". NULL with
+ * errstr on failure (nothing left open). The caller owns the result (spw_ingest_destroy). */
+spw_ingest_t *spw_ingest_new(const struct spw_ingest_conf *conf, char *errstr, size_t errstr_size);
+
+/*
+ * Runs until a file input ends, or spw_signal_stop_requested() turns true (a Kafka input runs
+ * until then), then drains: flushes, waits (at most shutdown_timeout_ms) for delivery, stores and
+ * commits the delivered offsets. Reports ready to conf->http while running. Returns SPW_OK;
+ * SPW_ERR_CORRUPT when strict and offsets were lost to retention; another error (logged) when
+ * an output failed, the input failed, or output was left undelivered. Call once.
+ */
+spw_err_t spw_ingest_run(spw_ingest_t *ingest);
+
+/* What a run did, for its stop line and tests. */
+struct spw_ingest_stats {
+    uint64_t events;       /* raw events read */
+    uint64_t examples;     /* valid examples written */
+    uint64_t rejected;     /* events dead-lettered */
+    double events_seconds; /* from taking the first event to having processed the last */
+};
+
+/* The counts so far. Same thread as spw_ingest_run. */
+void spw_ingest_stats(const spw_ingest_t *ingest, struct spw_ingest_stats *stats);
+
+/* Leaves the Kafka group (committing what was stored), closes the outputs (flushing at most 5 s)
+ * and the input, frees. NULL is a no-op. */
+void spw_ingest_destroy(spw_ingest_t *ingest);
 
 #endif
