@@ -11,6 +11,7 @@
 #include "sparrow/arena.h"
 #include "sparrow/config.h"
 #include "sparrow/err.h"
+#include "sparrow/hash.h"
 #include "sparrow/sparrow.pb-c.h"
 
 enum spw_format {
@@ -102,6 +103,60 @@ spw_err_t spw_parse_criteo_line(const char *line, size_t len,
 spw_err_t spw_parse_pb_example(const void *data, size_t len, const struct spw_ingest_limits *limits,
                                spw_arena_t *arena, Sparrow__Example **out,
                                struct spw_parse_error *err);
+
+/*
+ * Feature hashing: the JSON parser's step, exported so that serve's predict requests hash a
+ * "features" object exactly as ingest hashes the same event (every JSON path goes through
+ * spw_ingest_feature_key). All are pure and thread-safe; memory is the caller's or the arena's.
+ */
+
+/* The key of one value of a feature of field: spw_hash_key(field, text), text being the value's
+ * bytes by the rules above (a string's decoded bytes, a number's literal, "true" / "false"). */
+static inline uint64_t spw_ingest_feature_key(uint32_t field, const char *text, size_t len)
+{
+    return spw_hash_key(field, text, len);
+}
+
+struct json_object; /* json-c's */
+
+/* An event's features, in the order the parser gives them. */
+struct spw_ingest_features {
+    size_t n;
+    uint32_t *fields; /* n field ids; NULL when n is 0 */
+    uint64_t *keys;   /* n keys; NULL when n is 0 */
+    float *weights;   /* n weights; NULL without a "weight" object (everything weighs 1) */
+};
+
+/* One member of "features", name (NUL-terminated) with its json-c value (a scalar, an array of
+ * scalars, or NULL for JSON null, which adds nothing), into keys: the field id of name under
+ * schema (BAD_FIELD when a strict schema lacks it or it is above limits->max_field_id), then one
+ * key per non-null value, each weighing weight. Appends at out->n to out's arrays, which the
+ * caller sized for every value (weights only when out->weights is not NULL). SPW_ERR_INVALID
+ * with err (naming the feature) for a value that has no text (object, nested array, an integer
+ * out of range, NaN). value is borrowed. */
+spw_err_t spw_ingest_json_feature(const char *name, struct json_object *value, float weight,
+                                  const spw_schema_t *schema,
+                                  const struct spw_ingest_limits *limits,
+                                  struct spw_ingest_features *out, struct spw_parse_error *err);
+
+/* A "features" object (json_type_object) and the optional "weight" object (NULL: none), as
+ * spw_parse_json_line turns them into an Example's fields, keys and weights: the weights checked
+ * (numbers, finite as float, named features), at most limits->max_features features, then
+ * spw_ingest_json_feature per member in order. Arrays in out come from arena (valid until its
+ * reset). SPW_ERR_INVALID with err, SPW_ERR_NOMEM. Objects from another tokener than the
+ * parser's must first pass spw_ingest_json_features_check. features and weight are borrowed. */
+spw_err_t spw_ingest_json_features(struct json_object *features, struct json_object *weight,
+                                   const spw_schema_t *schema,
+                                   const struct spw_ingest_limits *limits, spw_arena_t *arena,
+                                   struct spw_ingest_features *out, struct spw_parse_error *err);
+
+/* What the JSON-lines tokener checks of features and weight (NULL: none) when they are part of
+ * a line: json-c's UTF-8 structure check of every name and string, and the parser's nesting
+ * limit (a value inside at most seven containers, counting the record). SPW_ERR_INVALID
+ * (UNDECODABLE) with err for the first failure in text order. For objects parsed by another json-c
+ * tokener (serve's). */
+spw_err_t spw_ingest_json_features_check(struct json_object *features, struct json_object *weight,
+                                         struct spw_parse_error *err);
 
 /* Checks a decoded Example against limits: label, feature count, field ids, finite weights,
  * consistent array lengths. SPW_OK or SPW_ERR_INVALID with err filled. */
