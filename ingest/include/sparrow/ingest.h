@@ -219,7 +219,7 @@ uint64_t spw_reader_rejected(const spw_reader_t *reader);
  * dead-letter output unchanged. Input offsets are committed only after every record holding
  * their events was delivered (at-least-once). An ingest is owned by one thread: the one that
  * created it runs and destroys it. It lives in ingest.h, not a header of its own, because a
- * module has one public header (docs/STYLE: include/sparrow/<module>.h), as pserver.h carries
+ * module has one public header (the house style: include/sparrow/<module>.h), as pserver.h carries
  * both its store and its server.
  */
 
