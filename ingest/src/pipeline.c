@@ -108,7 +108,7 @@ static spw_err_t open_input(struct spw_ingest *in, const struct spw_ingest_conf 
         in->reader =
             spw_reader_open(url + 5, in->format, &in->limits, in->schema, kerr, sizeof(kerr));
         if (!in->reader) {
-            snprintf(errstr, errstr_size, "cannot open input url=%s error=\"%s\"", url, kerr);
+            snprintf(errstr, errstr_size, "cannot open input url=%s: %s", url, kerr);
             return SPW_ERR_IO;
         }
         return SPW_OK;
@@ -141,7 +141,7 @@ static spw_err_t open_input(struct spw_ingest *in, const struct spw_ingest_conf 
     };
     in->consumer = spw_kafka_consumer_new(props, &copts, kerr, sizeof(kerr));
     if (!in->consumer) {
-        snprintf(errstr, errstr_size, "kafka consumer failed error=\"%s\"", kerr);
+        snprintf(errstr, errstr_size, "kafka consumer failed: %s", kerr);
         err = SPW_ERR_KAFKA;
         goto out_free;
     }

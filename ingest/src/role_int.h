@@ -13,10 +13,10 @@
 #include "sparrow/metrics.h"
 #include "sparrow/wire.h"
 
-#define SPW_INGEST__CYCLE_MAX_PARTS 256 /* input partitions one cycle tracks; more seals it early  \
-                                         */
-#define SPW_INGEST__BUFFERED_MAX (512u << 20) /* packed examples in all buckets before a flush */
-#define SPW_INGEST__POLL_BURST   64 /* records taken from the consumer between housekeeping */
+/* Input partitions one cycle tracks; more seals it early. */
+#define SPW_INGEST__CYCLE_MAX_PARTS 256
+#define SPW_INGEST__BUFFERED_MAX    (512u << 20) /* packed examples in all buckets before a flush */
+#define SPW_INGEST__POLL_BURST      64 /* records taken from the consumer between housekeeping */
 
 /* ---- URLs (sink.c) ---- */
 

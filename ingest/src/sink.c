@@ -61,8 +61,8 @@ spw_err_t spw_ingest__sink_open(struct spw_ingest *in, struct spw_ingest__sink *
         }
         s->file = strcmp(s->path, "-") == 0 ? stdout : fopen(s->path, "wb");
         if (!s->file) {
-            snprintf(errstr, errstr_size, "cannot open output what=%s path=%s error=\"%s\"", what,
-                     s->path, strerror(errno));
+            snprintf(errstr, errstr_size, "cannot open output what=%s path=%s: %s", what, s->path,
+                     strerror(errno));
             return SPW_ERR_IO;
         }
         return SPW_OK;
@@ -93,7 +93,7 @@ spw_err_t spw_ingest__sink_open(struct spw_ingest *in, struct spw_ingest__sink *
     char kerr[512];
     s->producer = spw_kafka_producer_new(props, &popts, kerr, sizeof(kerr));
     if (!s->producer) {
-        snprintf(errstr, errstr_size, "kafka producer failed what=%s error=\"%s\"", what, kerr);
+        snprintf(errstr, errstr_size, "kafka producer failed what=%s: %s", what, kerr);
         err = SPW_ERR_KAFKA;
         goto out_free;
     }
