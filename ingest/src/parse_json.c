@@ -152,6 +152,161 @@ static spw_err_t check_weights(struct json_object *weight, struct json_object *f
     return SPW_OK;
 }
 
+spw_err_t spw_ingest_json_feature(const char *name, struct json_object *value, float weight,
+                                  const spw_schema_t *schema,
+                                  const struct spw_ingest_limits *limits,
+                                  struct spw_ingest_features *out, struct spw_parse_error *err)
+{
+    char q[48], scratch[24];
+    size_t name_len = strlen(name);
+    bool array = json_object_get_type(value) == json_type_array;
+    size_t n = array ? json_object_array_length(value) : 1;
+    if (!array && json_object_get_type(value) == json_type_null)
+        return SPW_OK; /* no feature, and no field id looked up for it */
+
+    uint32_t field;
+    if (spw_schema_field_id(schema, name, name_len, &field) != SPW_OK)
+        return spw_ingest__fail(err, SPW_REJECT_BAD_FIELD, "feature \"%s\": not in the schema",
+                                spw_ingest__quote(q, name, name_len));
+    if (field > limits->max_field_id)
+        return spw_ingest__fail(err, SPW_REJECT_BAD_FIELD,
+                                "feature \"%s\": field id %u above limit %u",
+                                spw_ingest__quote(q, name, name_len), field, limits->max_field_id);
+    for (size_t i = 0; i < n; i++) {
+        struct json_object *item = array ? json_object_array_get_idx(value, i) : value;
+        const char *text;
+        size_t len;
+        spw_err_t rc = value_text(item, name, array, scratch, &text, &len, err);
+        if (rc != SPW_OK)
+            return rc;
+        if (!text)
+            continue;
+        size_t k = out->n++;
+        out->fields[k] = field;
+        out->keys[k] = spw_ingest_feature_key(field, text, len);
+        if (out->weights)
+            out->weights[k] = weight;
+    }
+    return SPW_OK;
+}
+
+spw_err_t spw_ingest_json_features(struct json_object *features, struct json_object *weight,
+                                   const spw_schema_t *schema,
+                                   const struct spw_ingest_limits *limits, spw_arena_t *arena,
+                                   struct spw_ingest_features *out, struct spw_parse_error *err)
+{
+    assert(json_object_get_type(features) == json_type_object);
+    memset(out, 0, sizeof(*out));
+    spw_err_t rc;
+    if (weight) {
+        if (json_object_get_type(weight) != json_type_object)
+            return spw_ingest__fail(err, SPW_REJECT_UNDECODABLE, "\"weight\" is not an object");
+        if ((rc = check_weights(weight, features, err)) != SPW_OK)
+            return rc;
+    }
+    size_t n = count_features(features);
+    if (n > limits->max_features)
+        return spw_ingest__fail(err, SPW_REJECT_TOO_MANY_FEATURES, "%zu features, limit %u", n,
+                                limits->max_features);
+    if (n > 0) {
+        out->fields = spw_arena_alloc(arena, n * sizeof(*out->fields));
+        out->keys = spw_arena_alloc(arena, n * sizeof(*out->keys));
+        if (!out->fields || !out->keys)
+            return SPW_ERR_NOMEM;
+        if (weight) {
+            out->weights = spw_arena_alloc(arena, n * sizeof(*out->weights));
+            if (!out->weights)
+                return SPW_ERR_NOMEM;
+        }
+    }
+    struct lh_entry *e;
+    lh_foreach(json_object_get_object(features), e)
+    {
+        const char *name = lh_entry_k(e);
+        float w = 1.0f;
+        struct json_object *wv;
+        if (weight && json_object_object_get_ex(weight, name, &wv))
+            w = (float)json_object_get_double(wv);
+        if ((rc = spw_ingest_json_feature(name, lh_entry_v(e), w, schema, limits, out, err)) !=
+            SPW_OK)
+            return rc;
+    }
+    assert(out->n == n);
+    return SPW_OK;
+}
+
+/* json-c's UTF-8 check of JSON_TOKENER_VALIDATE_UTF8 (json_tokener_validate_utf8 in json-c
+ * 0.16): structure only, a lead byte of 2, 3 or 4 bytes followed by that many continuation
+ * bytes; overlongs, surrogates and code points above U+10FFFF pass, as they do there. */
+static bool jsonc_utf8_ok(const char *s, size_t len)
+{
+    unsigned more = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (more) {
+            if ((c & 0xc0) != 0x80)
+                return false;
+            more--;
+        } else if (c >= 0x80) {
+            if ((c & 0xe0) == 0xc0)
+                more = 1;
+            else if ((c & 0xf0) == 0xe0)
+                more = 2;
+            else if ((c & 0xf8) == 0xf0)
+                more = 3;
+            else
+                return false;
+        }
+    }
+    return more == 0;
+}
+
+/* The tokener's checks of v, at container depth level (the record is 1), in text order. */
+static spw_err_t check_value(struct json_object *v, unsigned level, const char *what,
+                             struct spw_parse_error *err)
+{
+    enum json_type t = json_object_get_type(v);
+    if (t == json_type_string) {
+        if (!jsonc_utf8_ok(json_object_get_string(v), (size_t)json_object_get_string_len(v)))
+            return spw_ingest__fail(err, SPW_REJECT_UNDECODABLE,
+                                    "JSON: invalid utf-8 string in \"%s\"", what);
+        return SPW_OK;
+    }
+    if (t != json_type_object && t != json_type_array)
+        return SPW_OK;
+    if (level >= SPW_INGEST_JSON_MAX_DEPTH)
+        return spw_ingest__fail(err, SPW_REJECT_UNDECODABLE, "JSON: nesting too deep in \"%s\"",
+                                what);
+    spw_err_t rc;
+    if (t == json_type_array) {
+        size_t n = json_object_array_length(v);
+        for (size_t i = 0; i < n; i++)
+            if ((rc = check_value(json_object_array_get_idx(v, i), level + 1, what, err)) != SPW_OK)
+                return rc;
+        return SPW_OK;
+    }
+    struct lh_entry *e;
+    lh_foreach(json_object_get_object(v), e)
+    {
+        const char *name = lh_entry_k(e);
+        if (!jsonc_utf8_ok(name, strlen(name)))
+            return spw_ingest__fail(err, SPW_REJECT_UNDECODABLE,
+                                    "JSON: invalid utf-8 string in \"%s\"", what);
+        if ((rc = check_value(lh_entry_v(e), level + 1, what, err)) != SPW_OK)
+            return rc;
+    }
+    return SPW_OK;
+}
+
+spw_err_t spw_ingest_json_features_check(struct json_object *features, struct json_object *weight,
+                                         struct spw_parse_error *err)
+{
+    spw_err_t rc = check_value(features, 2, "features", err);
+    if (rc == SPW_OK && weight)
+        rc = check_value(weight, 2, "weight", err);
+    return rc;
+}
+
 /* The optional "id": a non-negative integer, or a string (decimal, else hashed). */
 static spw_err_t parse_id(struct json_object *v, Sparrow__Example *ex, struct spw_parse_error *err)
 {
@@ -188,49 +343,6 @@ static spw_err_t parse_ts(struct json_object *v, Sparrow__Example *ex, struct sp
         return spw_ingest__fail(err, SPW_REJECT_UNDECODABLE, "\"ts\" out of range");
     ex->has_event_time_ms = true;
     ex->event_time_ms = ts;
-    return SPW_OK;
-}
-
-/* Appends the features of one member (a scalar or an array of scalars). */
-static spw_err_t add_member(const char *name, struct json_object *v, const spw_schema_t *schema,
-                            const struct spw_ingest_limits *limits, struct json_object *weight,
-                            Sparrow__Example *ex, struct spw_parse_error *err)
-{
-    char q[48], scratch[24];
-    size_t name_len = strlen(name);
-    bool array = json_object_get_type(v) == json_type_array;
-    size_t n = array ? json_object_array_length(v) : 1;
-    if (!array && json_object_get_type(v) == json_type_null)
-        return SPW_OK;
-
-    uint32_t field;
-    if (spw_schema_field_id(schema, name, name_len, &field) != SPW_OK)
-        return spw_ingest__fail(err, SPW_REJECT_BAD_FIELD, "feature \"%s\": not in the schema",
-                                spw_ingest__quote(q, name, name_len));
-    if (field > limits->max_field_id)
-        return spw_ingest__fail(err, SPW_REJECT_BAD_FIELD,
-                                "feature \"%s\": field id %u above limit %u",
-                                spw_ingest__quote(q, name, name_len), field, limits->max_field_id);
-    float w = 1.0f;
-    struct json_object *wv;
-    if (weight && json_object_object_get_ex(weight, name, &wv))
-        w = (float)json_object_get_double(wv);
-
-    for (size_t i = 0; i < n; i++) {
-        struct json_object *item = array ? json_object_array_get_idx(v, i) : v;
-        const char *text;
-        size_t len;
-        spw_err_t rc = value_text(item, name, array, scratch, &text, &len, err);
-        if (rc != SPW_OK)
-            return rc;
-        if (!text)
-            continue;
-        size_t k = ex->n_keys++;
-        ex->fields[k] = field;
-        ex->keys[k] = spw_hash_key(field, text, len);
-        if (ex->weights)
-            ex->weights[k] = w;
-    }
     return SPW_OK;
 }
 
@@ -271,38 +383,18 @@ static spw_err_t parse_root(struct json_object *root, const spw_schema_t *schema
     if (!json_object_object_get_ex(root, "features", &features) ||
         json_object_get_type(features) != json_type_object)
         return spw_ingest__fail(err, SPW_REJECT_UNDECODABLE, "missing \"features\" object");
-    if (json_object_object_get_ex(root, "weight", &weight) && weight) {
-        if (json_object_get_type(weight) != json_type_object)
-            return spw_ingest__fail(err, SPW_REJECT_UNDECODABLE, "\"weight\" is not an object");
-        if ((rc = check_weights(weight, features, err)) != SPW_OK)
-            return rc;
-    }
+    if (!json_object_object_get_ex(root, "weight", &weight))
+        weight = NULL;
 
-    size_t n = count_features(features);
-    if (n > limits->max_features)
-        return spw_ingest__fail(err, SPW_REJECT_TOO_MANY_FEATURES, "%zu features, limit %u", n,
-                                limits->max_features);
-    if (n > 0) {
-        ex->fields = spw_arena_alloc(arena, n * sizeof(*ex->fields));
-        ex->keys = spw_arena_alloc(arena, n * sizeof(*ex->keys));
-        if (!ex->fields || !ex->keys)
-            return SPW_ERR_NOMEM;
-        if (weight) {
-            ex->weights = spw_arena_alloc(arena, n * sizeof(*ex->weights));
-            if (!ex->weights)
-                return SPW_ERR_NOMEM;
-        }
-    }
-    struct lh_entry *e;
-    lh_foreach(json_object_get_object(features), e)
-    {
-        rc = add_member(lh_entry_k(e), lh_entry_v(e), schema, limits, weight, ex, err);
-        if (rc != SPW_OK)
-            return rc;
-    }
-    assert(ex->n_keys == n);
-    ex->n_fields = ex->n_keys;
-    ex->n_weights = ex->weights ? ex->n_keys : 0;
+    struct spw_ingest_features f;
+    if ((rc = spw_ingest_json_features(features, weight, schema, limits, arena, &f, err)) != SPW_OK)
+        return rc;
+    ex->fields = f.fields;
+    ex->keys = f.keys;
+    ex->weights = f.weights;
+    ex->n_keys = f.n;
+    ex->n_fields = f.n;
+    ex->n_weights = f.weights ? f.n : 0;
 
     if ((rc = spw_ingest_validate(ex, limits, err)) != SPW_OK)
         return rc;

@@ -590,7 +590,7 @@ static bool add_value(struct fast *f, uint32_t field, struct fast_member *m)
         if (f->n_keys == FAST_MAX_KEYS)
             return false;
         f->fields[f->n_keys] = field;
-        f->keys[f->n_keys] = spw_hash_key(field, text, len);
+        f->keys[f->n_keys] = spw_ingest_feature_key(field, text, len);
         f->n_keys++;
         m->n_keys++;
     }

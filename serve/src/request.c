@@ -107,8 +107,8 @@ static spw_err_t parse_keys(struct json_object *ex, struct json_object *keys,
     return SPW_OK;
 }
 
-/* Hashes "features"/"weight" exactly as ingest does: the same members handed to
- * spw_parse_json_line (json-c keeps number literals verbatim when it prints them back). */
+/* Hashes "features"/"weight" exactly as ingest hashes the same event, through ingest's own step
+ * (spw_ingest_json_features), after the checks ingest's tokener would have made of them. */
 static spw_err_t parse_features(struct json_object *features, struct json_object *weight,
                                 const struct spw_serve_limits *limits, const spw_schema_t *schema,
                                 spw_arena_t *arena, struct spw_serve_example *out, size_t idx,
@@ -116,37 +116,26 @@ static spw_err_t parse_features(struct json_object *features, struct json_object
 {
     if (!json_object_is_type(features, json_type_object))
         return fail(errstr, errstr_size, "example %zu: \"features\" is not an object", idx);
-    struct json_object *line = json_object_new_object();
-    if (!line)
-        return SPW_ERR_NOMEM;
-    json_object_object_add(line, "label", json_object_new_int(0));
-    json_object_object_add(line, "features", json_object_get(features));
-    if (weight)
-        json_object_object_add(line, "weight", json_object_get(weight));
-    size_t len = 0;
-    const char *text = json_object_to_json_string_length(
-        line, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
     struct spw_ingest_limits il;
     spw_ingest_limits_default(&il);
     il.max_features = limits->max_features;
-    il.max_record_bytes = len + 1;
-    Sparrow__Example *ex = NULL;
+    struct spw_ingest_features f;
     struct spw_parse_error perr;
-    spw_err_t rc =
-        text ? spw_parse_json_line(text, len, schema, &il, arena, &ex, &perr) : SPW_ERR_NOMEM;
-    json_object_put(line);
+    spw_err_t rc = spw_ingest_json_features_check(features, weight, &perr);
+    if (rc == SPW_OK)
+        rc = spw_ingest_json_features(features, weight, schema, &il, arena, &f, &perr);
     if (rc == SPW_ERR_INVALID)
         return fail(errstr, errstr_size, "example %zu: %s: %s", idx,
                     spw_reject_reason_name(perr.reason), perr.message);
     if (rc != SPW_OK)
         return rc;
-    out->n = ex->n_keys;
-    out->keys = ex->keys;
-    float *w = spw_arena_alloc(arena, (ex->n_keys ? ex->n_keys : 1) * sizeof(*w));
+    out->n = f.n;
+    out->keys = f.keys;
+    float *w = spw_arena_alloc(arena, (f.n ? f.n : 1) * sizeof(*w));
     if (!w)
         return SPW_ERR_NOMEM;
-    for (size_t i = 0; i < ex->n_keys; i++)
-        w[i] = ex->n_weights ? ex->weights[i] : 1.0f;
+    for (size_t i = 0; i < f.n; i++)
+        w[i] = f.weights ? f.weights[i] : 1.0f;
     out->weights = w;
     return SPW_OK;
 }

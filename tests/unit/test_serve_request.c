@@ -57,6 +57,25 @@ static void test_serve_request_features_hash_like_ingest(void **state)
     spw_arena_destroy(arena);
 }
 
+/* Short feature names and values: the keys of ingest's parser. This once failed as "oversized"
+ * (the request was printed into a line and parsed again, and the packed Example outgrew it). */
+static void test_serve_request_short_features_accepted(void **state)
+{
+    (void)state;
+    spw_arena_t *arena = spw_arena_new(4096, 1 << 20);
+    char errstr[256];
+    struct spw_serve_request req;
+    assert_int_equal(
+        parse(arena, "{\"features\":{\"a\":1,\"b\":2,\"c\":3}}", &req, errstr, sizeof(errstr)),
+        SPW_OK);
+    assert_int_equal(req.examples[0].n, 3);
+    const char *names[] = {"a", "b", "c"}, *values[] = {"1", "2", "3"};
+    for (size_t i = 0; i < 3; i++)
+        assert_true(req.examples[0].keys[i] ==
+                    spw_hash_key(spw_hash_field_name(names[i], 1), values[i], 1));
+    spw_arena_destroy(arena);
+}
+
 static void test_serve_request_keys_and_batches(void **state)
 {
     (void)state;
@@ -133,6 +152,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_serve_request_features_hash_like_ingest),
+        cmocka_unit_test(test_serve_request_short_features_accepted),
         cmocka_unit_test(test_serve_request_keys_and_batches),
         cmocka_unit_test(test_serve_request_refusals),
     };

@@ -11,6 +11,7 @@
 #include "sparrow/arena.h"
 #include "sparrow/config.h"
 #include "sparrow/err.h"
+#include "sparrow/hash.h"
 #include "sparrow/sparrow.pb-c.h"
 
 enum spw_format {
@@ -103,6 +104,60 @@ spw_err_t spw_parse_pb_example(const void *data, size_t len, const struct spw_in
                                spw_arena_t *arena, Sparrow__Example **out,
                                struct spw_parse_error *err);
 
+/*
+ * Feature hashing: the JSON parser's step, exported so that serve's predict requests hash a
+ * "features" object exactly as ingest hashes the same event (every JSON path goes through
+ * spw_ingest_feature_key). All are pure and thread-safe; memory is the caller's or the arena's.
+ */
+
+/* The key of one value of a feature of field: spw_hash_key(field, text), text being the value's
+ * bytes by the rules above (a string's decoded bytes, a number's literal, "true" / "false"). */
+static inline uint64_t spw_ingest_feature_key(uint32_t field, const char *text, size_t len)
+{
+    return spw_hash_key(field, text, len);
+}
+
+struct json_object; /* json-c's */
+
+/* An event's features, in the order the parser gives them. */
+struct spw_ingest_features {
+    size_t n;
+    uint32_t *fields; /* n field ids; NULL when n is 0 */
+    uint64_t *keys;   /* n keys; NULL when n is 0 */
+    float *weights;   /* n weights; NULL without a "weight" object (everything weighs 1) */
+};
+
+/* One member of "features", name (NUL-terminated) with its json-c value (a scalar, an array of
+ * scalars, or NULL for JSON null, which adds nothing), into keys: the field id of name under
+ * schema (BAD_FIELD when a strict schema lacks it or it is above limits->max_field_id), then one
+ * key per non-null value, each weighing weight. Appends at out->n to out's arrays, which the
+ * caller sized for every value (weights only when out->weights is not NULL). SPW_ERR_INVALID
+ * with err (naming the feature) for a value that has no text (object, nested array, an integer
+ * out of range, NaN). value is borrowed. */
+spw_err_t spw_ingest_json_feature(const char *name, struct json_object *value, float weight,
+                                  const spw_schema_t *schema,
+                                  const struct spw_ingest_limits *limits,
+                                  struct spw_ingest_features *out, struct spw_parse_error *err);
+
+/* A "features" object (json_type_object) and the optional "weight" object (NULL: none), as
+ * spw_parse_json_line turns them into an Example's fields, keys and weights: the weights checked
+ * (numbers, finite as float, named features), at most limits->max_features features, then
+ * spw_ingest_json_feature per member in order. Arrays in out come from arena (valid until its
+ * reset). SPW_ERR_INVALID with err, SPW_ERR_NOMEM. Objects from another tokener than the
+ * parser's must first pass spw_ingest_json_features_check. features and weight are borrowed. */
+spw_err_t spw_ingest_json_features(struct json_object *features, struct json_object *weight,
+                                   const spw_schema_t *schema,
+                                   const struct spw_ingest_limits *limits, spw_arena_t *arena,
+                                   struct spw_ingest_features *out, struct spw_parse_error *err);
+
+/* What the JSON-lines tokener checks of features and weight (NULL: none) when they are part of
+ * a line: json-c's UTF-8 structure check of every name and string, and the parser's nesting
+ * limit (a value inside at most seven containers, counting the record). SPW_ERR_INVALID
+ * (UNDECODABLE) with err for the first failure in text order. For objects parsed by another json-c
+ * tokener (serve's). */
+spw_err_t spw_ingest_json_features_check(struct json_object *features, struct json_object *weight,
+                                         struct spw_parse_error *err);
+
 /* Checks a decoded Example against limits: label, feature count, field ids, finite weights,
  * consistent array lengths. SPW_OK or SPW_ERR_INVALID with err filled. */
 spw_err_t spw_ingest_validate(const Sparrow__Example *ex, const struct spw_ingest_limits *limits,
@@ -157,8 +212,87 @@ const void *spw_reader_raw(const spw_reader_t *reader, size_t *len);
 uint64_t spw_reader_records(const spw_reader_t *reader);
 uint64_t spw_reader_rejected(const spw_reader_t *reader);
 
+/* ---- the role: `sparrow ingest` as a library object ----
+ *
+ * Raw events from a Kafka topic or a file are parsed and validated into ExampleBatch records,
+ * batched per key bucket and written to a Kafka topic or a file; invalid events go to the
+ * dead-letter output unchanged. Input offsets are committed only after every record holding
+ * their events was delivered (at-least-once). An ingest is owned by one thread: the one that
+ * created it runs and destroys it. It lives in ingest.h, not a header of its own, because a
+ * module has one public header (the house style: include/sparrow/<module>.h), as pserver.h carries
+ * both its store and its server.
+ */
+
+struct spw_metrics;
+struct spw_http;
+
 /* The property table of `sparrow ingest`. */
 extern const struct spw_config_prop spw_ingest_config_props[];
 extern const size_t spw_ingest_config_n_props;
+
+/* What an ingest is made from. Strings are borrowed for the duration of spw_ingest_new only
+ * (nothing in conf is kept but metrics and http). */
+struct spw_ingest_conf {
+    const char *in;  /* kafka://HOST:PORT/TOPIC or file:PATH ("-": stdin); required */
+    const char *out; /* kafka://HOST:PORT/TOPIC or file:PATH ("-": stdout); required */
+    const char *dlq; /* dead-letter output URL; NULL: out with ".dlq" appended */
+    enum spw_format format;
+    const char *group;     /* consumer group of a Kafka input */
+    bool start_latest;     /* a partition without a committed offset starts at its end */
+    bool strict;           /* offsets lost to retention end the run (SPW_ERR_CORRUPT) */
+    size_t batch_size;     /* examples per ExampleBatch record (per bucket), >= 1 */
+    size_t max_bytes;      /* largest ExampleBatch record */
+    uint64_t linger_ms;    /* longest wait of an event for its batch (Kafka input) */
+    const char *key_field; /* field name keying the output records; NULL or "": not keyed */
+    size_t key_buckets;    /* buckets when keyed, >= 1 */
+    struct spw_ingest_limits limits;
+    const char *schema; /* schema file; NULL: names hashed */
+    bool schema_strict; /* names absent from the schema are dead-lettered */
+    size_t inflight;    /* flushed cycles awaiting delivery before input pauses, >= 1 */
+    uint64_t commit_interval_ms;
+    uint64_t shutdown_timeout_ms;     /* grace period to deliver what is queued on SIGTERM */
+    int kafka_close_timeout_ms;       /* longest wait for the Kafka input's close */
+    const spw_config_t *kafka_config; /* its `kafka.*` pass-through properties; may be NULL */
+    struct spw_metrics *metrics;      /* borrowed, must outlive the ingest; may be NULL */
+    struct spw_http *http;            /* borrowed, readiness is reported to it; may be NULL */
+};
+
+/* Fills conf from a configuration of spw_ingest_config_props (strings borrowed from cfg, which
+ * must outlive conf). Checks what the table cannot: ingest.in and ingest.out set, every kafka.*
+ * property known to librdkafka (errstr names a bad one). SPW_ERR_INVALID with errstr on failure.
+ * metrics and http are left NULL. Pure apart from cfg; thread-safe for distinct conf. */
+spw_err_t spw_ingest_conf_from_config(const spw_config_t *cfg, struct spw_ingest_conf *conf,
+                                      char *errstr, size_t errstr_size);
+
+typedef struct spw_ingest spw_ingest_t;
+
+/* Loads the schema, opens the input (a file reader or a Kafka group consumer) and both outputs,
+ * registers the sparrow_ingest_* metrics in conf->metrics, and logs "ingest started". NULL with
+ * errstr on failure (nothing left open). The caller owns the result (spw_ingest_destroy). */
+spw_ingest_t *spw_ingest_new(const struct spw_ingest_conf *conf, char *errstr, size_t errstr_size);
+
+/*
+ * Runs until a file input ends, or spw_signal_stop_requested() turns true (a Kafka input runs
+ * until then), then drains: flushes, waits (at most shutdown_timeout_ms) for delivery, stores and
+ * commits the delivered offsets. Reports ready to conf->http while running. Returns SPW_OK;
+ * SPW_ERR_CORRUPT when strict and offsets were lost to retention; another error (logged) when
+ * an output failed, the input failed, or output was left undelivered. Call once.
+ */
+spw_err_t spw_ingest_run(spw_ingest_t *ingest);
+
+/* What a run did, for its stop line and tests. */
+struct spw_ingest_stats {
+    uint64_t events;       /* raw events read */
+    uint64_t examples;     /* valid examples written */
+    uint64_t rejected;     /* events dead-lettered */
+    double events_seconds; /* from taking the first event to having processed the last */
+};
+
+/* The counts so far. Same thread as spw_ingest_run. */
+void spw_ingest_stats(const spw_ingest_t *ingest, struct spw_ingest_stats *stats);
+
+/* Leaves the Kafka group (committing what was stored), closes the outputs (flushing at most 5 s)
+ * and the input, frees. NULL is a no-op. */
+void spw_ingest_destroy(spw_ingest_t *ingest);
 
 #endif
