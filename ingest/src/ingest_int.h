@@ -50,8 +50,5 @@ spw_err_t spw_ingest__parse_json_fast(const char *line, size_t len, const spw_sc
                                       const struct spw_ingest_limits *limits, spw_arena_t *arena,
                                       Sparrow__Example **out, struct spw_parse_error *err);
 
-/* Writes v in decimal into buf (>= 21 bytes, no NUL) and returns the length. */
-size_t spw_ingest__fmt_i64(char *buf, int64_t v);
-size_t spw_ingest__fmt_u64(char *buf, uint64_t v);
 
 #endif

@@ -4,6 +4,7 @@
 #include <assert.h>
 #include <string.h>
 
+#include "sparrow/fmt.h"
 #include "sparrow/hash.h"
 
 #define CRITEO_COLUMNS  40 /* label, I1..I13, C1..C26 */
@@ -142,7 +143,7 @@ spw_err_t spw_parse_criteo_line(const char *line, size_t len,
                 return spw_ingest__fail(err, SPW_REJECT_UNDECODABLE, "%s: \"%s\" is not an integer",
                                         name, spw_ingest__quote(q, text, text_len));
             }
-            text_len = spw_ingest__fmt_i64(digits, spw_hash_criteo_bucket(v));
+            text_len = spw_fmt_i64(digits, spw_hash_criteo_bucket(v));
             text = digits;
         }
         ex->fields[ex->n_keys] = field;

@@ -10,6 +10,7 @@
 
 #include <json-c/json.h>
 
+#include "sparrow/fmt.h"
 #include "sparrow/hash.h"
 
 /*
@@ -83,9 +84,9 @@ static spw_err_t value_text(struct json_object *v, const char *name, bool in_arr
                                     "feature \"%s\": integer out of range",
                                     spw_ingest__quote(q, name, strlen(name)));
         if (json_object_get_int64(v) < 0)
-            *len = spw_ingest__fmt_i64(scratch, json_object_get_int64(v));
+            *len = spw_fmt_i64(scratch, json_object_get_int64(v));
         else
-            *len = spw_ingest__fmt_u64(scratch, json_object_get_uint64(v));
+            *len = spw_fmt_u64(scratch, json_object_get_uint64(v));
         *text = scratch;
         return SPW_OK;
     case json_type_double: {

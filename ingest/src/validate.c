@@ -58,28 +58,6 @@ char *spw_ingest__quote(char *dst, const char *name, size_t len)
     return dst;
 }
 
-size_t spw_ingest__fmt_u64(char *buf, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        buf[i] = tmp[n - 1 - i];
-    return n;
-}
-
-size_t spw_ingest__fmt_i64(char *buf, int64_t v)
-{
-    if (v >= 0)
-        return spw_ingest__fmt_u64(buf, (uint64_t)v);
-    buf[0] = '-';
-    /* -(v + 1) + 1 avoids overflow at INT64_MIN. */
-    return 1 + spw_ingest__fmt_u64(buf + 1, (uint64_t)(-(v + 1)) + 1);
-}
-
 spw_err_t spw_ingest_validate(const Sparrow__Example *ex, const struct spw_ingest_limits *limits,
                               struct spw_parse_error *err)
 {
