@@ -50,5 +50,4 @@ spw_err_t spw_ingest__parse_json_fast(const char *line, size_t len, const spw_sc
                                       const struct spw_ingest_limits *limits, spw_arena_t *arena,
                                       Sparrow__Example **out, struct spw_parse_error *err);
 
-
 #endif
