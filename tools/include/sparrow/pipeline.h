@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "sparrow/config.h"
 #include "sparrow/launch.h"
 
 /*
@@ -250,5 +251,34 @@ spw_err_t spw_pipeline_summary_write(const spw_pipeline_t *p, const struct spw_p
 /* Reads the coordinator's LATEST checkpoint under the run directory: *epoch and the manifest's
  * example_count. SPW_ERR_NOT_FOUND when there is none, or the manifest's read error. */
 spw_err_t spw_pipeline_latest(const spw_pipeline_t *p, uint64_t *epoch, uint64_t *examples);
+
+/* ---- `sparrow demo` ---- */
+
+/* The property table of `sparrow demo` (demo.*, tools/src/demo_config.c). */
+extern const struct spw_config_prop spw_demo_config_props[];
+extern const size_t spw_demo_config_n_props;
+
+/* What `sparrow demo` runs (the demo.* properties). Strings borrowed from the configuration. */
+struct spw_demo_conf {
+    double duration_s;
+    double rate; /* examples per second produced */
+    long trainers, shards;
+    const char *run_dir; /* NULL: a new /tmp/sparrow-demo-XXXXXX */
+    bool serve;
+};
+
+/* Fills conf from a configuration of spw_demo_config_props (the table's ranges are the only
+ * checks; strings borrowed from cfg). Pure; thread-safe on a cfg no one changes. */
+void spw_demo_conf_from_config(const spw_config_t *cfg, struct spw_demo_conf *conf);
+
+/*
+ * Runs the demo (tools/src/pipeline_demo.c): the pipeline of conf on loopback, a progress line
+ * every 2 s on stdout (rewritten in place on a terminal), then a clean stop and a summary naming
+ * the run directory. Stops early on SIGTERM/SIGINT (the caller has run spw_signal_install, as
+ * spw_cli_role_init does) or when a
+ * component dies (reported, naming its log). Returns the exit code: 0 after a clean run, 1 when a
+ * component died, the stop was unclean or the pipeline did not start. Call from main.
+ */
+int spw_demo_run(const struct spw_demo_conf *conf);
 
 #endif
