@@ -38,7 +38,7 @@ static const struct spw_command commands[] = {
      spw_eval_main, spw_evaluate_config_props, &spw_evaluate_config_n_props},
     {"reshard", "rewrite a checkpoint for another shard count", spw_reshard_main, NULL, NULL},
     {"launch", "run a local cluster (modes, slow trainers, kills) and write summary.json",
-     spw_launch_main, NULL, NULL},
+     spw_launch_main, spw_launch_config_props, &spw_launch_config_n_props},
     {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main,
      NULL, NULL},
 };
