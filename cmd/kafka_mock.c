@@ -6,20 +6,34 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_flags.h"
 #include "command_table.h"
+#include "sparrow/config.h"
 #include "sparrow/kafka.h"
 #include "sparrow/log.h"
 #include "sparrow/signal.h"
 
-#define KM_MAX_TOPICS 64
-#define KM_LINE_MAX   512
+#define KM_LINE_MAX 512
+
+static const struct spw_cli_alias aliases[] = {
+    {"--brokers", "kafka_mock.brokers"},
+    {"--port-file", "kafka_mock.port_file"},
+    {"--log-level", "log.level"},
+};
+
+/* --topic repeats add up; --stdin-eof-exits takes no value. */
+static const struct spw_cli_flag flags[] = {
+    {"--topic", "kafka_mock.topics", NULL, ',', NULL},
+    {"--stdin-eof-exits", "kafka_mock.stdin_eof_exits", "true", 0, NULL},
+};
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: sparrow kafka-mock [--brokers N] [--topic NAME:PARTITIONS]... "
             "[--port-file PATH]\n"
-            "                          [--stdin-eof-exits] [--log-level LEVEL]\n\n"
+            "                          [--stdin-eof-exits] [--log-level LEVEL]\n"
+            "                          [--config FILE] [--set key=value]... [--dump-config]\n\n"
             "Runs librdkafka's mock Kafka cluster (N brokers, 1..16, default 1) on loopback,\n"
             "prints its bootstrap address on stdout (and writes it to --port-file), and reads\n"
             "fault commands on stdin, one per line:\n"
@@ -28,18 +42,11 @@ static void usage(FILE *out)
             "  error API CODE COUNT       fail the next COUNT requests of API (Produce, Fetch,\n"
             "                             ... or a number) with CODE (name or number)\n"
             "  topic NAME PARTITIONS      create a topic\n"
-            "Exits on SIGTERM/SIGINT, or at the end of stdin with --stdin-eof-exits.\n");
-}
-
-static int parse_int_arg(const char *text, long min, long max, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
+            "Exits on SIGTERM/SIGINT, or at the end of stdin with --stdin-eof-exits.\n"
+            "Each flag is shorthand for a property below; the --topic flags together make\n"
+            "kafka_mock.topics (a comma list).\n\n"
+            "properties:\n");
+    spw_config_doc_help(spw_kafka_mock_config_props, spw_kafka_mock_config_n_props, out);
 }
 
 /* Writes text to path through a temporary file and rename, so readers never see half of it. */
@@ -92,71 +99,35 @@ static int serve_stdin(spw_kafka_mock_t *mock, char *line, size_t *used)
 
 int spw_kafka_mock_main(int argc, char **argv)
 {
-    long brokers = 1;
-    const char *port_file = NULL;
-    const char *topics[KM_MAX_TOPICS];
-    size_t n_topics = 0;
-    int eof_exits = 0;
-    enum spw_log_level level = SPW_LOG_INFO;
-
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--stdin-eof-exits") == 0) {
-            eof_exits = 1;
-            continue;
-        } else if (!val) {
-            fprintf(stderr, "sparrow kafka-mock: '%s' needs a value or is unknown\n", a);
-            return 2;
-        } else if (strcmp(a, "--brokers") == 0) {
-            if (parse_int_arg(val, 1, 16, &brokers) != 0) {
-                fprintf(stderr, "sparrow kafka-mock: --brokers must be 1..16\n");
-                return 2;
-            }
-        } else if (strcmp(a, "--topic") == 0) {
-            if (n_topics == KM_MAX_TOPICS) {
-                fprintf(stderr, "sparrow kafka-mock: at most %d --topic\n", KM_MAX_TOPICS);
-                return 2;
-            }
-            topics[n_topics++] = val;
-        } else if (strcmp(a, "--port-file") == 0) {
-            port_file = val;
-        } else if (strcmp(a, "--log-level") == 0) {
-            if (spw_log_level_parse(val, &level) != 0) {
-                fprintf(stderr, "sparrow kafka-mock: --log-level error|warn|info|debug\n");
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "sparrow kafka-mock: unknown argument '%s'\n", a);
-            return 2;
-        }
-        i++;
-    }
-    spw_log_init("kafka-mock", level);
-    spw_signal_install();
+    struct spw_cli_args args;
+    int rc = spw_cli_args_rewrite("kafka-mock", argc, argv, flags, sizeof(flags) / sizeof(flags[0]),
+                                  &args);
+    spw_config_t *cfg = NULL;
+    if (rc == 0)
+        cfg = spw_cli_role_init(
+            "kafka-mock", spw_kafka_mock_config_props, spw_kafka_mock_config_n_props, aliases,
+            sizeof(aliases) / sizeof(aliases[0]), args.argc, args.argv, usage, &rc);
+    spw_cli_args_fini(&args);
+    if (!cfg)
+        return rc;
 
     char errstr[512];
-    spw_kafka_mock_t *mock = spw_kafka_mock_new((int)brokers, errstr, sizeof(errstr));
+    static struct spw_kafka_mock_conf conf; /* 16 KiB of topic names: not on the stack */
+    if (spw_kafka_mock_conf_from_config(cfg, &conf, errstr, sizeof(errstr)) != SPW_OK) {
+        fprintf(stderr, "sparrow kafka-mock: %s\n", errstr);
+        spw_config_destroy(cfg);
+        return 2;
+    }
+    const char *port_file = conf.port_file;
+    rc = 1;
+    spw_kafka_mock_t *mock = spw_kafka_mock_new(conf.brokers, errstr, sizeof(errstr));
     if (!mock) {
         SPW_ERROR("mock cluster failed", "error=\"%s\"", errstr);
-        return 1;
+        goto out_destroy_cfg;
     }
-    int rc = 1;
-    for (size_t i = 0; i < n_topics; i++) {
-        char name[256];
-        const char *colon = strrchr(topics[i], ':');
-        long parts = 1;
-        size_t nlen = colon ? (size_t)(colon - topics[i]) : strlen(topics[i]);
-        if (nlen >= sizeof(name) || (colon && parse_int_arg(colon + 1, 1, 10000, &parts) != 0)) {
-            SPW_ERROR("bad --topic", "value=\"%s\" expected=NAME:PARTITIONS", topics[i]);
-            goto out_destroy_mock;
-        }
-        memcpy(name, topics[i], nlen);
-        name[nlen] = '\0';
-        if (spw_kafka_mock_topic_create(mock, name, (int)parts, errstr, sizeof(errstr)) != 0) {
+    for (size_t i = 0; i < conf.n_topics; i++) {
+        if (spw_kafka_mock_topic_create(mock, conf.topics[i].name, conf.topics[i].partitions,
+                                        errstr, sizeof(errstr)) != 0) {
             SPW_ERROR("topic create failed", "error=\"%s\"", errstr);
             goto out_destroy_mock;
         }
@@ -168,8 +139,8 @@ int spw_kafka_mock_main(int argc, char **argv)
     }
     printf("%s\n", bootstraps);
     fflush(stdout);
-    SPW_INFO("mock cluster up", "bootstrap=%s brokers=%ld topics=%zu", bootstraps, brokers,
-             n_topics);
+    SPW_INFO("mock cluster up", "bootstrap=%s brokers=%d topics=%zu", bootstraps, conf.brokers,
+             conf.n_topics);
 
     char line[KM_LINE_MAX];
     size_t used = 0;
@@ -179,7 +150,7 @@ int spw_kafka_mock_main(int argc, char **argv)
         int n = poll(&pfd, stdin_open ? 1 : 0, 200);
         if (n > 0 && serve_stdin(mock, line, &used) < 0) {
             stdin_open = 0;
-            if (eof_exits)
+            if (conf.stdin_eof_exits)
                 break;
         }
     }
@@ -190,5 +161,7 @@ out_destroy_mock:
     spw_kafka_mock_destroy(mock);
     if (port_file && rc == 0)
         unlink(port_file);
+out_destroy_cfg:
+    spw_config_destroy(cfg);
     return rc;
 }

@@ -34,7 +34,11 @@ int spw_serve_main(int argc, char **argv)
                           sizeof(aliases) / sizeof(aliases[0]), argc, argv, usage, &rc);
     if (!cfg)
         return rc;
-    spw_serve_t *serve = spw_serve_new(cfg, errstr, sizeof(errstr));
+    struct spw_serve_conf conf;
+    spw_serve_t *serve = NULL;
+    /* a refused value exits 1, as it did when spw_serve_new checked it */
+    if (spw_serve_conf_from_config(cfg, &conf, errstr, sizeof(errstr)) == SPW_OK)
+        serve = spw_serve_new(&conf, errstr, sizeof(errstr));
     if (!serve) {
         SPW_ERROR("serve failed to start", "error=\"%s\"", errstr);
         goto out_destroy_cfg;

@@ -8,6 +8,8 @@
 #include "sparrow/coordinator.h"
 #include "sparrow/evaluate.h"
 #include "sparrow/ingest.h"
+#include "sparrow/kafka.h"
+#include "sparrow/pipeline.h"
 #include "sparrow/pserver.h"
 #include "sparrow/reshard.h"
 #include "sparrow/serve.h"
@@ -19,8 +21,8 @@ static int config_doc_main(int argc, char **argv);
 static const struct spw_command commands[] = {
     {"gen", "write a synthetic click stream from a planted FM model", spw_gen_main,
      spw_gen_config_props, &spw_gen_config_n_props},
-    {"kafka-mock", "run librdkafka's mock Kafka cluster (tests, demo)", spw_kafka_mock_main, NULL,
-     NULL},
+    {"kafka-mock", "run librdkafka's mock Kafka cluster (tests, demo)", spw_kafka_mock_main,
+     spw_kafka_mock_config_props, &spw_kafka_mock_config_n_props},
     {"ingest", "validate raw events into ExampleBatch records (Kafka or files)", spw_ingest_main,
      spw_ingest_config_props, &spw_ingest_config_n_props},
     {"pserver", "run a parameter-server shard (rows, optimizers, ZeroMQ, checkpoints)",
@@ -32,13 +34,13 @@ static const struct spw_command commands[] = {
     {"serve", "serve predictions from the latest checkpoint and the model-update stream",
      spw_serve_main, spw_serve_config_props, &spw_serve_config_n_props},
     {"demo", "run the whole pipeline locally with a live progress line (make demo)", spw_demo_main,
-     NULL, NULL},
+     spw_demo_config_props, &spw_demo_config_n_props},
     {"eval", "score held-out data with a checkpoint or live shards (logloss, AUC, calibration)",
      spw_eval_main, spw_evaluate_config_props, &spw_evaluate_config_n_props},
     {"reshard", "rewrite a checkpoint for another shard count", spw_reshard_main,
      spw_reshard_config_props, &spw_reshard_config_n_props},
     {"launch", "run a local cluster (modes, slow trainers, kills) and write summary.json",
-     spw_launch_main, NULL, NULL},
+     spw_launch_main, spw_launch_config_props, &spw_launch_config_n_props},
     {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main,
      NULL, NULL},
 };

@@ -1,4 +1,6 @@
-/* The property table of `sparrow serve`. */
+/* The property table of `sparrow serve` and its reading into struct spw_serve_conf. */
+#include <stdio.h>
+
 #include "sparrow/serve.h"
 
 const struct spw_config_prop spw_serve_config_props[] = {
@@ -39,3 +41,43 @@ const struct spw_config_prop spw_serve_config_props[] = {
 };
 const size_t spw_serve_config_n_props =
     sizeof(spw_serve_config_props) / sizeof(spw_serve_config_props[0]);
+
+/* An optional path: NULL when unset or empty. */
+static const char *optional(const spw_config_t *cfg, const char *key)
+{
+    const char *s = spw_config_str(cfg, key);
+    return s && *s ? s : NULL;
+}
+
+spw_err_t spw_serve_conf_from_config(const spw_config_t *cfg, struct spw_serve_conf *conf,
+                                     char *errstr, size_t errstr_size)
+{
+    int64_t port = spw_config_int(cfg, "serve.http.port");
+    if (port < 0) {
+        snprintf(errstr, errstr_size, "serve.http.port=-1: serve answers over HTTP only");
+        return SPW_ERR_INVALID;
+    }
+    *conf = (struct spw_serve_conf){
+        .checkpoint_dir = optional(cfg, "serve.checkpoint.dir"),
+        .log_dir = spw_config_str(cfg, "serve.log.dir"),
+        .topic = spw_config_str(cfg, "serve.topic"),
+        .group = optional(cfg, "serve.group"),
+        .http_addr = spw_config_str(cfg, "serve.http.addr"),
+        .http_port = (uint16_t)port,
+        .http_port_file = optional(cfg, "serve.http.port_file"),
+        .max_body = (size_t)spw_config_int(cfg, "serve.max_body"),
+        .max_rows = (uint64_t)spw_config_int(cfg, "serve.max_rows"),
+        .limits =
+            {
+                .max_features = (uint32_t)spw_config_int(cfg, "serve.max_features"),
+                .max_examples = (uint32_t)spw_config_int(cfg, "serve.max_examples"),
+                .max_depth = 16,
+            },
+        .schema = optional(cfg, "serve.schema"),
+        .schema_strict = spw_config_bool(cfg, "serve.schema.strict"),
+        .auth_token_file = optional(cfg, "serve.auth.token_file"),
+        .strict = spw_config_bool(cfg, "serve.strict"),
+        .kafka_config = cfg,
+    };
+    return SPW_OK;
+}

@@ -44,7 +44,7 @@ struct req_ctx {
  * once (release) when the first row arrives without a checkpoint.
  */
 struct spw_serve {
-    const spw_config_t *cfg;
+    struct spw_serve_conf conf; /* copied; its strings borrowed */
     spw_metrics_t *metrics;
     spw_http_t *http;
     spw_schema_t *schema;
@@ -685,7 +685,7 @@ static spw_err_t load_bearer_token(spw_http_t *http, const char *path, char *err
     return err;
 }
 
-spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_size)
+spw_serve_t *spw_serve_new(const struct spw_serve_conf *conf, char *errstr, size_t errstr_size)
 {
     spw_serve_t *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -693,14 +693,12 @@ spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_
         return NULL;
     }
     pthread_mutex_init(&s->pool_lock, NULL);
-    s->cfg = cfg;
-    s->topic = spw_config_str(cfg, "serve.topic");
-    s->max_body = (size_t)spw_config_int(cfg, "serve.max_body");
-    s->max_rows = (uint64_t)spw_config_int(cfg, "serve.max_rows");
-    s->limits.max_features = (uint32_t)spw_config_int(cfg, "serve.max_features");
-    s->limits.max_examples = (uint32_t)spw_config_int(cfg, "serve.max_examples");
-    s->limits.max_depth = 16;
-    s->strict = spw_config_bool(cfg, "serve.strict");
+    s->conf = *conf;
+    s->topic = conf->topic;
+    s->max_body = conf->max_body;
+    s->max_rows = conf->max_rows;
+    s->limits = conf->limits;
+    s->strict = conf->strict;
     atomic_init(&s->table, NULL);
     atomic_init(&s->epoch, 0);
     atomic_init(&s->n_partitions, 0);
@@ -714,20 +712,17 @@ spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_
         snprintf(errstr, errstr_size, "out of memory");
         goto out_destroy;
     }
-    const char *schema_path = spw_config_str(cfg, "serve.schema");
-    if (schema_path && *schema_path) {
-        s->schema = spw_schema_load(schema_path, spw_config_bool(cfg, "serve.schema.strict"),
-                                    errstr, errstr_size);
+    if (conf->schema) {
+        s->schema = spw_schema_load(conf->schema, conf->schema_strict, errstr, errstr_size);
         if (!s->schema)
             goto out_destroy;
     }
 
     /* Bootstrap before HTTP starts, so that the first answer already reflects the checkpoint. */
-    const char *root = spw_config_str(cfg, "serve.checkpoint.dir");
-    if (root && *root) {
+    if (conf->checkpoint_dir) {
         spw_serve_table_t *table = NULL;
-        if (spw_serve_bootstrap_load(root, spw_config_str(cfg, "serve.log.dir"), s->topic,
-                                     s->max_rows, &table, &s->boot, errstr, errstr_size) != SPW_OK)
+        if (spw_serve_bootstrap_load(conf->checkpoint_dir, conf->log_dir, s->topic, s->max_rows,
+                                     &table, &s->boot, errstr, errstr_size) != SPW_OK)
             goto out_destroy;
         atomic_store(&s->table, table);
         atomic_store(&s->epoch, s->boot.epoch);
@@ -736,17 +731,14 @@ spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_
                      s->boot.offsets[i].partition, s->boot.offsets[i].offset);
     }
 
-    if (spw_config_int(cfg, "serve.http.port") < 0) {
-        snprintf(errstr, errstr_size, "serve.http.port=-1: serve answers over HTTP only");
+    s->http = spw_http_start(conf->http_addr, conf->http_port, s->metrics, s->max_body, errstr,
+                             errstr_size);
+    if (!s->http)
         goto out_destroy;
-    }
-    if (spw_http_start_from_config(cfg, "serve", s->metrics, s->max_body, &s->http, errstr,
-                                   errstr_size) != SPW_OK)
-        goto out_destroy;
+    SPW_INFO("http endpoint", "port=%u", (unsigned)spw_http_port(s->http));
     spw_http_set_ready(s->http, false, "catching up with the model-update stream");
-    const char *token_file = spw_config_str(cfg, "serve.auth.token_file");
-    if (token_file && *token_file &&
-        load_bearer_token(s->http, token_file, errstr, errstr_size) != SPW_OK)
+    if (conf->auth_token_file &&
+        load_bearer_token(s->http, conf->auth_token_file, errstr, errstr_size) != SPW_OK)
         goto out_destroy;
     if (spw_http_route_add(s->http, "/v1/predict", on_predict, s) != SPW_OK ||
         spw_http_route_add(s->http, "/v1/rows/", on_rows, s) != SPW_OK) {
@@ -755,13 +747,12 @@ spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_
     }
 
     s->props = spw_kafka_props_new();
-    if (!s->props || spw_kafka_props_from_config(s->props, cfg) != SPW_OK) {
+    if (!s->props || spw_kafka_props_from_config(s->props, conf->kafka_config) != SPW_OK) {
         snprintf(errstr, errstr_size, "out of memory");
         goto out_destroy;
     }
-    const char *group = spw_config_str(cfg, "serve.group");
-    if (group && *group)
-        snprintf(s->group, sizeof(s->group), "%s", group);
+    if (conf->group)
+        snprintf(s->group, sizeof(s->group), "%s", conf->group);
     else
         snprintf(s->group, sizeof(s->group), "sparrow-serve-%ld-%" PRId64, (long)getpid(),
                  spw_time_wall_ms());
@@ -780,8 +771,8 @@ spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_
     if (!s->consumer)
         goto out_destroy;
 
-    const char *port_file = spw_config_str(cfg, "serve.http.port_file");
-    if (port_file && *port_file) {
+    const char *port_file = conf->http_port_file;
+    if (port_file) {
         char tmp[4096];
         snprintf(tmp, sizeof(tmp), "%s.tmp", port_file);
         FILE *f = fopen(tmp, "w");

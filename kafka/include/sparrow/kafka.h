@@ -284,6 +284,38 @@ const char *spw_kafka_mock_bootstraps(const spw_kafka_mock_t *mock);
 spw_err_t spw_kafka_mock_topic_create(spw_kafka_mock_t *mock, const char *topic, int partitions,
                                       char *errstr, size_t errstr_size);
 
+/* ---- the `sparrow kafka-mock` process ---- */
+
+/* The property table of `sparrow kafka-mock` (kafka_mock.*). */
+extern const struct spw_config_prop spw_kafka_mock_config_props[];
+extern const size_t spw_kafka_mock_config_n_props;
+
+#define SPW_KAFKA_MOCK_MAX_TOPICS 64
+#define SPW_KAFKA_MOCK_TOPIC_MAX  255 /* bytes of a topic name in kafka_mock.topics */
+#define SPW_KAFKA_MOCK_MAX_PARTS  10000
+
+/* One topic to create at start. */
+struct spw_kafka_mock_topic {
+    char name[SPW_KAFKA_MOCK_TOPIC_MAX + 1];
+    int partitions;
+};
+
+/* What `sparrow kafka-mock` runs (the kafka_mock.* properties). Plain struct, one owner. */
+struct spw_kafka_mock_conf {
+    int brokers; /* 1..16 */
+    struct spw_kafka_mock_topic topics[SPW_KAFKA_MOCK_MAX_TOPICS];
+    size_t n_topics;
+    const char *port_file; /* borrowed from the configuration; NULL: none */
+    bool stdin_eof_exits;  /* exit at the end of stdin (else only on a signal) */
+};
+
+/* Fills conf from a configuration of spw_kafka_mock_config_props (port_file borrowed from cfg).
+ * SPW_ERR_INVALID with errstr naming the entry for a malformed kafka_mock.topics entry
+ * (NAME[:PARTITIONS], PARTITIONS 1..10000, at most SPW_KAFKA_MOCK_MAX_TOPICS); names are checked
+ * by spw_kafka_mock_topic_create. Pure; thread-safe on a cfg no one changes. */
+spw_err_t spw_kafka_mock_conf_from_config(const spw_config_t *cfg, struct spw_kafka_mock_conf *conf,
+                                          char *errstr, size_t errstr_size);
+
 /*
  * Applies one fault command line: `down <broker>`, `up <broker>`, `rtt <broker> <ms>`,
  * `error <api> <code> <count>` (api: a Kafka ApiKey number or name such as Produce, Fetch;

@@ -146,9 +146,38 @@ extern const size_t spw_serve_config_n_props;
 
 typedef struct spw_serve spw_serve_t;
 
-/* Loads the checkpoint, starts HTTP and the update consumer from cfg (borrowed; must outlive the
- * server). NULL with errstr on failure. */
-spw_serve_t *spw_serve_new(const spw_config_t *cfg, char *errstr, size_t errstr_size);
+/* What a server is made from (the serve.* properties). Strings are borrowed: they, and
+ * kafka_config, must outlive the server made from this conf. */
+struct spw_serve_conf {
+    const char *checkpoint_dir; /* root of checkpoints/, read only; NULL: start empty */
+    const char *log_dir;        /* RocksDB's info logs while checkpoints are read */
+    const char *topic;          /* the model-update stream */
+    const char *group;          /* consumer group; NULL: a unique one per process */
+    const char *http_addr;      /* the HTTP endpoint (the API, /metrics, /healthz, /readyz) */
+    uint16_t http_port;         /* 0: any free port */
+    const char *http_port_file; /* the bound port is written here; NULL: not written */
+    size_t max_body;            /* largest request body, bytes */
+    uint64_t max_rows;          /* rows the lookup table holds at most */
+    struct spw_serve_limits limits;
+    const char *schema;          /* field-name schema file; NULL: names are hashed */
+    bool schema_strict;          /* refuse names absent from the schema */
+    const char *auth_token_file; /* bearer token file for the /v1 routes; NULL: no check */
+    bool strict;                 /* fail (SPW_ERR_CORRUPT) when updates were lost to retention */
+    /* librdkafka properties: the `kafka.*` pass-through keys of this configuration (borrowed) */
+    const spw_config_t *kafka_config;
+};
+
+/* Fills conf from a configuration of spw_serve_config_props (strings borrowed from cfg, which must
+ * outlive conf and the server). Every check of values happens here: SPW_ERR_INVALID with errstr
+ * for values the table accepts but serve does not (serve.http.port=-1). Empty strings of optional
+ * paths become NULL. Pure; thread-safe on a cfg no one changes. */
+spw_err_t spw_serve_conf_from_config(const spw_config_t *cfg, struct spw_serve_conf *conf,
+                                     char *errstr, size_t errstr_size);
+
+/* Loads the checkpoint, starts HTTP and the update consumer from conf (copied; its strings and
+ * kafka_config are borrowed for the server's life). NULL with errstr on failure. Call from the
+ * thread that will run it. */
+spw_serve_t *spw_serve_new(const struct spw_serve_conf *conf, char *errstr, size_t errstr_size);
 
 /* Tails model-updates until a stop request (signal). SPW_OK then; SPW_ERR_CORRUPT when updates
  * were lost to retention under serve.strict. */

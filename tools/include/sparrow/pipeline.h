@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "sparrow/config.h"
 #include "sparrow/launch.h"
 
 /*
@@ -250,5 +251,86 @@ spw_err_t spw_pipeline_summary_write(const spw_pipeline_t *p, const struct spw_p
 /* Reads the coordinator's LATEST checkpoint under the run directory: *epoch and the manifest's
  * example_count. SPW_ERR_NOT_FOUND when there is none, or the manifest's read error. */
 spw_err_t spw_pipeline_latest(const spw_pipeline_t *p, uint64_t *epoch, uint64_t *examples);
+
+/* ---- `sparrow launch` ---- */
+
+/* The property table of `sparrow launch` (launch.*, tools/src/launch_config.c). */
+extern const struct spw_config_prop spw_launch_config_props[];
+extern const size_t spw_launch_config_n_props;
+
+#define SPW_LAUNCH_RUN_MAX_AT 32  /* scheduled kills (launch.kill_at) */
+#define SPW_LAUNCH_RUN_KV_MAX 256 /* bytes of one key=value passed to a role */
+
+/*
+ * What `sparrow launch` runs (the launch.* properties), checked. Strings are borrowed from the
+ * configuration. sets[i].kv points into kv and chaos.at into at: the struct is not to be copied.
+ * Plain struct, one owner.
+ */
+struct spw_launch_run_conf {
+    const char *run_dir; /* NULL: a new /tmp/sparrow-launch-XXXXXX */
+    const char *summary; /* NULL: <run_dir>/summary.json */
+    const char *mode, *penalty, *checkpoint_interval;
+    bool checkpoints; /* checkpoint_interval is not 0 */
+    long shards, trainers, partitions;
+    uint64_t examples; /* 0: run for duration_s */
+    uint64_t seed, samples_ms;
+    double rate, drift, duration_s;
+    bool serve, quiet, backlog;
+    /* per-role --set values: the penalty's, launch.set's, launch.slow's, launch.delay's */
+    struct spw_pipeline_set sets[SPW_PIPELINE_MAX_SETS];
+    char kv[SPW_PIPELINE_MAX_SETS][SPW_LAUNCH_RUN_KV_MAX];
+    size_t n_sets;
+    struct spw_chaos_conf chaos;
+    struct spw_chaos_at at[SPW_LAUNCH_RUN_MAX_AT];
+};
+
+/*
+ * Fills conf from a configuration of spw_launch_config_props; every check of values is here.
+ * SPW_ERR_INVALID with errstr naming the flag, what it wants and the key ("--shards wants an
+ * integer in [1, 16], got '17' (launch.shards)") for a malformed list entry, a mode or penalty the
+ * roles refuse, a trainer index beyond launch.trainers, a kill-at name no process has, kill roles
+ * without kills, backlog without examples. Strings borrowed from cfg, which must outlive conf.
+ * Pure; thread-safe on a cfg no one changes.
+ */
+spw_err_t spw_launch_run_conf_from_config(const spw_config_t *cfg, struct spw_launch_run_conf *conf,
+                                          char *errstr, size_t errstr_size);
+
+/*
+ * Runs `sparrow launch` (tools/src/pipeline_launch.c): starts the pipeline of conf, samples the
+ * trainers into <run_dir>/samples.csv, applies the chaos schedule, runs to the duration or until
+ * drained, stops every process and writes the summary. SIGTERM/SIGINT interrupt it (the caller has
+ * run spw_signal_install). Returns the exit code: 0 on success, 1 when a process died, the stop
+ * was unclean, the run did not drain in time or a file could not be written. Call from main.
+ */
+int spw_launch_run(const struct spw_launch_run_conf *conf);
+
+/* ---- `sparrow demo` ---- */
+
+/* The property table of `sparrow demo` (demo.*, tools/src/demo_config.c). */
+extern const struct spw_config_prop spw_demo_config_props[];
+extern const size_t spw_demo_config_n_props;
+
+/* What `sparrow demo` runs (the demo.* properties). Strings borrowed from the configuration. */
+struct spw_demo_conf {
+    double duration_s;
+    double rate; /* examples per second produced */
+    long trainers, shards;
+    const char *run_dir; /* NULL: a new /tmp/sparrow-demo-XXXXXX */
+    bool serve;
+};
+
+/* Fills conf from a configuration of spw_demo_config_props (the table's ranges are the only
+ * checks; strings borrowed from cfg). Pure; thread-safe on a cfg no one changes. */
+void spw_demo_conf_from_config(const spw_config_t *cfg, struct spw_demo_conf *conf);
+
+/*
+ * Runs the demo (tools/src/pipeline_demo.c): the pipeline of conf on loopback, a progress line
+ * every 2 s on stdout (rewritten in place on a terminal), then a clean stop and a summary naming
+ * the run directory. Stops early on SIGTERM/SIGINT (the caller has run spw_signal_install, as
+ * spw_cli_role_init does) or when a
+ * component dies (reported, naming its log). Returns the exit code: 0 after a clean run, 1 when a
+ * component died, the stop was unclean or the pipeline did not start. Call from main.
+ */
+int spw_demo_run(const struct spw_demo_conf *conf);
 
 #endif
