@@ -2,6 +2,9 @@
 foreach(_coord_unit coord_modes coord_files coord_epochs coord_step_rule)
     spw_unit(${_coord_unit} sparrow_coordinator)
 endforeach()
+# the epoch's offset merge (white-box: coordinator/src's private header)
+spw_unit(coord_offsets sparrow_coordinator)
+target_include_directories(test_coord_offsets PRIVATE ${PROJECT_SOURCE_DIR}/coordinator/src)
 # The local launcher of `sparrow demo`, tests and benchmarks (tools/src/launch.c), listed here
 # with the pipeline it runs.
 spw_unit(launch sparrow_tools)
