@@ -1498,7 +1498,9 @@ spw_err_t spw_coord_server_run(spw_coord_server_t *srv)
     uint8_t rid[MAX_RID];
     zmq_msg_t body;
     zmq_msg_init(&body);
-    while (!spw_signal_stop_requested() && !(srv->conf.stop && *srv->conf.stop)) {
+    /* relaxed: the flag only ends the loop, it publishes no other data */
+    while (!spw_signal_stop_requested() &&
+           !(srv->conf.stop && atomic_load_explicit(srv->conf.stop, memory_order_relaxed))) {
         items[0] = (zmq_pollitem_t){srv->router, 0, ZMQ_POLLIN, 0};
         for (uint32_t i = 0; i < srv->n_shards; i++)
             items[1 + i] = (zmq_pollitem_t){srv->shards[i].sock, 0, ZMQ_POLLIN, 0};

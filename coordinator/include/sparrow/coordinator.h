@@ -3,6 +3,7 @@
 #ifndef SPARROW_COORDINATOR_H
 #define SPARROW_COORDINATOR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -246,7 +247,9 @@ struct spw_coord_server_conf {
     uint64_t startup_grace_ms;       /* wait for members to (re)join before the first recovery */
     spw_coord_verify_fn verify;      /* NULL: spw_coord_verify_default */
     struct spw_metrics *metrics;     /* borrowed; may be NULL */
-    volatile int *stop;              /* may be NULL; non-zero stops run (besides signals) */
+    /* borrowed; may be NULL. Non-zero stops run (besides signals); another thread may set it
+     * while run polls it (atomic: a volatile int there was a data race). */
+    _Atomic int *stop;
 };
 
 /* Binds, reads LATEST, connects to the shards. NULL with errstr on failure. */
