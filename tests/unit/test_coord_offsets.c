@@ -7,13 +7,18 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <stdio.h>
 
 #include "coord_int.h"
 
-#define OFF(t, p, o, s)                                                                            \
-    {                                                                                              \
-        .topic = t, .partition = p, .offset = o, .skip = s                                         \
-    }
+/* One offset; a function, not a macro, so that its arguments need no parentheses. */
+static struct spw_coord_offset off(const char *topic, int32_t partition, int64_t offset,
+                                   uint32_t skip)
+{
+    struct spw_coord_offset o = {.partition = partition, .offset = offset, .skip = skip};
+    snprintf(o.topic, sizeof(o.topic), "%s", topic);
+    return o;
+}
 
 static void assert_offset(const struct spw_coord_offset *o, const char *topic, int32_t partition,
                           int64_t offset, uint32_t skip)
@@ -29,10 +34,10 @@ static void assert_offset(const struct spw_coord_offset *o, const char *topic, i
 static void test_coord_offsets_several_trainers(void **state)
 {
     (void)state;
-    const struct spw_coord_offset base[] = {OFF("ev", 0, 100, 0), OFF("ev", 1, 200, 3),
-                                            OFF("ev", 2, 300, 0)};
-    const struct spw_coord_offset a[] = {OFF("ev", 0, 150, 1), OFF("ev", 2, 310, 0)};
-    const struct spw_coord_offset b[] = {OFF("ev", 3, 40, 0), OFF("ev", 1, 260, 0)};
+    const struct spw_coord_offset base[] = {off("ev", 0, 100, 0), off("ev", 1, 200, 3),
+                                            off("ev", 2, 300, 0)};
+    const struct spw_coord_offset a[] = {off("ev", 0, 150, 1), off("ev", 2, 310, 0)};
+    const struct spw_coord_offset b[] = {off("ev", 3, 40, 0), off("ev", 1, 260, 0)};
     const struct spw_coord__report r[] = {{.offsets = {a, 2}}, {.offsets = {b, 2}}};
     struct spw_coord_offset out[3 + 2 + 2];
     size_t n = spw_coord__offsets_merge(out, base, 3, r, 2);
@@ -49,10 +54,10 @@ static void test_coord_offsets_several_trainers(void **state)
 static void test_coord_offsets_rebalance(void **state)
 {
     (void)state;
-    const struct spw_coord_offset base[] = {OFF("ev", 0, 100, 0), OFF("ev", 1, 200, 0)};
+    const struct spw_coord_offset base[] = {off("ev", 0, 100, 0), off("ev", 1, 200, 0)};
     /* trainer A owned 0 and 1; partition 1 moved to B, who read it further */
-    const struct spw_coord_offset a[] = {OFF("ev", 0, 120, 0)};
-    const struct spw_coord_offset b[] = {OFF("ev", 1, 250, 2)};
+    const struct spw_coord_offset a[] = {off("ev", 0, 120, 0)};
+    const struct spw_coord_offset b[] = {off("ev", 1, 250, 2)};
     const struct spw_coord__report r[] = {{.offsets = {a, 1}}, {.offsets = {b, 1}}};
     struct spw_coord_offset out[4];
     size_t n = spw_coord__offsets_merge(out, base, 2, r, 2);
@@ -62,7 +67,7 @@ static void test_coord_offsets_rebalance(void **state)
 
     /* both owners reported partition 1 (one lost it without knowing): the later report wins,
      * in the slot the base gave it */
-    const struct spw_coord_offset a2[] = {OFF("ev", 1, 230, 0), OFF("other", 1, 7, 0)};
+    const struct spw_coord_offset a2[] = {off("ev", 1, 230, 0), off("other", 1, 7, 0)};
     const struct spw_coord__report r2[] = {{.offsets = {a2, 2}}, {.offsets = {b, 1}}};
     struct spw_coord_offset out2[5];
     n = spw_coord__offsets_merge(out2, base, 2, r2, 2);
@@ -83,9 +88,9 @@ static void test_coord_offsets_rebalance(void **state)
 static void test_coord_offsets_missing_partition(void **state)
 {
     (void)state;
-    const struct spw_coord_offset base[] = {OFF("ev", 0, 100, 0), OFF("ev", 1, 200, 5),
-                                            OFF("ev", 2, 300, 0)};
-    const struct spw_coord_offset a[] = {OFF("ev", 2, 333, 0)};
+    const struct spw_coord_offset base[] = {off("ev", 0, 100, 0), off("ev", 1, 200, 5),
+                                            off("ev", 2, 300, 0)};
+    const struct spw_coord_offset a[] = {off("ev", 2, 333, 0)};
     const struct spw_coord__report r[] = {{.offsets = {a, 1}}, {.offsets = {NULL, 0}}};
     struct spw_coord_offset out[4];
     size_t n = spw_coord__offsets_merge(out, base, 3, r, 2);
@@ -98,7 +103,7 @@ static void test_coord_offsets_missing_partition(void **state)
     assert_int_equal(n, 3);
     assert_offset(&out[1], "ev", 1, 200, 5);
 
-    const struct spw_coord_offset b[] = {OFF("ev", 5, 1, 0), OFF("ev", 4, 2, 0)};
+    const struct spw_coord_offset b[] = {off("ev", 5, 1, 0), off("ev", 4, 2, 0)};
     const struct spw_coord__report rb[] = {{.offsets = {b, 2}}};
     n = spw_coord__offsets_merge(out, NULL, 0, rb, 1);
     assert_int_equal(n, 2);
@@ -126,12 +131,12 @@ static void test_coord_offsets_examples(void **state)
 static void test_coord_offsets_update_minima(void **state)
 {
     (void)state;
-    const struct spw_coord_offset s0[] = {OFF("upd", 0, 90, 0), OFF("upd", 1, 50, 0),
-                                          OFF("upd", 2, 70, 0)};
-    const struct spw_coord_offset s1[] = {OFF("upd", 1, 60, 0), OFF("upd", 0, 80, 0),
-                                          OFF("upd", 2, 75, 0)};
+    const struct spw_coord_offset s0[] = {off("upd", 0, 90, 0), off("upd", 1, 50, 0),
+                                          off("upd", 2, 70, 0)};
+    const struct spw_coord_offset s1[] = {off("upd", 1, 60, 0), off("upd", 0, 80, 0),
+                                          off("upd", 2, 75, 0)};
     /* shard 2 did not report partition 2 */
-    const struct spw_coord_offset s2[] = {OFF("upd", 0, 85, 0), OFF("upd", 1, 40, 0)};
+    const struct spw_coord_offset s2[] = {off("upd", 0, 85, 0), off("upd", 1, 40, 0)};
     struct spw_coord__offsets shards[] = {{s0, 3}, {s1, 3}, {s2, 2}};
     struct spw_coord_offset out[3];
     size_t n = spw_coord__update_offsets_min(out, shards, 3);
@@ -157,8 +162,8 @@ static void test_coord_offsets_update_minima(void **state)
     assert_int_equal(spw_coord__update_offsets_min(out, shards, 0), 0);
 
     /* a partition of another topic with the same number is not the same partition */
-    const struct spw_coord_offset t0[] = {OFF("a", 0, 10, 0)};
-    const struct spw_coord_offset t1[] = {OFF("b", 0, 5, 0)};
+    const struct spw_coord_offset t0[] = {off("a", 0, 10, 0)};
+    const struct spw_coord_offset t1[] = {off("b", 0, 5, 0)};
     struct spw_coord__offsets topics[] = {{t0, 1}, {t1, 1}};
     assert_int_equal(spw_coord__update_offsets_min(out, topics, 2), 0);
 }

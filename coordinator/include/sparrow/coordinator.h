@@ -257,10 +257,10 @@ spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *con
                                          size_t errstr_size);
 
 /* Runs until a stop request (signal or *conf->stop). SPW_OK then. */
-spw_err_t spw_coord_server_run(spw_coord_server_t *server);
+spw_err_t spw_coord_server_run(spw_coord_server_t *srv);
 
 /* The endpoint actually bound (wildcard port resolved). Owned by server. */
-const char *spw_coord_server_endpoint(const spw_coord_server_t *server);
+const char *spw_coord_server_endpoint(const spw_coord_server_t *srv);
 
 struct spw_coord_server_stats {
     uint64_t members_removed;
@@ -282,11 +282,10 @@ struct spw_coord_server_stats {
 };
 
 /* A snapshot (for tests, from the running thread or after run returned). */
-void spw_coord_server_get_stats(const spw_coord_server_t *server,
-                                struct spw_coord_server_stats *out);
+void spw_coord_server_get_stats(const spw_coord_server_t *srv, struct spw_coord_server_stats *out);
 
 /* Closes the sockets, frees. NULL is a no-op. */
-void spw_coord_server_destroy(spw_coord_server_t *server);
+void spw_coord_server_destroy(spw_coord_server_t *srv);
 
 /* Fills conf from a configuration of spw_coordinator_config_props (strings borrowed). */
 spw_err_t spw_coord_server_conf_from_config(const spw_config_t *cfg,
