@@ -2,12 +2,13 @@
 BUILD       ?= build
 BUILD_ASAN  ?= build-asan
 BUILD_FUZZ  ?= build-fuzz
+BUILD_TSAN  ?= build-tsan
 JOBS        ?= $(shell nproc)
 FUZZ_SECONDS ?= 30
 CMAKE_FLAGS ?=
 SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' 2>/dev/null)
 
-.PHONY: all deps build test demo asan fuzz format format-check docs bench tidy clean
+.PHONY: all deps build test demo asan tsan fuzz format format-check docs bench tidy clean
 
 all: build
 
@@ -31,6 +32,17 @@ asan: deps
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    ctest --test-dir $(BUILD_ASAN) --output-on-failure -j $(JOBS) --timeout 900
+
+# The threaded modules' unit tests (ctest label "tsan": common's metrics, HTTP and log, the PS
+# client, the pserver's server thread, serve's table, the coordinator) under ThreadSanitizer
+# (clang; CUDA and benchmarks off), building only their targets (tsan_tests). Tests that run
+# librdkafka are not labelled tsan: it crashes inside the library under TSan (STYLE.md).
+tsan: deps
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+	    -DSPARROW_SANITIZE=thread -DSPARROW_CUDA=off -DSPARROW_BENCH=OFF
+	cmake --build $(BUILD_TSAN) -j $(JOBS) --target tsan_tests
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
+	    ctest --test-dir $(BUILD_TSAN) -L tsan --output-on-failure -j $(JOBS) --timeout 900
 
 # Builds every libFuzzer target (clang) and fuzzes each for FUZZ_SECONDS.
 fuzz: deps
@@ -56,8 +68,14 @@ docs: build
 bench: build
 	bench/run_all --build $(BUILD)
 
+# clang-tidy (.clang-tidy: the checks and why some are left out), warnings as errors, over every .c
+# file of the compile database under the modules, cmd/, tests/ and bench/: not the build tree's
+# protobuf-generated code, not CUDA. JOBS files at a time.
+TIDY_DIRS = common|proto|kafka|ingest|pserver|psclient|coordinator|trainer|serve|tools|cmd|tests|bench
 tidy: build
-	clang-tidy -p $(BUILD) --quiet $(filter %.c,$(SOURCES))
+	python3 -c 'import json, sys; print("\n".join(sorted({e["file"] for e in json.load(open(sys.argv[1]))})))' \
+	    $(BUILD)/compile_commands.json | grep -E '^$(CURDIR)/($(TIDY_DIRS))/.*\.c$$' | \
+	    xargs -P $(JOBS) -n 4 clang-tidy -p $(BUILD) --quiet --warnings-as-errors='*'
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_TSAN)

@@ -38,7 +38,7 @@ uint32_t spw_hash_jump(uint64_t key, uint32_t buckets)
     while (j < (int64_t)buckets) {
         b = j;
         key = key * 2862933555777941757ull + 1;
-        j = (int64_t)((double)(b + 1) * ((double)(1ll << 31) / (double)((key >> 33) + 1)));
+        j = (int64_t)((double)(b + 1) * ((double)(1LL << 31) / (double)((key >> 33) + 1)));
     }
     return (uint32_t)b;
 }

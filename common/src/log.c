@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-volatile int spw_log_threshold = SPW_LOG_INFO;
+_Atomic int spw_log_threshold = SPW_LOG_INFO;
 static char log_role[32] = "sparrow";
 
 static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
@@ -18,7 +18,7 @@ static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 void spw_log_init(const char *role, enum spw_log_level level)
 {
     snprintf(log_role, sizeof(log_role), "%s", role);
-    spw_log_threshold = (int)level;
+    atomic_store_explicit(&spw_log_threshold, (int)level, memory_order_relaxed);
 }
 
 int spw_log_level_parse(const char *text, enum spw_log_level *level)

@@ -186,8 +186,16 @@ static void fill_offsets(spw_coord_server_t *srv, Sparrow__ClockReply *cr,
     cr->offsets = ptrs;
 }
 
-/* Sends a ClockReply to m. kind: 0 proceed, 1 checkpoint, 2 restore, 3 registered. */
-static void reply_member(spw_coord_server_t *srv, struct member *m, int kind)
+/* What a ClockReply tells a member. */
+enum reply_kind {
+    REPLY_PROCEED,    /* run the next step (with a pending drop, commit or offsets) */
+    REPLY_CHECKPOINT, /* report for the open epoch */
+    REPLY_RESTORE,    /* roll back to the current manifest */
+    REPLY_REGISTERED, /* an answer to Register */
+};
+
+/* Sends a ClockReply of the given kind to m. */
+static void reply_member(spw_coord_server_t *srv, struct member *m, enum reply_kind kind)
 {
     Sparrow__CoordMessage msg = SPARROW__COORD_MESSAGE__INIT;
     Sparrow__ClockReply cr = SPARROW__CLOCK_REPLY__INIT;
@@ -205,7 +213,8 @@ static void reply_member(spw_coord_server_t *srv, struct member *m, int kind)
     cr.min_step = min == UINT64_MAX ? 0 : min;
     Sparrow__PartitionOffset *offs = NULL;
     Sparrow__PartitionOffset **ptrs = NULL;
-    bool with_offsets = kind == 2 || kind == 3 || (kind == 0 && m->pending_offsets);
+    bool with_offsets = kind == REPLY_RESTORE || kind == REPLY_REGISTERED ||
+                        (kind == REPLY_PROCEED && m->pending_offsets);
     if (with_offsets && srv->cur.n_offsets > 0) {
         offs = calloc(srv->cur.n_offsets, sizeof(*offs));
         ptrs = calloc(srv->cur.n_offsets, sizeof(*ptrs));
@@ -213,7 +222,7 @@ static void reply_member(spw_coord_server_t *srv, struct member *m, int kind)
             fill_offsets(srv, &cr, offs, ptrs);
     }
     switch (kind) {
-    case 0:
+    case REPLY_PROCEED:
         cr.proceed = true;
         cr.has_drop_cache = cr.has_commit = true;
         cr.drop_cache = m->pending_drop;
@@ -223,18 +232,18 @@ static void reply_member(spw_coord_server_t *srv, struct member *m, int kind)
         m->released_ms = spw_time_mono_ms();
         m->pending_drop = m->pending_commit = m->pending_offsets = false;
         break;
-    case 1:
+    case REPLY_CHECKPOINT:
         cr.has_checkpoint_epoch = true;
         cr.checkpoint_epoch = srv->epoch_open;
         m->released_ms = 0; /* its next step time would count the pause */
         break;
-    case 2:
+    case REPLY_RESTORE:
         m->released_ms = 0;
         cr.has_restore = cr.has_restore_epoch = true;
         cr.restore = true;
         cr.restore_epoch = srv->cur.epoch;
         break;
-    case 3:
+    case REPLY_REGISTERED:
         cr.has_registered = true;
         cr.registered = true;
         break;
@@ -575,7 +584,7 @@ static void on_register(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_
     copy_rid(m, rid, rid_len);
     SPW_INFO("member registered", "member=%s role=%d incarnation=%" PRIu64 " rejoin=%d", m->id,
              m->role, m->incarnation, was_live);
-    reply_member(srv, m, 3);
+    reply_member(srv, m, REPLY_REGISTERED);
     if (m->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER && srv->initial_recovery_done)
         start_recovery(srv, was_live ? "trainer rejoined" : "trainer joined");
 }
@@ -767,24 +776,28 @@ static bool reports_overlap(const spw_coord_server_t *srv)
     return false;
 }
 
-static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const char *why)
+/* The abort policy over an epoch whose shards all answered: NULL when it may complete, else why
+ * not (*recover: whether the abort starts a recovery at once). */
+static const char *epoch_veto(spw_coord_server_t *srv, bool *recover)
 {
-    if (ok && srv->recovery_wanted) {
-        /* a shard restarted while the epoch ran: its checkpoint may hold the restarted state */
-        ok = false;
-        why = "a shard restarted during the epoch";
-    }
-    if (ok && reports_overlap(srv)) {
+    if (srv->recovery_wanted) /* its checkpoint may hold a restarted shard's state */
+        return "a shard restarted during the epoch";
+    if (reports_overlap(srv)) {
         /* two trainers reported one partition: one of them lost it (a session timeout, a
          * process paused past it) without knowing yet, and both counted its records */
-        ok = false;
-        recover = false;
+        *recover = false;
         srv->recovery_wanted = true;
-        why = "two trainers reported the same partition";
+        return "two trainers reported the same partition";
     }
-    uint64_t now_mono = spw_time_mono_ms();
-    srv->last_ckpt_ms = now_mono;
-    form_units(srv); /* nothing is pending: groups by speed follow the measured step times */
+    return NULL;
+}
+
+/* What closing an epoch does either way: the checkpoint clock restarts and, nothing being
+ * pending, the units are formed again (groups by speed follow the measured step times). */
+static void epoch_closed(spw_coord_server_t *srv)
+{
+    srv->last_ckpt_ms = spw_time_mono_ms();
+    form_units(srv);
     if (srv->conf.mode.kind == SPW_COORD_HYBRID) /* the epoch was a barrier: drop caches */
         for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
             if (srv->members[i].live)
@@ -792,89 +805,103 @@ static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const c
     uint64_t min, max;
     live_trainers(srv, &min, &max);
     srv->last_ckpt_clock = max;
-    if (!ok) {
-        srv->stats.epochs_aborted++;
-        SPW_WARN("checkpoint epoch aborted", "epoch=%" PRIu64 " reason=\"%s\"", srv->epoch_open,
-                 why);
-        srv->phase = PHASE_RUN;
-        if (recover)
-            start_recovery(srv, why);
-        return;
-    }
-    /* merge offsets: the previous manifest's, overridden by this epoch's reports */
-    struct spw_coord_manifest m = {0};
-    char err[512];
-    size_t cap = srv->cur.n_offsets;
-    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
-        if (srv->members[i].live && srv->members[i].reported)
-            cap += srv->members[i].n_offsets;
-    m.epoch = srv->epoch_open;
-    m.shard_count = srv->n_shards;
-    m.created_ms = spw_time_wall_ms();
-    m.offsets = calloc(cap ? cap : 1, sizeof(*m.offsets));
-    m.checksums = calloc(srv->n_shards ? srv->n_shards : 1, sizeof(*m.checksums));
-    m.rows = calloc(srv->n_shards ? srv->n_shards : 1, sizeof(*m.rows));
-    if (!m.offsets || !m.checksums || !m.rows) {
-        spw_coord_manifest_fini(&m);
-        finish_epoch(srv, false, false, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < srv->cur.n_offsets; i++)
-        m.offsets[m.n_offsets++] = srv->cur.offsets[i];
-    uint64_t examples = srv->cur.example_count;
+}
+
+static void abort_epoch(spw_coord_server_t *srv, bool recover, const char *why)
+{
+    srv->stats.epochs_aborted++;
+    SPW_WARN("checkpoint epoch aborted", "epoch=%" PRIu64 " reason=\"%s\"", srv->epoch_open, why);
+    srv->phase = PHASE_RUN;
+    if (recover)
+        start_recovery(srv, why);
+}
+
+/* The reports of the live trainers that reported in the open epoch, in member order, into r
+ * (SPW_COORD_MAX_MEMBERS); returns how many. */
+static size_t epoch_reports(const spw_coord_server_t *srv, struct spw_coord__report *r)
+{
+    size_t n = 0;
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
-        struct member *mb = &srv->members[i];
+        const struct member *mb = &srv->members[i];
         if (!mb->live || !mb->reported)
             continue;
-        if (mb->examples_reported > mb->examples_counted)
-            examples += mb->examples_reported - mb->examples_counted;
-        for (size_t j = 0; j < mb->n_offsets; j++) {
-            size_t k = 0;
-            while (k < m.n_offsets && !(m.offsets[k].partition == mb->offsets[j].partition &&
-                                        strcmp(m.offsets[k].topic, mb->offsets[j].topic) == 0))
-                k++;
-            m.offsets[k] = mb->offsets[j];
-            if (k == m.n_offsets)
-                m.n_offsets++;
-        }
+        r[n++] = (struct spw_coord__report){.offsets = {mb->offsets, mb->n_offsets},
+                                            .examples_reported = mb->examples_reported,
+                                            .examples_counted = mb->examples_counted};
     }
-    m.example_count = examples;
-    for (uint32_t i = 0; i < srv->n_shards; i++) {
-        memcpy(m.checksums[i], srv->shards[i].checksum, 17);
-        m.rows[i] = srv->shards[i].rows;
-    }
-    /* Update-stream offsets: per partition the MINIMUM over shards, since each shard publishes
-     * its post-checkpoint changes at or above its own report (replaying older absolute values
-     * before them is harmless). Absent when a shard reported none; a partition some shard did
-     * not report is left out (a reader starts it from the beginning). */
-    bool upd_all = srv->n_shards > 0;
-    for (uint32_t i = 0; i < srv->n_shards; i++)
-        upd_all = upd_all && srv->shards[i].n_upd > 0;
-    if (upd_all && (m.update_offsets = calloc(srv->shards[0].n_upd, sizeof(*m.update_offsets)))) {
-        for (size_t j = 0; j < srv->shards[0].n_upd; j++) {
-            struct spw_coord_offset o = srv->shards[0].upd[j];
-            bool everywhere = true;
-            for (uint32_t i = 1; i < srv->n_shards && everywhere; i++) {
-                const struct shard *s = &srv->shards[i];
-                size_t k = 0;
-                while (k < s->n_upd && !(s->upd[k].partition == o.partition &&
-                                         strcmp(s->upd[k].topic, o.topic) == 0))
-                    k++;
-                everywhere = k < s->n_upd;
-                if (everywhere && s->upd[k].offset < o.offset)
-                    o.offset = s->upd[k].offset;
-            }
-            if (everywhere)
-                m.update_offsets[m.n_update_offsets++] = o;
-        }
-    }
-    if (spw_coord_manifest_write(srv->dir, &m, err, sizeof(err)) != SPW_OK ||
-        spw_coord_latest_write(srv->dir, m.epoch, err, sizeof(err)) != SPW_OK) {
-        SPW_ERROR("manifest write failed", "epoch=%" PRIu64 " err=\"%s\"", m.epoch, err);
-        spw_coord_manifest_fini(&m);
-        finish_epoch(srv, false, false, "manifest write failed");
+    return n;
+}
+
+/* Model-update offsets of the shards' CheckpointReplies into m (absent when a shard reported
+ * none, or when memory runs out: a reader then starts the stream from the beginning). */
+static void manifest_update_offsets(const spw_coord_server_t *srv, struct spw_coord_manifest *m)
+{
+    if (srv->n_shards == 0 || srv->shards[0].n_upd == 0)
         return;
+    struct spw_coord__offsets *lists = calloc(srv->n_shards, sizeof(*lists));
+    m->update_offsets = calloc(srv->shards[0].n_upd, sizeof(*m->update_offsets));
+    if (lists && m->update_offsets) {
+        for (uint32_t i = 0; i < srv->n_shards; i++)
+            lists[i] = (struct spw_coord__offsets){srv->shards[i].upd, srv->shards[i].n_upd};
+        m->n_update_offsets =
+            spw_coord__update_offsets_min(m->update_offsets, lists, srv->n_shards);
     }
+    free(lists);
+}
+
+/* The manifest of the open epoch into *m (fini it): the previous manifest's offsets and examples
+ * with this epoch's reports merged in, the shards' checksums and rows, the update-stream offsets.
+ * SPW_ERR_NOMEM (and *m empty) when memory runs out. */
+static spw_err_t build_manifest(const spw_coord_server_t *srv, struct spw_coord_manifest *m)
+{
+    memset(m, 0, sizeof(*m));
+    struct spw_coord__report *reports = calloc(SPW_COORD_MAX_MEMBERS, sizeof(*reports));
+    if (!reports)
+        return SPW_ERR_NOMEM;
+    size_t n_reports = epoch_reports(srv, reports);
+    size_t cap = srv->cur.n_offsets;
+    for (size_t i = 0; i < n_reports; i++)
+        cap += reports[i].offsets.n;
+    m->epoch = srv->epoch_open;
+    m->shard_count = srv->n_shards;
+    m->created_ms = spw_time_wall_ms();
+    m->offsets = calloc(cap ? cap : 1, sizeof(*m->offsets));
+    m->checksums = calloc(srv->n_shards ? srv->n_shards : 1, sizeof(*m->checksums));
+    m->rows = calloc(srv->n_shards ? srv->n_shards : 1, sizeof(*m->rows));
+    if (!m->offsets || !m->checksums || !m->rows) {
+        free(reports);
+        spw_coord_manifest_fini(m);
+        memset(m, 0, sizeof(*m));
+        return SPW_ERR_NOMEM;
+    }
+    m->n_offsets = spw_coord__offsets_merge(m->offsets, srv->cur.offsets, srv->cur.n_offsets,
+                                            reports, n_reports);
+    m->example_count = spw_coord__examples_merge(srv->cur.example_count, reports, n_reports);
+    free(reports);
+    for (uint32_t i = 0; i < srv->n_shards; i++) {
+        memcpy(m->checksums[i], srv->shards[i].checksum, 17);
+        m->rows[i] = srv->shards[i].rows;
+    }
+    manifest_update_offsets(srv, m);
+    return SPW_OK;
+}
+
+/* MANIFEST, then LATEST pointing at it. */
+static spw_err_t write_manifest(const spw_coord_server_t *srv, const struct spw_coord_manifest *m)
+{
+    char err[512];
+    if (spw_coord_manifest_write(srv->dir, m, err, sizeof(err)) != SPW_OK ||
+        spw_coord_latest_write(srv->dir, m->epoch, err, sizeof(err)) != SPW_OK) {
+        SPW_ERROR("manifest write failed", "epoch=%" PRIu64 " err=\"%s\"", m->epoch, err);
+        return SPW_ERR_IO;
+    }
+    return SPW_OK;
+}
+
+/* The epoch is durable: its manifest becomes the current one (taking m's memory), the reporters'
+ * examples are counted and they are told to commit their offsets at their next release. */
+static void complete_epoch(spw_coord_server_t *srv, struct spw_coord_manifest *m)
+{
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
         struct member *mb = &srv->members[i];
         if (!mb->live || !mb->reported)
@@ -884,17 +911,48 @@ static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const c
         mb->pending_offsets = true;
     }
     spw_coord_manifest_fini(&srv->cur);
-    srv->cur = m;
-    srv->stats.latest_epoch = m.epoch;
-    srv->stats.example_count = m.example_count;
+    srv->cur = *m;
+    srv->stats.latest_epoch = m->epoch;
+    srv->stats.example_count = m->example_count;
     srv->stats.epochs_completed++;
     srv->last_completed_ms = spw_time_mono_ms();
-    spw_coord_prune(srv->dir, m.epoch, srv->conf.keep, 0);
-    SPW_INFO("checkpoint completed",
-             "epoch=%" PRIu64 " examples=%" PRIu64 " partitions=%zu shards=%u seconds=%.3f",
-             m.epoch, m.example_count, m.n_offsets, m.shard_count,
-             (double)(now_mono + 1 - (srv->deadline_ms - srv->conf.checkpoint_timeout_ms)) / 1e3);
+    spw_coord_prune(srv->dir, m->epoch, srv->conf.keep, 0);
+    SPW_INFO(
+        "checkpoint completed",
+        "epoch=%" PRIu64 " examples=%" PRIu64 " partitions=%zu shards=%u seconds=%.3f", m->epoch,
+        m->example_count, m->n_offsets, m->shard_count,
+        (double)(srv->last_ckpt_ms + 1 - (srv->deadline_ms - srv->conf.checkpoint_timeout_ms)) /
+            1e3);
     srv->phase = PHASE_RUN;
+}
+
+/* Closes the open epoch: ok when every shard checkpointed it (the abort policy may still refuse
+ * it); recover: whether an abort starts a recovery; why: the reason of an abort. */
+static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const char *why)
+{
+    if (ok) {
+        const char *veto = epoch_veto(srv, &recover);
+        if (veto) {
+            ok = false;
+            why = veto;
+        }
+    }
+    epoch_closed(srv);
+    if (!ok) {
+        abort_epoch(srv, recover, why);
+        return;
+    }
+    struct spw_coord_manifest m;
+    if (build_manifest(srv, &m) != SPW_OK) {
+        abort_epoch(srv, false, "out of memory");
+        return;
+    }
+    if (write_manifest(srv, &m) != SPW_OK) {
+        spw_coord_manifest_fini(&m);
+        abort_epoch(srv, false, "manifest write failed");
+        return;
+    }
+    complete_epoch(srv, &m);
 }
 
 /* ---- recovery ---- */
@@ -1010,7 +1068,7 @@ static void evaluate(spw_coord_server_t *srv)
                     m->told_gen != srv->generation) {
                     m->told_gen = srv->generation;
                     m->waiting = false; /* answered: the trainer clocks again once restored */
-                    reply_member(srv, m, 2);
+                    reply_member(srv, m, REPLY_RESTORE);
                 }
             }
             if (all_trainers(srv, true)) {
@@ -1047,7 +1105,7 @@ static void evaluate(spw_coord_server_t *srv)
                     m->told_epoch != srv->epoch_open) {
                     m->told_epoch = srv->epoch_open;
                     m->waiting = false; /* answered: the trainer clocks again once reported */
-                    reply_member(srv, m, 1);
+                    reply_member(srv, m, REPLY_CHECKPOINT);
                 }
             }
             if (all_trainers(srv, false)) {
@@ -1132,7 +1190,7 @@ static void evaluate(spw_coord_server_t *srv)
                               : spw_coord_mode_may_proceed(&srv->conf.mode, m->clock, min);
                 if (m->live && m->waiting && go) {
                     m->waiting = false;
-                    reply_member(srv, m, 0);
+                    reply_member(srv, m, REPLY_PROCEED);
                 }
             }
             break;
@@ -1440,7 +1498,9 @@ spw_err_t spw_coord_server_run(spw_coord_server_t *srv)
     uint8_t rid[MAX_RID];
     zmq_msg_t body;
     zmq_msg_init(&body);
-    while (!spw_signal_stop_requested() && !(srv->conf.stop && *srv->conf.stop)) {
+    /* relaxed: the flag only ends the loop, it publishes no other data */
+    while (!spw_signal_stop_requested() &&
+           !(srv->conf.stop && atomic_load_explicit(srv->conf.stop, memory_order_relaxed))) {
         items[0] = (zmq_pollitem_t){srv->router, 0, ZMQ_POLLIN, 0};
         for (uint32_t i = 0; i < srv->n_shards; i++)
             items[1 + i] = (zmq_pollitem_t){srv->shards[i].sock, 0, ZMQ_POLLIN, 0};

@@ -29,7 +29,7 @@ struct fake_shard {
     const char *root;
     void *ctx, *sock;
     char endpoint[128];
-    volatile int stop;
+    _Atomic int stop;
     atomic_int fail_checkpoints; /* reply ERROR_UNAVAILABLE to checkpoints */
     atomic_llong started_ms;
     atomic_int restores;
@@ -150,7 +150,7 @@ struct env {
     struct fake_shard shards[2];
     spw_coord_server_t *srv;
     pthread_t thread;
-    volatile int stop;
+    _Atomic int stop;
 };
 
 static void *server_main(void *arg)

@@ -23,7 +23,7 @@
 struct harness {
     spw_coord_server_t *srv;
     pthread_t thread;
-    volatile int stop;
+    _Atomic int stop;
     char dir[128];
     char endpoint[256];
     atomic_uint_fast64_t done[MAXT]; /* steps each trainer completed */

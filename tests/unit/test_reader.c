@@ -128,7 +128,7 @@ static void test_reader_json_known_record(void **state)
     assert_true(ex->has_label);
     assert_true(ex->label == 1.0f);
     assert_true(ex->has_event_time_ms);
-    assert_int_equal(ex->event_time_ms, 1700000000000ll);
+    assert_int_equal(ex->event_time_ms, 1700000000000LL);
     assert_true(ex->has_id);
     assert_int_equal(ex->id, 42);
     assert_true(ex->has_oracle_p);

@@ -2,6 +2,7 @@
 #ifndef SPARROW_LOG_H
 #define SPARROW_LOG_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 enum spw_log_level {
@@ -11,9 +12,14 @@ enum spw_log_level {
     SPW_LOG_DEBUG = 3,
 };
 
-/* The current threshold; messages above it are not formatted. Read without a lock: a level change
- * reaches other threads on their next call. */
-extern volatile int spw_log_threshold;
+/* The current threshold; messages above it are not formatted. Atomic, read with relaxed loads
+ * (SPW_LOG_ENABLED): it guards no other data, so no ordering is needed, and a level change reaches
+ * other threads on a later call. Written only by spw_log_init. */
+extern _Atomic int spw_log_threshold;
+
+/* True when a message of level would be written. Thread-safe. */
+#define SPW_LOG_ENABLED(level)                                                                     \
+    ((int)(level) <= atomic_load_explicit(&spw_log_threshold, memory_order_relaxed))
 
 /* Sets the role printed on every line (copied, at most 31 bytes) and the threshold. Call from the
  * main thread before other threads start. */
@@ -43,7 +49,7 @@ int spw_log_ratelimit_pass(struct spw_log_ratelimit *rl, uint64_t interval_ms,
 
 #define SPW_LOG(level, msg, ...)                                                                   \
     do {                                                                                           \
-        if ((int)(level) <= spw_log_threshold)                                                     \
+        if (SPW_LOG_ENABLED(level))                                                                \
             spw_log_write((level), (msg), __VA_ARGS__);                                            \
     } while (0)
 
@@ -57,8 +63,7 @@ int spw_log_ratelimit_pass(struct spw_log_ratelimit *rl, uint64_t interval_ms,
     do {                                                                                           \
         static struct spw_log_ratelimit spw__rl;                                                   \
         uint64_t spw__sup;                                                                         \
-        if ((int)(level) <= spw_log_threshold &&                                                   \
-            spw_log_ratelimit_pass(&spw__rl, (interval_ms), &spw__sup))                            \
+        if (SPW_LOG_ENABLED(level) && spw_log_ratelimit_pass(&spw__rl, (interval_ms), &spw__sup))  \
             spw_log_write((level), (msg), kv_fmt " suppressed=%llu", __VA_ARGS__,                  \
                           (unsigned long long)spw__sup);                                           \
     } while (0)

@@ -3,6 +3,7 @@
 #ifndef SPARROW_COORDINATOR_H
 #define SPARROW_COORDINATOR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -247,7 +248,9 @@ struct spw_coord_server_conf {
     uint64_t startup_grace_ms;       /* wait for members to (re)join before the first recovery */
     spw_coord_verify_fn verify;      /* NULL: spw_coord_verify_default */
     struct spw_metrics *metrics;     /* borrowed; may be NULL */
-    volatile int *stop;              /* may be NULL; non-zero stops run (besides signals) */
+    /* borrowed; may be NULL. Non-zero stops run (besides signals); another thread may set it
+     * while run polls it (atomic: a volatile int there was a data race). */
+    _Atomic int *stop;
 };
 
 /* Binds, reads LATEST, connects to the shards. NULL with errstr on failure. */
@@ -255,10 +258,10 @@ spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *con
                                          size_t errstr_size);
 
 /* Runs until a stop request (signal or *conf->stop). SPW_OK then. */
-spw_err_t spw_coord_server_run(spw_coord_server_t *server);
+spw_err_t spw_coord_server_run(spw_coord_server_t *srv);
 
 /* The endpoint actually bound (wildcard port resolved). Owned by server. */
-const char *spw_coord_server_endpoint(const spw_coord_server_t *server);
+const char *spw_coord_server_endpoint(const spw_coord_server_t *srv);
 
 struct spw_coord_server_stats {
     uint64_t members_removed;
@@ -280,11 +283,10 @@ struct spw_coord_server_stats {
 };
 
 /* A snapshot (for tests, from the running thread or after run returned). */
-void spw_coord_server_get_stats(const spw_coord_server_t *server,
-                                struct spw_coord_server_stats *out);
+void spw_coord_server_get_stats(const spw_coord_server_t *srv, struct spw_coord_server_stats *out);
 
 /* Closes the sockets, frees. NULL is a no-op. */
-void spw_coord_server_destroy(spw_coord_server_t *server);
+void spw_coord_server_destroy(spw_coord_server_t *srv);
 
 /* Fills conf from a configuration of spw_coordinator_config_props (strings borrowed). */
 spw_err_t spw_coord_server_conf_from_config(const spw_config_t *cfg,

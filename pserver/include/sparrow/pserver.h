@@ -346,13 +346,13 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
 
 /* Serves requests until spw_signal_stop_requested() turns true (checked every 100 ms), then
  * returns SPW_OK. Owns the store while running. */
-spw_err_t spw_ps_server_run(spw_ps_server_t *server);
+spw_err_t spw_ps_server_run(spw_ps_server_t *srv);
 
 /* The endpoint actually bound (resolves a wildcard port). Owned by server. */
 const char *spw_ps_server_endpoint(const spw_ps_server_t *server);
 
 /* Flushes the store, closes the socket. NULL is a no-op. */
-void spw_ps_server_destroy(spw_ps_server_t *server);
+void spw_ps_server_destroy(spw_ps_server_t *srv);
 
 /* ---- the subcommand ---- */
 
