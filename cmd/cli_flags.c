@@ -17,13 +17,10 @@ static char *keep(struct spw_cli_args *out, char *s)
 /* "key=value" in a fresh string. */
 static char *key_value(const char *key, const char *value)
 {
-    size_t klen = strlen(key), vlen = strlen(value);
-    char *s = malloc(klen + vlen + 2);
-    if (s) {
-        memcpy(s, key, klen);
-        s[klen] = '=';
-        memcpy(s + klen + 1, value, vlen + 1);
-    }
+    size_t len = strlen(key) + strlen(value) + 2;
+    char *s = malloc(len);
+    if (s)
+        snprintf(s, len, "%s=%s", key, value);
     return s;
 }
 

@@ -15,7 +15,7 @@
 #define DEMO_GRACE_MS    35000 /* above trainer.shutdown.grace (30 s) */
 
 /* Runs until the duration, a signal or a death (reported; returns false). */
-static bool progress_loop(spw_pipeline_t *p, const struct spw_demo_conf *o, uint64_t t0,
+static bool progress_loop(spw_pipeline_t *p, const struct spw_demo_conf *conf, uint64_t t0,
                           struct spw_pipeline_snapshot *snap)
 {
     bool tty = isatty(STDOUT_FILENO);
@@ -31,7 +31,7 @@ static bool progress_loop(spw_pipeline_t *p, const struct spw_demo_conf *o, uint
             break;
         }
         uint64_t now = spw_time_mono_ms();
-        if ((double)(now - t0) >= o->duration_s * 1000.0)
+        if ((double)(now - t0) >= conf->duration_s * 1000.0)
             break;
         if (now >= next) {
             next += DEMO_PROGRESS_MS;
@@ -55,11 +55,11 @@ static bool progress_loop(spw_pipeline_t *p, const struct spw_demo_conf *o, uint
     return ok;
 }
 
-int spw_demo_run(const struct spw_demo_conf *o)
+int spw_demo_run(const struct spw_demo_conf *conf)
 {
     char run_dir[1024];
-    if (o->run_dir) {
-        snprintf(run_dir, sizeof(run_dir), "%s", o->run_dir);
+    if (conf->run_dir) {
+        snprintf(run_dir, sizeof(run_dir), "%s", conf->run_dir);
     } else {
         snprintf(run_dir, sizeof(run_dir), "/tmp/sparrow-demo-XXXXXX");
         if (!mkdtemp(run_dir)) {
@@ -67,34 +67,34 @@ int spw_demo_run(const struct spw_demo_conf *o)
             return 1;
         }
     }
-    struct spw_pipeline_conf conf = {
+    struct spw_pipeline_conf pipeline_conf = {
         .run_dir = run_dir,
         .prefix = "demo",
-        .shards = o->shards,
-        .trainers = o->trainers,
+        .shards = conf->shards,
+        .trainers = conf->trainers,
         .partitions = 4,
         .mode = "async",
         .group = "demo-trainers",
         .gen_n = 0,
         .seed = 7,
         .drift = 0.5,
-        .rate = o->rate,
-        .serve = o->serve,
+        .rate = conf->rate,
+        .serve = conf->serve,
         .checkpoint_interval = "10s",
     };
     printf("demo: run directory %s (every process's log is there)\n", run_dir);
     char errstr[512];
-    spw_pipeline_t *p = spw_pipeline_start(&conf, errstr, sizeof(errstr));
+    spw_pipeline_t *p = spw_pipeline_start(&pipeline_conf, errstr, sizeof(errstr));
     if (!p) {
         fprintf(stderr, "sparrow demo: %s\nsparrow demo: failed; logs under %s\n", errstr, run_dir);
         return 1;
     }
-    printf("demo: running for %.0f s\n", o->duration_s);
+    printf("demo: running for %.0f s\n", conf->duration_s);
     fflush(stdout);
 
     uint64_t t0 = spw_time_mono_ms();
     struct spw_pipeline_snapshot snap = {.epoch = -1, .examples = NAN};
-    bool ok = progress_loop(p, o, t0, &snap);
+    bool ok = progress_loop(p, conf, t0, &snap);
     double elapsed = (double)(spw_time_mono_ms() - t0) / 1000.0;
     if (ok) {
         double prev = snap.examples, rate = snap.ex_per_s;

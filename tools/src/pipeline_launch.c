@@ -33,12 +33,12 @@ struct tally {
 };
 
 /* Samples every trainer: a samples.csv line each, and the tally. */
-static void sample(spw_pipeline_t *p, const struct spw_launch_run_conf *o, FILE *csv,
+static void sample(spw_pipeline_t *p, const struct spw_launch_run_conf *conf, FILE *csv,
                    uint64_t now_ms, struct tally *ty)
 {
     double total = 0;
     bool lag_zero = true;
-    for (long t = 0; t < o->trainers; t++) {
+    for (long t = 0; t < conf->trainers; t++) {
         struct spw_pipeline_trainer tr;
         spw_pipeline_scrape_trainer(p, t, &tr);
         if (isfinite(tr.examples)) {
@@ -67,7 +67,7 @@ static void sample(spw_pipeline_t *p, const struct spw_launch_run_conf *o, FILE 
         ty->first_ms = now_ms > 0 ? now_ms : 1;
         ty->first_total = total;
     }
-    if (ty->reach_ms == 0 && o->examples && total >= (double)o->examples)
+    if (ty->reach_ms == 0 && conf->examples && total >= (double)conf->examples)
         ty->reach_ms = now_ms > 0 ? now_ms : 1;
     ty->total = total;
     ty->lag_zero = lag_zero;
@@ -80,14 +80,15 @@ struct run_state {
 };
 
 /* Handles a process that exited by itself; false when it is a failure (reported). */
-static bool on_exit_seen(spw_pipeline_t *p, const struct spw_launch_run_conf *o, int idx,
+static bool on_exit_seen(spw_pipeline_t *p, const struct spw_launch_run_conf *conf, int idx,
                          int status, struct run_state *st)
 {
     const char *name = spw_launch_name(spw_pipeline_launch(p), idx);
-    if (strcmp(name, "gen") == 0 && o->examples && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    if (strcmp(name, "gen") == 0 && conf->examples && WIFEXITED(status) &&
+        WEXITSTATUS(status) == 0) {
         st->gen_done = true;
-        if (!o->quiet)
-            printf("launch: gen produced its %llu examples\n", (unsigned long long)o->examples);
+        if (!conf->quiet)
+            printf("launch: gen produced its %llu examples\n", (unsigned long long)conf->examples);
         return true;
     }
     spw_pipeline_report_death(p, idx, status);
@@ -95,7 +96,7 @@ static bool on_exit_seen(spw_pipeline_t *p, const struct spw_launch_run_conf *o,
 }
 
 /* True when the run with --examples is drained (see usage). */
-static bool drained(spw_pipeline_t *p, const struct spw_launch_run_conf *o,
+static bool drained(spw_pipeline_t *p, const struct spw_launch_run_conf *conf,
                     const spw_chaos_t *chaos, const struct tally *ty, uint64_t now_ms,
                     bool checkpoints, struct run_state *st)
 {
@@ -108,25 +109,25 @@ static bool drained(spw_pipeline_t *p, const struct spw_launch_run_conf *o,
         return false;
     st->epoch = (long)epoch;
     st->manifest_examples = (double)examples;
-    if (examples > o->examples && !st->overcounted) {
+    if (examples > conf->examples && !st->overcounted) {
         st->overcounted = true;
         fprintf(stderr,
                 "sparrow launch: FAILED: checkpoint epoch %llu counts %llu examples, more than the "
                 "%llu produced (examples trained twice); it cannot drain\n",
                 (unsigned long long)epoch, (unsigned long long)examples,
-                (unsigned long long)o->examples);
+                (unsigned long long)conf->examples);
     }
-    return examples == o->examples;
+    return examples == conf->examples;
 }
 
 /* Fills r after the run: the final scrape, the trainers' "finished" lines, the generator's count.
  */
-static void collect(spw_pipeline_t *p, const struct spw_launch_run_conf *o, const struct tally *ty,
-                    struct spw_pipeline_result *r)
+static void collect(spw_pipeline_t *p, const struct spw_launch_run_conf *conf,
+                    const struct tally *ty, struct spw_pipeline_result *r)
 {
     spw_launch_t *l = spw_pipeline_launch(p);
     r->examples_trained = 0;
-    for (long t = 0; t < o->trainers; t++) {
+    for (long t = 0; t < conf->trainers; t++) {
         char name[32];
         snprintf(name, sizeof(name), "trainer-%ld", t);
         const char *log = spw_launch_log(l, spw_launch_find(l, name));
@@ -153,7 +154,7 @@ static void collect(spw_pipeline_t *p, const struct spw_launch_run_conf *o, cons
     }
     double sums[4] = {0};
     int counts[4] = {0};
-    for (long t = 0; t < o->trainers; t++) {
+    for (long t = 0; t < conf->trainers; t++) {
         const struct spw_pipeline_trainer *tr = &r->snap.trainer[t];
         double vals[4] = {tr->logloss, tr->auc, tr->bayes_logloss, tr->bayes_auc};
         for (int k = 0; k < 4; k++)
@@ -167,9 +168,9 @@ static void collect(spw_pipeline_t *p, const struct spw_launch_run_conf *o, cons
     /* with --examples: the examples trained between the first sample that saw any and the first
      * that saw N, over that time; without: the rate over the run */
     r->train_ex_per_s = r->ex_per_s;
-    if (o->examples)
+    if (conf->examples)
         r->train_ex_per_s = ty->reach_ms > ty->first_ms
-                                ? ((double)o->examples - ty->first_total) * 1000.0 /
+                                ? ((double)conf->examples - ty->first_total) * 1000.0 /
                                       (double)(ty->reach_ms - ty->first_ms)
                                 : NAN;
     const char *gen_log = spw_launch_log(l, spw_launch_find(l, "gen"));
@@ -181,15 +182,15 @@ static void collect(spw_pipeline_t *p, const struct spw_launch_run_conf *o, cons
     }
 }
 
-static void print_summary(const struct spw_launch_run_conf *o, const struct spw_pipeline_result *r,
-                          const char *summary_path)
+static void print_summary(const struct spw_launch_run_conf *conf,
+                          const struct spw_pipeline_result *r, const char *summary_path)
 {
     printf("launch summary: %s mode=%s penalty=%s trainers=%ld shards=%ld %.1fs produced=%.0f "
            "trained=%.0f ex/s=%.0f train_ex/s=%.0f logloss=%.4f (bayes %.4f) auc=%.4f "
            "(bayes %.4f) tau p50/p99=%g/%g ckpt epoch=%ld examples=%.0f pause p50/p99=%g/%g "
            "kills=%ld restarts=%ld -> %s\n",
-           r->ok ? "ok" : "FAILED", o->mode, o->penalty, o->trainers, o->shards, r->duration_s,
-           r->examples_produced, r->examples_trained, r->ex_per_s, r->train_ex_per_s,
+           r->ok ? "ok" : "FAILED", conf->mode, conf->penalty, conf->trainers, conf->shards,
+           r->duration_s, r->examples_produced, r->examples_trained, r->ex_per_s, r->train_ex_per_s,
            r->snap.logloss, r->snap.bayes_logloss, r->snap.auc, r->snap.bayes_auc,
            spw_pipeline_hist_quantile(&r->snap.tau, 0.5),
            spw_pipeline_hist_quantile(&r->snap.tau, 0.99), r->latest_epoch, r->manifest_examples,
@@ -198,10 +199,10 @@ static void print_summary(const struct spw_launch_run_conf *o, const struct spw_
 }
 
 /* The main loop: until the duration, the drain, a death or a signal. */
-static void run(spw_pipeline_t *p, const struct spw_launch_run_conf *o, spw_chaos_t *chaos,
+static void run(spw_pipeline_t *p, const struct spw_launch_run_conf *conf, spw_chaos_t *chaos,
                 FILE *csv, struct tally *ty, struct run_state *st, uint64_t t0)
 {
-    bool checkpoints = o->checkpoints;
+    bool checkpoints = conf->checkpoints;
     uint64_t next_sample = 0, next_progress = LAUNCH_PROGRESS_MS, next_latest = 0;
     char errstr[512];
     for (;;) {
@@ -212,7 +213,7 @@ static void run(spw_pipeline_t *p, const struct spw_launch_run_conf *o, spw_chao
         }
         int status = 0, dead;
         while ((dead = spw_launch_check(spw_pipeline_launch(p), &status)) >= 0)
-            if (!on_exit_seen(p, o, dead, status, st)) {
+            if (!on_exit_seen(p, conf, dead, status, st)) {
                 st->failed = true;
                 return;
             }
@@ -222,10 +223,10 @@ static void run(spw_pipeline_t *p, const struct spw_launch_run_conf *o, spw_chao
             return;
         }
         if (now >= next_sample) {
-            next_sample = now + o->samples_ms;
-            sample(p, o, csv, now, ty);
+            next_sample = now + conf->samples_ms;
+            sample(p, conf, csv, now, ty);
         }
-        if (!o->quiet && now >= next_progress) {
+        if (!conf->quiet && now >= next_progress) {
             next_progress = now + LAUNCH_PROGRESS_MS;
             struct spw_pipeline_snapshot snap;
             char line[512];
@@ -234,9 +235,9 @@ static void run(spw_pipeline_t *p, const struct spw_launch_run_conf *o, spw_chao
             printf("%s\n", line);
             fflush(stdout);
         }
-        if (o->examples && now >= next_latest) {
+        if (conf->examples && now >= next_latest) {
             next_latest = now + LAUNCH_LATEST_MS;
-            if (drained(p, o, chaos, ty, now, checkpoints, st)) {
+            if (drained(p, conf, chaos, ty, now, checkpoints, st)) {
                 st->drained = true;
                 return;
             }
@@ -245,19 +246,19 @@ static void run(spw_pipeline_t *p, const struct spw_launch_run_conf *o, spw_chao
                 return;
             }
         }
-        if ((double)now >= o->duration_s * 1000.0) {
-            st->timed_out = o->examples > 0;
+        if ((double)now >= conf->duration_s * 1000.0) {
+            st->timed_out = conf->examples > 0;
             return;
         }
         spw_time_sleep_ms(20);
     }
 }
 
-int spw_launch_run(const struct spw_launch_run_conf *o)
+int spw_launch_run(const struct spw_launch_run_conf *conf)
 {
     char run_dir[1024], summary[1200], path[1200];
-    if (o->run_dir) {
-        snprintf(run_dir, sizeof(run_dir), "%s", o->run_dir);
+    if (conf->run_dir) {
+        snprintf(run_dir, sizeof(run_dir), "%s", conf->run_dir);
     } else {
         snprintf(run_dir, sizeof(run_dir), "/tmp/sparrow-launch-XXXXXX");
         if (!mkdtemp(run_dir)) {
@@ -265,39 +266,39 @@ int spw_launch_run(const struct spw_launch_run_conf *o)
             return 1;
         }
     }
-    snprintf(summary, sizeof(summary), "%s", o->summary ? o->summary : "");
-    if (!o->summary)
+    snprintf(summary, sizeof(summary), "%s", conf->summary ? conf->summary : "");
+    if (!conf->summary)
         snprintf(summary, sizeof(summary), "%s/summary.json", run_dir);
-    struct spw_pipeline_conf conf = {
+    struct spw_pipeline_conf pipeline_conf = {
         .run_dir = run_dir,
         .prefix = "launch",
-        .quiet = o->quiet,
-        .shards = o->shards,
-        .trainers = o->trainers,
-        .partitions = o->partitions,
-        .mode = o->mode,
+        .quiet = conf->quiet,
+        .shards = conf->shards,
+        .trainers = conf->trainers,
+        .partitions = conf->partitions,
+        .mode = conf->mode,
         .group = "launch-trainers",
-        .gen_n = o->examples,
-        .seed = o->seed,
-        .drift = o->drift,
-        .rate = o->rate,
-        .serve = o->serve,
-        .gen_first = o->backlog,
-        .checkpoint_interval = o->checkpoint_interval,
-        .sets = o->sets,
-        .n_sets = o->n_sets,
+        .gen_n = conf->examples,
+        .seed = conf->seed,
+        .drift = conf->drift,
+        .rate = conf->rate,
+        .serve = conf->serve,
+        .gen_first = conf->backlog,
+        .checkpoint_interval = conf->checkpoint_interval,
+        .sets = conf->sets,
+        .n_sets = conf->n_sets,
     };
-    if (!o->quiet)
+    if (!conf->quiet)
         printf("launch: run directory %s (every process's log is there)\n", run_dir);
     char errstr[512];
-    spw_pipeline_t *p = spw_pipeline_start(&conf, errstr, sizeof(errstr));
+    spw_pipeline_t *p = spw_pipeline_start(&pipeline_conf, errstr, sizeof(errstr));
     if (!p) {
         fprintf(stderr, "sparrow launch: %s\nsparrow launch: failed; logs under %s\n", errstr,
                 run_dir);
         return 1;
     }
     snprintf(path, sizeof(path), "%s/chaos.log", run_dir);
-    spw_chaos_t *chaos = spw_chaos_new(&o->chaos, path, o->quiet);
+    spw_chaos_t *chaos = spw_chaos_new(&conf->chaos, path, conf->quiet);
     snprintf(path, sizeof(path), "%s/samples.csv", run_dir);
     FILE *csv = fopen(path, "w");
     if (!chaos || !csv) {
@@ -309,44 +310,44 @@ int spw_launch_run(const struct spw_launch_run_conf *o)
         return 1;
     }
     fputs("t_ms,trainer,step,clock,examples,window_logloss\n", csv);
-    if (!o->quiet) {
-        if (o->examples)
-            printf("launch: mode %s, until %llu examples are trained (timeout %.0f s)\n", o->mode,
-                   (unsigned long long)o->examples, o->duration_s);
+    if (!conf->quiet) {
+        if (conf->examples)
+            printf("launch: mode %s, until %llu examples are trained (timeout %.0f s)\n",
+                   conf->mode, (unsigned long long)conf->examples, conf->duration_s);
         else
-            printf("launch: mode %s, running for %.0f s\n", o->mode, o->duration_s);
+            printf("launch: mode %s, running for %.0f s\n", conf->mode, conf->duration_s);
         fflush(stdout);
     }
 
     struct tally ty = {0};
     struct run_state st = {.manifest_examples = NAN, .epoch = -1};
     uint64_t t0 = spw_time_mono_ms();
-    run(p, o, chaos, csv, &ty, &st, t0);
+    run(p, conf, chaos, csv, &ty, &st, t0);
     struct spw_pipeline_result r = {
-        .mode = o->mode,
-        .penalty = o->penalty,
+        .mode = conf->mode,
+        .penalty = conf->penalty,
         .drained = st.drained,
         .duration_s = (double)(spw_time_mono_ms() - t0) / 1000.0,
         .latest_epoch = -1,
         .manifest_examples = NAN,
     };
-    sample(p, o, csv, spw_time_mono_ms() - t0, &ty);
+    sample(p, conf, csv, spw_time_mono_ms() - t0, &ty);
     spw_pipeline_scrape(p, &r.snap);
     fclose(csv);
     if (st.timed_out)
         fprintf(stderr,
                 "sparrow launch: FAILED: not drained after %.0f s (gen done: %s, chaos done: %s, "
                 "latest manifest example_count %.0f of %llu, trained %.0f); logs under %s\n",
-                o->duration_s, st.gen_done ? "yes" : "no", spw_chaos_done(chaos) ? "yes" : "no",
-                st.manifest_examples, (unsigned long long)o->examples, ty.total, run_dir);
+                conf->duration_s, st.gen_done ? "yes" : "no", spw_chaos_done(chaos) ? "yes" : "no",
+                st.manifest_examples, (unsigned long long)conf->examples, ty.total, run_dir);
     if (st.interrupted)
         fprintf(stderr, "sparrow launch: interrupted\n");
-    if (!o->quiet) {
+    if (!conf->quiet) {
         printf("launch: stopping (SIGTERM, SIGKILL after %d s)\n", LAUNCH_GRACE_MS / 1000);
         fflush(stdout);
     }
     int unclean = spw_pipeline_stop(p, LAUNCH_GRACE_MS, true);
-    collect(p, o, &ty, &r);
+    collect(p, conf, &ty, &r);
     r.kills = spw_chaos_kills(chaos);
     r.restarts = spw_chaos_restarts(chaos);
     r.ok = !st.failed && !st.timed_out && !st.interrupted && unclean == 0;
@@ -354,7 +355,7 @@ int spw_launch_run(const struct spw_launch_run_conf *o)
         fprintf(stderr, "sparrow launch: cannot write %s\n", summary);
         r.ok = false;
     }
-    print_summary(o, &r, summary);
+    print_summary(conf, &r, summary);
     if (!r.ok)
         fprintf(stderr, "sparrow launch: failed; logs under %s\n", run_dir);
     spw_chaos_destroy(chaos);
