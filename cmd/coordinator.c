@@ -40,51 +40,46 @@ static void usage(FILE *out)
     spw_config_doc_help(spw_coordinator_config_props, spw_coordinator_config_n_props, out);
 }
 
-int spw_coordinator_main(int argc, char **argv)
+static spw_err_t conf_from_config(const spw_config_t *cfg, void *conf, char *errstr,
+                                  size_t errstr_size)
 {
+    return spw_coord_server_conf_from_config(cfg, conf, errstr, errstr_size);
+}
+
+static int run(void *opaque, spw_metrics_t *metrics, spw_http_t *http)
+{
+    struct spw_coord_server_conf *conf = opaque;
     char errstr[1024];
-    int rc = 1;
-    spw_config_t *cfg = spw_cli_role_init(
-        "coordinator", spw_coordinator_config_props, spw_coordinator_config_n_props, aliases,
-        sizeof(aliases) / sizeof(aliases[0]), argc, argv, usage, &rc);
-    if (!cfg)
-        return rc;
-    struct spw_coord_server_conf conf;
-    if (spw_coord_server_conf_from_config(cfg, &conf, errstr, sizeof(errstr)) != SPW_OK) {
-        SPW_ERROR("invalid configuration", "error=\"%s\"", errstr);
-        rc = 2;
-        goto out_destroy_cfg;
-    }
-    conf.verify = verify_shard;
-    spw_metrics_t *metrics = spw_metrics_new();
-    if (!metrics) {
-        SPW_ERROR("out of memory", NULL);
-        goto out_destroy_cfg;
-    }
-    conf.metrics = metrics;
-    spw_http_t *http = NULL;
-    if (spw_http_start_from_config(cfg, "coordinator", metrics, 1 << 16, &http, errstr,
-                                   sizeof(errstr)) != SPW_OK) {
-        SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
-        goto out_destroy_metrics;
-    }
-    spw_coord_server_t *server = spw_coord_server_new(&conf, errstr, sizeof(errstr));
+    conf->verify = verify_shard;
+    conf->metrics = metrics;
+    spw_coord_server_t *server = spw_coord_server_new(conf, errstr, sizeof(errstr));
     if (!server) {
         SPW_ERROR("coordinator failed to start", "error=\"%s\"", errstr);
-        goto out_stop_http;
+        return 1;
     }
     if (http)
         spw_http_set_ready(http, true, NULL);
-    rc = spw_coord_server_run(server) == SPW_OK ? 0 : 1;
+    int rc = spw_coord_server_run(server) == SPW_OK ? 0 : 1;
     if (http)
         spw_http_set_ready(http, false, "stopping");
     spw_coord_server_destroy(server);
     SPW_INFO("coordinator stopped", "rc=%d", rc);
-out_stop_http:
-    spw_http_stop(http);
-out_destroy_metrics:
-    spw_metrics_destroy(metrics);
-out_destroy_cfg:
-    spw_config_destroy(cfg);
     return rc;
+}
+
+int spw_coordinator_main(int argc, char **argv)
+{
+    struct spw_cli_role role = {
+        "coordinator",
+        spw_coordinator_config_props,
+        spw_coordinator_config_n_props,
+        aliases,
+        sizeof(aliases) / sizeof(aliases[0]),
+        usage,
+        1 << 16,
+        conf_from_config,
+        run,
+    };
+    struct spw_coord_server_conf conf;
+    return spw_cli_role_main(&role, &conf, argc, argv);
 }

@@ -44,44 +44,25 @@ static void usage(FILE *out)
     spw_config_doc_help(spw_ingest_config_props, spw_ingest_config_n_props, out);
 }
 
-int spw_ingest_main(int argc, char **argv)
+static spw_err_t conf_from_config(const spw_config_t *cfg, void *conf, char *errstr,
+                                  size_t errstr_size)
 {
-    char errstr[1024];
-    int rc = 1;
-    spw_config_t *cfg =
-        spw_cli_role_init("ingest", spw_ingest_config_props, spw_ingest_config_n_props, aliases,
-                          sizeof(aliases) / sizeof(aliases[0]), argc, argv, usage, &rc);
-    if (!cfg)
-        return rc;
+    return spw_ingest_conf_from_config(cfg, conf, errstr, errstr_size);
+}
 
-    struct spw_ingest_conf conf;
-    if (spw_ingest_conf_from_config(cfg, &conf, errstr, sizeof(errstr)) != SPW_OK) {
-        SPW_ERROR("invalid configuration", "error=\"%s\"", errstr);
-        rc = 2;
-        goto out_destroy_cfg;
-    }
-    spw_metrics_t *metrics = spw_metrics_new();
-    if (!metrics) {
-        SPW_ERROR("out of memory", "what=metrics");
-        rc = 2;
-        goto out_destroy_cfg;
-    }
-    spw_http_t *http = NULL;
-    if (spw_http_start_from_config(cfg, "ingest", metrics, 4096, &http, errstr, sizeof(errstr)) !=
-        SPW_OK) {
-        SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
-        goto out_destroy_metrics;
-    }
-    conf.metrics = metrics;
-    conf.http = http;
-    spw_ingest_t *ingest = spw_ingest_new(&conf, errstr, sizeof(errstr));
+static int run(void *opaque, spw_metrics_t *metrics, spw_http_t *http)
+{
+    struct spw_ingest_conf *conf = opaque;
+    char errstr[1024];
+    conf->metrics = metrics;
+    conf->http = http;
+    spw_ingest_t *ingest = spw_ingest_new(conf, errstr, sizeof(errstr));
     if (!ingest) {
         SPW_ERROR("ingest failed to start", "error=\"%s\"", errstr);
-        rc = 2;
-        goto out_stop_http;
+        return 2;
     }
     spw_err_t err = spw_ingest_run(ingest);
-    rc = err == SPW_OK ? 0 : err == SPW_ERR_CORRUPT ? EXIT_LOST : 1;
+    int rc = err == SPW_OK ? 0 : err == SPW_ERR_CORRUPT ? EXIT_LOST : 1;
     struct spw_ingest_stats st;
     spw_ingest_stats(ingest, &st);
     SPW_INFO("ingest stopped",
@@ -89,11 +70,22 @@ int spw_ingest_main(int argc, char **argv)
              " exit=%d events_seconds=%.6f",
              st.events, st.examples, st.rejected, rc, st.events_seconds);
     spw_ingest_destroy(ingest);
-out_stop_http:
-    spw_http_stop(http);
-out_destroy_metrics:
-    spw_metrics_destroy(metrics);
-out_destroy_cfg:
-    spw_config_destroy(cfg);
     return rc;
+}
+
+int spw_ingest_main(int argc, char **argv)
+{
+    struct spw_cli_role role = {
+        "ingest",
+        spw_ingest_config_props,
+        spw_ingest_config_n_props,
+        aliases,
+        sizeof(aliases) / sizeof(aliases[0]),
+        usage,
+        4096,
+        conf_from_config,
+        run,
+    };
+    struct spw_ingest_conf conf;
+    return spw_cli_role_main(&role, &conf, argc, argv);
 }

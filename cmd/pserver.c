@@ -32,48 +32,42 @@ static void usage(FILE *out)
     spw_config_doc_help(spw_pserver_config_props, spw_pserver_config_n_props, out);
 }
 
-int spw_pserver_main(int argc, char **argv)
+static spw_err_t conf_from_config(const spw_config_t *cfg, void *conf, char *errstr,
+                                  size_t errstr_size)
 {
-    char errstr[1024];
-    int rc = 1;
-    spw_config_t *cfg =
-        spw_cli_role_init("pserver", spw_pserver_config_props, spw_pserver_config_n_props, aliases,
-                          sizeof(aliases) / sizeof(aliases[0]), argc, argv, usage, &rc);
-    if (!cfg)
-        return rc;
+    return spw_ps_server_conf_from_config(cfg, conf, errstr, errstr_size);
+}
 
-    struct spw_ps_server_conf conf;
-    if (spw_ps_server_conf_from_config(cfg, &conf, errstr, sizeof(errstr)) != SPW_OK) {
-        SPW_ERROR("invalid configuration", "error=\"%s\"", errstr);
-        rc = 2;
-        goto out_destroy_cfg;
-    }
-    spw_metrics_t *metrics = spw_metrics_new();
-    if (!metrics) {
-        SPW_ERROR("out of memory", NULL);
-        goto out_destroy_cfg;
-    }
-    spw_http_t *http = NULL;
-    if (spw_http_start_from_config(cfg, "pserver", metrics, 1 << 16, &http, errstr,
-                                   sizeof(errstr)) != SPW_OK) {
-        SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
-        goto out_destroy_metrics;
-    }
-    conf.metrics = metrics;
-    conf.http = http;
-    spw_ps_server_t *server = spw_ps_server_new(&conf, errstr, sizeof(errstr));
+static int run(void *opaque, spw_metrics_t *metrics, spw_http_t *http)
+{
+    struct spw_ps_server_conf *conf = opaque;
+    char errstr[1024];
+    conf->metrics = metrics;
+    conf->http = http;
+    spw_ps_server_t *server = spw_ps_server_new(conf, errstr, sizeof(errstr));
     if (!server) {
         SPW_ERROR("pserver failed to start", "error=\"%s\"", errstr);
-        goto out_stop_http;
+        return 1;
     }
-    rc = spw_ps_server_run(server) == SPW_OK ? 0 : 1;
+    int rc = spw_ps_server_run(server) == SPW_OK ? 0 : 1;
     spw_ps_server_destroy(server);
     SPW_INFO("pserver stopped", "rc=%d", rc);
-out_stop_http:
-    spw_http_stop(http);
-out_destroy_metrics:
-    spw_metrics_destroy(metrics);
-out_destroy_cfg:
-    spw_config_destroy(cfg);
     return rc;
+}
+
+int spw_pserver_main(int argc, char **argv)
+{
+    struct spw_cli_role role = {
+        "pserver",
+        spw_pserver_config_props,
+        spw_pserver_config_n_props,
+        aliases,
+        sizeof(aliases) / sizeof(aliases[0]),
+        usage,
+        1 << 16,
+        conf_from_config,
+        run,
+    };
+    struct spw_ps_server_conf conf;
+    return spw_cli_role_main(&role, &conf, argc, argv);
 }

@@ -3,6 +3,8 @@
 #include <stdio.h>
 
 #include "sparrow/config.h"
+#include "sparrow/http.h"
+#include "sparrow/metrics.h"
 #include "sparrow/log.h"
 #include "sparrow/signal.h"
 
@@ -47,4 +49,37 @@ spw_config_t *spw_cli_role_init(const char *role, const struct spw_config_prop *
 out_destroy_cfg:
     spw_config_destroy(cfg);
     return NULL;
+}
+
+int spw_cli_role_main(const struct spw_cli_role *role, void *conf, int argc, char **argv)
+{
+    char errstr[1024];
+    int rc = 1;
+    spw_config_t *cfg = spw_cli_role_init(role->name, role->props, role->n_props, role->aliases,
+                                          role->n_aliases, argc, argv, role->usage, &rc);
+    if (!cfg)
+        return rc;
+    if (role->conf_from_config(cfg, conf, errstr, sizeof(errstr)) != SPW_OK) {
+        SPW_ERROR("invalid configuration", "error=\"%s\"", errstr);
+        rc = 2;
+        goto out_destroy_cfg;
+    }
+    spw_metrics_t *metrics = spw_metrics_new();
+    if (!metrics) {
+        SPW_ERROR("out of memory", NULL);
+        goto out_destroy_cfg;
+    }
+    spw_http_t *http = NULL;
+    if (spw_http_start_from_config(cfg, role->name, metrics, role->http_max_body, &http, errstr,
+                                   sizeof(errstr)) != SPW_OK) {
+        SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
+        goto out_destroy_metrics;
+    }
+    rc = role->run(conf, metrics, http);
+    spw_http_stop(http);
+out_destroy_metrics:
+    spw_metrics_destroy(metrics);
+out_destroy_cfg:
+    spw_config_destroy(cfg);
+    return rc;
 }
