@@ -19,30 +19,7 @@
 #include "sparrow/ps_ckpt.h"
 #include "sparrow/pserver.h"
 #include "sparrow/wire.h"
-
-static char g_root[256];
-
-static void rm_tree(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", dir);
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(g_root, sizeof(g_root), "/tmp/spw_evaluate_XXXXXX");
-    return mkdtemp(g_root) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    rm_tree(g_root);
-    return 0;
-}
+#include "test_dir.h"
 
 /* One row of a test checkpoint: key and its dim weights. */
 struct trow {
@@ -192,9 +169,9 @@ static void test_evaluate_checkpoint_fm_exact(void **state)
 {
     (void)state;
     char root[300], in[300], errstr[512];
-    snprintf(root, sizeof(root), "%s/fm", g_root);
+    snprintf(root, sizeof(root), "%s/fm", test_dir);
     write_ckpt(root, 4, 3, 2, fm_rows, 4, true);
-    snprintf(in, sizeof(in), "%s/fm.pb", g_root);
+    snprintf(in, sizeof(in), "%s/fm.pb", test_dir);
     write_pb(in, fm_ex, 4, NULL);
 
     spw_err_t err = 0;
@@ -263,10 +240,10 @@ static void test_evaluate_checkpoint_lr_epoch(void **state)
         {1, {7}, {1}, 0.0f, NAN}, /* absent: zero row, p = sigmoid(bias) */
     };
     char root[300], dir[340], in[300], errstr[512];
-    snprintf(root, sizeof(root), "%s/lr", g_root);
+    snprintf(root, sizeof(root), "%s/lr", test_dir);
     write_ckpt(root, 2, 1, 1, rows, 3, true);
     write_ckpt(root, 5, 1, 1, rows, 1, false); /* newer, not LATEST: only the bias */
-    snprintf(in, sizeof(in), "%s/lr.pb", g_root);
+    snprintf(in, sizeof(in), "%s/lr.pb", test_dir);
     write_pb(in, ex, 3, "\x0a\xff\xff");
 
     snprintf(dir, sizeof(dir), "%s/checkpoints/", root);
@@ -313,7 +290,7 @@ static void test_evaluate_shards_inproc(void **state)
 {
     (void)state;
     char db[300], in[300], errstr[512];
-    snprintf(db, sizeof(db), "%s/store", g_root);
+    snprintf(db, sizeof(db), "%s/store", test_dir);
     struct spw_ps_store_conf sc = {0};
     sc.dim = 3;
     spw_ps_optim_conf_default(&sc.optim);
@@ -334,7 +311,7 @@ static void test_evaluate_shards_inproc(void **state)
         {2, {11, 22}, {1, 1}, 1.0f, NAN},
         {1, {33}, {2}, 0.0f, NAN},
     };
-    snprintf(in, sizeof(in), "%s/live.pb", g_root);
+    snprintf(in, sizeof(in), "%s/live.pb", test_dir);
     write_pb(in, ex, 2, NULL);
 
     struct spw_ps_client_conf cc;
@@ -391,8 +368,8 @@ static void test_evaluate_checkpoint_errors(void **state)
     (void)state;
     char root[300], path[400], errstr[512];
     expect_open_fail("/nonexistent/spw", 0, SPW_ERR_NOT_FOUND, "No such file");
-    expect_open_fail(g_root, 0, SPW_ERR_NOT_FOUND, "no checkpoints/");
-    snprintf(root, sizeof(root), "%s/err", g_root);
+    expect_open_fail(test_dir, 0, SPW_ERR_NOT_FOUND, "no checkpoints/");
+    snprintf(root, sizeof(root), "%s/err", test_dir);
     write_ckpt(root, 3, 3, 2, fm_rows, 4, false);
     expect_open_fail(root, 0, SPW_ERR_NOT_FOUND, "LATEST: missing");
     expect_open_fail(root, 8, SPW_ERR_NOT_FOUND, "epoch 8 not found");
@@ -425,9 +402,9 @@ static void test_evaluate_input_errors(void **state)
 {
     (void)state;
     char root[300], in[300], errstr[512];
-    snprintf(root, sizeof(root), "%s/inp", g_root);
+    snprintf(root, sizeof(root), "%s/inp", test_dir);
     write_ckpt(root, 1, 3, 1, fm_rows, 4, true);
-    snprintf(in, sizeof(in), "%s/inp.pb", g_root);
+    snprintf(in, sizeof(in), "%s/inp.pb", test_dir);
     write_pb(in, fm_ex, 4, NULL);
     spw_evaluate_model_t *em =
         spw_evaluate_model_open_checkpoint(root, 0, NULL, NULL, errstr, sizeof(errstr));
@@ -445,7 +422,7 @@ static void test_evaluate_input_errors(void **state)
     assert_int_equal(r.examples, 0);
     assert_true(r.rejected > 0);
     /* empty */
-    snprintf(in, sizeof(in), "%s/empty.json", g_root);
+    snprintf(in, sizeof(in), "%s/empty.json", test_dir);
     fclose(fopen(in, "w"));
     reader = spw_reader_open(in, SPW_FORMAT_JSON, &limits, NULL, errstr, sizeof(errstr));
     assert_int_equal(spw_evaluate_reader(em, reader, 64, &r, NULL, errstr, sizeof(errstr)),
@@ -493,5 +470,5 @@ int main(void)
         cmocka_unit_test(test_evaluate_input_errors),
         cmocka_unit_test(test_evaluate_shards_unreachable),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
 }

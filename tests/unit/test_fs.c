@@ -13,22 +13,7 @@
 #include <unistd.h>
 
 #include "sparrow/fs.h"
-
-static char g_dir[64];
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(g_dir, sizeof(g_dir), "/tmp/spw-test-fs-XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    spw_fs_remove_tree(g_dir);
-    return 0;
-}
+#include "test_dir.h"
 
 static bool is_dir(const char *path)
 {
@@ -48,11 +33,11 @@ static void test_fs_mkdir_p_creates_parents(void **state)
 {
     (void)state;
     char p[256];
-    snprintf(p, sizeof(p), "%s/a/b/c", g_dir);
+    snprintf(p, sizeof(p), "%s/a/b/c", test_dir);
     assert_int_equal(spw_fs_mkdir_p(p), SPW_OK);
     assert_true(is_dir(p));
-    assert_int_equal(spw_fs_mkdir_p(p), SPW_OK); /* exists already */
-    snprintf(p, sizeof(p), "%s/a/b/d/", g_dir);  /* a trailing slash */
+    assert_int_equal(spw_fs_mkdir_p(p), SPW_OK);   /* exists already */
+    snprintf(p, sizeof(p), "%s/a/b/d/", test_dir); /* a trailing slash */
     assert_int_equal(spw_fs_mkdir_p(p), SPW_OK);
     assert_true(is_dir(p));
 }
@@ -69,7 +54,7 @@ static void test_fs_mkdir_p_refuses(void **state)
     free(long_path);
     /* a file where a parent should be */
     char f[256], p[300];
-    snprintf(f, sizeof(f), "%s/file", g_dir);
+    snprintf(f, sizeof(f), "%s/file", test_dir);
     touch(f);
     snprintf(p, sizeof(p), "%s/sub", f);
     assert_int_equal(spw_fs_mkdir_p(p), SPW_ERR_IO);
@@ -79,7 +64,7 @@ static void test_fs_remove_tree_removes_all(void **state)
 {
     (void)state;
     char root[256], p[300];
-    snprintf(root, sizeof(root), "%s/tree", g_dir);
+    snprintf(root, sizeof(root), "%s/tree", test_dir);
     snprintf(p, sizeof(p), "%s/x/y/z", root);
     assert_int_equal(spw_fs_mkdir_p(p), SPW_OK);
     snprintf(p, sizeof(p), "%s/x/y/file", root);
@@ -88,7 +73,7 @@ static void test_fs_remove_tree_removes_all(void **state)
     touch(p);
     /* a link below the root is removed, its target kept */
     char keep[256], keep_file[300];
-    snprintf(keep, sizeof(keep), "%s/keep", g_dir);
+    snprintf(keep, sizeof(keep), "%s/keep", test_dir);
     assert_int_equal(spw_fs_mkdir_p(keep), SPW_OK);
     snprintf(keep_file, sizeof(keep_file), "%s/precious", keep);
     touch(keep_file);
@@ -110,7 +95,7 @@ static void test_fs_remove_tree_reports_leftovers(void **state)
     if (geteuid() == 0)
         skip(); /* root removes what the mode forbids */
     char root[256], p[300];
-    snprintf(root, sizeof(root), "%s/locked", g_dir);
+    snprintf(root, sizeof(root), "%s/locked", test_dir);
     snprintf(p, sizeof(p), "%s/inner", root);
     assert_int_equal(spw_fs_mkdir_p(p), SPW_OK);
     snprintf(p, sizeof(p), "%s/inner/file", root);
@@ -131,5 +116,5 @@ int main(void)
         cmocka_unit_test(test_fs_remove_tree_removes_all),
         cmocka_unit_test(test_fs_remove_tree_reports_leftovers),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
 }

@@ -13,23 +13,7 @@
 
 #include "role_int.h"
 #include "sparrow/hash.h"
-
-static char dir[64];
-
-static int setup_dir(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/test_ingest_run.XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
+#include "test_dir.h"
 
 static void write_file(const char *path, const char *text)
 {
@@ -113,8 +97,8 @@ static void test_ingest_run_file_batches_and_dead_letters(void **state)
 {
     (void)state;
     char in_path[128], out_path[128], dlq_path[160], text[4096] = "", line[256];
-    snprintf(in_path, sizeof(in_path), "%s/in.json", dir);
-    snprintf(out_path, sizeof(out_path), "%s/out.pb", dir);
+    snprintf(in_path, sizeof(in_path), "%s/in.json", test_dir);
+    snprintf(out_path, sizeof(out_path), "%s/out.pb", test_dir);
     snprintf(dlq_path, sizeof(dlq_path), "%s.dlq", out_path);
     for (int i = 0; i < 7; i++) {
         event(line, sizeof(line), i, "u", i % 2);
@@ -198,8 +182,8 @@ static void test_ingest_run_file_keyed_buckets(void **state)
 {
     (void)state;
     char in_path[128], out_path[128], text[8192] = "", line[256];
-    snprintf(in_path, sizeof(in_path), "%s/keyed.json", dir);
-    snprintf(out_path, sizeof(out_path), "%s/keyed.pb", dir);
+    snprintf(in_path, sizeof(in_path), "%s/keyed.json", test_dir);
+    snprintf(out_path, sizeof(out_path), "%s/keyed.pb", test_dir);
     const char *users[] = {"ann", "bob", "cy", "dee", "eve", "fay"};
     for (int i = 0; i < 30; i++) {
         event(line, sizeof(line), i, users[i % 6], 1);
@@ -284,5 +268,5 @@ int main(void)
         cmocka_unit_test(test_ingest_run_file_keyed_buckets),
         cmocka_unit_test(test_ingest_run_new_refusals),
     };
-    return cmocka_run_group_tests(tests, setup_dir, remove_dir);
+    return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
 }

@@ -16,28 +16,12 @@
 #include "sparrow/launch.h"
 #include "sparrow/pipeline.h"
 #include "sparrow/time.h"
-
-static char dir[256];
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/spw-launch-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
+#include "test_dir.h"
 
 static spw_launch_t *new_launch(const char *sub)
 {
     char path[300], err[256];
-    snprintf(path, sizeof(path), "%s/%s", dir, sub);
+    snprintf(path, sizeof(path), "%s/%s", test_dir, sub);
     spw_launch_t *l = spw_launch_new(path, "/bin/sh", err, sizeof(err));
     assert_non_null(l);
     return l;
@@ -146,7 +130,7 @@ static void test_launch_stop_escalates_to_sigkill(void **state)
     int b = spw_launch_start(l, "stubborn", stubborn, err, sizeof(err));
     assert_true(a >= 0 && b >= 0);
     char path[300];
-    snprintf(path, sizeof(path), "%s/stop/stubborn.log", dir);
+    snprintf(path, sizeof(path), "%s/stop/stubborn.log", test_dir);
     assert_int_equal(spw_launch_wait_file(path, 5000), SPW_OK); /* the trap is set */
     int status = 0;
     assert_int_equal(spw_launch_stop(l, a, 5000, &status), SPW_OK);
@@ -177,7 +161,7 @@ static void test_launch_stop_group_signals_together(void **state)
     const char *names[3] = {"a", "b", "c"};
     for (int i = 0; i < 3; i++) {
         char path[300];
-        snprintf(path, sizeof(path), "%s/group/%s.log", dir, names[i]);
+        snprintf(path, sizeof(path), "%s/group/%s.log", test_dir, names[i]);
         assert_int_equal(spw_launch_wait_file(path, 5000), SPW_OK); /* the trap is set */
     }
     int status[3] = {0};
@@ -227,7 +211,7 @@ static void test_launch_free_port_and_wait_file(void **state)
     int port = spw_launch_free_port();
     assert_true(port > 0 && port < 65536);
     char path[300];
-    snprintf(path, sizeof(path), "%s/never", dir);
+    snprintf(path, sizeof(path), "%s/never", test_dir);
     assert_int_equal(spw_launch_wait_file(path, 100), SPW_ERR_TIMEOUT);
 }
 
@@ -288,5 +272,5 @@ int main(void)
         cmocka_unit_test(test_launch_free_port_and_wait_file),
         cmocka_unit_test(test_pipeline_hist_by_label),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
 }

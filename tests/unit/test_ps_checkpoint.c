@@ -17,26 +17,11 @@
 
 #include "ps_int.h"
 #include "sparrow/fs.h"
+#include "test_dir.h"
 
 enum { DIM = 4, NKEYS = 3000, ROWF = DIM * 3 + 1 };
 
-static char g_dir[64];
-
 static void corrupt_one_file(const char *dir);
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(g_dir, sizeof(g_dir), "/tmp/test_ps_ckpt.XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    spw_fs_remove_tree(g_dir);
-    return 0;
-}
 
 static struct spw_ps_store_conf conf_at(const char *path)
 {
@@ -105,24 +90,25 @@ static void test_ps_checkpoint_restore_bit_identical(void **state)
 {
     (void)state;
     char live[128], ref[128], restored[128];
-    snprintf(live, sizeof(live), "%s/live", g_dir);
-    snprintf(ref, sizeof(ref), "%s/ref", g_dir);
-    snprintf(restored, sizeof(restored), "%s/restored", g_dir);
+    snprintf(live, sizeof(live), "%s/live", test_dir);
+    snprintf(ref, sizeof(ref), "%s/ref", test_dir);
+    snprintf(restored, sizeof(restored), "%s/restored", test_dir);
     spw_ps_store_t *s = open_at(live);
     train(s, 1, 40);
     struct spw_ps_checkpoint_info info;
     char err[512] = "";
-    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 1, &info, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 1, &info, err, sizeof(err)), SPW_OK);
     assert_int_equal(strlen(info.checksum), 16);
     assert_non_null(strstr(info.path, "/checkpoints/1/shard-2"));
     assert_true(info.bytes > 0);
     assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_OK);
     /* The same epoch twice is refused. */
-    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 1, NULL, err, sizeof(err)), SPW_ERR_EXISTS);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 1, NULL, err, sizeof(err)),
+                     SPW_ERR_EXISTS);
 
     /* Restore into a fresh directory; the restored shard and the live one continue identically. */
     uint64_t epoch = 0;
-    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 2, restored, &epoch, err, sizeof(err)),
+    assert_int_equal(spw_ps_checkpoint_restore(test_dir, 2, restored, &epoch, err, sizeof(err)),
                      SPW_OK);
     assert_int_equal(epoch, 1);
     spw_ps_store_t *r = open_at(restored);
@@ -143,8 +129,8 @@ static void test_ps_checkpoint_large_flush_restore(void **state)
     (void)state;
     enum { N = 40000, BATCH = 1000 };
     char live[128], restored[128];
-    snprintf(live, sizeof(live), "%s/live", g_dir);
-    snprintf(restored, sizeof(restored), "%s/restored", g_dir);
+    snprintf(live, sizeof(live), "%s/live", test_dir);
+    snprintf(restored, sizeof(restored), "%s/restored", test_dir);
     struct spw_ps_store_conf c = conf_at(live);
     c.memory_bytes = 32u << 20; /* all rows in DRAM, dirty at each checkpoint */
     char err[512] = "";
@@ -165,11 +151,11 @@ static void test_ps_checkpoint_large_flush_restore(void **state)
             assert_int_equal(spw_ps_store_push(s, keys, BATCH, grads, NULL, NULL, NULL), SPW_OK);
         }
         assert_int_equal(
-            spw_ps_store_checkpoint(s, g_dir, (uint64_t)epoch, &info, err, sizeof(err)), SPW_OK);
+            spw_ps_store_checkpoint(s, test_dir, (uint64_t)epoch, &info, err, sizeof(err)), SPW_OK);
         assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_OK);
     }
     uint64_t epoch = 0;
-    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 2, restored, &epoch, err, sizeof(err)),
+    assert_int_equal(spw_ps_checkpoint_restore(test_dir, 2, restored, &epoch, err, sizeof(err)),
                      SPW_OK);
     assert_int_equal(epoch, 3);
     struct spw_ps_store_conf rc = conf_at(restored);
@@ -198,12 +184,12 @@ static void test_ps_checkpoint_format1_checksum_verifies(void **state)
 {
     (void)state;
     char live[128];
-    snprintf(live, sizeof(live), "%s/live", g_dir);
+    snprintf(live, sizeof(live), "%s/live", test_dir);
     spw_ps_store_t *s = open_at(live);
     train(s, 21, 10);
     struct spw_ps_checkpoint_info info;
     char err[512] = "";
-    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 1, &info, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 1, &info, err, sizeof(err)), SPW_OK);
     spw_ps_store_close(s);
     /* Rewrite CHECKSUM in format 1. */
     DIR *d = opendir(info.path);
@@ -292,35 +278,35 @@ static void test_ps_checkpoint_corrupt_and_incomplete_skipped(void **state)
 {
     (void)state;
     char live[128], restored[128], path[8192];
-    snprintf(live, sizeof(live), "%s/live", g_dir);
-    snprintf(restored, sizeof(restored), "%s/restored", g_dir);
+    snprintf(live, sizeof(live), "%s/live", test_dir);
+    snprintf(restored, sizeof(restored), "%s/restored", test_dir);
     spw_ps_store_t *s = open_at(live);
     train(s, 5, 20);
     char err[512] = "";
     struct spw_ps_checkpoint_info info;
-    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 3, &info, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 3, &info, err, sizeof(err)), SPW_OK);
     /* Reference copy of epoch 3's rows. */
     char ref[128];
-    snprintf(ref, sizeof(ref), "%s/ref", g_dir);
+    snprintf(ref, sizeof(ref), "%s/ref", test_dir);
     uint64_t epoch = 0;
-    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 2, ref, &epoch, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_checkpoint_restore(test_dir, 2, ref, &epoch, err, sizeof(err)), SPW_OK);
     assert_int_equal(epoch, 3);
     train(s, 6, 20);
-    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 4, &info, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 4, &info, err, sizeof(err)), SPW_OK);
     corrupt_one_file(info.path);
     assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_ERR_CORRUPT);
     train(s, 7, 5);
-    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 5, &info, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 5, &info, err, sizeof(err)), SPW_OK);
     snprintf(path, sizeof(path), "%s/CHECKSUM", info.path);
     assert_int_equal(unlink(path), 0); /* incomplete: no checksum */
     assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_ERR_NOT_FOUND);
     /* A stray temporary directory and a non-numeric entry are ignored. */
-    snprintf(path, sizeof(path), "%s/checkpoints/9/.shard-2.tmp", g_dir);
+    snprintf(path, sizeof(path), "%s/checkpoints/9/.shard-2.tmp", test_dir);
     assert_int_equal(mkdir(path, 0755) == 0 || 1, 1);
-    snprintf(path, sizeof(path), "%s/checkpoints/junk", g_dir);
+    snprintf(path, sizeof(path), "%s/checkpoints/junk", test_dir);
     mkdir(path, 0755);
 
-    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 2, restored, &epoch, err, sizeof(err)),
+    assert_int_equal(spw_ps_checkpoint_restore(test_dir, 2, restored, &epoch, err, sizeof(err)),
                      SPW_OK);
     assert_int_equal(epoch, 3);
     spw_ps_store_t *r = open_at(restored), *e3 = open_at(ref);
@@ -329,7 +315,7 @@ static void test_ps_checkpoint_corrupt_and_incomplete_skipped(void **state)
     spw_ps_store_close(r);
     spw_ps_store_close(s);
     /* A shard with no checkpoint at all. */
-    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 7, restored, &epoch, err, sizeof(err)),
+    assert_int_equal(spw_ps_checkpoint_restore(test_dir, 7, restored, &epoch, err, sizeof(err)),
                      SPW_ERR_NOT_FOUND);
 }
 
@@ -337,14 +323,14 @@ static void test_ps_checkpoint_failure_leaves_previous(void **state)
 {
     (void)state;
     char live[128], bad_root[128], restored[128];
-    snprintf(live, sizeof(live), "%s/live", g_dir);
-    snprintf(restored, sizeof(restored), "%s/restored", g_dir);
+    snprintf(live, sizeof(live), "%s/live", test_dir);
+    snprintf(restored, sizeof(restored), "%s/restored", test_dir);
     spw_ps_store_t *s = open_at(live);
     train(s, 11, 10);
     char err[512] = "";
-    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 1, NULL, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 1, NULL, err, sizeof(err)), SPW_OK);
     /* A root whose checkpoints/ is a file cannot take a checkpoint. */
-    snprintf(bad_root, sizeof(bad_root), "%s/badroot", g_dir);
+    snprintf(bad_root, sizeof(bad_root), "%s/badroot", test_dir);
     mkdir(bad_root, 0755);
     char f[256];
     snprintf(f, sizeof(f), "%s/checkpoints", bad_root);
@@ -355,7 +341,7 @@ static void test_ps_checkpoint_failure_leaves_previous(void **state)
     /* The store keeps serving and the previous checkpoint still restores. */
     train(s, 12, 2);
     uint64_t epoch = 0;
-    assert_int_equal(spw_ps_checkpoint_restore(g_dir, 2, restored, &epoch, err, sizeof(err)),
+    assert_int_equal(spw_ps_checkpoint_restore(test_dir, 2, restored, &epoch, err, sizeof(err)),
                      SPW_OK);
     assert_int_equal(epoch, 1);
     spw_ps_store_close(s);
@@ -364,14 +350,16 @@ static void test_ps_checkpoint_failure_leaves_previous(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_ps_checkpoint_restore_bit_identical, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_checkpoint_corrupt_and_incomplete_skipped, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_ps_checkpoint_failure_leaves_previous, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_ps_checkpoint_large_flush_restore, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_checkpoint_format1_checksum_verifies, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_ps_checkpoint_restore_bit_identical, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_ps_checkpoint_corrupt_and_incomplete_skipped,
+                                        test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_ps_checkpoint_failure_leaves_previous, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_ps_checkpoint_large_flush_restore, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_ps_checkpoint_format1_checksum_verifies,
+                                        test_dir_setup, test_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

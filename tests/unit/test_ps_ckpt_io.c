@@ -19,24 +19,9 @@
 #include "ps_int.h"
 #include "sparrow/fs.h"
 #include "sparrow/ps_ckpt.h"
+#include "test_dir.h"
 
 enum { DIM = 4, NKEYS = 3000, ROWF = DIM * 3 + 1 /* Adam */ };
-
-static char g_dir[64];
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(g_dir, sizeof(g_dir), "/tmp/test_ps_ckpt_io.XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    spw_fs_remove_tree(g_dir);
-    return 0;
-}
 
 static spw_ps_store_t *open_at(const char *path)
 {
@@ -121,17 +106,17 @@ static void test_ps_ckpt_io_roundtrip(void **state)
 {
     (void)state;
     char live[128], out[256], restored[128], root2[128], err[512] = "";
-    snprintf(live, sizeof(live), "%s/live", g_dir);
-    snprintf(restored, sizeof(restored), "%s/restored", g_dir);
-    snprintf(root2, sizeof(root2), "%s/root2", g_dir);
+    snprintf(live, sizeof(live), "%s/live", test_dir);
+    snprintf(restored, sizeof(restored), "%s/restored", test_dir);
+    snprintf(root2, sizeof(root2), "%s/root2", test_dir);
     spw_ps_store_t *s = open_at(live);
     train(s, 1, 40);
     struct spw_ps_checkpoint_info info;
-    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 1, &info, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 1, &info, err, sizeof(err)), SPW_OK);
     train(s, 2, 5); /* the live rows move on; the checkpoint must not */
     spw_ps_store_close(s);
     /* the checkpoint's own rows: restore it to compare against */
-    assert_int_equal(spw_ps_checkpoint_restore_epoch(g_dir, 0, 1, restored, err, sizeof(err)),
+    assert_int_equal(spw_ps_checkpoint_restore_epoch(test_dir, 0, 1, restored, err, sizeof(err)),
                      SPW_OK);
     s = open_at(restored);
 
@@ -168,7 +153,7 @@ static void test_ps_ckpt_io_roundtrip(void **state)
     /* The written checkpoint reads back identically and a shard restores it bit for bit. */
     assert_int_equal(read_all_and_compare(out, winfo.checksum, s, NULL), n);
     char restored2[128];
-    snprintf(restored2, sizeof(restored2), "%s/restored2", g_dir);
+    snprintf(restored2, sizeof(restored2), "%s/restored2", test_dir);
     assert_int_equal(spw_ps_checkpoint_restore_epoch(root2, 0, 1, restored2, err, sizeof(err)),
                      SPW_OK);
     spw_ps_store_t *s2 = open_at(restored2);
@@ -270,18 +255,18 @@ static void test_ps_ckpt_io_refuses_corrupt(void **state)
 {
     (void)state;
     char live[128], err[512] = "", path[600];
-    snprintf(live, sizeof(live), "%s/live2", g_dir);
+    snprintf(live, sizeof(live), "%s/live2", test_dir);
     spw_ps_store_t *s = open_at(live);
     train(s, 3, 20);
     struct spw_ps_checkpoint_info info;
-    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 4, &info, err, sizeof(err)), SPW_OK);
-    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 5, NULL, err, sizeof(err)), SPW_OK);
-    assert_int_equal(spw_ps_store_checkpoint(s, g_dir, 6, NULL, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 4, &info, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 5, NULL, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 6, NULL, err, sizeof(err)), SPW_OK);
     spw_ps_store_close(s);
     spw_err_t rc = SPW_OK;
 
     /* absent */
-    snprintf(path, sizeof(path), "%s/checkpoints/99/shard-0", g_dir);
+    snprintf(path, sizeof(path), "%s/checkpoints/99/shard-0", test_dir);
     assert_null(spw_ps_ckpt_reader_open(path, NULL, NULL, &rc, err, sizeof(err)));
     assert_int_equal(rc, SPW_ERR_NOT_FOUND);
     /* a checksum other than the manifest's */
@@ -303,18 +288,18 @@ static void test_ps_ckpt_io_refuses_corrupt(void **state)
     assert_int_equal(rc, SPW_ERR_CORRUPT);
     assert_non_null(strstr(err, "does not verify"));
     /* no CHECKSUM file (an incomplete checkpoint) */
-    snprintf(path, sizeof(path), "%s/checkpoints/5/shard-0/CHECKSUM", g_dir);
+    snprintf(path, sizeof(path), "%s/checkpoints/5/shard-0/CHECKSUM", test_dir);
     assert_int_equal(unlink(path), 0);
-    snprintf(path, sizeof(path), "%s/checkpoints/5/shard-0", g_dir);
+    snprintf(path, sizeof(path), "%s/checkpoints/5/shard-0", test_dir);
     assert_null(spw_ps_ckpt_reader_open(path, NULL, NULL, &rc, err, sizeof(err)));
     assert_int_equal(rc, SPW_ERR_CORRUPT);
     /* a file added after the checksum */
-    snprintf(path, sizeof(path), "%s/checkpoints/6/shard-0/extra", g_dir);
+    snprintf(path, sizeof(path), "%s/checkpoints/6/shard-0/extra", test_dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs("x", f);
     fclose(f);
-    snprintf(path, sizeof(path), "%s/checkpoints/6/shard-0", g_dir);
+    snprintf(path, sizeof(path), "%s/checkpoints/6/shard-0", test_dir);
     assert_null(spw_ps_ckpt_reader_open(path, NULL, NULL, &rc, err, sizeof(err)));
     assert_int_equal(rc, SPW_ERR_CORRUPT);
 }
@@ -375,8 +360,10 @@ static void test_ps_ckpt_io_decoders(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_ps_ckpt_io_roundtrip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_ckpt_io_refuses_corrupt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ps_ckpt_io_roundtrip, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_ps_ckpt_io_refuses_corrupt, test_dir_setup,
+                                        test_dir_teardown),
         cmocka_unit_test(test_ps_ckpt_io_decoders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
