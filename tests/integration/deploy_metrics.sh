@@ -6,7 +6,7 @@
 SPARROW=$1
 DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
-source "$(dirname "${BASH_SOURCE[0]}")/trainer_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 command -v promtool >/dev/null || { echo "promtool missing (scripts/install-deps.sh installs it)"; exit 1; }
 
 # http_port LOG: the port an HTTP endpoint reported in LOG ("http endpoint port=N" or "... up port=N").

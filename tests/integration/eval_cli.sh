@@ -9,7 +9,7 @@ DIR=$2
 CLIENT=$3
 MANIFEST=$4
 rm -rf "$DIR" && mkdir -p "$DIR"
-source "$(dirname "$0")/trainer_common.sh"
+source "$(dirname "$0")/cluster_lib.sh"
 
 K=4
 DIM=$((1 + K))

@@ -9,7 +9,7 @@ SPARROW=$1
 DIR=$2
 CHECK=$3
 rm -rf "$DIR" && mkdir -p "$DIR"
-source "$(dirname "${BASH_SOURCE[0]}")/trainer_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 DIM=5
 
 # ---- a real checkpoint ----

@@ -12,7 +12,7 @@ SPARROW=$1
 DIR=$2
 DRIVER=$3
 rm -rf "$DIR" && mkdir -p "$DIR"
-source "$(dirname "${BASH_SOURCE[0]}")/trainer_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 
 "$SPARROW" kafka-mock --brokers 1 --topic examples:2 --topic model-updates:2 \
     --port-file "$DIR/port" >"$DIR/mock.out" 2>"$DIR/mock.log" &

@@ -16,7 +16,7 @@ SPARROW=$1
 DIR=$2
 CLIENT=$3
 rm -rf "$DIR" && mkdir -p "$DIR"
-source "$(dirname "${BASH_SOURCE[0]}")/trainer_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 K8S="$(dirname "${BASH_SOURCE[0]}")/../../deploy/k8s/base"
 
 # grace ROLE: terminationGracePeriodSeconds of ROLE's workload in deploy/k8s/base.

@@ -26,7 +26,7 @@ if [ ${#CASES[@]} -eq 0 ]; then
     done
 fi
 HERE=$(cd "$(dirname "$0")" && pwd)
-source "$HERE/trainer_common.sh"
+source "$HERE/cluster_lib.sh"
 rm -rf "$DIR" && mkdir -p "$DIR"
 B=32
 STEPS=6 # steps of each run (micro-batches: STEPS * ACC)

@@ -26,7 +26,7 @@ shift 3
 CASES=("$@")
 [ ${#CASES[@]} -gt 0 ] || CASES=(backup-drop backup-apply group group-speed elastic)
 HERE=$(cd "$(dirname "$0")" && pwd)
-source "$HERE/trainer_common.sh"
+source "$HERE/cluster_lib.sh"
 rm -rf "$DIR" && mkdir -p "$DIR"
 KEY=9000000000000000077
 N=8000

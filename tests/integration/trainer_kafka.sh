@@ -8,7 +8,7 @@
 SPARROW=$1
 DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
-source "$(dirname "${BASH_SOURCE[0]}")/trainer_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 command -v kcat >/dev/null || { echo "kcat not installed"; exit 1; }
 N=20000
 

@@ -6,7 +6,7 @@
 SPARROW=$1
 DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
-source "$(dirname "${BASH_SOURCE[0]}")/trainer_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 
 train() { # NAME FORMAT FILE [ARGS...]
     local name=$1 format=$2 file=$3

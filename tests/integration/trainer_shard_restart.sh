@@ -6,7 +6,7 @@
 SPARROW=$1
 DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
-source "$(dirname "${BASH_SOURCE[0]}")/trainer_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 
 "$SPARROW" gen --n 200000 --seed 6 --out "$DIR/data.pb" 2>"$DIR/gen.log" || fail "gen"
 P0=$(free_port)

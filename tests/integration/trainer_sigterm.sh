@@ -6,7 +6,7 @@
 SPARROW=$1
 DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
-source "$(dirname "${BASH_SOURCE[0]}")/trainer_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 
 P0=$(free_port)
 start_shard 0 1 "$P0" 5 --set pserver.lr=0.02

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Shared by the trainer_*.sh integration tests (sourced, not a test itself): process cleanup,
-# shards on loopback, reading key=value fields of log lines, float checks.
+# The cluster library of the integration scripts (sourced, not a test itself): process cleanup on
+# EXIT, fail with the logs' tails, free ports, polls, shards on loopback, reading key=value fields
+# of log lines, float checks. Scripts set DIR (their log directory) before using it.
 set -euo pipefail
 PIDS=()
 cleanup() {
