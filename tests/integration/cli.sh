@@ -5,7 +5,8 @@ set -euo pipefail
 sparrow=$1
 dir=$2
 rm -rf "$dir" && mkdir -p "$dir"
-fail() { echo "FAIL: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
+FAIL_LOGS=()
 
 "$sparrow" --help | grep -q "gen" || fail "--help does not list gen"
 "$sparrow" gen --help | grep -q "gen.seed" || fail "gen --help does not document gen.seed"

@@ -26,14 +26,9 @@ for kv in ${7:-}; do
 done
 KEY=9000000000000000077
 rm -rf "$DIR" && mkdir -p "$DIR"
-fail() {
-    echo "FAIL: $*"
-    for f in "$DIR"/run/*.log; do
-        echo "== $f (tail)"
-        tail -n 15 "$f"
-    done
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
+FAIL_LOGS=("$DIR/run/*.log")
+FAIL_TAIL=15
 echo "coord_exactly_once: N=$N chaos seed $SEED mode $MODE ${7:-}"
 # The mock keeps about 5 MB per partition: N over 4 partitions stays within it, so a recovery can
 # always replay from a checkpoint's offsets.

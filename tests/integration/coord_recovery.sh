@@ -26,17 +26,10 @@ S1=$SHARD_PID
     --set coordinator.startup.grace=500ms --set coordinator.checkpoint.steps=20 \
     >"$DIR/coord.log" 2>&1 &
 PIDS+=("$!")
-"$SPARROW" trainer --in "kafka://$BS/examples" --shards "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" \
-    --model fm --latent-dim 4 --batch 256 --backend cpu --group g --id 1 --http-port -1 \
-    --set trainer.coordinator="tcp://127.0.0.1:$cp" --set trainer.debug.delay_ms=20 \
-    --set trainer.shutdown.grace=3s >"$DIR/trainer.log" 2>&1 &
-TR=$!
-PIDS+=("$TR")
-wait_for "the trainer's assignment" 30 grep -q "partition assigned" "$DIR/trainer.log"
+start_coord_trainer "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" "$cp" --set trainer.debug.delay_ms=20 \
+    --set trainer.shutdown.grace=3s
 # paced: the mock broker keeps only the last few dozen records of a partition
-"$SPARROW" gen --n 30000 --seed 4 --rate 4000 --out "kafka://$BS/examples" 2>"$DIR/gen.log" &
-GEN=$!
-PIDS+=("$GEN")
+start_gen 30000 4000
 wait_for "checkpoint epoch 2" 60 grep -q "checkpoint completed epoch=2 " "$DIR/coord.log"
 # (an idle trainer's clock ticks, so checkpoints and recoveries may have run before the data)
 recoveries=$(grep -c 'recovery completed .*epoch=[1-9]' "$DIR/coord.log" || true)

@@ -7,11 +7,9 @@ set -euo pipefail
 SPARROW=$1
 DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
-fail() {
-    echo "FAIL: $*"
-    tail -30 "$DIR"/out*.txt 2>/dev/null || true
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
+FAIL_LOGS=("$DIR/out*.txt")
+FAIL_TAIL=30
 
 timeout 90 "$SPARROW" demo --duration 12 --rate 2000 --run-dir "$DIR/run" >"$DIR/out.txt" 2>&1 ||
     fail "demo exit status"

@@ -9,10 +9,8 @@ DIR=$2
 rm -rf "$DIR"
 mkdir -p "$DIR"
 cd "$DIR"
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
+FAIL_LOGS=()
 
 "$SPARROW" gen --n 200000 --seed 7 --format pb --out a.pb 2>a.log
 "$SPARROW" gen --n 200000 --seed 7 --format pb --out b.pb 2>b.log

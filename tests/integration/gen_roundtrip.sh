@@ -10,10 +10,8 @@ DIR=$2
 rm -rf "$DIR"
 mkdir -p "$DIR"
 cd "$DIR"
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
+FAIL_LOGS=()
 N=5000
 
 for fmt in pb json criteo; do

@@ -1,46 +1,10 @@
 #!/usr/bin/env bash
-# Shared by the ingest_*.sh and kafka_*.sh integration tests (sourced, not a test itself): starts
-# `sparrow kafka-mock` as its own process, cleans up every background process on exit, and decodes
-# ExampleBatch records with a small protobuf reader (no Python protobuf package is needed).
-set -euo pipefail
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    exec 3>&- 2>/dev/null || true
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    for f in mock.err ingest*.err; do
-        [ -f "$f" ] && { echo "--- $f (tail)"; tail -20 "$f"; }
-    done
-    exit 1
-}
+# Shared by the ingest_*.sh integration tests (sourced, not a test itself): the cluster library,
+# the Kafka settings every test ingest uses, and ExampleBatch records decoded with a small protobuf
+# reader (no Python protobuf package is needed).
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
+FAIL_LOGS=(mock.err "ingest*.err")
 command -v kcat >/dev/null || { echo "kcat not installed"; exit 1; }
-
-wait_file() { # path timeout_s
-    local i
-    for i in $(seq 1 $(($2 * 10))); do [ -s "$1" ] && return 0; sleep 0.1; done
-    return 1
-}
-
-# start_mock BROKERS TOPIC:PARTS...: sets BS; fault commands go to fd 3.
-start_mock() {
-    local brokers=$1
-    shift
-    local args=()
-    local t
-    for t in "$@"; do args+=(--topic "$t"); done
-    rm -f ctl port
-    mkfifo ctl
-    "$SPARROW" kafka-mock --brokers "$brokers" "${args[@]}" --port-file port <ctl >mock.out \
-        2>mock.err &
-    PIDS+=("$!")
-    exec 3>ctl
-    wait_file port 20 || fail "mock did not start"
-    BS=$(cat port)
-}
 
 # Settings every test ingest uses: a short session timeout so the mock rebalances quickly after
 # a member dies, and quick metadata refresh after a broker comes back.

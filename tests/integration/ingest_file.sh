@@ -6,7 +6,8 @@ SPARROW=$1
 DIR=$2
 export PYTHONPATH="$(cd "$(dirname "$0")" && pwd)" # pbwire.py
 rm -rf "$DIR" && mkdir -p "$DIR" && cd "$DIR"
-fail() { echo "FAIL: $*"; cat ingest.err 2>/dev/null | tail -20; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
+FAIL_LOGS=(ingest.err)
 "$SPARROW" gen --n 500 --format json --out valid.json 2>gen.err || fail "gen"
 {
     head -250 valid.json

@@ -6,16 +6,10 @@ SPARROW=$1
 DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
 cd "$DIR"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- mock log"; cat mock.err 2>/dev/null || true; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
+FAIL_LOGS=(mock.err)
 command -v kcat >/dev/null || { echo "kcat not installed"; exit 1; }
 
-wait_file() { # path timeout_s
-    for _ in $(seq 1 $(($2 * 10))); do [ -s "$1" ] && return 0; sleep 0.1; done
-    return 1
-}
 
 mkfifo ctl
 "$SPARROW" kafka-mock --brokers 3 --topic events:4 --topic other:1 --port-file port \

@@ -7,16 +7,9 @@ set -euo pipefail
 SPARROW=$1
 DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
-fail() {
-    echo "FAIL: $*"
-    tail -30 "$DIR"/out*.txt 2>/dev/null || true
-    for f in "$DIR"/run/*.log; do
-        [ -f "$f" ] || continue
-        echo "== $f (tail)"
-        grep -v '^DBG' "$f" | tail -15
-    done
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
+FAIL_LOGS=("$DIR/out*.txt" "$DIR/run/*.log")
+FAIL_TAIL=15
 
 # bad arguments: exit 2 and say what is wrong, before anything starts
 bad() {

@@ -7,16 +7,9 @@ set -euo pipefail
 SPARROW=$1
 DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
-fail() {
-    echo "FAIL: $*"
-    tail -40 "$DIR"/out.txt 2>/dev/null || true
-    for f in "$DIR"/run/coordinator.log "$DIR"/run/trainer-*.log; do
-        [ -f "$f" ] || continue
-        echo "== $f (tail)"
-        grep -v '^DBG' "$f" | tail -15
-    done
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
+FAIL_LOGS=("$DIR/out.txt" "$DIR/run/coordinator.log" "$DIR/run/trainer-*.log")
+FAIL_TAIL=15
 
 # 20000 examples at 2000/s: 10 s of stream, well inside the Kafka mock's retention window
 timeout 400 "$SPARROW" launch --examples 20000 --rate 2000 --mode sync \

@@ -8,16 +8,9 @@ set -euo pipefail
 SPARROW=$1
 DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
-fail() {
-    echo "FAIL: $*"
-    tail -30 "$DIR"/out.txt 2>/dev/null || true
-    for f in "$DIR"/run/coordinator.log "$DIR"/run/trainer-0.log "$DIR"/run/shard-15.log; do
-        [ -f "$f" ] || continue
-        echo "== $f (tail)"
-        grep -v '^DBG' "$f" | tail -15
-    done
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
+FAIL_LOGS=("$DIR/out.txt" "$DIR/run/coordinator.log" "$DIR/run/trainer-0.log" "$DIR/run/shard-15.log")
+FAIL_TAIL=15
 
 timeout 250 "$SPARROW" launch --trainers 16 --shards 16 --partitions 16 --examples 8000 \
     --rate 1000000 --checkpoint-interval 2s --duration 200 --samples-ms 200 \

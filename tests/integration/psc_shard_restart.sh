@@ -13,21 +13,9 @@ DIM=4
 STEPS=20
 rm -rf "$DIR"
 mkdir -p "$DIR"
-PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 
-fail() {
-    echo "FAIL: $*"
-    for f in "$DIR"/*.log; do
-        echo "== $f"
-        tail -20 "$f"
-    done
-    exit 1
-}
 
 # start_shard I PORT: runs shard I in the background; sets SHARD_PID.
 start_shard() {
@@ -39,8 +27,8 @@ start_shard() {
     PIDS+=("$SHARD_PID")
 }
 
-# wait_for WHAT CMD...: polls CMD for up to 60 s while the driver runs.
-wait_for() {
+# wait_driver WHAT CMD...: polls CMD for up to 60 s while the driver runs.
+wait_driver() {
     local what=$1
     shift
     for _ in $(seq 1 600); do
@@ -66,11 +54,11 @@ PID1=$SHARD_PID
 DRIVER_PID=$!
 PIDS+=("$DRIVER_PID")
 
-wait_for "phase 1" test -e "$DIR/phase1"
+wait_driver "phase 1" test -e "$DIR/phase1"
 kill -9 "$PID1"
 wait "$PID1" 2>/dev/null || true
 touch "$DIR/go"
-wait_for "the client to report the dead shard" grep -q "waiting for shard shard=1" "$DIR/driver.log"
+wait_driver "the client to report the dead shard" grep -q "waiting for shard shard=1" "$DIR/driver.log"
 # The client is blocked on shard 1: it must be sleeping, not spinning.
 ticks0=$(awk '{print $14 + $15}' "/proc/$DRIVER_PID/stat")
 sleep 1

@@ -1,7 +1,6 @@
-# Shared helpers of the pserver integration scripts (sourced).
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+# Shared helpers of the pserver integration scripts (sourced): the cluster library, and a shard
+# started and probed with pserver_client.
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 
 # start_ps NAME ARGS...: starts a shard in the background; sets PS_PID, PS_EP.
 start_ps() {
@@ -28,11 +27,3 @@ start_ps() {
     exit 1
 }
 
-fail() {
-    echo "FAIL: $*"
-    for f in "$DIR"/*.log; do
-        echo "== $f"
-        tail -20 "$f"
-    done
-    exit 1
-}

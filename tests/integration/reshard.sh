@@ -36,16 +36,8 @@ S1=$SHARD_PID
     >"$DIR/coord.log" 2>&1 &
 CO=$!
 PIDS+=("$CO")
-"$SPARROW" trainer --in "kafka://$BS/examples" --shards "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" \
-    --model fm --latent-dim 4 --batch 256 --backend cpu --group g --id 1 --http-port -1 \
-    --set trainer.coordinator="tcp://127.0.0.1:$cp" --set trainer.shutdown.grace=3s \
-    >"$DIR/trainer.log" 2>&1 &
-TR=$!
-PIDS+=("$TR")
-wait_for "the trainer's assignment" 30 grep -q "partition assigned" "$DIR/trainer.log"
-"$SPARROW" gen --n 20000 --seed 4 --rate 4000 --out "kafka://$BS/examples" 2>"$DIR/gen.log" &
-GEN=$!
-PIDS+=("$GEN")
+start_coord_trainer "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" "$cp" --set trainer.shutdown.grace=3s
+start_gen 20000 4000
 wait_for "checkpoint epoch 2" 90 grep -q "checkpoint completed epoch=2 " "$DIR/coord.log"
 kill -TERM "$TR" "$GEN" 2>/dev/null || true
 wait "$TR" || fail "trainer exit status after SIGTERM"

@@ -40,19 +40,12 @@ PIDS+=("$COORD")
 PIDS+=("$!")
 wait_for "serve" 30 test -s "$DIR/serve.port"
 SPORT=$(cat "$DIR/serve.port")
-"$SPARROW" trainer --in "kafka://$BS/examples" --shards "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" \
-    --model fm --latent-dim 4 --batch 256 --backend cpu --group g --id 1 --http-port -1 \
-    --set trainer.coordinator="tcp://127.0.0.1:$cp" --set trainer.debug.delay_ms=20 \
-    --set trainer.shutdown.grace=3s >"$DIR/trainer.log" 2>&1 &
-TR=$!
-PIDS+=("$TR")
-wait_for "the trainer's assignment" 30 grep -q "partition assigned" "$DIR/trainer.log"
+start_coord_trainer "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" "$cp" --set trainer.debug.delay_ms=20 \
+    --set trainer.shutdown.grace=3s
 # the stream outlasts epoch 2 (40 steps = 10240 examples, 2.5 s at this rate) several times over, so
 # the trainer is still training when it is killed: a stream that ended with epoch 2 left nothing
 # to drop (CI under ASan: the trainer had consumed all of a 20000-example stream by epoch 2)
-"$SPARROW" gen --n 80000 --seed 4 --rate 4000 --out "kafka://$BS/examples" 2>"$DIR/gen.log" &
-GEN=$!
-PIDS+=("$GEN")
+start_gen 80000 4000
 wait_for "checkpoint epoch 2" 60 grep -q "checkpoint completed epoch=2 " "$DIR/coord.log"
 # let the shards train and publish past the checkpoint before the crash: 0.6 s is two publish
 # intervals, and shorter than the next epoch can take (40 steps of at least 20 ms each), so the

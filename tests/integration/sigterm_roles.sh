@@ -149,15 +149,8 @@ SHARD_HTTP=$(grep -o "http endpoint port=[0-9]*" "$DIR/shard-0.log" | head -1 | 
     >"$DIR/coord.log" 2>&1 &
 CO=$!
 PIDS+=("$CO")
-"$SPARROW" trainer --in "kafka://$BS/examples" --shards "tcp://127.0.0.1:$P0" --model fm \
-    --latent-dim 4 --batch 256 --backend cpu --group g --id 1 --http-port -1 \
-    --set trainer.coordinator="tcp://127.0.0.1:$CP" >"$DIR/trainer.log" 2>&1 &
-TR=$!
-PIDS+=("$TR")
-wait_for "the trainer's assignment" 30 grep -q "partition assigned" "$DIR/trainer.log"
-"$SPARROW" gen --n 0 --seed 4 --rate 3000 --out "kafka://$BS/examples" 2>"$DIR/gen.log" &
-GEN=$!
-PIDS+=("$GEN")
+start_coord_trainer "tcp://127.0.0.1:$P0" "$CP"
+start_gen 0 3000
 wait_for "checkpoint epoch 2" 90 grep -q "checkpoint completed epoch=2 " "$DIR/coord.log"
 
 # serve: bootstrapped from the checkpoints, tailing the stream, 8 clients in a loop
