@@ -8,8 +8,8 @@ rm -rf "$dir" && mkdir -p "$dir"
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 FAIL_LOGS=()
 
-"$sparrow" --help | grep -q "gen" || fail "--help does not list gen"
-"$sparrow" gen --help | grep -q "gen.seed" || fail "gen --help does not document gen.seed"
+"$sparrow" --help | grep -c "gen" >/dev/null || fail "--help does not list gen"
+"$sparrow" gen --help | grep -c "gen.seed" >/dev/null || fail "gen --help does not document gen.seed"
 if "$sparrow" no-such-command 2>"$dir/err"; then fail "unknown command exited 0"; fi
 grep -q "unknown command" "$dir/err" || fail "unknown command not reported"
 

@@ -54,12 +54,12 @@ kill -TERM "$pid"
 rc=0
 wait "$pid" || rc=$?
 [ "$rc" -eq 0 ] || fail "SIGTERM: exit $rc"
-grep ' gen done ' term.log | grep -q 'stopped=1' || fail "SIGTERM: no summary: $(cat term.log)"
+grep ' gen done ' term.log | grep -c 'stopped=1' >/dev/null || fail "SIGTERM: no summary: $(cat term.log)"
 
 # a reader that goes away ends an endless run cleanly
 timeout 60 "$SPARROW" gen --n 0 --seed 7 2>pipe.log | head -c 100000 >/dev/null
 grep -q 'output closed by its reader' pipe.log || fail "closed pipe: $(cat pipe.log)"
-grep ' gen done ' pipe.log | grep -q 'stopped=1' || fail "closed pipe: no summary"
+grep ' gen done ' pipe.log | grep -c 'stopped=1' >/dev/null || fail "closed pipe: no summary"
 
 # configuration errors exit 2 with a message
 rc=0
@@ -73,8 +73,8 @@ rc=0
 "$SPARROW" gen --n 100000 --out /dev/full 2>err.log || rc=$?
 [ "$rc" -eq 1 ] || fail "/dev/full: exit $rc"
 grep -q 'write failed.*No space left' err.log || fail "/dev/full: $(cat err.log)"
-"$SPARROW" gen --help | grep -q 'gen.latent_dim' || fail "--help lacks the property table"
-"$SPARROW" gen --seed 3 --dump-config | grep -q '^gen.seed = 3' || fail "--dump-config"
+"$SPARROW" gen --help | grep -c 'gen.latent_dim' >/dev/null || fail "--help lacks the property table"
+"$SPARROW" gen --seed 3 --dump-config | grep -c '^gen.seed = 3' >/dev/null || fail "--dump-config"
 
 rm -f ./*.pb ./*.json ./*.criteo
 echo "gen_determinism: ok"

@@ -39,7 +39,7 @@ bad "--kill-at" --kill-at 3:trainer-1:later
 bad "--checkpoint-interval" --checkpoint-interval 10x
 bad "unknown" --frobnicate 1
 [ ! -e "$DIR/bad/kafka-mock.log" ] || fail "bad arguments started processes"
-"$SPARROW" launch --help | grep -q -- '--kill-at' || fail "--help does not document --kill-at"
+"$SPARROW" launch --help | grep -c -- '--kill-at' >/dev/null || fail "--help does not document --kill-at"
 
 timeout 200 "$SPARROW" launch --examples 20000 --rate 20000 --mode async --duration 120 \
     --run-dir "$DIR/run" >"$DIR/out.txt" 2>&1 || fail "launch exit status"

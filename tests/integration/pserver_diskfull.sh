@@ -41,7 +41,7 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HTTP_PORT/ready
 if "$CLIENT" "$PS_EP" $DIM health; then fail "health should say not ready"; fi
 # still serving
 "$CLIENT" "$PS_EP" $DIM train 3 2 1000 1 || fail "train while disk full"
-curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | grep -q '^sparrow_ps_disk_full 1' ||
+curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | grep -c '^sparrow_ps_disk_full 1' >/dev/null ||
     fail "disk_full gauge not set"
 
 # space returns: ready again, checkpoints work

@@ -11,17 +11,7 @@ DIR=$2
 DRIVER=$3
 rm -rf "$DIR" && mkdir -p "$DIR"
 cd "$DIR"
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    tail -20 ./*.log 2>/dev/null || true
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 N=6000
 "$SPARROW" kafka-mock --topic model-updates:3 --port-file bs </dev/null >/dev/null 2>mock.log &
 PIDS+=($!)

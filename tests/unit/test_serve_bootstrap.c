@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sparrow/fs.h"
 #include "sparrow/coordinator.h"
 #include "sparrow/hash.h"
 #include "sparrow/pserver.h"
@@ -43,14 +44,6 @@ static uint64_t tree_sig(const char *dir)
     return g_sig;
 }
 
-static void rm_tree(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", dir);
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -65,7 +58,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    rm_tree(g_root);
+    spw_fs_remove_tree(g_root);
     return 0;
 }
 

@@ -8,13 +8,13 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "sparrow/fs.h"
 #include "sparrow/hash.h"
 #include "sparrow/metrics.h"
 #include "sparrow/pserver.h"
@@ -82,17 +82,6 @@ static int teardown(void **state)
     (void)state;
     unlink(g_pb_path);
     return 0;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void rm_tree(const char *path)
-{
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static struct spw_trainer_params base_params(enum spw_model_kind kind, uint32_t k)
@@ -343,7 +332,7 @@ static void check_equals_reference(const struct spw_trainer_params *p, uint64_t 
     assert_true(fabs(lr.window.auc - rr.window.auc) < 1e-9);
     assert_true(diff < 1e-6);
     spw_ref_destroy(ref);
-    rm_tree(root);
+    spw_fs_remove_tree(root);
 }
 
 /* SGD, every row pushed: the loop over in-process shards is the reference trainer. */
