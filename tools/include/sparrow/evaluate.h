@@ -1,5 +1,5 @@
-/* tools: `sparrow eval` — a model's quality on held-out data (docs/ARCHITECTURE.md §11), from a checkpoint or
- * from live shards, scored with the trainer's forward pass; no training. */
+/* tools: `sparrow eval` — a model's quality on held-out data (docs/ARCHITECTURE.md §11), from a
+ * checkpoint or from live shards, scored with the trainer's forward pass; no training. */
 #ifndef SPARROW_EVALUATE_H
 #define SPARROW_EVALUATE_H
 
