@@ -64,7 +64,7 @@ ingest_rate() { # format in_topic out_topic round
     PIDS+=("$pid")
     local port=""
     for _ in $(seq 1 100); do
-        port=$(sed -n 's/.*http endpoint up port=\([0-9]*\).*/\1/p' "ingest-$1.err" 2>/dev/null)
+        port=$(sed -n 's/.*http endpoint port=\([0-9]*\).*/\1/p' "ingest-$1.err" 2>/dev/null)
         [ -n "$port" ] && break
         sleep 0.1
     done
