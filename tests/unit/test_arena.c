@@ -1,9 +1,5 @@
 /* Unit tests of the per-batch arena: alignment, growth, budget, reset, calloc and strndup. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <string.h>
 
@@ -152,12 +148,5 @@ static void test_arena_strndup(void **state)
     spw_arena_destroy(arena);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_arena_alignment), cmocka_unit_test(test_arena_growth_past_chunk),
-        cmocka_unit_test(test_arena_budget),    cmocka_unit_test(test_arena_reset_reuses_memory),
-        cmocka_unit_test(test_arena_calloc),    cmocka_unit_test(test_arena_strndup),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_arena_alignment, test_arena_growth_past_chunk, test_arena_budget,
+              test_arena_reset_reuses_memory, test_arena_calloc, test_arena_strndup)

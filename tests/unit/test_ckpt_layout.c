@@ -1,10 +1,6 @@
 /* Unit tests of the checkpoint layout (sparrow/ckpt_layout.h): the paths spelled as the on-disk
  * format has them, epoch names, path splitting, listing and removal. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,13 +121,5 @@ static void test_ckpt_layout_list_and_remove(void **state)
     assert_int_equal(spw_fs_remove_tree(root), SPW_OK);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ckpt_layout_paths),
-        cmocka_unit_test(test_ckpt_layout_epoch_parse),
-        cmocka_unit_test(test_ckpt_layout_path_split),
-        cmocka_unit_test(test_ckpt_layout_list_and_remove),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_ckpt_layout_paths, test_ckpt_layout_epoch_parse, test_ckpt_layout_path_split,
+              test_ckpt_layout_list_and_remove)

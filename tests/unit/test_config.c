@@ -1,9 +1,5 @@
 /* Unit tests of the configuration table: parsing, ranges, layers, files, dump, docs and the CLI. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <fcntl.h>
 #include <signal.h>
@@ -832,30 +828,10 @@ static void test_config_getters_assert(void **state)
     spw_config_destroy(cfg);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config_defaults),
-        cmocka_unit_test(test_config_bad_tables),
-        cmocka_unit_test(test_config_bool),
-        cmocka_unit_test(test_config_parse_int64),
-        cmocka_unit_test(test_config_parse_double),
-        cmocka_unit_test(test_config_int_range),
-        cmocka_unit_test(test_config_double_range),
-        cmocka_unit_test(test_config_string),
-        cmocka_unit_test(test_config_enum),
-        cmocka_unit_test(test_config_duration),
-        cmocka_unit_test(test_config_unknown_key),
-        cmocka_unit_test(test_config_passthrough),
-        cmocka_unit_test(test_config_env),
-        cmocka_unit_test(test_config_precedence),
-        cmocka_unit_test(test_config_file_format),
-        cmocka_unit_test(test_config_file_errors),
-        cmocka_unit_test(test_config_dump_roundtrip),
-        cmocka_unit_test(test_config_cli),
-        cmocka_unit_test(test_config_doc_markdown),
-        cmocka_unit_test(test_config_doc_help),
-        cmocka_unit_test(test_config_getters_assert),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_config_defaults, test_config_bad_tables, test_config_bool,
+              test_config_parse_int64, test_config_parse_double, test_config_int_range,
+              test_config_double_range, test_config_string, test_config_enum, test_config_duration,
+              test_config_unknown_key, test_config_passthrough, test_config_env,
+              test_config_precedence, test_config_file_format, test_config_file_errors,
+              test_config_dump_roundtrip, test_config_cli, test_config_doc_markdown,
+              test_config_doc_help, test_config_getters_assert)

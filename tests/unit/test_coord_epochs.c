@@ -2,11 +2,7 @@
  * Checkpoint, Restore and Stats requests): MANIFEST with offsets and example counts, LATEST,
  * pruning to `keep`, a failing shard aborting the epoch, and a shard restart causing a global
  * restore. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -343,12 +339,6 @@ static void test_coord_epochs_shard_restart_restores_everyone(void **state)
     env_clean(&e);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_coord_epochs_manifest_offsets_and_prune),
-        cmocka_unit_test(test_coord_epochs_failed_shard_aborts_epoch),
-        cmocka_unit_test(test_coord_epochs_shard_restart_restores_everyone),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_coord_epochs_manifest_offsets_and_prune,
+              test_coord_epochs_failed_shard_aborts_epoch,
+              test_coord_epochs_shard_restart_restores_everyone)

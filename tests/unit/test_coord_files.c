@@ -1,10 +1,6 @@
 /* Tests of the coordinator's checkpoint files: MANIFEST round trip and corruption, LATEST,
  * pruning, and the recovery epoch falling back for all shards together. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -183,14 +179,6 @@ static void test_coord_files_mode_parse(void **state)
     assert_string_equal(buf, "hybrid:5");
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_coord_files_manifest_roundtrip),
-        cmocka_unit_test(test_coord_files_manifest_corrupt),
-        cmocka_unit_test(test_coord_files_prune_keeps_newest),
-        cmocka_unit_test(test_coord_files_recovery_falls_back_for_all_shards),
-        cmocka_unit_test(test_coord_files_mode_parse),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_coord_files_manifest_roundtrip, test_coord_files_manifest_corrupt,
+              test_coord_files_prune_keeps_newest,
+              test_coord_files_recovery_falls_back_for_all_shards, test_coord_files_mode_parse)

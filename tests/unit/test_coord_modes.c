@@ -1,10 +1,6 @@
 /* Tests of the coordinator's clocks with fake trainers (threads with real clients over loopback):
  * sync, ssp:S, async and hybrid:K, a trainer killed during sync, and re-registration. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -268,15 +264,6 @@ static void test_coord_modes_sync_member_leaves(void **state)
     sync_third_departs((struct trainer){.steps = 25, .leave_after = 5}, 3600 * 1000, &st);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_coord_modes_sync_waits_for_slowest),
-        cmocka_unit_test(test_coord_modes_ssp_bounds_gap),
-        cmocka_unit_test(test_coord_modes_async_runs_ahead),
-        cmocka_unit_test(test_coord_modes_hybrid_barriers),
-        cmocka_unit_test(test_coord_modes_sync_member_killed),
-        cmocka_unit_test(test_coord_modes_sync_member_leaves),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_coord_modes_sync_waits_for_slowest, test_coord_modes_ssp_bounds_gap,
+              test_coord_modes_async_runs_ahead, test_coord_modes_hybrid_barriers,
+              test_coord_modes_sync_member_killed, test_coord_modes_sync_member_leaves)

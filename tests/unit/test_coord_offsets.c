@@ -2,11 +2,7 @@
  * the trainers' Kafka offsets merged into the previous manifest's (several trainers, a partition
  * that moved to another trainer, one nobody reported), the example count, and the model-update
  * stream's per-partition minima over the shards. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 #include <stdio.h>
 
 #include "coord_int.h"
@@ -168,14 +164,6 @@ static void test_coord_offsets_update_minima(void **state)
     assert_int_equal(spw_coord__update_offsets_min(out, topics, 2), 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_coord_offsets_several_trainers),
-        cmocka_unit_test(test_coord_offsets_rebalance),
-        cmocka_unit_test(test_coord_offsets_missing_partition),
-        cmocka_unit_test(test_coord_offsets_examples),
-        cmocka_unit_test(test_coord_offsets_update_minima),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_coord_offsets_several_trainers, test_coord_offsets_rebalance,
+              test_coord_offsets_missing_partition, test_coord_offsets_examples,
+              test_coord_offsets_update_minima)

@@ -1,10 +1,6 @@
 /* Unit tests of the trainer-side recovery calls the coordinator needs: dropping every residual
  * (top-k), abandoning unacknowledged pushes (PS client), seeking assigned partitions (Kafka). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <stdio.h>
 #include <string.h>
@@ -136,12 +132,5 @@ static void test_coord_restore_kafka_seek(void **state)
     spw_kafka_mock_destroy(mock);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_coord_restore_topk_drop_all),
-        cmocka_unit_test(test_coord_restore_ps_client_abandon),
-        cmocka_unit_test(test_coord_restore_kafka_seek),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_coord_restore_topk_drop_all, test_coord_restore_ps_client_abandon,
+              test_coord_restore_kafka_seek)

@@ -2,11 +2,7 @@
  * values: which trainers a step waits for (backup workers, out of the barrier), how groups are
  * formed (by order, by speed), and the elastic moves (leave after `steps` slow steps, hysteresis,
  * rejoin). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include "sparrow/coordinator.h"
 
@@ -141,17 +137,6 @@ static void test_coord_mode_group(void **state)
     assert_false(spw_coord_mode_two_phase(&m));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_coord_step_need),
-        cmocka_unit_test(test_coord_step_ready),
-        cmocka_unit_test(test_coord_groups_by_index),
-        cmocka_unit_test(test_coord_groups_by_speed),
-        cmocka_unit_test(test_coord_median),
-        cmocka_unit_test(test_coord_elastic),
-        cmocka_unit_test(test_coord_elastic_not_allowed),
-        cmocka_unit_test(test_coord_mode_group),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_coord_step_need, test_coord_step_ready, test_coord_groups_by_index,
+              test_coord_groups_by_speed, test_coord_median, test_coord_elastic,
+              test_coord_elastic_not_allowed, test_coord_mode_group)

@@ -1,9 +1,5 @@
 /* Unit tests of the CURVE key-file reader (sparrow/curve_key.h): zcert files, bare keys, errors. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <stdio.h>
 #include <string.h>
@@ -86,12 +82,5 @@ static void test_curve_keys_foreach_allow_list(void **state)
     unlink(g_path);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_curve_key_zcert),
-        cmocka_unit_test(test_curve_key_bare_and_errors),
-        cmocka_unit_test(test_curve_keys_foreach_allow_list),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_curve_key_zcert, test_curve_key_bare_and_errors,
+              test_curve_keys_foreach_allow_list)

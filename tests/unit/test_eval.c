@@ -1,9 +1,5 @@
 /* Unit tests of streaming evaluation: exact and binned AUC, logloss, the sliding window. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <stdlib.h>
@@ -264,17 +260,6 @@ static void test_eval_new_rejects_zero(void **state)
     spw_eval_destroy(NULL);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_eval_auc_exact_simple),
-        cmocka_unit_test(test_eval_auc_exact_ties),
-        cmocka_unit_test(test_eval_one_class_nan),
-        cmocka_unit_test(test_eval_logloss),
-        cmocka_unit_test(test_eval_window_eviction),
-        cmocka_unit_test(test_eval_cumulative_random),
-        cmocka_unit_test(test_eval_cumulative_bound_tight),
-        cmocka_unit_test(test_eval_new_rejects_zero),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_eval_auc_exact_simple, test_eval_auc_exact_ties, test_eval_one_class_nan,
+              test_eval_logloss, test_eval_window_eviction, test_eval_cumulative_random,
+              test_eval_cumulative_bound_tight, test_eval_new_rejects_zero)

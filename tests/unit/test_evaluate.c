@@ -1,11 +1,7 @@
 /* Unit tests of `sparrow eval`'s library: checkpoints with known rows give the hand-computed
  * sigmoid of the LR/FM sums and the exact logloss, AUC, calibration and baselines; live
  * (in-process) shards; missing and corrupt checkpoints and bad input give named errors. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <stdio.h>
@@ -460,15 +456,7 @@ static void test_evaluate_shards_unreachable(void **state)
     spw_evaluate_model_close(NULL);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_evaluate_checkpoint_fm_exact),
-        cmocka_unit_test(test_evaluate_checkpoint_lr_epoch),
-        cmocka_unit_test(test_evaluate_shards_inproc),
-        cmocka_unit_test(test_evaluate_checkpoint_errors),
-        cmocka_unit_test(test_evaluate_input_errors),
-        cmocka_unit_test(test_evaluate_shards_unreachable),
-    };
-    return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
-}
+SPW_TEST_MAIN_GROUP(test_dir_setup, test_dir_teardown, test_evaluate_checkpoint_fm_exact,
+                    test_evaluate_checkpoint_lr_epoch, test_evaluate_shards_inproc,
+                    test_evaluate_checkpoint_errors, test_evaluate_input_errors,
+                    test_evaluate_shards_unreachable)

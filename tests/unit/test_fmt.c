@@ -1,9 +1,5 @@
 /* Unit tests of the decimal formatters (sparrow/fmt.h) against printf. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -51,11 +47,4 @@ static void test_fmt_i64_matches_printf(void **state)
     assert_int_equal(spw_fmt_i64(buf, INT64_MIN), 20);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fmt_u64_matches_printf),
-        cmocka_unit_test(test_fmt_i64_matches_printf),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_fmt_u64_matches_printf, test_fmt_i64_matches_printf)

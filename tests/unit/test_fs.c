@@ -1,9 +1,5 @@
 /* Unit tests of the filesystem helpers (sparrow/fs.h): mkdir -p and rm -r. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -108,13 +104,6 @@ static void test_fs_remove_tree_reports_leftovers(void **state)
     assert_int_equal(spw_fs_remove_tree(root), SPW_OK);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fs_mkdir_p_creates_parents),
-        cmocka_unit_test(test_fs_mkdir_p_refuses),
-        cmocka_unit_test(test_fs_remove_tree_removes_all),
-        cmocka_unit_test(test_fs_remove_tree_reports_leftovers),
-    };
-    return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
-}
+SPW_TEST_MAIN_GROUP(test_dir_setup, test_dir_teardown, test_fs_mkdir_p_creates_parents,
+                    test_fs_mkdir_p_refuses, test_fs_remove_tree_removes_all,
+                    test_fs_remove_tree_reports_leftovers)

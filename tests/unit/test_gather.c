@@ -1,9 +1,5 @@
 /* Unit test of the CPU backend's row gather (the oracle of the CUDA kernel). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <string.h>
 
@@ -41,12 +37,5 @@ static void test_gather_cuda_reports_absence(void **state)
     assert_int_equal(err, spw_cuda_built() ? SPW_ERR_CUDA : SPW_ERR_UNSUPPORTED);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gather_picks_rows_in_index_order),
-        cmocka_unit_test(test_gather_empty_batch_writes_nothing),
-        cmocka_unit_test(test_gather_cuda_reports_absence),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_gather_picks_rows_in_index_order, test_gather_empty_batch_writes_nothing,
+              test_gather_cuda_reports_absence)

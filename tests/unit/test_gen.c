@@ -1,9 +1,5 @@
 /* Unit tests of the synthetic click stream generator (tools/src/gen*.c). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -655,26 +651,12 @@ static void test_gen_output_reports_write_errors(void **state)
     close(fds[1]);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gen_zipf_small_vocab_matches_pmf),
-        cmocka_unit_test(test_gen_zipf_head_and_tail_match_pmf),
-        cmocka_unit_test(test_gen_zipf_head_share_is_exact),
-        cmocka_unit_test(test_gen_params_default_matches_table),
-        cmocka_unit_test(test_gen_rejects_bad_params),
-        cmocka_unit_test(test_gen_deterministic_for_a_seed),
-        cmocka_unit_test(test_gen_calibrated_ctr),
-        cmocka_unit_test(test_gen_calibrated_ctr_under_drift),
-        cmocka_unit_test(test_gen_oracle_is_the_planted_model),
-        cmocka_unit_test(test_gen_drift_moves_weights),
-        cmocka_unit_test(test_gen_new_values_rate),
-        cmocka_unit_test(test_gen_vocab_sizes_span_the_range),
-        cmocka_unit_test(test_gen_criteo_holds_at_most_39_fields),
-        cmocka_unit_test(test_gen_formats_read_back_identically),
-        cmocka_unit_test(test_gen_encodings_are_as_documented),
-        cmocka_unit_test(test_gen_output_writes_blocks_in_order),
-        cmocka_unit_test(test_gen_output_reports_write_errors),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_gen_zipf_small_vocab_matches_pmf, test_gen_zipf_head_and_tail_match_pmf,
+              test_gen_zipf_head_share_is_exact, test_gen_params_default_matches_table,
+              test_gen_rejects_bad_params, test_gen_deterministic_for_a_seed,
+              test_gen_calibrated_ctr, test_gen_calibrated_ctr_under_drift,
+              test_gen_oracle_is_the_planted_model, test_gen_drift_moves_weights,
+              test_gen_new_values_rate, test_gen_vocab_sizes_span_the_range,
+              test_gen_criteo_holds_at_most_39_fields, test_gen_formats_read_back_identically,
+              test_gen_encodings_are_as_documented, test_gen_output_writes_blocks_in_order,
+              test_gen_output_reports_write_errors)

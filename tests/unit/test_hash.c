@@ -1,9 +1,5 @@
 /* Unit tests of feature hashing, field naming, Criteo bucketing and shard placement. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <stdio.h>
 #include <string.h>
@@ -219,17 +215,6 @@ static void test_hash_shard_balance(void **state)
     assert_int_equal(spw_hash_shard(12345, SHARDS), spw_hash_jump(spw_hash_mix64(12345), SHARDS));
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hash_key_xxh64_vectors),
-        cmocka_unit_test(test_hash_key_field_is_seed),
-        cmocka_unit_test(test_hash_field_name),
-        cmocka_unit_test(test_hash_criteo_bucket),
-        cmocka_unit_test(test_hash_mix64),
-        cmocka_unit_test(test_hash_jump_vectors),
-        cmocka_unit_test(test_hash_jump_consistency),
-        cmocka_unit_test(test_hash_shard_balance),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_hash_key_xxh64_vectors, test_hash_key_field_is_seed, test_hash_field_name,
+              test_hash_criteo_bucket, test_hash_mix64, test_hash_jump_vectors,
+              test_hash_jump_consistency, test_hash_shard_balance)

@@ -1,10 +1,6 @@
 /* Unit tests of ingest's exported feature hashing: the same keys, fields and weights as the JSON
  * line parser (fast path and json-c) gives the same event, and the tokener's checks. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <string.h>
 
@@ -115,12 +111,4 @@ static void test_ingest_hash_check(void **state)
     json_object_put(f);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ingest_hash_matches_parser),
-        cmocka_unit_test(test_ingest_hash_one_field),
-        cmocka_unit_test(test_ingest_hash_check),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_ingest_hash_matches_parser, test_ingest_hash_one_field, test_ingest_hash_check)

@@ -1,11 +1,7 @@
 /* Unit test of the ingest role on Kafka (librdkafka's in-process mock cluster): raw events from a
  * topic become ExampleBatch records on another, invalid ones dead letters with their headers, and
  * a stop drains and exits cleanly. Labelled "kafka" (ThreadSanitizer runs skip it). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -142,10 +138,4 @@ static void test_ingest_kafka_topic_to_topic(void **state)
     spw_signal_reset();
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ingest_kafka_topic_to_topic),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_ingest_kafka_topic_to_topic)

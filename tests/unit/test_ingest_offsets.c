@@ -1,10 +1,6 @@
 /* Unit tests of ingest's offset ring: only delivered cycles' offsets are handed on, oldest first,
  * and a cycle not yet delivered (or failed) holds back every newer one. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include "role_int.h"
 
@@ -115,13 +111,5 @@ static void test_ingest_offsets_partition_table_full(void **state)
     spw_ingest__ring_fini(&ring);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ingest_offsets_note_keeps_highest),
-        cmocka_unit_test(test_ingest_offsets_gap_held_then_in_order),
-        cmocka_unit_test(test_ingest_offsets_failed_cycle_stops),
-        cmocka_unit_test(test_ingest_offsets_partition_table_full),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_ingest_offsets_note_keeps_highest, test_ingest_offsets_gap_held_then_in_order,
+              test_ingest_offsets_failed_cycle_stops, test_ingest_offsets_partition_table_full)

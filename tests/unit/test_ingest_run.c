@@ -1,10 +1,6 @@
 /* Unit tests of the ingest role from a file input to a file output: records cut at the batch
  * size, keyed buckets, dead letters for invalid events, the counts of a whole run. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,12 +257,6 @@ static void test_ingest_run_new_refusals(void **state)
     spw_ingest_destroy(NULL);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ingest_run_file_batches_and_dead_letters),
-        cmocka_unit_test(test_ingest_run_file_keyed_buckets),
-        cmocka_unit_test(test_ingest_run_new_refusals),
-    };
-    return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
-}
+SPW_TEST_MAIN_GROUP(test_dir_setup, test_dir_teardown,
+                    test_ingest_run_file_batches_and_dead_letters,
+                    test_ingest_run_file_keyed_buckets, test_ingest_run_new_refusals)

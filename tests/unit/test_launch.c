@@ -1,9 +1,5 @@
 /* Unit tests of the local launcher (tools/src/launch.c) with /bin/sh as the executable. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <signal.h>
 #include <stdio.h>
@@ -260,17 +256,8 @@ static void test_pipeline_hist_by_label(void **state)
     assert_int_equal(none.n, 0);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_launch_logs_and_reports_unexpected_exit),
-        cmocka_unit_test(test_launch_rejects_bad_and_duplicate_names),
-        cmocka_unit_test(test_launch_kill9_and_restart),
-        cmocka_unit_test(test_launch_stop_escalates_to_sigkill),
-        cmocka_unit_test(test_launch_stop_group_signals_together),
-        cmocka_unit_test(test_launch_holds_the_largest_pipeline),
-        cmocka_unit_test(test_launch_free_port_and_wait_file),
-        cmocka_unit_test(test_pipeline_hist_by_label),
-    };
-    return cmocka_run_group_tests(tests, test_dir_setup, test_dir_teardown);
-}
+SPW_TEST_MAIN_GROUP(test_dir_setup, test_dir_teardown, test_launch_logs_and_reports_unexpected_exit,
+                    test_launch_rejects_bad_and_duplicate_names, test_launch_kill9_and_restart,
+                    test_launch_stop_escalates_to_sigkill, test_launch_stop_group_signals_together,
+                    test_launch_holds_the_largest_pipeline, test_launch_free_port_and_wait_file,
+                    test_pipeline_hist_by_label)

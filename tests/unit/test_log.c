@@ -1,9 +1,5 @@
 /* Unit tests of logging: level names, the rate limiter and the shape of a written line. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <regex.h>
 #include <stdio.h>
@@ -195,15 +191,6 @@ static void test_log_long_line_truncated(void **state)
     free(text);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_log_level_parse),
-        cmocka_unit_test(test_log_ratelimit),
-        cmocka_unit_test(test_log_line_format),
-        cmocka_unit_test(test_log_threshold_skips_arguments),
-        cmocka_unit_test(test_log_ratelimited_macro),
-        cmocka_unit_test(test_log_long_line_truncated),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_log_level_parse, test_log_ratelimit, test_log_line_format,
+              test_log_threshold_skips_arguments, test_log_ratelimited_macro,
+              test_log_long_line_truncated)

@@ -1,10 +1,6 @@
 /* Unit tests of shard checkpoints: snapshot, restore bit-identical, corrupt/incomplete skipped,
  * existing epoch refused, failure leaves earlier checkpoints intact. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <dirent.h>
 #include <stdio.h>
@@ -347,19 +343,8 @@ static void test_ps_checkpoint_failure_leaves_previous(void **state)
     spw_ps_store_close(s);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_ps_checkpoint_restore_bit_identical, test_dir_setup,
-                                        test_dir_teardown),
-        cmocka_unit_test_setup_teardown(test_ps_checkpoint_corrupt_and_incomplete_skipped,
-                                        test_dir_setup, test_dir_teardown),
-        cmocka_unit_test_setup_teardown(test_ps_checkpoint_failure_leaves_previous, test_dir_setup,
-                                        test_dir_teardown),
-        cmocka_unit_test_setup_teardown(test_ps_checkpoint_large_flush_restore, test_dir_setup,
-                                        test_dir_teardown),
-        cmocka_unit_test_setup_teardown(test_ps_checkpoint_format1_checksum_verifies,
-                                        test_dir_setup, test_dir_teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN_EACH(test_dir_setup, test_dir_teardown, test_ps_checkpoint_restore_bit_identical,
+                   test_ps_checkpoint_corrupt_and_incomplete_skipped,
+                   test_ps_checkpoint_failure_leaves_previous,
+                   test_ps_checkpoint_large_flush_restore,
+                   test_ps_checkpoint_format1_checksum_verifies)

@@ -1,10 +1,6 @@
 /* Unit tests of the shard's optimizers, clipping, L2, row init and staleness penalties, against
  * hand-computed values. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <string.h>
@@ -337,25 +333,10 @@ static void test_ps_optim_penalty_parse_rejects(void **state)
     assert_int_equal(spw_ps_optimizer_parse("adamw", &o), SPW_ERR_INVALID);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ps_optim_sgd),
-        cmocka_unit_test(test_ps_optim_sgd_l2),
-        cmocka_unit_test(test_ps_optim_clip),
-        cmocka_unit_test(test_ps_optim_adagrad),
-        cmocka_unit_test(test_ps_optim_adagrad_widths_bit_exact),
-        cmocka_unit_test(test_ps_optim_nonfinite_any_position),
-        cmocka_unit_test(test_ps_optim_adam),
-        cmocka_unit_test(test_ps_optim_ftrl),
-        cmocka_unit_test(test_ps_optim_ftrl_init_consistent),
-        cmocka_unit_test(test_ps_optim_init_deterministic),
-        cmocka_unit_test(test_ps_optim_nonfinite_rejected),
-        cmocka_unit_test(test_ps_optim_staleness_scales_step),
-        cmocka_unit_test(test_ps_optim_penalty_values),
-        cmocka_unit_test(test_ps_optim_penalty_parse_rejects),
-        cmocka_unit_test(test_ps_optim_lr_latent_sgd),
-        cmocka_unit_test(test_ps_optim_lr_latent_others),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_ps_optim_sgd, test_ps_optim_sgd_l2, test_ps_optim_clip, test_ps_optim_adagrad,
+              test_ps_optim_adagrad_widths_bit_exact, test_ps_optim_nonfinite_any_position,
+              test_ps_optim_adam, test_ps_optim_ftrl, test_ps_optim_ftrl_init_consistent,
+              test_ps_optim_init_deterministic, test_ps_optim_nonfinite_rejected,
+              test_ps_optim_staleness_scales_step, test_ps_optim_penalty_values,
+              test_ps_optim_penalty_parse_rejects, test_ps_optim_lr_latent_sgd,
+              test_ps_optim_lr_latent_others)

@@ -1,11 +1,7 @@
 /* Unit tests of the shard's ZeroMQ server, run in a thread of the test: pull/push round trips,
  * duplicate seqs, error replies for malformed, truncated, oversized and wrong-version frames
  * while a well-behaved client is served, wrong shard, checkpoint and CurveZMQ rejection. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -807,22 +803,10 @@ static void test_ps_server_req_socket_envelope(void **state)
     stop(e);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_ps_server_pull_push_dedup, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_server_bad_frames_answered, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_server_restore_fences_older_generations, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_ps_server_wrong_shard_and_rpc_checkpoint, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_ps_server_curve_rejects_unknown_clients, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_ps_server_req_socket_envelope, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_server_two_phase_steps, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_server_push_echo, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_server_push_pulled_dc, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_server_commit_after_larger_commit, setup, teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN_EACH(setup, teardown, test_ps_server_pull_push_dedup,
+                   test_ps_server_bad_frames_answered,
+                   test_ps_server_restore_fences_older_generations,
+                   test_ps_server_wrong_shard_and_rpc_checkpoint,
+                   test_ps_server_curve_rejects_unknown_clients, test_ps_server_req_socket_envelope,
+                   test_ps_server_two_phase_steps, test_ps_server_push_echo,
+                   test_ps_server_push_pulled_dc, test_ps_server_commit_after_larger_commit)

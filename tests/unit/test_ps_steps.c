@@ -1,11 +1,7 @@
 /* Unit tests of the shard's pending table of two-phase steps (pserver/src/steps.c): the commit
  * rule of a unit (members listed, members too late, trainers outside the unit), the weights of
  * late contributions, the counter row of a dropped one, and the per-trainer watermarks. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include "ps_int.h"
 
@@ -187,13 +183,5 @@ static void test_ps_steps_bound(void **state)
     spw_ps__steps_destroy(st);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ps_steps_backup_drop),
-        cmocka_unit_test(test_ps_steps_backup_apply),
-        cmocka_unit_test(test_ps_steps_whole_job),
-        cmocka_unit_test(test_ps_steps_bound),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_ps_steps_backup_drop, test_ps_steps_backup_apply, test_ps_steps_whole_job,
+              test_ps_steps_bound)

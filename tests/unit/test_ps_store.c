@@ -1,10 +1,6 @@
 /* Unit tests of the row store: pull/push through the store, staleness, spill to RocksDB and
  * read-back, admission, TTL, persistence. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <stdio.h>
@@ -551,22 +547,10 @@ static void test_ps_store_db_options_insert_hint(void **state)
     spw_ps_store_close(s);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_ps_store_pull_init_deterministic, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_store_push_versions_and_staleness, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_store_penalties_through_store, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_store_nonfinite_rejected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_store_spill_readback_identical, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_store_index_grows_with_rows, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_store_large_flush_roundtrip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_store_admission, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_store_counter_key, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_store_ttl, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_store_reopen_persists_and_checks_layout, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_ps_store_db_options_insert_hint, setup, teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN_EACH(setup, teardown, test_ps_store_pull_init_deterministic,
+                   test_ps_store_push_versions_and_staleness, test_ps_store_penalties_through_store,
+                   test_ps_store_nonfinite_rejected, test_ps_store_spill_readback_identical,
+                   test_ps_store_index_grows_with_rows, test_ps_store_large_flush_roundtrip,
+                   test_ps_store_admission, test_ps_store_counter_key, test_ps_store_ttl,
+                   test_ps_store_reopen_persists_and_checks_layout,
+                   test_ps_store_db_options_insert_hint)

@@ -1,11 +1,7 @@
 /* Unit tests of the PS client's ZeroMQ transport against two spw_ps_server shards running in
  * threads: slicing, caller order, the push window, resend after a lost ack, flush, shard restart,
  * fp16, error replies, identity reuse, CURVE, stop requests and metrics. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <ftw.h>
 #include <math.h>
@@ -837,21 +833,10 @@ static void test_psc_zmq_error_replies(void **state)
     fake_close(&f);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_psc_zmq_sliced_in_caller_order, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psc_zmq_window_bound_and_flush, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psc_zmq_lost_ack_applied_once, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psc_zmq_restart_recovers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psc_zmq_fp16_rounded, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psc_zmq_wrong_dim_is_sticky, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psc_zmq_wrong_shard_order_is_sticky, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psc_zmq_reused_identity_detected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psc_zmq_curve, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psc_zmq_stop_interrupts_waits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psc_zmq_metrics, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_psc_zmq_error_replies, setup, teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN_EACH(setup, teardown, test_psc_zmq_sliced_in_caller_order,
+                   test_psc_zmq_window_bound_and_flush, test_psc_zmq_lost_ack_applied_once,
+                   test_psc_zmq_restart_recovers, test_psc_zmq_fp16_rounded,
+                   test_psc_zmq_wrong_dim_is_sticky, test_psc_zmq_wrong_shard_order_is_sticky,
+                   test_psc_zmq_reused_identity_detected, test_psc_zmq_curve,
+                   test_psc_zmq_stop_interrupts_waits, test_psc_zmq_metrics,
+                   test_psc_zmq_error_replies)

@@ -1,9 +1,5 @@
 /* Unit tests for ingest: JSON, Criteo and pb parsers, validation, schema files and the reader. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <stdio.h>
@@ -1539,35 +1535,14 @@ static void test_reader_io_error_and_arena_budget(void **state)
     spw_arena_destroy(arena);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reader_json_known_record),
-        cmocka_unit_test(test_reader_json_literal_rule),
-        cmocka_unit_test(test_reader_json_rejects),
-        cmocka_unit_test(test_reader_json_limits),
-        cmocka_unit_test(test_reader_json_schema),
-        cmocka_unit_test(test_reader_json_fast_escapes),
-        cmocka_unit_test(test_reader_json_fast_whitespace),
-        cmocka_unit_test(test_reader_json_fast_skips_nested),
-        cmocka_unit_test(test_reader_json_fast_numbers),
-        cmocka_unit_test(test_reader_json_fast_names),
-        cmocka_unit_test(test_reader_json_fast_bounds),
-        cmocka_unit_test(test_reader_schema_errors),
-        cmocka_unit_test(test_reader_criteo_field_ids),
-        cmocka_unit_test(test_reader_criteo_known_record),
-        cmocka_unit_test(test_reader_criteo_rejects),
-        cmocka_unit_test(test_reader_pb_example),
-        cmocka_unit_test(test_reader_validate),
-        cmocka_unit_test(test_reader_json_file_positions),
-        cmocka_unit_test(test_reader_json_surrogate_across_lines),
-        cmocka_unit_test(test_reader_oversized_line),
-        cmocka_unit_test(test_reader_long_line_within_limit),
-        cmocka_unit_test(test_reader_many_records),
-        cmocka_unit_test(test_reader_criteo_stream),
-        cmocka_unit_test(test_reader_pb_stream),
-        cmocka_unit_test(test_reader_stdin_and_open_errors),
-        cmocka_unit_test(test_reader_io_error_and_arena_budget),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_reader_json_known_record, test_reader_json_literal_rule,
+              test_reader_json_rejects, test_reader_json_limits, test_reader_json_schema,
+              test_reader_json_fast_escapes, test_reader_json_fast_whitespace,
+              test_reader_json_fast_skips_nested, test_reader_json_fast_numbers,
+              test_reader_json_fast_names, test_reader_json_fast_bounds, test_reader_schema_errors,
+              test_reader_criteo_field_ids, test_reader_criteo_known_record,
+              test_reader_criteo_rejects, test_reader_pb_example, test_reader_validate,
+              test_reader_json_file_positions, test_reader_json_surrogate_across_lines,
+              test_reader_oversized_line, test_reader_long_line_within_limit,
+              test_reader_many_records, test_reader_criteo_stream, test_reader_pb_stream,
+              test_reader_stdin_and_open_errors, test_reader_io_error_and_arena_budget)

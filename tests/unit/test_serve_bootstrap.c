@@ -1,10 +1,6 @@
 /* Unit tests of the serving bootstrap: a real shard checkpoint read back row for row, read-only,
  * with the manifest's update offsets; missing and corrupt checkpoints. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
@@ -195,11 +191,5 @@ static void test_serve_bootstrap_without_checkpoint(void **state)
     spw_serve_bootstrap_fini(&boot);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_serve_bootstrap_loads_checkpoint_read_only),
-        cmocka_unit_test(test_serve_bootstrap_without_checkpoint),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+SPW_TEST_MAIN_GROUP(setup, teardown, test_serve_bootstrap_loads_checkpoint_read_only,
+                    test_serve_bootstrap_without_checkpoint)

@@ -1,9 +1,5 @@
 /* Unit tests of the predict request parser: hashing as ingest does, pre-hashed keys, refusals. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <string.h>
 
@@ -148,13 +144,6 @@ static void test_serve_request_refusals(void **state)
     spw_arena_destroy(arena);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_serve_request_features_hash_like_ingest),
-        cmocka_unit_test(test_serve_request_short_features_accepted),
-        cmocka_unit_test(test_serve_request_keys_and_batches),
-        cmocka_unit_test(test_serve_request_refusals),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_serve_request_features_hash_like_ingest,
+              test_serve_request_short_features_accepted, test_serve_request_keys_and_batches,
+              test_serve_request_refusals)

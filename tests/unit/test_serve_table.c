@@ -1,9 +1,5 @@
 /* Unit tests of the serving lookup table: put/get/delete, growth, capacity, concurrent readers. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -149,13 +145,5 @@ static void test_serve_table_concurrent_readers(void **state)
     spw_serve_table_destroy(r.t);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_serve_table_put_get_delete),
-        cmocka_unit_test(test_serve_table_many_keys),
-        cmocka_unit_test(test_serve_table_capacity),
-        cmocka_unit_test(test_serve_table_concurrent_readers),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_serve_table_put_get_delete, test_serve_table_many_keys,
+              test_serve_table_capacity, test_serve_table_concurrent_readers)

@@ -1,9 +1,5 @@
 /* Unit tests of the trainer's batches: key de-duplication, validation, reuse, and the key index. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <stdlib.h>
@@ -254,16 +250,7 @@ static void test_trn_batch_keyidx_generation_wrap(void **state)
     spw_trn__keyidx_fini(&idx);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_trn_batch_dedups_keys_with_bias_first),
-        cmocka_unit_test(test_trn_batch_rejects_bad_input_unchanged),
-        cmocka_unit_test(test_trn_batch_adds_decoded_example),
-        cmocka_unit_test(test_trn_batch_reuse_matches_naive_dedup),
-        cmocka_unit_test(test_trn_batch_row_csr_groups_occurrences),
-        cmocka_unit_test(test_trn_batch_keyidx_matches_naive_map),
-        cmocka_unit_test(test_trn_batch_keyidx_generation_wrap),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_trn_batch_dedups_keys_with_bias_first,
+              test_trn_batch_rejects_bad_input_unchanged, test_trn_batch_adds_decoded_example,
+              test_trn_batch_reuse_matches_naive_dedup, test_trn_batch_row_csr_groups_occurrences,
+              test_trn_batch_keyidx_matches_naive_map, test_trn_batch_keyidx_generation_wrap)

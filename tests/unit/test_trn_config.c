@@ -1,9 +1,5 @@
 /* Unit tests of the trainer's property table and its reading into params. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <string.h>
 
@@ -116,12 +112,5 @@ static void test_trn_config_shutdown_bounds_reach_loop(void **state)
     spw_config_destroy(cfg);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_trn_config_defaults),
-        cmocka_unit_test(test_trn_config_settings_reach_params),
-        cmocka_unit_test(test_trn_config_shutdown_bounds_reach_loop),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_trn_config_defaults, test_trn_config_settings_reach_params,
+              test_trn_config_shutdown_bounds_reach_loop)

@@ -2,11 +2,7 @@
  * the Bayes-optimal logloss, equals the single-process reference trainer (rows and progressive
  * validation, with and without compression and accumulation, flushes included), counts and skips
  * malformed records, runs its hooks in step order, stops cleanly, and reads its settings. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <stdio.h>
@@ -606,20 +602,12 @@ static void test_trn_loop_conf_from_config(void **state)
     spw_config_destroy(cfg);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_trn_loop_inproc_learns_toward_bayes),
-        cmocka_unit_test(test_trn_loop_inproc_equals_reference),
-        cmocka_unit_test(test_trn_loop_inproc_equals_reference_compressed),
-        cmocka_unit_test(test_trn_loop_checkpoint_flushes_residuals),
-        cmocka_unit_test(test_trn_loop_stop_request_finishes_step_and_flushes),
-        cmocka_unit_test(test_trn_loop_hooks_run_in_step_order_and_stop),
-        cmocka_unit_test(test_trn_loop_slow_factor_stretches_work_not_waits),
-        cmocka_unit_test(test_trn_loop_max_examples_and_metrics),
-        cmocka_unit_test(test_trn_loop_skips_malformed_records),
-        cmocka_unit_test(test_trn_loop_missing_input_fails_to_start),
-        cmocka_unit_test(test_trn_loop_conf_from_config),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+SPW_TEST_MAIN_GROUP(setup, teardown, test_trn_loop_inproc_learns_toward_bayes,
+                    test_trn_loop_inproc_equals_reference,
+                    test_trn_loop_inproc_equals_reference_compressed,
+                    test_trn_loop_checkpoint_flushes_residuals,
+                    test_trn_loop_stop_request_finishes_step_and_flushes,
+                    test_trn_loop_hooks_run_in_step_order_and_stop,
+                    test_trn_loop_slow_factor_stretches_work_not_waits,
+                    test_trn_loop_max_examples_and_metrics, test_trn_loop_skips_malformed_records,
+                    test_trn_loop_missing_input_fails_to_start, test_trn_loop_conf_from_config)

@@ -2,11 +2,7 @@
  * threads of this process: pipelined pulls with checkpoints that cancel and redo the prefetched
  * pull, fresh reads of the trainer's own pushes, and a stop request while the shards are
  * unreachable (the loop neither hangs nor trains the micro-batch whose rows never came). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <ftw.h>
 #include <pthread.h>
@@ -323,12 +319,6 @@ static void test_trn_loop_zmq_stop_while_shards_unreachable(void **state)
     spw_trainer_loop_destroy(loop);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_trn_loop_zmq_prefetch_with_checkpoints),
-        cmocka_unit_test(test_trn_loop_zmq_fresh_reads_equal_no_prefetch),
-        cmocka_unit_test(test_trn_loop_zmq_stop_while_shards_unreachable),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+SPW_TEST_MAIN_GROUP(setup, teardown, test_trn_loop_zmq_prefetch_with_checkpoints,
+                    test_trn_loop_zmq_fresh_reads_equal_no_prefetch,
+                    test_trn_loop_zmq_stop_while_shards_unreachable)

@@ -1,10 +1,6 @@
 /* Unit tests of the CPU backend: LR/FM forward against naive formulas, backward against finite
  * differences and per-example sums, row norms, top-k selection, backend selection. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <stdlib.h>
@@ -367,17 +363,8 @@ static void test_trn_model_backend_cpu_dispatch(void **state)
     spw_backend_destroy(be);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_trn_model_forward_matches_naive),
-        cmocka_unit_test(test_trn_model_lr_by_hand),
-        cmocka_unit_test(test_trn_model_gradient_matches_finite_differences),
-        cmocka_unit_test(test_trn_model_reduces_duplicate_keys),
-        cmocka_unit_test(test_trn_model_row_norms),
-        cmocka_unit_test(test_trn_model_topk_select_matches_rank),
-        cmocka_unit_test(test_trn_model_backend_selection),
-        cmocka_unit_test(test_trn_model_backend_cpu_dispatch),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_trn_model_forward_matches_naive, test_trn_model_lr_by_hand,
+              test_trn_model_gradient_matches_finite_differences,
+              test_trn_model_reduces_duplicate_keys, test_trn_model_row_norms,
+              test_trn_model_topk_select_matches_rank, test_trn_model_backend_selection,
+              test_trn_model_backend_cpu_dispatch)

@@ -1,9 +1,5 @@
 /* Unit tests of progressive validation (model vs oracle vs constant). */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <string.h>
@@ -66,11 +62,4 @@ static void test_trn_pv_without_oracle(void **state)
     spw_pv_destroy(NULL);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_trn_pv_reports_model_oracle_and_constant),
-        cmocka_unit_test(test_trn_pv_without_oracle),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_trn_pv_reports_model_oracle_and_constant, test_trn_pv_without_oracle)

@@ -1,11 +1,7 @@
 /* Unit tests of the single-process reference trainer on generated data: it learns (below the
  * constant predictor, towards the Bayes-optimal logloss), compression at ratio 1 changes nothing,
  * accumulation over micro-batches equals one large batch, bad records are skipped. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <stdio.h>
@@ -406,17 +402,10 @@ static void test_trn_ref_rows_start_like_a_shard(void **state)
     free_batches(&bs);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_trn_ref_fm_learns_toward_bayes),
-        cmocka_unit_test(test_trn_ref_lr_learns_toward_bayes),
-        cmocka_unit_test(test_trn_ref_topk_with_error_feedback_learns),
-        cmocka_unit_test(test_trn_ref_topk_ratio_one_equals_no_compression),
-        cmocka_unit_test(test_trn_ref_accumulation_equals_large_batch),
-        cmocka_unit_test(test_trn_ref_flush_applies_pending),
-        cmocka_unit_test(test_trn_ref_skips_malformed_records),
-        cmocka_unit_test(test_trn_ref_rows_start_like_a_shard),
-    };
-    return cmocka_run_group_tests(tests, setup, teardown);
-}
+SPW_TEST_MAIN_GROUP(setup, teardown, test_trn_ref_fm_learns_toward_bayes,
+                    test_trn_ref_lr_learns_toward_bayes,
+                    test_trn_ref_topk_with_error_feedback_learns,
+                    test_trn_ref_topk_ratio_one_equals_no_compression,
+                    test_trn_ref_accumulation_equals_large_batch,
+                    test_trn_ref_flush_applies_pending, test_trn_ref_skips_malformed_records,
+                    test_trn_ref_rows_start_like_a_shard)

@@ -1,10 +1,6 @@
 /* Unit tests of top-k compression with error feedback, its residual table, and gradient
  * accumulation. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <stdlib.h>
@@ -479,21 +475,11 @@ static void test_trn_acc_pulled_latest(void **state)
     spw_grad_acc_destroy(acc);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_trn_topk_pulled_follow_rows),
-        cmocka_unit_test(test_trn_acc_pulled_latest),
-        cmocka_unit_test(test_trn_topk_ratio_one_sends_everything_unchanged),
-        cmocka_unit_test(test_trn_topk_keeps_largest_and_feeds_back),
-        cmocka_unit_test(test_trn_topk_error_feedback_conserves_gradient),
-        cmocka_unit_test(test_trn_topk_full_table_sends_oldest),
-        cmocka_unit_test(test_trn_topk_flush_and_drop),
-        cmocka_unit_test(test_trn_topk_without_error_feedback_discards),
-        cmocka_unit_test(test_trn_topk_fp16_values_are_what_the_server_decodes),
-        cmocka_unit_test(test_trn_topk_rejects_bad_conf),
-        cmocka_unit_test(test_trn_topk_backend_selection_matches_cpu),
-        cmocka_unit_test(test_trn_topk_grad_acc_sums_rows),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SPW_TEST_MAIN(test_trn_topk_pulled_follow_rows, test_trn_acc_pulled_latest,
+              test_trn_topk_ratio_one_sends_everything_unchanged,
+              test_trn_topk_keeps_largest_and_feeds_back,
+              test_trn_topk_error_feedback_conserves_gradient,
+              test_trn_topk_full_table_sends_oldest, test_trn_topk_flush_and_drop,
+              test_trn_topk_without_error_feedback_discards,
+              test_trn_topk_fp16_values_are_what_the_server_decodes, test_trn_topk_rejects_bad_conf,
+              test_trn_topk_backend_selection_matches_cpu, test_trn_topk_grad_acc_sums_rows)
