@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "command_table.h"
+#include "sparrow/cli.h"
 #include "sparrow/config.h"
 #include "sparrow/coordinator.h"
 #include "sparrow/http.h"
@@ -26,19 +27,14 @@ static spw_err_t verify_shard(const char *dir, const char *checksum)
     return strcmp(hex, checksum) == 0 ? SPW_OK : SPW_ERR_CORRUPT;
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: sparrow coordinator [--listen tcp://HOST:PORT] [--mode MODE]\n"
-            "                           [--shards EP,EP...] [--checkpoint-dir DIR]\n"
-            "                           [--http-port P] [--log-level L] [--config FILE]\n"
-            "                           [--set key=value]... [--dump-config] [--help]\n\n"
-            "Tracks trainers and shards, serves clocks (async, sync, ssp:S, hybrid:K), runs\n"
-            "checkpoint epochs (shards' checkpoints, MANIFEST with Kafka offsets, LATEST) and\n"
-            "global recovery after any failure. Stops cleanly on SIGTERM.\n\n"
-            "properties:\n");
-    spw_config_doc_help(spw_coordinator_config_props, spw_coordinator_config_n_props, out);
-}
+static const char usage[] =
+    "usage: sparrow coordinator [--listen tcp://HOST:PORT] [--mode MODE]\n"
+    "                           [--shards EP,EP...] [--checkpoint-dir DIR]\n"
+    "                           [--http-port P] [--log-level L] [--config FILE]\n"
+    "                           [--set key=value]... [--dump-config] [--help]\n\n"
+    "Tracks trainers and shards, serves clocks (async, sync, ssp:S, hybrid:K), runs\n"
+    "checkpoint epochs (shards' checkpoints, MANIFEST with Kafka offsets, LATEST) and\n"
+    "global recovery after any failure. Stops cleanly on SIGTERM.\n";
 
 static spw_err_t conf_from_config(const spw_config_t *cfg, void *conf, char *errstr,
                                   size_t errstr_size)
@@ -67,19 +63,18 @@ static int run(void *opaque, spw_metrics_t *metrics, spw_http_t *http)
     return rc;
 }
 
-int spw_coordinator_main(int argc, char **argv)
-{
-    struct spw_cli_role role = {
-        "coordinator",
-        spw_coordinator_config_props,
-        spw_coordinator_config_n_props,
-        aliases,
-        sizeof(aliases) / sizeof(aliases[0]),
-        usage,
-        1 << 16,
-        conf_from_config,
-        run,
-    };
-    struct spw_coord_server_conf conf;
-    return spw_cli_role_main(&role, &conf, argc, argv);
-}
+static const struct spw_cli_role role = {sizeof(struct spw_coord_server_conf), 1 << 16,
+                                         conf_from_config, run};
+
+const struct spw_cli_command spw_cmd_coordinator = {
+    "coordinator",
+    "run the coordinator (membership, clocks, checkpoint epochs, recovery)",
+    spw_coordinator_config_props,
+    &spw_coordinator_config_n_props,
+    aliases,
+    SPW_CLI_COUNT(aliases),
+    NULL,
+    0,
+    usage,
+    NULL,
+    &role};

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "command_table.h"
+#include "sparrow/cli.h"
 #include "sparrow/config.h"
 #include "sparrow/evaluate.h"
 #include "sparrow/log.h"
@@ -25,45 +26,44 @@ static const struct spw_cli_alias aliases[] = {
     {"--log-level", "log.level"},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(
-        out,
-        "usage: sparrow eval --checkpoint DIR [--epoch E] --in file:PATH [--format "
-        "pb|json|criteo]\n"
-        "                    [--json]\n"
-        "       sparrow eval --shards tcp://H:P,... [--model lr|fm] [--latent-dim K]\n"
-        "                    --in file:PATH [--format pb|json|criteo] [--json] [--timeout T]\n"
-        "       [--schema FILE] [--batch B] [--log-level L] [--config FILE] [--set key=value]...\n"
-        "       [--dump-config] [--help]\n\n"
-        "Scores a held-out file with a trained model, without training (docs/ARCHITECTURE.md "
-        "section 11).\n"
-        "DIR is the coordinator's checkpoint root (the shards' pserver.checkpoint.dir: it holds\n"
-        "checkpoints/LATEST and checkpoints/<E>/{MANIFEST,shard-<i>}) or that checkpoints/\n"
-        "directory itself; the epoch is LATEST's unless --epoch is given. Every shard\n"
-        "checkpoint is verified against the manifest. The coordinator's manifest does not\n"
-        "record the model, so it is inferred from the rows' dim as `sparrow serve` does: dim 1\n"
-        "is LR, dim 1 + k an FM of latent dimension k (--model/--latent-dim are ignored).\n"
-        "A key absent from the checkpoint is scored with a zero row, as serve scores it (a\n"
-        "shard would return its initial row, uniform in +-pserver.init.scale = 0.01 by\n"
-        "default, from (key, pserver.seed)). With --shards the rows are pulled from live\n"
-        "shards with the trainer's client (trainer.model and trainer.latent_dim, defaults\n"
-        "fm and 8, must match the shards' dim); like a trainer's pull, that admits unseen\n"
-        "keys on the shards with their initial rows.\n"
-        "The input is read with the trainer's file reader and validation; invalid records are\n"
-        "counted (rejected) and skipped. Predictions are the trainer's forward pass (its CPU\n"
-        "backend). Printed: examples, rejected, logloss, exact AUC, mean prediction, click\n"
-        "rate and calibration (their ratio), the constant predictor's logloss (the file's own\n"
-        "click rate), the Bayes logloss and AUC of oracle_p when examples carry it, epoch,\n"
-        "model and dim. --json prints one object with exactly the keys examples, rejected,\n"
-        "logloss, auc, mean_prediction, click_rate, calibration, const_logloss,\n"
-        "bayes_logloss, bayes_auc, epoch, model, dim (null: not defined, e.g. bayes_* without\n"
-        "oracle_p, epoch with --shards, auc with one class).\n"
-        "Exit status: 0 scored, 1 failed (checkpoint, input or shards; the message names the\n"
-        "cause), 2 usage.\n\n"
-        "properties:\n");
-    spw_config_doc_help(spw_evaluate_config_props, spw_evaluate_config_n_props, out);
-}
+/* --json takes no value. */
+static const struct spw_cli_flag flags[] = {
+    {"--json", "eval.json", "true", 0, NULL},
+};
+
+static const char usage[] =
+    "usage: sparrow eval --checkpoint DIR [--epoch E] --in file:PATH [--format "
+    "pb|json|criteo]\n"
+    "                    [--json]\n"
+    "       sparrow eval --shards tcp://H:P,... [--model lr|fm] [--latent-dim K]\n"
+    "                    --in file:PATH [--format pb|json|criteo] [--json] [--timeout T]\n"
+    "       [--schema FILE] [--batch B] [--log-level L] [--config FILE] [--set key=value]...\n"
+    "       [--dump-config] [--help]\n\n"
+    "Scores a held-out file with a trained model, without training (docs/ARCHITECTURE.md "
+    "section 11).\n"
+    "DIR is the coordinator's checkpoint root (the shards' pserver.checkpoint.dir: it holds\n"
+    "checkpoints/LATEST and checkpoints/<E>/{MANIFEST,shard-<i>}) or that checkpoints/\n"
+    "directory itself; the epoch is LATEST's unless --epoch is given. Every shard\n"
+    "checkpoint is verified against the manifest. The coordinator's manifest does not\n"
+    "record the model, so it is inferred from the rows' dim as `sparrow serve` does: dim 1\n"
+    "is LR, dim 1 + k an FM of latent dimension k (--model/--latent-dim are ignored).\n"
+    "A key absent from the checkpoint is scored with a zero row, as serve scores it (a\n"
+    "shard would return its initial row, uniform in +-pserver.init.scale = 0.01 by\n"
+    "default, from (key, pserver.seed)). With --shards the rows are pulled from live\n"
+    "shards with the trainer's client (trainer.model and trainer.latent_dim, defaults\n"
+    "fm and 8, must match the shards' dim); like a trainer's pull, that admits unseen\n"
+    "keys on the shards with their initial rows.\n"
+    "The input is read with the trainer's file reader and validation; invalid records are\n"
+    "counted (rejected) and skipped. Predictions are the trainer's forward pass (its CPU\n"
+    "backend). Printed: examples, rejected, logloss, exact AUC, mean prediction, click\n"
+    "rate and calibration (their ratio), the constant predictor's logloss (the file's own\n"
+    "click rate), the Bayes logloss and AUC of oracle_p when examples carry it, epoch,\n"
+    "model and dim. --json prints one object with exactly the keys examples, rejected,\n"
+    "logloss, auc, mean_prediction, click_rate, calibration, const_logloss,\n"
+    "bayes_logloss, bayes_auc, epoch, model, dim (null: not defined, e.g. bayes_* without\n"
+    "oracle_p, epoch with --shards, auc with one class).\n"
+    "Exit status: 0 scored, 1 failed (checkpoint, input or shards; the message names the\n"
+    "cause), 2 usage.\n";
 
 /* A double as JSON: null when it is not a number. */
 static void json_num(const char *key, double v, bool last)
@@ -123,32 +123,9 @@ static void print_text(const struct spw_evaluate_result *r, uint64_t epoch, uint
     printf("calibration      %.6f (mean prediction / click rate)\n", r->calibration);
 }
 
-int spw_eval_main(int argc, char **argv)
+static int run(const spw_config_t *cfg)
 {
-    /* --json takes no value, which the shared front end has no form for: it becomes
-     * `--set eval.json=true` */
-    char **args = calloc((size_t)argc * 2 + 1, sizeof(*args));
-    if (!args) {
-        fprintf(stderr, "sparrow eval: out of memory\n");
-        return 1;
-    }
-    static char set_flag[] = "--set", set_json[] = "eval.json=true";
-    int nargs = 0;
-    for (int i = 0; i < argc; i++) {
-        if (i > 0 && strcmp(argv[i], "--json") == 0) {
-            args[nargs++] = set_flag;
-            args[nargs++] = set_json;
-        } else {
-            args[nargs++] = argv[i];
-        }
-    }
     int rc = 1;
-    spw_config_t *cfg =
-        spw_cli_role_init("eval", spw_evaluate_config_props, spw_evaluate_config_n_props, aliases,
-                          sizeof(aliases) / sizeof(aliases[0]), nargs, args, usage, &rc);
-    free(args);
-    if (!cfg)
-        return rc;
 
     char errstr[1024];
     spw_evaluate_model_t *em = NULL;
@@ -250,6 +227,18 @@ out:
     spw_evaluate_model_close(em);
     spw_reader_close(reader);
     spw_schema_destroy(schema);
-    spw_config_destroy(cfg);
     return rc;
 }
+
+const struct spw_cli_command spw_cmd_eval = {
+    "eval",
+    "score held-out data with a checkpoint or live shards (logloss, AUC, calibration)",
+    spw_evaluate_config_props,
+    &spw_evaluate_config_n_props,
+    aliases,
+    SPW_CLI_COUNT(aliases),
+    flags,
+    SPW_CLI_COUNT(flags),
+    usage,
+    run,
+    NULL};

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "command_table.h"
+#include "sparrow/cli.h"
 #include "sparrow/config.h"
 #include "sparrow/eval.h"
 #include "sparrow/kafka.h"
@@ -15,8 +16,6 @@
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
 #include "sparrow/tools.h"
-
-extern char **environ;
 
 /* Output is handed to the writer thread in blocks of about this size (one write(2) each). */
 #define GEN_FLUSH_BYTES (1u << 20)
@@ -48,47 +47,20 @@ static const struct spw_cli_alias aliases[] = {
     {"--log-level", "log.level"},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: sparrow gen [--n N] [--seed S] [--fields F] [--latent-dim K] [--drift D]\n"
-            "                   [--format pb|json|criteo] [--out -|FILE|kafka://H:P/TOPIC]\n"
-            "                   [--ctr C] [--signal X]\n"
-            "                   [--zipf A] [--vocab-min V] [--vocab-max V] [--new-values R]\n"
-            "                   [--start-ms MS] [--rate R] [--log-level L]\n"
-            "                   [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
-            "Writes a synthetic click stream drawn from a planted factorization machine: Zipf\n"
-            "vocabularies per field, a calibrated base CTR, optional drift and new values. Each\n"
-            "example carries oracle_p, the true click probability. The output is a function of\n"
-            "the seed alone. A summary (CTR, Bayes-optimal logloss and AUC, rate) ends on stderr.\n"
-            "With --out kafka://HOST:PORT/TOPIC it produces ExampleBatch records of 256 examples\n"
-            "paced in wall time at --rate examples/s (a live stream; --n 0 runs until SIGTERM).\n"
-            "Each flag is shorthand for the property in the table below.\n\n"
-            "properties:\n");
-    spw_config_doc_help(spw_gen_config_props, spw_gen_config_n_props, out);
-}
-
-/* Loads the configuration; returns -1 to go on, else the exit code. */
-static int load_config(spw_config_t *cfg, int argc, char **argv)
-{
-    char errstr[512];
-    struct spw_cli_result res = {0};
-    spw_err_t err = spw_cli_load(cfg, argc, argv, aliases, sizeof(aliases) / sizeof(aliases[0]),
-                                 environ, &res, errstr, sizeof(errstr));
-    if (err != SPW_OK) {
-        fprintf(stderr, "sparrow gen: %s\n(sparrow gen --help lists the options)\n", errstr);
-        return 2;
-    }
-    if (res.help) {
-        usage(stdout);
-        return 0;
-    }
-    if (res.dump_config) {
-        spw_config_dump(cfg, stdout);
-        return 0;
-    }
-    return -1;
-}
+static const char usage[] =
+    "usage: sparrow gen [--n N] [--seed S] [--fields F] [--latent-dim K] [--drift D]\n"
+    "                   [--format pb|json|criteo] [--out -|FILE|kafka://H:P/TOPIC]\n"
+    "                   [--ctr C] [--signal X]\n"
+    "                   [--zipf A] [--vocab-min V] [--vocab-max V] [--new-values R]\n"
+    "                   [--start-ms MS] [--rate R] [--log-level L]\n"
+    "                   [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
+    "Writes a synthetic click stream drawn from a planted factorization machine: Zipf\n"
+    "vocabularies per field, a calibrated base CTR, optional drift and new values. Each\n"
+    "example carries oracle_p, the true click probability. The output is a function of\n"
+    "the seed alone. A summary (CTR, Bayes-optimal logloss and AUC, rate) ends on stderr.\n"
+    "With --out kafka://HOST:PORT/TOPIC it produces ExampleBatch records of 256 examples\n"
+    "paced in wall time at --rate examples/s (a live stream; --n 0 runs until SIGTERM).\n"
+    "Each flag is shorthand for the property in the table below.\n";
 
 /*
  * `--out kafka://HOST:PORT/TOPIC`: ExampleBatch records of GEN_KAFKA_BATCH examples, paced in wall
@@ -132,7 +104,6 @@ static int gen_to_kafka(spw_gen_t *gen, const struct spw_gen_params *params, con
     if (spw_kafka_producer_high_watermarks(prod, topic, wm, sizeof(wm) / sizeof(wm[0]), &n_parts,
                                            5000) != SPW_OK)
         n_parts = 0;
-    spw_signal_install();
     SPW_INFO("gen start", "n=%llu seed=%llu fields=%u latent_dim=%u out=%s rate=%g drift=%g",
              (unsigned long long)params->n, (unsigned long long)params->seed, params->fields,
              params->latent_dim, url, params->rate, params->drift);
@@ -205,24 +176,10 @@ out_destroy_props:
     return rc;
 }
 
-int spw_gen_main(int argc, char **argv)
+static int run(const spw_config_t *cfg)
 {
     char errstr[512];
     int rc = 1;
-    spw_config_t *cfg =
-        spw_config_new(spw_gen_config_props, spw_gen_config_n_props, errstr, sizeof(errstr));
-    if (!cfg) {
-        fprintf(stderr, "sparrow gen: %s\n", errstr);
-        return 1;
-    }
-    int early = load_config(cfg, argc, argv);
-    if (early >= 0) {
-        rc = early;
-        goto out_destroy_cfg;
-    }
-    enum spw_log_level level = SPW_LOG_INFO;
-    spw_log_level_parse(spw_config_str(cfg, "log.level"), &level);
-    spw_log_init("gen", level);
 
     struct spw_gen_params params;
     spw_gen_params_from_config(cfg, &params);
@@ -230,13 +187,13 @@ int spw_gen_main(int argc, char **argv)
     if (spw_format_parse(spw_config_str(cfg, "gen.format"), &format) != SPW_OK) {
         SPW_ERROR("bad format", "format=%s", spw_config_str(cfg, "gen.format"));
         rc = 2;
-        goto out_destroy_cfg;
+        goto out;
     }
     spw_gen_t *gen = spw_gen_new(&params, errstr, sizeof(errstr));
     if (!gen) {
         SPW_ERROR("invalid configuration", "error=\"%s\"", errstr);
         rc = 2;
-        goto out_destroy_cfg;
+        goto out;
     }
     if (spw_gen_check_format(gen, format, errstr, sizeof(errstr)) != SPW_OK) {
         SPW_ERROR("invalid configuration", "error=\"%s\"", errstr);
@@ -259,7 +216,6 @@ int spw_gen_main(int argc, char **argv)
         SPW_ERROR("cannot open output", "path=%s error=\"%s\"", path, strerror(errno));
         goto out_destroy_eval;
     }
-    spw_signal_install(); /* before the writer thread starts */
     spw_gen_output_t *out = spw_gen_output_start(fd, GEN_FLUSH_BYTES, errstr, sizeof(errstr));
     if (!out) {
         SPW_ERROR("cannot start the output", "error=\"%s\"", errstr);
@@ -339,7 +295,19 @@ out_destroy_eval:
     spw_eval_destroy(ev);
 out_destroy_gen:
     spw_gen_destroy(gen);
-out_destroy_cfg:
-    spw_config_destroy(cfg);
+out:
     return rc;
 }
+
+const struct spw_cli_command spw_cmd_gen = {
+    "gen",
+    "write a synthetic click stream from a planted FM model",
+    spw_gen_config_props,
+    &spw_gen_config_n_props,
+    aliases,
+    SPW_CLI_COUNT(aliases),
+    NULL,
+    0,
+    usage,
+    run,
+    NULL};

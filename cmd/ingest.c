@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "command_table.h"
+#include "sparrow/cli.h"
 #include "sparrow/config.h"
 #include "sparrow/http.h"
 #include "sparrow/ingest.h"
@@ -26,23 +27,17 @@ static const struct spw_cli_alias aliases[] = {
     {"--log-level", "log.level"},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(
-        out,
-        "usage: sparrow ingest --in kafka://HOST:PORT/TOPIC|file:PATH\n"
-        "                      --out kafka://HOST:PORT/TOPIC|file:PATH [--dlq URL]\n"
-        "                      [--format pb|json|criteo] [--group G] [--key-field NAME]\n"
-        "                      [--batch-size N] [--linger 50ms] [--strict true]\n"
-        "                      [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
-        "Reads raw events, validates them into ExampleBatch records (batched per key bucket)\n"
-        "and writes them out; invalid events go to the dead-letter output unchanged, with\n"
-        "headers reason, source.topic, source.partition, source.offset, detail. Input offsets\n"
-        "are committed only after the records holding their events were delivered\n"
-        "(at-least-once). SIGTERM: stop, flush, commit, exit 0.\n\n"
-        "properties:\n");
-    spw_config_doc_help(spw_ingest_config_props, spw_ingest_config_n_props, out);
-}
+static const char usage[] =
+    "usage: sparrow ingest --in kafka://HOST:PORT/TOPIC|file:PATH\n"
+    "                      --out kafka://HOST:PORT/TOPIC|file:PATH [--dlq URL]\n"
+    "                      [--format pb|json|criteo] [--group G] [--key-field NAME]\n"
+    "                      [--batch-size N] [--linger 50ms] [--strict true]\n"
+    "                      [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
+    "Reads raw events, validates them into ExampleBatch records (batched per key bucket)\n"
+    "and writes them out; invalid events go to the dead-letter output unchanged, with\n"
+    "headers reason, source.topic, source.partition, source.offset, detail. Input offsets\n"
+    "are committed only after the records holding their events were delivered\n"
+    "(at-least-once). SIGTERM: stop, flush, commit, exit 0.\n";
 
 static spw_err_t conf_from_config(const spw_config_t *cfg, void *conf, char *errstr,
                                   size_t errstr_size)
@@ -73,19 +68,18 @@ static int run(void *opaque, spw_metrics_t *metrics, spw_http_t *http)
     return rc;
 }
 
-int spw_ingest_main(int argc, char **argv)
-{
-    struct spw_cli_role role = {
-        "ingest",
-        spw_ingest_config_props,
-        spw_ingest_config_n_props,
-        aliases,
-        sizeof(aliases) / sizeof(aliases[0]),
-        usage,
-        4096,
-        conf_from_config,
-        run,
-    };
-    struct spw_ingest_conf conf;
-    return spw_cli_role_main(&role, &conf, argc, argv);
-}
+static const struct spw_cli_role role = {sizeof(struct spw_ingest_conf), 4096, conf_from_config,
+                                         run};
+
+const struct spw_cli_command spw_cmd_ingest = {
+    "ingest",
+    "validate raw events into ExampleBatch records (Kafka or files)",
+    spw_ingest_config_props,
+    &spw_ingest_config_n_props,
+    aliases,
+    SPW_CLI_COUNT(aliases),
+    NULL,
+    0,
+    usage,
+    NULL,
+    &role};

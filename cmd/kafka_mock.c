@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_flags.h"
 #include "command_table.h"
+#include "sparrow/cli.h"
 #include "sparrow/config.h"
 #include "sparrow/kafka.h"
 #include "sparrow/log.h"
@@ -27,27 +27,22 @@ static const struct spw_cli_flag flags[] = {
     {"--stdin-eof-exits", "kafka_mock.stdin_eof_exits", "true", 0, NULL},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: sparrow kafka-mock [--brokers N] [--topic NAME:PARTITIONS]... "
-            "[--port-file PATH]\n"
-            "                          [--stdin-eof-exits] [--log-level LEVEL]\n"
-            "                          [--config FILE] [--set key=value]... [--dump-config]\n\n"
-            "Runs librdkafka's mock Kafka cluster (N brokers, 1..16, default 1) on loopback,\n"
-            "prints its bootstrap address on stdout (and writes it to --port-file), and reads\n"
-            "fault commands on stdin, one per line:\n"
-            "  down B | up B              take broker B (1..N) down or bring it back\n"
-            "  rtt B MS                   add MS of round-trip delay to broker B\n"
-            "  error API CODE COUNT       fail the next COUNT requests of API (Produce, Fetch,\n"
-            "                             ... or a number) with CODE (name or number)\n"
-            "  topic NAME PARTITIONS      create a topic\n"
-            "Exits on SIGTERM/SIGINT, or at the end of stdin with --stdin-eof-exits.\n"
-            "Each flag is shorthand for a property below; the --topic flags together make\n"
-            "kafka_mock.topics (a comma list).\n\n"
-            "properties:\n");
-    spw_config_doc_help(spw_kafka_mock_config_props, spw_kafka_mock_config_n_props, out);
-}
+static const char usage[] =
+    "usage: sparrow kafka-mock [--brokers N] [--topic NAME:PARTITIONS]... "
+    "[--port-file PATH]\n"
+    "                          [--stdin-eof-exits] [--log-level LEVEL]\n"
+    "                          [--config FILE] [--set key=value]... [--dump-config]\n\n"
+    "Runs librdkafka's mock Kafka cluster (N brokers, 1..16, default 1) on loopback,\n"
+    "prints its bootstrap address on stdout (and writes it to --port-file), and reads\n"
+    "fault commands on stdin, one per line:\n"
+    "  down B | up B              take broker B (1..N) down or bring it back\n"
+    "  rtt B MS                   add MS of round-trip delay to broker B\n"
+    "  error API CODE COUNT       fail the next COUNT requests of API (Produce, Fetch,\n"
+    "                             ... or a number) with CODE (name or number)\n"
+    "  topic NAME PARTITIONS      create a topic\n"
+    "Exits on SIGTERM/SIGINT, or at the end of stdin with --stdin-eof-exits.\n"
+    "Each flag is shorthand for a property below; the --topic flags together make\n"
+    "kafka_mock.topics (a comma list).\n";
 
 /* Writes text to path through a temporary file and rename, so readers never see half of it. */
 static int write_port_file(const char *path, const char *text)
@@ -97,25 +92,14 @@ static int serve_stdin(spw_kafka_mock_t *mock, char *line, size_t *used)
     }
 }
 
-int spw_kafka_mock_main(int argc, char **argv)
+static int run(const spw_config_t *cfg)
 {
-    struct spw_cli_args args;
-    int rc = spw_cli_args_rewrite("kafka-mock", argc, argv, flags, sizeof(flags) / sizeof(flags[0]),
-                                  &args);
-    spw_config_t *cfg = NULL;
-    if (rc == 0)
-        cfg = spw_cli_role_init(
-            "kafka-mock", spw_kafka_mock_config_props, spw_kafka_mock_config_n_props, aliases,
-            sizeof(aliases) / sizeof(aliases[0]), args.argc, args.argv, usage, &rc);
-    spw_cli_args_fini(&args);
-    if (!cfg)
-        return rc;
+    int rc = 1;
 
     char errstr[512];
     static struct spw_kafka_mock_conf conf; /* 16 KiB of topic names: not on the stack */
     if (spw_kafka_mock_conf_from_config(cfg, &conf, errstr, sizeof(errstr)) != SPW_OK) {
         fprintf(stderr, "sparrow kafka-mock: %s\n", errstr);
-        spw_config_destroy(cfg);
         return 2;
     }
     const char *port_file = conf.port_file;
@@ -123,7 +107,7 @@ int spw_kafka_mock_main(int argc, char **argv)
     spw_kafka_mock_t *mock = spw_kafka_mock_new(conf.brokers, errstr, sizeof(errstr));
     if (!mock) {
         SPW_ERROR("mock cluster failed", "error=\"%s\"", errstr);
-        goto out_destroy_cfg;
+        goto out;
     }
     for (size_t i = 0; i < conf.n_topics; i++) {
         if (spw_kafka_mock_topic_create(mock, conf.topics[i].name, conf.topics[i].partitions,
@@ -161,7 +145,19 @@ out_destroy_mock:
     spw_kafka_mock_destroy(mock);
     if (port_file && rc == 0)
         unlink(port_file);
-out_destroy_cfg:
-    spw_config_destroy(cfg);
+out:
     return rc;
 }
+
+const struct spw_cli_command spw_cmd_kafka_mock = {
+    "kafka-mock",
+    "run librdkafka's mock Kafka cluster (tests, demo)",
+    spw_kafka_mock_config_props,
+    &spw_kafka_mock_config_n_props,
+    aliases,
+    SPW_CLI_COUNT(aliases),
+    flags,
+    SPW_CLI_COUNT(flags),
+    usage,
+    run,
+    NULL};

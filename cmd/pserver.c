@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "command_table.h"
+#include "sparrow/cli.h"
 #include "sparrow/config.h"
 #include "sparrow/http.h"
 #include "sparrow/log.h"
@@ -17,20 +18,15 @@ static const struct spw_cli_alias aliases[] = {
     {"--log-level", "log.level"},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: sparrow pserver [--listen tcp://HOST:PORT] [--shard I] [--shards N]\n"
-            "                       [--dim D] [--optimizer sgd|adagrad|adam|ftrl]\n"
-            "                       [--data-dir DIR] [--memory-mb MB] [--http-port P]\n"
-            "                       [--log-level L] [--config FILE] [--set key=value]...\n"
-            "                       [--dump-config] [--help]\n\n"
-            "Runs one parameter-server shard: rows in DRAM over RocksDB, optimizers applied on\n"
-            "the server, a ZeroMQ ROUTER socket for trainers, checkpoints on request, and\n"
-            "/metrics, /healthz, /readyz over HTTP. Stops cleanly on SIGTERM.\n\n"
-            "properties:\n");
-    spw_config_doc_help(spw_pserver_config_props, spw_pserver_config_n_props, out);
-}
+static const char usage[] =
+    "usage: sparrow pserver [--listen tcp://HOST:PORT] [--shard I] [--shards N]\n"
+    "                       [--dim D] [--optimizer sgd|adagrad|adam|ftrl]\n"
+    "                       [--data-dir DIR] [--memory-mb MB] [--http-port P]\n"
+    "                       [--log-level L] [--config FILE] [--set key=value]...\n"
+    "                       [--dump-config] [--help]\n\n"
+    "Runs one parameter-server shard: rows in DRAM over RocksDB, optimizers applied on\n"
+    "the server, a ZeroMQ ROUTER socket for trainers, checkpoints on request, and\n"
+    "/metrics, /healthz, /readyz over HTTP. Stops cleanly on SIGTERM.\n";
 
 static spw_err_t conf_from_config(const spw_config_t *cfg, void *conf, char *errstr,
                                   size_t errstr_size)
@@ -55,19 +51,18 @@ static int run(void *opaque, spw_metrics_t *metrics, spw_http_t *http)
     return rc;
 }
 
-int spw_pserver_main(int argc, char **argv)
-{
-    struct spw_cli_role role = {
-        "pserver",
-        spw_pserver_config_props,
-        spw_pserver_config_n_props,
-        aliases,
-        sizeof(aliases) / sizeof(aliases[0]),
-        usage,
-        1 << 16,
-        conf_from_config,
-        run,
-    };
-    struct spw_ps_server_conf conf;
-    return spw_cli_role_main(&role, &conf, argc, argv);
-}
+static const struct spw_cli_role role = {sizeof(struct spw_ps_server_conf), 1 << 16,
+                                         conf_from_config, run};
+
+const struct spw_cli_command spw_cmd_pserver = {
+    "pserver",
+    "run a parameter-server shard (rows, optimizers, ZeroMQ, checkpoints)",
+    spw_pserver_config_props,
+    &spw_pserver_config_n_props,
+    aliases,
+    SPW_CLI_COUNT(aliases),
+    NULL,
+    0,
+    usage,
+    NULL,
+    &role};

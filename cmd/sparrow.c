@@ -16,33 +16,10 @@
 #include "sparrow/trainer.h"
 #include "sparrow/tools.h"
 
-static int config_doc_main(int argc, char **argv);
-
-static const struct spw_command commands[] = {
-    {"gen", "write a synthetic click stream from a planted FM model", spw_gen_main,
-     spw_gen_config_props, &spw_gen_config_n_props},
-    {"kafka-mock", "run librdkafka's mock Kafka cluster (tests, demo)", spw_kafka_mock_main,
-     spw_kafka_mock_config_props, &spw_kafka_mock_config_n_props},
-    {"ingest", "validate raw events into ExampleBatch records (Kafka or files)", spw_ingest_main,
-     spw_ingest_config_props, &spw_ingest_config_n_props},
-    {"pserver", "run a parameter-server shard (rows, optimizers, ZeroMQ, checkpoints)",
-     spw_pserver_main, spw_pserver_config_props, &spw_pserver_config_n_props},
-    {"trainer", "train LR/FM from a file or Kafka against parameter-server shards",
-     spw_trainer_main, spw_trainer_config_props, &spw_trainer_config_n_props},
-    {"coordinator", "run the coordinator (membership, clocks, checkpoint epochs, recovery)",
-     spw_coordinator_main, spw_coordinator_config_props, &spw_coordinator_config_n_props},
-    {"serve", "serve predictions from the latest checkpoint and the model-update stream",
-     spw_serve_main, spw_serve_config_props, &spw_serve_config_n_props},
-    {"demo", "run the whole pipeline locally with a live progress line (make demo)", spw_demo_main,
-     spw_demo_config_props, &spw_demo_config_n_props},
-    {"eval", "score held-out data with a checkpoint or live shards (logloss, AUC, calibration)",
-     spw_eval_main, spw_evaluate_config_props, &spw_evaluate_config_n_props},
-    {"reshard", "rewrite a checkpoint for another shard count", spw_reshard_main,
-     spw_reshard_config_props, &spw_reshard_config_n_props},
-    {"launch", "run a local cluster (modes, slow trainers, kills) and write summary.json",
-     spw_launch_main, spw_launch_config_props, &spw_launch_config_n_props},
-    {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main,
-     NULL, NULL},
+static const struct spw_cli_command *const commands[] = {
+    &spw_cmd_gen,     &spw_cmd_kafka_mock,  &spw_cmd_ingest, &spw_cmd_pserver,
+    &spw_cmd_trainer, &spw_cmd_coordinator, &spw_cmd_serve,  &spw_cmd_demo,
+    &spw_cmd_eval,    &spw_cmd_reshard,     &spw_cmd_launch,
 };
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
 
@@ -53,7 +30,9 @@ static void usage(FILE *out)
                  "Sparrow " SPARROW_VERSION " trains sparse embeddings continuously from Kafka.\n\n"
                  "commands:\n");
     for (size_t i = 0; i < n_commands; i++)
-        fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(out, "  %-12s %s\n", "config-doc",
+            "write docs/CONFIGURATION.md from every role's property table");
     fprintf(out, "\nEvery command takes --config FILE, --set key=value, --dump-config and --help;\n"
                  "SPARROW_<KEY> environment variables override the file, --set overrides both.\n");
 }
@@ -87,12 +66,10 @@ static int config_doc_main(int argc, char **argv)
                  "`SPARROW_PSERVER_MEMORY_MB`) < `--set key=value`. `sparrow <command> "
                  "--dump-config` prints the effective values.\n");
     for (size_t i = 0; i < n_commands; i++) {
-        if (!commands[i].props)
-            continue;
         char title[64];
-        snprintf(title, sizeof(title), "sparrow %s", commands[i].name);
+        snprintf(title, sizeof(title), "sparrow %s", commands[i]->name);
         fputc('\n', out);
-        spw_config_doc_markdown(commands[i].props, *commands[i].n_props, title, out);
+        spw_config_doc_markdown(commands[i]->props, *commands[i]->n_props, title, out);
     }
     if (path && fclose(out) != 0) {
         perror(path);
@@ -116,9 +93,11 @@ int main(int argc, char **argv)
         printf("sparrow %s\n", SPARROW_VERSION);
         return 0;
     }
+    if (strcmp(name, "config-doc") == 0)
+        return config_doc_main(argc - 1, argv + 1);
     for (size_t i = 0; i < n_commands; i++)
-        if (strcmp(commands[i].name, name) == 0)
-            return commands[i].main(argc - 1, argv + 1);
+        if (strcmp(commands[i]->name, name) == 0)
+            return spw_cli_command_main(commands[i], argc - 1, argv + 1);
     fprintf(stderr, "sparrow: unknown command '%s'\n\n", name);
     usage(stderr);
     return 2;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "command_table.h"
+#include "sparrow/cli.h"
 #include "sparrow/config.h"
 #include "sparrow/http.h"
 #include "sparrow/log.h"
@@ -29,26 +30,20 @@ static const struct spw_cli_alias aliases[] = {
     {"--log-level", "log.level"},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(
-        out,
-        "usage: sparrow trainer --in file:PATH|kafka://HOST:PORT/TOPIC [--format pb|json|criteo]\n"
-        "                       [--shards tcp://H:P,...|inproc[:N]] [--model lr|fm]\n"
-        "                       [--latent-dim K] [--batch B] [--acc-steps N] [--topk R]\n"
-        "                       [--backend cpu|cuda|auto] [--group G] [--id I]\n"
-        "                       [--max-examples N] [--http-port P] [--log-level L]\n"
-        "                       [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
-        "Trains an LR or FM model on mini-batches of the input: pulls the rows of each batch's\n"
-        "keys from the parameter-server shards (the next batch's pull overlaps the current\n"
-        "compute), scores the batch before training on it (progressive validation, logged and\n"
-        "in /metrics), pushes top-k compressed gradients asynchronously, and stores Kafka\n"
-        "offsets once their pushes are acknowledged. SIGTERM finishes the batch, pushes every\n"
-        "residual, waits for acknowledgements and exits 0. trainer.shards=inproc[:N] runs\n"
-        "the shards inside this process (tests, benchmarks).\n\n"
-        "properties:\n");
-    spw_config_doc_help(spw_trainer_config_props, spw_trainer_config_n_props, out);
-}
+static const char usage[] =
+    "usage: sparrow trainer --in file:PATH|kafka://HOST:PORT/TOPIC [--format pb|json|criteo]\n"
+    "                       [--shards tcp://H:P,...|inproc[:N]] [--model lr|fm]\n"
+    "                       [--latent-dim K] [--batch B] [--acc-steps N] [--topk R]\n"
+    "                       [--backend cpu|cuda|auto] [--group G] [--id I]\n"
+    "                       [--max-examples N] [--http-port P] [--log-level L]\n"
+    "                       [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
+    "Trains an LR or FM model on mini-batches of the input: pulls the rows of each batch's\n"
+    "keys from the parameter-server shards (the next batch's pull overlaps the current\n"
+    "compute), scores the batch before training on it (progressive validation, logged and\n"
+    "in /metrics), pushes top-k compressed gradients asynchronously, and stores Kafka\n"
+    "offsets once their pushes are acknowledged. SIGTERM finishes the batch, pushes every\n"
+    "residual, waits for acknowledgements and exits 0. trainer.shards=inproc[:N] runs\n"
+    "the shards inside this process (tests, benchmarks).\n";
 
 static spw_err_t conf_from_config(const spw_config_t *cfg, void *conf, char *errstr,
                                   size_t errstr_size)
@@ -74,19 +69,18 @@ static int run(void *opaque, spw_metrics_t *metrics, spw_http_t *http)
     return rc;
 }
 
-int spw_trainer_main(int argc, char **argv)
-{
-    struct spw_cli_role role = {
-        "trainer",
-        spw_trainer_config_props,
-        spw_trainer_config_n_props,
-        aliases,
-        sizeof(aliases) / sizeof(aliases[0]),
-        usage,
-        1 << 16,
-        conf_from_config,
-        run,
-    };
-    struct spw_trainer_loop_conf conf;
-    return spw_cli_role_main(&role, &conf, argc, argv);
-}
+static const struct spw_cli_role role = {sizeof(struct spw_trainer_loop_conf), 1 << 16,
+                                         conf_from_config, run};
+
+const struct spw_cli_command spw_cmd_trainer = {
+    "trainer",
+    "train LR/FM from a file or Kafka against parameter-server shards",
+    spw_trainer_config_props,
+    &spw_trainer_config_n_props,
+    aliases,
+    SPW_CLI_COUNT(aliases),
+    NULL,
+    0,
+    usage,
+    NULL,
+    &role};

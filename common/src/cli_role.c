@@ -1,76 +1,97 @@
-/* The start every role's main shares: configuration from argv and the environment, --help,
- * --dump-config, logging and signal handlers. */
+/* The start every subcommand's main shares (configuration from argv and the environment, --help,
+ * --dump-config, logging and signal handlers) and the main of the long-running roles
+ * (sparrow/cli.h). */
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "sparrow/cli.h"
 #include "sparrow/config.h"
 #include "sparrow/http.h"
-#include "sparrow/metrics.h"
 #include "sparrow/log.h"
+#include "sparrow/metrics.h"
 #include "sparrow/signal.h"
 
 extern char **environ;
 
-spw_config_t *spw_cli_role_init(const char *role, const struct spw_config_prop *props,
-                                size_t n_props, const struct spw_cli_alias *aliases,
-                                size_t n_aliases, int argc, char **argv, void (*usage)(FILE *out),
-                                int *exit_code)
+void spw_cli_command_usage(const struct spw_cli_command *cmd, FILE *out)
+{
+    fprintf(out, "%s\nproperties:\n", cmd->usage);
+    spw_config_doc_help(cmd->props, *cmd->n_props, out);
+}
+
+/* Loads cfg from the rewritten argv; 0 to go on, else the exit code (help and dump answered). */
+static int load(const struct spw_cli_command *cmd, spw_config_t *cfg, int argc, char **argv)
 {
     char errstr[1024];
-    spw_config_t *cfg = spw_config_new(props, n_props, errstr, sizeof(errstr));
+    struct spw_cli_result res = {0};
+    if (spw_cli_load(cfg, argc, argv, cmd->aliases, cmd->n_aliases, environ, &res, errstr,
+                     sizeof(errstr)) != SPW_OK) {
+        fprintf(stderr, "sparrow %s: %s\n(sparrow %s --help lists the options)\n", cmd->name,
+                errstr, cmd->name);
+        return 2;
+    }
+    if (res.help) {
+        spw_cli_command_usage(cmd, stdout);
+        return -1;
+    }
+    if (res.dump_config) {
+        spw_config_dump(cfg, stdout);
+        return -1;
+    }
+    return 0;
+}
+
+spw_config_t *spw_cli_command_init(const struct spw_cli_command *cmd, int argc, char **argv,
+                                   int *exit_code)
+{
+    char errstr[1024];
+    spw_config_t *cfg = spw_config_new(cmd->props, *cmd->n_props, errstr, sizeof(errstr));
     if (!cfg) {
-        fprintf(stderr, "sparrow %s: %s\n", role, errstr);
+        fprintf(stderr, "sparrow %s: %s\n", cmd->name, errstr);
         *exit_code = 1;
         return NULL;
     }
-    struct spw_cli_result res = {0};
-    if (spw_cli_load(cfg, argc, argv, aliases, n_aliases, environ, &res, errstr, sizeof(errstr)) !=
-        SPW_OK) {
-        fprintf(stderr, "sparrow %s: %s\n(sparrow %s --help lists the options)\n", role, errstr,
-                role);
-        *exit_code = 2;
-        goto out_destroy_cfg;
-    }
-    if (res.help || res.dump_config) {
-        if (res.help)
-            usage(stdout);
-        else
-            spw_config_dump(cfg, stdout);
-        *exit_code = 0;
-        goto out_destroy_cfg;
+    struct spw_cli_args args;
+    int rc = spw_cli_args_rewrite(cmd->name, argc, argv, cmd->flags, cmd->n_flags, &args);
+    if (rc == 0)
+        rc = load(cmd, cfg, args.argc, args.argv);
+    spw_cli_args_fini(&args);
+    if (rc != 0) {
+        *exit_code = rc < 0 ? 0 : rc;
+        spw_config_destroy(cfg);
+        return NULL;
     }
     enum spw_log_level level = SPW_LOG_INFO;
     const char *text = spw_config_str(cfg, "log.level");
     if (text)
         spw_log_level_parse(text, &level);
-    spw_log_init(role, level);
+    spw_log_init(cmd->name, level);
     spw_signal_install();
     return cfg;
-
-out_destroy_cfg:
-    spw_config_destroy(cfg);
-    return NULL;
 }
 
-int spw_cli_role_main(const struct spw_cli_role *role, void *conf, int argc, char **argv)
+/* A role's life around role->run: its conf, metrics and HTTP endpoint. */
+static int run_role(const struct spw_cli_role *role, const char *name, const spw_config_t *cfg)
 {
     char errstr[1024];
+    void *conf = calloc(1, role->conf_size);
+    if (!conf) {
+        SPW_ERROR("out of memory", NULL);
+        return 1;
+    }
     int rc = 1;
-    spw_config_t *cfg = spw_cli_role_init(role->name, role->props, role->n_props, role->aliases,
-                                          role->n_aliases, argc, argv, role->usage, &rc);
-    if (!cfg)
-        return rc;
     if (role->conf_from_config(cfg, conf, errstr, sizeof(errstr)) != SPW_OK) {
         SPW_ERROR("invalid configuration", "error=\"%s\"", errstr);
         rc = 2;
-        goto out_destroy_cfg;
+        goto out_free_conf;
     }
     spw_metrics_t *metrics = spw_metrics_new();
     if (!metrics) {
         SPW_ERROR("out of memory", NULL);
-        goto out_destroy_cfg;
+        goto out_free_conf;
     }
     spw_http_t *http = NULL;
-    if (spw_http_start_from_config(cfg, role->name, metrics, role->http_max_body, &http, errstr,
+    if (spw_http_start_from_config(cfg, name, metrics, role->http_max_body, &http, errstr,
                                    sizeof(errstr)) != SPW_OK) {
         SPW_ERROR("http endpoint failed", "error=\"%s\"", errstr);
         goto out_destroy_metrics;
@@ -79,7 +100,18 @@ int spw_cli_role_main(const struct spw_cli_role *role, void *conf, int argc, cha
     spw_http_stop(http);
 out_destroy_metrics:
     spw_metrics_destroy(metrics);
-out_destroy_cfg:
+out_free_conf:
+    free(conf);
+    return rc;
+}
+
+int spw_cli_command_main(const struct spw_cli_command *cmd, int argc, char **argv)
+{
+    int rc = 1;
+    spw_config_t *cfg = spw_cli_command_init(cmd, argc, argv, &rc);
+    if (!cfg)
+        return rc;
+    rc = cmd->run ? cmd->run(cfg) : run_role(cmd->role, cmd->name, cfg);
     spw_config_destroy(cfg);
     return rc;
 }

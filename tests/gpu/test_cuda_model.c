@@ -15,6 +15,7 @@
 #include "sparrow/tools.h"
 #include "sparrow/trainer.h"
 #include "trainer_cuda.h" /* SPW_TRN_CUDA_CHUNK */
+#include "../unit/test_rng.h"
 
 #define REL_TOL 1e-5
 
@@ -24,19 +25,6 @@ static void require_device(void)
         print_message("no CUDA device: skipping\n");
         skip();
     }
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    uint64_t x = *s;
-    x ^= x >> 31;
-    return x * 0x9e3779b97f4a7c15ull;
-}
-
-static float rng_uniform(uint64_t *s, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)(rng_next(s) >> 40) / (float)(1u << 24);
 }
 
 static spw_backend_t *new_backend(enum spw_backend_kind kind, const struct spw_model *model)

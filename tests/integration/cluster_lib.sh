@@ -69,6 +69,63 @@ start_shard() {
     PIDS+=("$SHARD_PID")
 }
 
+# start_broker TOPIC:PARTS...: a one-broker `sparrow kafka-mock` writing $DIR/port (its bootstrap)
+# and $DIR/mock.log; sets BS and MOCK. (start_mock is the one with fault commands.)
+start_broker() {
+    local args=() t
+    for t in "$@"; do args+=(--topic "$t"); done
+    "$SPARROW" kafka-mock --brokers 1 "${args[@]}" --port-file "$DIR/port" >"$DIR/mock.out" \
+        2>"$DIR/mock.log" &
+    MOCK=$!
+    PIDS+=("$MOCK")
+    wait_for "the mock broker" 20 test -s "$DIR/port"
+    BS=$(cat "$DIR/port")
+}
+
+# start_shards N DIM [ARGS...]: shards 0..N-1 of N on free ports (start_shard, ARGS to each); sets
+# SHARD_PORTS and SHARD_PIDS (by shard) and SHARDS, their endpoint list for trainers and the
+# coordinator. A shard restarts on its port with start_shard I N "${SHARD_PORTS[I]}" DIM ARGS.
+start_shards() {
+    local n=$1 dim=$2 i
+    shift 2
+    SHARD_PORTS=() SHARD_PIDS=() SHARDS=""
+    for ((i = 0; i < n; i++)); do
+        SHARD_PORTS+=("$(free_port)")
+        start_shard "$i" "$n" "${SHARD_PORTS[$i]}" "$dim" "$@"
+        SHARD_PIDS+=("$SHARD_PID")
+        SHARDS+="${SHARDS:+,}tcp://127.0.0.1:${SHARD_PORTS[$i]}"
+    done
+}
+
+# start_coordinator MODE CHECKPOINT_DIR [ARGS...]: the coordinator of $SHARDS on a free port
+# (startup grace 500ms), ARGS last, logging to ${COORD_LOG:-$DIR/coord.log}; sets COORD, its pid,
+# and COORD_PORT.
+start_coordinator() {
+    local mode=$1 ck=$2
+    shift 2
+    COORD_PORT=$(free_port)
+    "$SPARROW" coordinator --listen "tcp://127.0.0.1:$COORD_PORT" --mode "$mode" --shards "$SHARDS" \
+        --checkpoint-dir "$ck" --set coordinator.startup.grace=500ms "$@" \
+        >"${COORD_LOG:-$DIR/coord.log}" 2>&1 &
+    COORD=$!
+    PIDS+=("$COORD")
+}
+
+# start_serve CHECKPOINT_DIR [ARGS...]: `sparrow serve` of the checkpoints under CHECKPOINT_DIR and
+# the update stream at $BS, on a free port, ARGS last, logging to $DIR/serve.log; sets SERVE, its
+# pid, and SPORT once its port file is written.
+start_serve() {
+    local ck=$1
+    shift
+    rm -f "$DIR/serve.port"
+    "$SPARROW" serve --checkpoint-dir "$ck" --brokers "$BS" --port 0 --port-file "$DIR/serve.port" \
+        --set serve.log.dir="$DIR" "$@" >"$DIR/serve.log" 2>&1 &
+    SERVE=$!
+    PIDS+=("$SERVE")
+    wait_for "serve's port file" 30 test -s "$DIR/serve.port"
+    SPORT=$(cat "$DIR/serve.port")
+}
+
 # start_coord_trainer SHARDS COORD_PORT [ARGS...]: an FM trainer (k 4, batch 256, CPU) of group g,
 # id 1, reading kafka://$BS/examples under the coordinator at COORD_PORT, ARGS last, logging to
 # $DIR/trainer.log; sets TR and returns once the trainer has partitions.

@@ -13,11 +13,7 @@ DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 
-"$SPARROW" kafka-mock --brokers 1 --topic examples:4 --port-file "$DIR/port" \
-    >"$DIR/mock.out" 2>"$DIR/mock.log" &
-PIDS+=("$!")
-wait_for "the mock broker" 20 test -s "$DIR/port"
-BS=$(cat "$DIR/port")
+start_broker examples:4
 timeout 60 "$SPARROW" gen --n 300000 --seed 3 --rate 1000000 --out "kafka://$BS/examples" \
     2>"$DIR/gen.log" || fail "gen to Kafka"
 grep -q "records=1172 " "$DIR/gen.log" || fail "gen: expected 1172 ExampleBatch records"
@@ -43,18 +39,10 @@ run() {
     local mode=$1
     CK="$DIR/ck-${mode/:/_}"
     mkdir -p "$CK"
-    local p0 p1 cp
-    p0=$(free_port)
-    p1=$(free_port)
-    cp=$(free_port)
-    start_shard 0 2 "$p0" 5 --set pserver.checkpoint.dir="$CK"
-    start_shard 1 2 "$p1" 5 --set pserver.checkpoint.dir="$CK"
-    "$SPARROW" coordinator --listen "tcp://127.0.0.1:$cp" --mode "$mode" \
-        --shards "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" --checkpoint-dir "$CK" \
+    start_shards 2 5 --set pserver.checkpoint.dir="$CK"
+    COORD_LOG="$DIR/coord-${mode/:/_}.log" start_coordinator "$mode" "$CK" \
         --set coordinator.member.timeout=5s --set coordinator.startup.grace=1s \
-        --set coordinator.checkpoint.steps=40 >"$DIR/coord-${mode/:/_}.log" 2>&1 &
-    COORD_PID=$!
-    PIDS+=("$COORD_PID")
+        --set coordinator.checkpoint.steps=40
     H_FAST=$(free_port)
     H_SLOW=$(free_port)
     local t
@@ -62,9 +50,9 @@ run() {
         local h=$H_FAST extra=()
         if [ $t = slow ]; then h=$H_SLOW; extra=(--set trainer.debug.delay_ms=40); fi
         "$SPARROW" trainer --in "kafka://$BS/examples" \
-            --shards "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" --model fm --latent-dim 4 \
+            --shards "$SHARDS" --model fm --latent-dim 4 \
             --batch 256 --backend cpu --group "g-${mode/:/_}" --id "$([ $t = fast ] && echo 1 || echo 2)" \
-            --http-port "$h" --set trainer.coordinator="tcp://127.0.0.1:$cp" \
+            --http-port "$h" --set trainer.coordinator="tcp://127.0.0.1:$COORD_PORT" \
             --set trainer.shutdown.grace=3s --set kafka.session.timeout.ms=6000 --set kafka.heartbeat.interval.ms=500 \
             "${extra[@]}" >"$DIR/trainer-$t-${mode/:/_}.log" 2>&1 &
         PIDS+=("$!")

@@ -8,34 +8,20 @@ DIR=$2
 rm -rf "$DIR" && mkdir -p "$DIR"
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 
-"$SPARROW" kafka-mock --brokers 1 --topic examples:2 --port-file "$DIR/port" \
-    >"$DIR/mock.out" 2>"$DIR/mock.log" &
-PIDS+=("$!")
-wait_for "the mock broker" 20 test -s "$DIR/port"
-BS=$(cat "$DIR/port")
+start_broker examples:2
 CK="$DIR/ck"
-p0=$(free_port)
-p1=$(free_port)
-cp=$(free_port)
-start_shard 0 2 "$p0" 5 --set pserver.checkpoint.dir="$CK"
-S0=$SHARD_PID
-start_shard 1 2 "$p1" 5 --set pserver.checkpoint.dir="$CK"
-S1=$SHARD_PID
-"$SPARROW" coordinator --listen "tcp://127.0.0.1:$cp" --mode hybrid:10 \
-    --shards "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" --checkpoint-dir "$CK" \
-    --set coordinator.startup.grace=500ms --set coordinator.checkpoint.steps=20 \
-    >"$DIR/coord.log" 2>&1 &
-PIDS+=("$!")
-start_coord_trainer "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" "$cp" --set trainer.debug.delay_ms=20 \
+start_shards 2 5 --set pserver.checkpoint.dir="$CK"
+start_coordinator hybrid:10 "$CK" --set coordinator.checkpoint.steps=20
+start_coord_trainer "$SHARDS" "$COORD_PORT" --set trainer.debug.delay_ms=20 \
     --set trainer.shutdown.grace=3s
 # paced: the mock broker keeps only the last few dozen records of a partition
 start_gen 30000 4000
 wait_for "checkpoint epoch 2" 60 grep -q "checkpoint completed epoch=2 " "$DIR/coord.log"
 # (an idle trainer's clock ticks, so checkpoints and recoveries may have run before the data)
 recoveries=$(grep -c 'recovery completed .*epoch=[1-9]' "$DIR/coord.log" || true)
-kill -9 "$S1"
-wait "$S1" 2>/dev/null || true
-start_shard 1 2 "$p1" 5 --set pserver.checkpoint.dir="$CK"
+kill -9 "${SHARD_PIDS[1]}"
+wait "${SHARD_PIDS[1]}" 2>/dev/null || true
+start_shard 1 2 "${SHARD_PORTS[1]}" 5 --set pserver.checkpoint.dir="$CK"
 wait_for "the recovery" 30 bash -c \
     "[ \$(grep -c 'recovery completed .*epoch=[1-9]' '$DIR/coord.log') -gt $recoveries ]"
 E=$(grep 'recovery completed .*epoch=[1-9]' "$DIR/coord.log" | tail -1 | grep -o ' epoch=[0-9]*' | cut -d= -f2)
@@ -76,9 +62,9 @@ sst=$(ls "$CK/checkpoints/$L/shard-1/"*.sst | head -1)
 cp "$sst" "$sst.tmp" && printf 'corrupt' | dd of="$sst.tmp" bs=1 seek=64 conv=notrunc 2>/dev/null
 mv "$sst.tmp" "$sst"
 recoveries=$(grep -c 'recovery completed' "$DIR/coord.log" || true)
-kill -9 "$S0" 2>/dev/null
-wait "$S0" 2>/dev/null || true
-start_shard 0 2 "$p0" 5 --set pserver.checkpoint.dir="$CK"
+kill -9 "${SHARD_PIDS[0]}" 2>/dev/null
+wait "${SHARD_PIDS[0]}" 2>/dev/null || true
+start_shard 0 2 "${SHARD_PORTS[0]}" 5 --set pserver.checkpoint.dir="$CK"
 wait_for "the recovery after the corruption" 60 bash -c \
     "[ \$(grep -c 'recovery completed' '$DIR/coord.log') -gt $recoveries ]"
 grep 'recovery completed' "$DIR/coord.log" | tail -1 | grep -q " epoch=$P " ||

@@ -32,7 +32,7 @@ PUBLIC_ROLE = "serve"
 errors = []
 
 
-def fail(msg):
+def problem(msg):
     errors.append(msg)
 
 
@@ -77,7 +77,7 @@ def effective_config(binary, role, container, config_dir, scratch):
     args = list(container.get("args") or [])
     cmd = container.get("command")
     if cmd:
-        fail("%s: container overrides the image's ENTRYPOINT (command: %s)" % (role, cmd))
+        problem("%s: container overrides the image's ENTRYPOINT (command: %s)" % (role, cmd))
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": scratch}
     for e in container.get("env") or []:
         if "value" in e:
@@ -94,19 +94,19 @@ def effective_config(binary, role, container, config_dir, scratch):
             path = args[i + 1]
             local = os.path.join(config_dir, os.path.basename(path))
             if not os.path.isfile(local):
-                fail("%s: --config %s is not a file of the ConfigMap" % (role, path))
+                problem("%s: --config %s is not a file of the ConfigMap" % (role, path))
             out += [a, local]
             i += 2
             continue
         out.append(a)
         i += 1
     if not out or out[0] != role:
-        fail("%s: first argument is %r, not the role" % (role, out[:1]))
+        problem("%s: first argument is %r, not the role" % (role, out[:1]))
         return {}
     proc = subprocess.run([binary] + out + ["--dump-config"], env=env, cwd=scratch,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
     if proc.returncode != 0:
-        fail("%s: sparrow %s --dump-config refused the configuration: %s"
+        problem("%s: sparrow %s --dump-config refused the configuration: %s"
              % (role, " ".join(out), proc.stderr.strip()))
         return {}
     conf = {}
@@ -131,27 +131,27 @@ def resolve_port(c, port):
 
 def check_probe(role, c, kind, probe, http_port):
     if not probe:
-        fail("%s/%s: no %s" % (role, c["name"], kind))
+        problem("%s/%s: no %s" % (role, c["name"], kind))
         return
     handler = probe.get("httpGet") or probe.get("tcpSocket") or probe.get("grpc")
     if handler is None and "exec" not in probe:
-        fail("%s/%s: %s has no handler" % (role, c["name"], kind))
+        problem("%s/%s: %s has no handler" % (role, c["name"], kind))
         return
     if handler is not None:
         p = resolve_port(c, handler.get("port"))
         if p is None:
-            fail("%s/%s: %s port %r is not a container port" % (role, c["name"], kind,
+            problem("%s/%s: %s port %r is not a container port" % (role, c["name"], kind,
                                                                 handler.get("port")))
         if "httpGet" in probe:
             want = "/readyz" if kind == "readinessProbe" else "/healthz"
             if probe["httpGet"].get("path") != want:
-                fail("%s/%s: %s path %r, want %s" % (role, c["name"], kind,
+                problem("%s/%s: %s path %r, want %s" % (role, c["name"], kind,
                                                      probe["httpGet"].get("path"), want))
             if http_port is not None and p != http_port:
-                fail("%s/%s: %s on port %r but the role's HTTP endpoint is %d"
+                problem("%s/%s: %s on port %r but the role's HTTP endpoint is %d"
                      % (role, c["name"], kind, p, http_port))
     if http_port is not None and "httpGet" not in probe:
-        fail("%s/%s: %s is not an HTTP probe although the role serves /healthz" % (role, c["name"],
+        problem("%s/%s: %s is not an HTTP probe although the role serves /healthz" % (role, c["name"],
                                                                                   kind))
 
 
@@ -163,24 +163,24 @@ def check_security(role, pod, c):
         return sc.get(key, psc.get(key))
 
     if either("runAsNonRoot") is not True:
-        fail("%s/%s: runAsNonRoot is not true" % (role, c["name"]))
+        problem("%s/%s: runAsNonRoot is not true" % (role, c["name"]))
     uid = either("runAsUser")
     if uid is None or uid == 0:
-        fail("%s/%s: runAsUser must be a non-zero uid (got %r)" % (role, c["name"], uid))
+        problem("%s/%s: runAsUser must be a non-zero uid (got %r)" % (role, c["name"], uid))
     if sc.get("allowPrivilegeEscalation") is not False:
-        fail("%s/%s: allowPrivilegeEscalation is not false" % (role, c["name"]))
+        problem("%s/%s: allowPrivilegeEscalation is not false" % (role, c["name"]))
     if sc.get("readOnlyRootFilesystem") is not True:
-        fail("%s/%s: readOnlyRootFilesystem is not true" % (role, c["name"]))
+        problem("%s/%s: readOnlyRootFilesystem is not true" % (role, c["name"]))
     if sc.get("privileged"):
-        fail("%s/%s: privileged" % (role, c["name"]))
+        problem("%s/%s: privileged" % (role, c["name"]))
     caps = sc.get("capabilities") or {}
     if "ALL" not in (caps.get("drop") or []):
-        fail("%s/%s: capabilities do not drop ALL" % (role, c["name"]))
+        problem("%s/%s: capabilities do not drop ALL" % (role, c["name"]))
     if caps.get("add"):
-        fail("%s/%s: adds capabilities %s" % (role, c["name"], caps["add"]))
+        problem("%s/%s: adds capabilities %s" % (role, c["name"], caps["add"]))
     seccomp = (either("seccompProfile") or {}).get("type")
     if seccomp != "RuntimeDefault":
-        fail("%s/%s: seccompProfile is %r, want RuntimeDefault" % (role, c["name"], seccomp))
+        problem("%s/%s: seccompProfile is %r, want RuntimeDefault" % (role, c["name"], seccomp))
 
 
 def check_resources(role, c):
@@ -188,7 +188,7 @@ def check_resources(role, c):
     for part in ("requests", "limits"):
         for r in ("cpu", "memory"):
             if r not in (res.get(part) or {}):
-                fail("%s/%s: no %s.%s" % (role, c["name"], part, r))
+                problem("%s/%s: no %s.%s" % (role, c["name"], part, r))
 
 
 def mounted(c, path):
@@ -216,24 +216,24 @@ def main():
 
     namespaces = by_kind.get("Namespace", [])
     if len(namespaces) != 1:
-        fail("want exactly one Namespace, got %d" % len(namespaces))
+        problem("want exactly one Namespace, got %d" % len(namespaces))
     ns = namespaces[0]["metadata"]["name"] if namespaces else None
     for d in docs:
         if d["kind"] != "Namespace" and d["metadata"].get("namespace") != ns:
-            fail("%s/%s is not in namespace %s" % (d["kind"], d["metadata"]["name"], ns))
+            problem("%s/%s is not in namespace %s" % (d["kind"], d["metadata"]["name"], ns))
 
     workloads = [d for d in docs if d["kind"] in WORKLOAD_KINDS]
     roles = {}
     for w in workloads:
         role = w["metadata"]["name"]
         if role in roles:
-            fail("two workloads named %s" % role)
+            problem("two workloads named %s" % role)
         roles[role] = w
     for want in ("pserver", "coordinator", "trainer", "serve"):
         if want not in roles:
-            fail("no workload %s" % want)
+            problem("no workload %s" % want)
     if roles.get("pserver", {}).get("kind") != "StatefulSet":
-        fail("pserver is not a StatefulSet")
+        problem("pserver is not a StatefulSet")
 
     pdbs = by_kind.get("PodDisruptionBudget", [])
     netpols = by_kind.get("NetworkPolicy", [])
@@ -246,26 +246,26 @@ def main():
     # The ConfigMap's files must be the checked-in ones (kustomize copied them unchanged).
     sparrow_cms = [c for c in configmaps.values() if c["metadata"]["name"].startswith("sparrow-config")]
     if len(sparrow_cms) != 1:
-        fail("want one sparrow-config ConfigMap, got %d" % len(sparrow_cms))
+        problem("want one sparrow-config ConfigMap, got %d" % len(sparrow_cms))
     else:
         for name, text in sparrow_cms[0].get("data", {}).items():
             path = os.path.join(config_dir, name)
             if not os.path.isfile(path) or open(path).read() != text:
-                fail("ConfigMap file %s differs from %s" % (name, path))
+                problem("ConfigMap file %s differs from %s" % (name, path))
 
     for name, s in secrets.items():
         for k, v in (s.get("stringData") or {}).items():
             if "REPLACE" not in v:
-                fail("Secret %s key %s holds something other than a placeholder" % (name, k))
+                problem("Secret %s key %s holds something other than a placeholder" % (name, k))
         if s.get("data"):
-            fail("Secret %s carries data: only stringData placeholders belong in the repository"
+            problem("Secret %s carries data: only stringData placeholders belong in the repository"
                  % name)
 
     default_deny = [p for p in netpols if p["spec"].get("podSelector") in ({}, None)
                     and not p["spec"].get("ingress") and not p["spec"].get("egress")
                     and set(p["spec"].get("policyTypes") or []) == {"Ingress", "Egress"}]
     if not default_deny:
-        fail("no default-deny NetworkPolicy (podSelector {}, Ingress and Egress, no rules)")
+        problem("no default-deny NetworkPolicy (podSelector {}, Ingress and Egress, no rules)")
 
     conf = {}
     for role, w in sorted(roles.items()):
@@ -274,40 +274,40 @@ def main():
         labels = tmpl["metadata"].get("labels") or {}
         pod = tmpl["spec"]
         if not labels_match(spec.get("selector"), labels):
-            fail("%s: selector %s does not match the pod labels %s" % (role, spec.get("selector"),
+            problem("%s: selector %s does not match the pod labels %s" % (role, spec.get("selector"),
                                                                       labels))
         if pod.get("automountServiceAccountToken") is not False:
-            fail("%s: automountServiceAccountToken is not false" % role)
+            problem("%s: automountServiceAccountToken is not false" % role)
         sa = pod.get("serviceAccountName")
         if sa not in sas:
-            fail("%s: serviceAccountName %r is not defined here" % (role, sa))
+            problem("%s: serviceAccountName %r is not defined here" % (role, sa))
         elif sas[sa].get("automountServiceAccountToken") is not False:
-            fail("ServiceAccount %s mounts a token" % sa)
+            problem("ServiceAccount %s mounts a token" % sa)
         if pod.get("hostNetwork") or pod.get("hostPID") or pod.get("hostIPC"):
-            fail("%s: uses host namespaces" % role)
+            problem("%s: uses host namespaces" % role)
         grace = pod.get("terminationGracePeriodSeconds")
         if not isinstance(grace, int) or grace <= 0:
-            fail("%s: no terminationGracePeriodSeconds" % role)
+            problem("%s: no terminationGracePeriodSeconds" % role)
             grace = 0
         if not [p for p in pdbs if labels_match(p["spec"].get("selector"), labels)]:
-            fail("%s: no PodDisruptionBudget selects its pods" % role)
+            problem("%s: no PodDisruptionBudget selects its pods" % role)
         for p in pdbs:
             if labels_match(p["spec"].get("selector"), labels) and p["spec"].get("maxUnavailable") == 0:
-                fail("%s: PDB %s has maxUnavailable 0 (blocks every drain)" % (role,
+                problem("%s: PDB %s has maxUnavailable 0 (blocks every drain)" % (role,
                                                                                p["metadata"]["name"]))
         own_pols = [p for p in netpols if p not in default_deny
                     and labels_match(p["spec"].get("podSelector") or {}, labels)
                     and p["spec"].get("podSelector")]
         if not own_pols:
-            fail("%s: no NetworkPolicy beyond default-deny selects its pods" % role)
+            problem("%s: no NetworkPolicy beyond default-deny selects its pods" % role)
 
         containers = pod.get("containers") or []
         if len(containers) != 1:
-            fail("%s: want one container, got %d" % (role, len(containers)))
+            problem("%s: want one container, got %d" % (role, len(containers)))
             continue
         c = containers[0]
         if pod.get("initContainers"):
-            fail("%s: unexpected initContainers" % role)
+            problem("%s: unexpected initContainers" % role)
         cfg = effective_config(binary, role, c, config_dir, scratch)
         conf[role] = cfg
         http_port = None
@@ -315,10 +315,10 @@ def main():
             http_port = int(cfg.get(ROLES_WITH_HTTP[role], "-1"))
             addr = cfg.get(ROLES_WITH_HTTP[role].replace(".port", ".addr"))
             if addr != "0.0.0.0":
-                fail("%s: HTTP endpoint binds %r: probes and Prometheus cannot reach it" % (role,
+                problem("%s: HTTP endpoint binds %r: probes and Prometheus cannot reach it" % (role,
                                                                                            addr))
             if http_port not in container_ports(c).values():
-                fail("%s: HTTP port %d (configuration) is not a container port" % (role,
+                problem("%s: HTTP port %d (configuration) is not a container port" % (role,
                                                                                   http_port))
         for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
             check_probe(role, c, kind, c.get(kind), http_port)
@@ -328,19 +328,19 @@ def main():
         ann = tmpl["metadata"].get("annotations") or {}
         if http_port is not None:
             if ann.get("prometheus.io/scrape") != "true":
-                fail("%s: serves /metrics but prometheus.io/scrape is not \"true\"" % role)
+                problem("%s: serves /metrics but prometheus.io/scrape is not \"true\"" % role)
             if ann.get("prometheus.io/port") != str(http_port):
-                fail("%s: prometheus.io/port %r, the configuration says %d"
+                problem("%s: prometheus.io/port %r, the configuration says %d"
                      % (role, ann.get("prometheus.io/port"), http_port))
             if ann.get("prometheus.io/path") != "/metrics":
-                fail("%s: prometheus.io/path is not /metrics" % role)
+                problem("%s: prometheus.io/path is not /metrics" % role)
         elif role not in ROLES_WITH_HTTP and ann.get("prometheus.io/scrape") != "false":
-            fail("%s: no HTTP endpoint, so prometheus.io/scrape must say \"false\"" % role)
+            problem("%s: no HTTP endpoint, so prometheus.io/scrape must say \"false\"" % role)
 
         if role in DRAIN_PROPS and cfg:
             drain = sum(duration_s(cfg[k]) for k in DRAIN_PROPS[role])  # effective: all set
             if grace <= drain:
-                fail("%s: terminationGracePeriodSeconds %d does not exceed %s = %gs"
+                problem("%s: terminationGracePeriodSeconds %d does not exceed %s = %gs"
                      % (role, grace, " + ".join(DRAIN_PROPS[role]), drain))
 
         # Every file or directory the configuration names must be on a mounted volume.
@@ -348,26 +348,26 @@ def main():
             if val.startswith("/") and (key.endswith(("_file", ".dir", "data_dir", ".location"))):
                 m = mounted(c, val)
                 if m is None:
-                    fail("%s: %s = %s is on no volume (read-only root filesystem)" % (role, key,
+                    problem("%s: %s = %s is on no volume (read-only root filesystem)" % (role, key,
                                                                                       val))
         if mounted(c, "/tmp") is None:
-            fail("%s: no writable /tmp (read-only root filesystem)" % role)
+            problem("%s: no writable /tmp (read-only root filesystem)" % role)
 
         # Every volume claim, secret and config map the pod names exists.
         for v in pod.get("volumes") or []:
             if "persistentVolumeClaim" in v and v["persistentVolumeClaim"]["claimName"] not in pvcs:
-                fail("%s: volume %s names a missing PVC" % (role, v["name"]))
+                problem("%s: volume %s names a missing PVC" % (role, v["name"]))
             if "secret" in v and v["secret"]["secretName"] not in secrets:
-                fail("%s: volume %s names a missing Secret" % (role, v["name"]))
+                problem("%s: volume %s names a missing Secret" % (role, v["name"]))
             if "configMap" in v and v["configMap"]["name"] not in configmaps:
-                fail("%s: volume %s names a missing ConfigMap" % (role, v["name"]))
+                problem("%s: volume %s names a missing ConfigMap" % (role, v["name"]))
             if "hostPath" in v:
-                fail("%s: hostPath volume %s" % (role, v["name"]))
+                problem("%s: hostPath volume %s" % (role, v["name"]))
         for e in c.get("env") or []:
             ref = (e.get("valueFrom") or {}).get("secretKeyRef")
             if ref and (ref["name"] not in secrets
                         or ref["key"] not in (secrets[ref["name"]].get("stringData") or {})):
-                fail("%s: env %s names a missing Secret key" % (role, e["name"]))
+                problem("%s: env %s names a missing Secret key" % (role, e["name"]))
 
         # Kafka users may leave the namespace towards the brokers.
         if role in KAFKA_ROLES:
@@ -379,7 +379,7 @@ def main():
                     if any("namespaceSelector" in peer or "ipBlock" in peer for peer in peers):
                         egress_ok = True
             if not egress_ok:
-                fail("%s: no NetworkPolicy lets it reach Kafka outside the namespace" % role)
+                problem("%s: no NetworkPolicy lets it reach Kafka outside the namespace" % role)
 
     # Services select existing pods and reach their container ports.
     for s in services:
@@ -387,12 +387,12 @@ def main():
         targets = [w for w in workloads
                    if labels_match({"matchLabels": sel}, w["spec"]["template"]["metadata"]["labels"])]
         if len(targets) != 1:
-            fail("Service %s selects %d workloads" % (s["metadata"]["name"], len(targets)))
+            problem("Service %s selects %d workloads" % (s["metadata"]["name"], len(targets)))
             continue
         c = targets[0]["spec"]["template"]["spec"]["containers"][0]
         for p in s["spec"].get("ports") or []:
             if resolve_port(c, p.get("targetPort", p["port"])) is None:
-                fail("Service %s port %s targets no container port" % (s["metadata"]["name"],
+                problem("Service %s port %s targets no container port" % (s["metadata"]["name"],
                                                                        p.get("name")))
 
     # Ingress rules: serve is the only pod reachable from any source or from other namespaces
@@ -416,7 +416,7 @@ def main():
                 continue
             if peers and rule.get("ports") and ports <= metrics_ports:
                 continue  # Prometheus scraping the metrics ports only
-            fail("NetworkPolicy %s opens ports %s of %s beyond the namespace"
+            problem("NetworkPolicy %s opens ports %s of %s beyond the namespace"
                  % (p["metadata"]["name"], sorted(ports, key=str) or "all",
                     sorted(selected - {PUBLIC_ROLE})))
     if "pserver" in roles and conf.get("pserver"):
@@ -440,7 +440,7 @@ def main():
                                         w["spec"]["template"]["metadata"]["labels"]):
                             sources.add(r)
         if sources != {"trainer", "coordinator"}:
-            fail("pserver port %d is reachable from %s, want exactly trainer and coordinator"
+            problem("pserver port %d is reachable from %s, want exactly trainer and coordinator"
                  % (ps_port, sorted(sources)))
 
     # Shards: count, names and ports agree across the StatefulSet, its headless Service and the
@@ -450,37 +450,37 @@ def main():
         sts = roles["pserver"]
         n = int(ps["pserver.shards"])
         if sts["spec"].get("replicas") != n:
-            fail("pserver StatefulSet has %r replicas but pserver.shards = %d"
+            problem("pserver StatefulSet has %r replicas but pserver.shards = %d"
                  % (sts["spec"].get("replicas"), n))
         svc_name = sts["spec"].get("serviceName")
         headless = [s for s in services if s["metadata"]["name"] == svc_name]
         if not headless or headless[0]["spec"].get("clusterIP") != "None":
-            fail("pserver's serviceName %r is not a headless Service" % svc_name)
+            problem("pserver's serviceName %r is not a headless Service" % svc_name)
         listen_port = port_of(ps["pserver.listen"])[1]
         want = ",".join("tcp://%s-%d.%s:%d" % (sts["metadata"]["name"], i, svc_name, listen_port)
                         for i in range(n))
         if tr.get("trainer.shards") != want:
-            fail("trainer.shards = %r, want %r" % (tr.get("trainer.shards"), want))
+            problem("trainer.shards = %r, want %r" % (tr.get("trainer.shards"), want))
         if co.get("coordinator.shards") != want:
-            fail("coordinator.shards = %r, want %r" % (co.get("coordinator.shards"), want))
+            problem("coordinator.shards = %r, want %r" % (co.get("coordinator.shards"), want))
         c = sts["spec"]["template"]["spec"]["containers"][0]
         if listen_port not in container_ports(c).values():
-            fail("pserver.listen port %d is not a container port" % listen_port)
+            problem("pserver.listen port %d is not a container port" % listen_port)
         shard_env = [e for e in c.get("env") or [] if e["name"] == "SPARROW_PSERVER_SHARD"]
         if not shard_env or "pod-index" not in str(shard_env[0].get("valueFrom")):
-            fail("pserver: SPARROW_PSERVER_SHARD does not come from the pod index")
+            problem("pserver: SPARROW_PSERVER_SHARD does not come from the pod index")
         claims = [t["metadata"]["name"] for t in sts["spec"].get("volumeClaimTemplates") or []]
         data = mounted(c, ps["pserver.data_dir"])
         if not data or data["name"] not in claims:
-            fail("pserver.data_dir is not on a per-shard volumeClaimTemplate")
+            problem("pserver.data_dir is not on a per-shard volumeClaimTemplate")
         co_port = port_of(co["coordinator.listen"])[1]
         cc = roles["coordinator"]["spec"]["template"]["spec"]["containers"][0]
         if co_port not in container_ports(cc).values():
-            fail("coordinator.listen port %d is not a container port" % co_port)
+            problem("coordinator.listen port %d is not a container port" % co_port)
         if roles["coordinator"]["spec"].get("replicas") != 1:
-            fail("coordinator must have exactly 1 replica")
+            problem("coordinator must have exactly 1 replica")
         if (roles["coordinator"]["spec"].get("strategy") or {}).get("type") != "Recreate":
-            fail("coordinator must use the Recreate strategy (never two at once)")
+            problem("coordinator must use the Recreate strategy (never two at once)")
 
         # One shared checkpoint volume: shards write, the coordinator writes MANIFEST/LATEST,
         # serve reads.
@@ -488,7 +488,7 @@ def main():
                 "coordinator": co.get("coordinator.checkpoint.dir"),
                 "serve": (sv or {}).get("serve.checkpoint.dir")}
         if len(set(ckpt.values())) != 1:
-            fail("checkpoint directories differ: %s" % ckpt)
+            problem("checkpoint directories differ: %s" % ckpt)
         claim_names = set()
         for r, path in ckpt.items():
             c = roles[r]["spec"]["template"]["spec"]["containers"][0]
@@ -496,17 +496,17 @@ def main():
             vols = {v["name"]: v for v in roles[r]["spec"]["template"]["spec"].get("volumes") or []}
             v = vols.get(m["name"]) if m else None
             if not v or "persistentVolumeClaim" not in v:
-                fail("%s: checkpoint directory %s is not on the shared PVC" % (r, path))
+                problem("%s: checkpoint directory %s is not on the shared PVC" % (r, path))
                 continue
             claim_names.add(v["persistentVolumeClaim"]["claimName"])
             if r == "serve" and not m.get("readOnly"):
-                fail("serve mounts the checkpoints read-write")
+                problem("serve mounts the checkpoints read-write")
         if len(claim_names) != 1:
-            fail("checkpoint PVCs differ: %s" % claim_names)
+            problem("checkpoint PVCs differ: %s" % claim_names)
         else:
             pvc = pvcs.get(claim_names.pop())
             if pvc and "ReadWriteMany" not in pvc["spec"].get("accessModes", []):
-                fail("the checkpoint PVC is not ReadWriteMany")
+                problem("the checkpoint PVC is not ReadWriteMany")
 
     # serve: Service + HPA.
     if "serve" in roles:
@@ -514,10 +514,10 @@ def main():
                 if h["spec"]["scaleTargetRef"]["name"] == "serve"
                 and h["spec"]["scaleTargetRef"]["kind"] == "Deployment"]
         if not hpas:
-            fail("serve has no HorizontalPodAutoscaler")
+            problem("serve has no HorizontalPodAutoscaler")
         if not [s for s in services if (s["spec"].get("selector") or {}).get(
                 "app.kubernetes.io/component") == "serve"]:
-            fail("serve has no Service")
+            problem("serve has no Service")
 
     # Overlays: GPU trainers and CPU trainers.
     if tr and "trainer" in roles:
@@ -525,20 +525,20 @@ def main():
         gpus = str(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", ""))
         if overlay == "gpu":
             if tr.get("trainer.backend") != "cuda":
-                fail("gpu overlay: trainer.backend = %r, want cuda" % tr.get("trainer.backend"))
+                problem("gpu overlay: trainer.backend = %r, want cuda" % tr.get("trainer.backend"))
             if gpus != "1":
-                fail("gpu overlay: trainers do not request nvidia.com/gpu: 1")
+                problem("gpu overlay: trainers do not request nvidia.com/gpu: 1")
             if not c["image"].endswith("-cuda"):
-                fail("gpu overlay: trainer image %s is not the CUDA image" % c["image"])
+                problem("gpu overlay: trainer image %s is not the CUDA image" % c["image"])
         else:
             if tr.get("trainer.backend") != "cpu" or gpus:
-                fail("%s overlay: trainers must use the CPU backend and no GPU" % overlay)
+                problem("%s overlay: trainers must use the CPU backend and no GPU" % overlay)
         for r, w in roles.items():
             for cc in w["spec"]["template"]["spec"]["containers"]:
                 if cc["image"] in ("sparrow", "sparrow-cuda") or ":" not in cc["image"]:
-                    fail("%s: image %s is not pinned by the overlay" % (r, cc["image"]))
+                    problem("%s: image %s is not pinned by the overlay" % (r, cc["image"]))
                 if r != "trainer" and "nvidia.com/gpu" in str(cc.get("resources")):
-                    fail("%s: requests a GPU" % r)
+                    problem("%s: requests a GPU" % r)
 
     for e in errors:
         print("deploy_check[%s]: %s" % (overlay, e))

@@ -13,37 +13,21 @@ source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 DIM=5
 
 # ---- a real checkpoint ----
-"$SPARROW" kafka-mock --brokers 1 --topic examples:2 --port-file "$DIR/port" \
-    >"$DIR/mock.out" 2>"$DIR/mock.log" &
-PIDS+=("$!")
-MOCK=$!
-wait_for "the mock broker" 20 test -s "$DIR/port"
-BS=$(cat "$DIR/port")
+start_broker examples:2
 CK="$DIR/ck"
-p0=$(free_port)
-p1=$(free_port)
-cp=$(free_port)
 # publishing on: the manifest carries update-stream offsets, which the reshard must keep
-start_shard 0 2 "$p0" $DIM --set pserver.checkpoint.dir="$CK" --set pserver.restore=false \
+start_shards 2 $DIM --set pserver.checkpoint.dir="$CK" --set pserver.restore=false \
     --set pserver.publish.brokers="$BS" --set pserver.publish.interval=200ms
-S0=$SHARD_PID
-start_shard 1 2 "$p1" $DIM --set pserver.checkpoint.dir="$CK" --set pserver.restore=false \
-    --set pserver.publish.brokers="$BS" --set pserver.publish.interval=200ms
-S1=$SHARD_PID
-"$SPARROW" coordinator --listen "tcp://127.0.0.1:$cp" --mode hybrid:10 \
-    --shards "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" --checkpoint-dir "$CK" \
-    --set coordinator.startup.grace=500ms --set coordinator.checkpoint.steps=20 \
-    >"$DIR/coord.log" 2>&1 &
-CO=$!
-PIDS+=("$CO")
-start_coord_trainer "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" "$cp" --set trainer.shutdown.grace=3s
+start_coordinator hybrid:10 "$CK" --set coordinator.checkpoint.steps=20
+start_coord_trainer "$SHARDS" "$COORD_PORT" --set trainer.shutdown.grace=3s
 start_gen 20000 4000
 wait_for "checkpoint epoch 2" 90 grep -q "checkpoint completed epoch=2 " "$DIR/coord.log"
 kill -TERM "$TR" "$GEN" 2>/dev/null || true
 wait "$TR" || fail "trainer exit status after SIGTERM"
 wait "$GEN" 2>/dev/null || true
-kill -TERM "$CO" && wait "$CO" || fail "coordinator exit status after SIGTERM"
-kill -TERM "$S0" "$S1" && wait "$S0" && wait "$S1" || fail "shard exit status after SIGTERM"
+kill -TERM "$COORD" && wait "$COORD" || fail "coordinator exit status after SIGTERM"
+kill -TERM "${SHARD_PIDS[@]}"
+for pid in "${SHARD_PIDS[@]}"; do wait "$pid" || fail "shard exit status after SIGTERM"; done
 kill -TERM "$MOCK" 2>/dev/null || true
 # only the LATEST epoch, on its own (a later epoch may hold shard checkpoints without MANIFEST)
 E=$(cat "$CK/checkpoints/LATEST")

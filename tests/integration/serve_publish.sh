@@ -7,42 +7,18 @@ set -euo pipefail
 SPARROW=$1
 DIR=$2
 CLIENT=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$DIR" && mkdir -p "$DIR"
 cd "$DIR"
-exec python3 - "$SPARROW" "$CLIENT" <<'PY'
+exec python3 - "$SPARROW" "$CLIENT" "$HERE" <<'PY'
 import json, os, random, socket, struct, subprocess, sys, time, urllib.request
 
 SPARROW, CLIENT = sys.argv[1], sys.argv[2]
-procs = []
+sys.path.insert(0, sys.argv[3])
+from cluster import PROCS, cleanup, fail, free_port, http, start_mock, wait_file
 DIM = 4
 NKEYS = 300
 TTL_S = 12
-
-
-def fail(msg):
-    print("FAIL:", msg)
-    for name in sorted(os.listdir(".")):
-        if name.endswith(".err"):
-            print("---", name)
-            print(open(name).read()[-3000:])
-    sys.exit(1)
-
-
-def wait_file(path, t):
-    end = time.time() + t
-    while time.time() < end:
-        if os.path.exists(path) and os.path.getsize(path) > 0:
-            return open(path).read().strip()
-        time.sleep(0.1)
-    fail("no " + path)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def client(*args, check=True):
@@ -50,14 +26,6 @@ def client(*args, check=True):
     if check and r.returncode:
         fail("pserver_client %r: %d %s %s" % (args, r.returncode, r.stdout, r.stderr))
     return r
-
-
-def http(port, path):
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=20) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def shard_rows():
@@ -78,11 +46,7 @@ def shard_rows():
 
 
 try:
-    mock = subprocess.Popen([SPARROW, "kafka-mock", "--topic", "model-updates:3", "--port-file", "bs"],
-                            stdin=subprocess.PIPE, stdout=open("mock.out", "w"),
-                            stderr=open("mock.err", "w"))
-    procs.append(mock)
-    BS = wait_file("bs", 20)
+    mock, BS = start_mock(SPARROW, "model-updates:3")
 
     EP = "tcp://127.0.0.1:%d" % free_port()
     ps = subprocess.Popen([SPARROW, "pserver", "--listen", EP,
@@ -91,7 +55,7 @@ try:
                            "--set", "pserver.publish.interval=300ms",
                            "--set", "kafka.bootstrap.servers=" + BS],
                           stdout=subprocess.DEVNULL, stderr=open("pserver.err", "w"))
-    procs.append(ps)
+    PROCS.append(ps)
     end = time.time() + 30
     while client("health", check=False).returncode != 0:
         if ps.poll() is not None or time.time() > end:
@@ -101,7 +65,7 @@ try:
     serve = subprocess.Popen([SPARROW, "serve", "--brokers", BS, "--port", "0",
                               "--port-file", "serve.port", "--set", "serve.log.dir=" + os.getcwd()],
                              stdout=subprocess.DEVNULL, stderr=open("serve.err", "w"))
-    procs.append(serve)
+    PROCS.append(serve)
     PORT = int(wait_file("serve.port", 30))
 
     # Two trainers' worth of pushes on a third of the keys each (some keys never touched).
@@ -125,7 +89,7 @@ try:
     while time.time() < end:
         bad = None
         for k in sample:
-            st, text = http(PORT, "/v1/rows/%d" % k)
+            st, text = http(PORT, "GET", "/v1/rows/%d" % k)
             if st != 200:
                 bad = "row %d: %d %s" % (k, st, text)
                 break
@@ -140,7 +104,7 @@ try:
     else:
         fail("serve did not converge to the shard: " + str(last))
     for k in untouched:
-        st, _ = http(PORT, "/v1/rows/%d" % k)
+        st, _ = http(PORT, "GET", "/v1/rows/%d" % k)
         if st != 404:
             fail("untrained key %d visible in serve: %d" % (k, st))
     converged_s = time.time() - t_stop
@@ -150,7 +114,7 @@ try:
     # TTL: nothing is pushed any more, so every row expires and is tombstoned.
     end = time.time() + TTL_S + 60
     while time.time() < end:
-        left = [k for k in sample if http(PORT, "/v1/rows/%d" % k)[0] != 404]
+        left = [k for k in sample if http(PORT, "GET", "/v1/rows/%d" % k)[0] != 404]
         if not left:
             break
         time.sleep(0.5)
@@ -172,7 +136,7 @@ try:
         return None
     end = time.time() + 30
     while True:
-        st, page = http(int(m.group(1)), "/metrics")
+        st, page = http(int(m.group(1)), "GET", "/metrics")
         published = metric(page, "sparrow_ps_published_total", '{kind="row"}')
         tombs = metric(page, "sparrow_ps_published_total", '{kind="tombstone"}')
         failures = metric(page, "sparrow_ps_publish_failures_total")
@@ -196,7 +160,5 @@ try:
     print("ok: %d sampled rows matched in %.1fs; published %d rows, %d tombstones" %
           (len(sample), converged_s, published, tombs))
 finally:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
+    cleanup()
 PY

@@ -14,33 +14,15 @@ DRIVER=$3
 rm -rf "$DIR" && mkdir -p "$DIR"
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 
-"$SPARROW" kafka-mock --brokers 1 --topic examples:2 --topic model-updates:2 \
-    --port-file "$DIR/port" >"$DIR/mock.out" 2>"$DIR/mock.log" &
-PIDS+=("$!")
-wait_for "the mock broker" 20 test -s "$DIR/port"
-BS=$(cat "$DIR/port")
+start_broker examples:2 model-updates:2
 CK="$DIR/ck"
-p0=$(free_port)
-p1=$(free_port)
-cp=$(free_port)
 PUB=(--set pserver.checkpoint.dir="$CK" --set pserver.publish.brokers="$BS"
     --set pserver.publish.interval=300ms)
-start_shard 0 2 "$p0" 5 "${PUB[@]}"
-start_shard 1 2 "$p1" 5 "${PUB[@]}"
-S1=$SHARD_PID
-"$SPARROW" coordinator --listen "tcp://127.0.0.1:$cp" --mode hybrid:10 \
-    --shards "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" --checkpoint-dir "$CK" \
-    --set coordinator.startup.grace=500ms --set coordinator.checkpoint.steps=40 \
-    --set coordinator.http.port=0 \
-    >"$DIR/coord.log" 2>&1 &
-COORD=$!
-PIDS+=("$COORD")
-"$SPARROW" serve --checkpoint-dir "$CK" --brokers "$BS" --port 0 --port-file "$DIR/serve.port" \
-    --set serve.log.dir="$DIR" >"$DIR/serve.log" 2>&1 &
-PIDS+=("$!")
-wait_for "serve" 30 test -s "$DIR/serve.port"
-SPORT=$(cat "$DIR/serve.port")
-start_coord_trainer "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" "$cp" --set trainer.debug.delay_ms=20 \
+start_shards 2 5 "${PUB[@]}"
+start_coordinator hybrid:10 "$CK" --set coordinator.checkpoint.steps=40 \
+    --set coordinator.http.port=0
+start_serve "$CK"
+start_coord_trainer "$SHARDS" "$COORD_PORT" --set trainer.debug.delay_ms=20 \
     --set trainer.shutdown.grace=3s
 # the stream outlasts epoch 2 (40 steps = 10240 examples, 2.5 s at this rate) several times over, so
 # the trainer is still training when it is killed: a stream that ended with epoch 2 left nothing
@@ -53,9 +35,9 @@ wait_for "checkpoint epoch 2" 60 grep -q "checkpoint completed epoch=2 " "$DIR/c
 # that nothing trains the lost updates again after the recovery
 sleep 0.6
 recoveries=$(grep -c "recovery completed" "$DIR/coord.log")
-kill -9 "$TR" "$S1" "$GEN"
-wait "$TR" "$S1" "$GEN" 2>/dev/null || true
-start_shard 1 2 "$p1" 5 "${PUB[@]}"
+kill -9 "$TR" "${SHARD_PIDS[1]}" "$GEN"
+wait "$TR" "${SHARD_PIDS[1]}" "$GEN" 2>/dev/null || true
+start_shard 1 2 "${SHARD_PORTS[1]}" 5 "${PUB[@]}"
 wait_for "the recovery" 60 bash -c \
     "[ \$(grep -c 'recovery completed' '$DIR/coord.log') -gt $recoveries ]"
 # the shard's restart is seen either as the reason of a recovery or, when the trainer's timeout
@@ -76,7 +58,7 @@ grep -q "restore scan incomplete\|restore scan failed" "$DIR"/shard-*.log &&
 # Every key ever published, and the epoch of its records, from the stream itself.
 timeout 120 kcat -C -b "$BS" -t model-updates -e -q -f '%K:%k%S:%s' >"$DIR/stream.bin" ||
     fail "kcat could not read model-updates"
-python3 - "$DIR" "$E" "$SPORT" "$DRIVER" "tcp://127.0.0.1:$p0,tcp://127.0.0.1:$p1" <<'PY' ||
+python3 - "$DIR" "$E" "$SPORT" "$DRIVER" "$SHARDS" <<'PY' ||
 import http.client, json, subprocess, sys, time
 d, E, sport, driver, shards = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 data = open(d + "/stream.bin", "rb").read()

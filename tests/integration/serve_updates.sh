@@ -7,43 +7,17 @@ set -euo pipefail
 SPARROW=$1
 DIR=$2
 DRIVER=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$DIR" && mkdir -p "$DIR"
 cd "$DIR"
-exec python3 - "$SPARROW" "$DRIVER" <<'PY'
+exec python3 - "$SPARROW" "$DRIVER" "$HERE" <<'PY'
 import json, math, os, random, signal, socket, subprocess, sys, threading, time, urllib.request
 
 SPARROW, DRIVER = sys.argv[1], sys.argv[2]
-procs = []
-
-QUIET = [False]
-
-def fail(msg):
-    if QUIET[0]:  # inside converge(): a retry, not yet a failure
-        raise SystemExit(1)
-    print("FAIL:", msg)
-    for name in sorted(os.listdir(".")):
-        if name.endswith(".err"):
-            print("---", name); print(open(name).read()[-3000:])
-    sys.exit(1)
-
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-
-def wait_file(path, t):
-    end = time.time() + t
-    while time.time() < end:
-        if os.path.exists(path) and os.path.getsize(path) > 0:
-            return open(path).read().strip()
-        time.sleep(0.1)
-    fail("no " + path)
-
+sys.path.insert(0, sys.argv[3])
+from cluster import PROCS, QUIET, cleanup, fail, http, start_mock, wait_file
 try:
-    mock = subprocess.Popen([SPARROW, "kafka-mock", "--topic", "model-updates:3", "--port-file", "bs"],
-                            stdin=subprocess.PIPE, stdout=open("mock.out", "w"), stderr=open("mock.err", "w"))
-    procs.append(mock)
-    BS = wait_file("bs", 20)
+    mock, BS = start_mock(SPARROW, "model-updates:3")
     rng = random.Random(7)
     DIM = 3  # FM with k = 2
     KEYS = [0] + [rng.getrandbits(64) for _ in range(40)]
@@ -100,19 +74,9 @@ try:
                               "--set", "serve.max_body=65536",
                               "--set", "serve.max_features=64", *extra],
                              stdout=subprocess.DEVNULL, stderr=open(name + ".err", "a"))
-        procs.append(p)
+        PROCS.append(p)
         port = int(wait_file(name + ".port", 30))
         return p, port
-
-    def http(port, method, path, body=None, headers=None):
-        req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), method=method,
-                                     data=body.encode() if isinstance(body, str) else body,
-                                     headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=20) as resp:
-                return resp.status, resp.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
 
     def wait_ready(port):
         end = time.time() + 60

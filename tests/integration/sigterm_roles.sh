@@ -38,11 +38,7 @@ term() {
     echo "$name: exit 0 ${ELAPSED} s after SIGTERM (grace $g s)"
 }
 
-"$SPARROW" kafka-mock --topic examples:2 --topic model-updates:4 --port-file "$DIR/port" \
-    >"$DIR/mock.out" 2>"$DIR/mock.log" &
-PIDS+=("$!")
-wait_for "the mock broker" 20 test -s "$DIR/port"
-BS=$(cat "$DIR/port")
+start_broker examples:2 model-updates:4
 
 # ---- pserver: the final publish ----
 DIM=8
@@ -136,30 +132,17 @@ PY
 
 # ---- coordinator, serve, trainer: a Kafka trainer under the coordinator ----
 CK="$DIR/ck"
-P0=$(free_port)
-CP=$(free_port)
-start_shard 0 1 "$P0" 5 --set pserver.checkpoint.dir="$CK" --set pserver.restore=false \
+start_shards 1 5 --set pserver.checkpoint.dir="$CK" --set pserver.restore=false \
     --set pserver.publish.brokers="$BS" --set pserver.publish.interval=500ms
-S0=$SHARD_PID
 wait_for "the shard's http port" 20 grep -q "http endpoint port=" "$DIR/shard-0.log"
 SHARD_HTTP=$(grep -o "http endpoint port=[0-9]*" "$DIR/shard-0.log" | head -1 | cut -d= -f2)
-"$SPARROW" coordinator --listen "tcp://127.0.0.1:$CP" --mode hybrid:10 \
-    --shards "tcp://127.0.0.1:$P0" --checkpoint-dir "$CK" \
-    --set coordinator.startup.grace=500ms --set coordinator.checkpoint.steps=20 \
-    >"$DIR/coord.log" 2>&1 &
-CO=$!
-PIDS+=("$CO")
-start_coord_trainer "tcp://127.0.0.1:$P0" "$CP"
+start_coordinator hybrid:10 "$CK" --set coordinator.checkpoint.steps=20
+start_coord_trainer "$SHARDS" "$COORD_PORT"
 start_gen 0 3000
 wait_for "checkpoint epoch 2" 90 grep -q "checkpoint completed epoch=2 " "$DIR/coord.log"
 
 # serve: bootstrapped from the checkpoints, tailing the stream, 8 clients in a loop
-"$SPARROW" serve --checkpoint-dir "$CK" --brokers "$BS" --port 0 --port-file "$DIR/serve.port" \
-    --set "serve.log.dir=$DIR" >"$DIR/serve.log" 2>&1 &
-SV=$!
-PIDS+=("$SV")
-wait_for "serve's port" 30 test -s "$DIR/serve.port"
-SPORT=$(cat "$DIR/serve.port")
+start_serve "$CK"
 wait_for "serve ready" 60 curl -sf "http://127.0.0.1:$SPORT/readyz" -o /dev/null
 python3 - "$SPORT" "$DIR/serve-load.txt" <<'PY' &
 import http.client, json, sys, threading, time
@@ -208,7 +191,7 @@ LOADER=$!
 PIDS+=("$LOADER")
 wait_for "serve answering the load" 30 bash -c \
     "curl -sf http://127.0.0.1:$SPORT/metrics | awk '\$1 == \"sparrow_serve_requests_total\" && \$2 > 200 {f=1} END {exit !f}'"
-term serve "$SV" "$(grace serve)"
+term serve "$SERVE" "$(grace serve)"
 wait "$LOADER" || fail "the serve load generator"
 echo "serve: requests $(cat "$DIR/serve-load.txt")"
 # spw_http_stop stops accepting, waits for the requests begun, then closes: none is cut off
@@ -218,7 +201,7 @@ grep -q " bad=0" "$DIR/serve-load.txt" || fail "serve: requests refused"
 # coordinator: epochs keep coming while the trainer trains
 before=$(grep -c "checkpoint completed" "$DIR/coord.log")
 wait_for "another epoch" 60 bash -c "[ \$(grep -c 'checkpoint completed' '$DIR/coord.log') -gt $before ]"
-term coordinator "$CO" "$(grace coordinator)"
+term coordinator "$COORD" "$(grace coordinator)"
 E=$(cat "$CK/checkpoints/LATEST")
 "$SPARROW" reshard --from "$CK" --shards 1 --to "$DIR/verify" >"$DIR/verify.out" 2>&1 ||
     { cat "$DIR/verify.out"; fail "coordinator: LATEST ($E) does not verify"; }
@@ -240,5 +223,5 @@ applied() {
 APPLIED=0
 wait_for "the shard to count $pushed pushed rows (has ${APPLIED:-0})" 10 applied
 echo "trainer: rows pushed $pushed, applied by the shard $APPLIED"
-term pserver "$S0" "$(grace pserver)"
+term pserver "${SHARD_PIDS[0]}" "$(grace pserver)"
 echo "sigterm_roles: ok"

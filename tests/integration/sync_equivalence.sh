@@ -43,35 +43,27 @@ EPS=1e-3
 run_cluster() {
     local name=$1 dim=$2 opt=$3 model=$4 batch=$5 acc=$6
     shift 6
-    local d="$DIR/$name" ps_port co_port
+    local d="$DIR/$name" rows="$DIR/$name.rows"
     mkdir -p "$d"
-    ps_port=$(free_port)
-    co_port=$(free_port)
-    while [ "$co_port" = "$ps_port" ]; do co_port=$(free_port); done
-    "$SPARROW" pserver --listen "tcp://127.0.0.1:$ps_port" --dim "$dim" --optimizer "$opt" \
-        --data-dir "$d/ps" --http-port 0 --memory-mb 64 --set "pserver.checkpoint.dir=$d" \
-        --set pserver.lr=0.05 --set "pserver.eps=$EPS" >"$d/pserver.log" 2>&1 &
-    local ps_pid=$!
-    PIDS+=("$ps_pid")
+    local DIR=$d # the cluster library's processes log under the run's directory
+    start_shards 1 "$dim" --optimizer "$opt" --set "pserver.checkpoint.dir=$d" \
+        --set pserver.lr=0.05 --set "pserver.eps=$EPS"
+    local ps_pid=${SHARD_PIDS[0]}
     # listening before the coordinator binds its own port (free_port once handed out one port
     # twice: the coordinator took it, and the trainers waited for a shard that had exited)
     wait_for "$name: the pserver listening" 30 bash -c \
-        "grep -q 'pserver listening' '$d/pserver.log' || ! kill -0 $ps_pid 2>/dev/null"
+        "grep -q 'pserver listening' '$d/shard-0.log' || ! kill -0 $ps_pid 2>/dev/null"
     kill -0 "$ps_pid" 2>/dev/null || fail "$name: the pserver exited at start"
     # all trainers register within the startup grace, so the first recovery (before any record
     # is read) is the only one, and every trainer steps from clock 0 together
-    "$SPARROW" coordinator --set "coordinator.listen=tcp://127.0.0.1:$co_port" \
-        --set coordinator.mode=sync --set "coordinator.shards=tcp://127.0.0.1:$ps_port" \
-        --set "coordinator.checkpoint.dir=$d" --set "coordinator.checkpoint.steps=$STEPS" \
+    start_coordinator sync "$d" --set "coordinator.checkpoint.steps=$STEPS" \
         --set coordinator.checkpoint.interval=0 --set coordinator.startup.grace=1500ms \
-        --set coordinator.member.timeout=30s >"$d/coordinator.log" 2>&1 &
-    local co_pid=$!
-    PIDS+=("$co_pid")
+        --set coordinator.member.timeout=30s
     local tpids=() i=0 f
     for f in "$@"; do
         timeout 180 "$SPARROW" trainer --in "file:$f" --format pb --model "$model" --latent-dim "$LATENT" \
             --batch "$batch" --acc-steps "$acc" --topk 1 --http-port -1 \
-            --shards "tcp://127.0.0.1:$ps_port" --set "trainer.coordinator=tcp://127.0.0.1:$co_port" \
+            --shards "$SHARDS" --set "trainer.coordinator=tcp://127.0.0.1:$COORD_PORT" \
             --set trainer.log.interval=0 >"$d/trainer-$i.log" 2>&1 &
         tpids+=($!)
         PIDS+=($!)
@@ -81,15 +73,15 @@ run_cluster() {
         wait "$p" || fail "$name: a trainer exited non-zero"
     done
     # the trainers leave after their last step: the checkpoint at step STEPS is LATEST
-    grep -q 'checkpoint completed' "$d/coordinator.log" || fail "$name: no checkpoint completed"
-    kill "$co_pid" "$ps_pid" 2>/dev/null || true
-    wait "$co_pid" "$ps_pid" 2>/dev/null || true
-    "$CKPT" "$d" --dump >"$DIR/$name.rows" || fail "$name: reading the checkpoint"
+    grep -q 'checkpoint completed' "$d/coord.log" || fail "$name: no checkpoint completed"
+    kill "$COORD" "$ps_pid" 2>/dev/null || true
+    wait "$COORD" "$ps_pid" 2>/dev/null || true
+    "$CKPT" "$d" --dump >"$rows" || fail "$name: reading the checkpoint"
     local want=$((${#@} * batch * acc * STEPS))
     python3 - "$d" "$want" <<'PY' || fail "$name: the checkpoint does not count every example"
 import glob, re, sys
 d, want = sys.argv[1], int(sys.argv[2])
-log = open(d + "/coordinator.log").read()
+log = open(d + "/coord.log").read()
 got = [int(x) for x in re.findall(r"checkpoint completed epoch=\d+ examples=(\d+)", log)]
 print("  %s: checkpoint examples %s (want %d)" % (d.rsplit("/", 1)[1], got, want))
 sys.exit(0 if got and got[-1] == want else 1)

@@ -62,43 +62,30 @@ run_case() {
     shift 4
     D="$DIR/$name"
     mkdir -p "$D"
-    "$SPARROW" kafka-mock --brokers 1 --topic examples:8 --port-file "$D/port" \
-        >"$D/mock.out" 2>"$D/mock.log" &
-    PIDS+=("$!")
-    CASE_PIDS=("$!")
-    wait_for "the mock broker" 20 test -s "$D/port"
-    local bs ps co i s
-    bs=$(cat "$D/port")
-    ps=$(free_port)
-    co=$(free_port)
-    while [ "$co" = "$ps" ]; do co=$(free_port); done
-    "$SPARROW" pserver --listen "tcp://127.0.0.1:$ps" --dim 5 --data-dir "$D/ps" --http-port 0 \
-        --memory-mb 64 --set "pserver.checkpoint.dir=$D/ck" --set "pserver.debug.counter_key=$KEY" \
-        >"$D/pserver.log" 2>&1 &
-    PIDS+=("$!")
-    CASE_PIDS+=("$!")
-    wait_for "$name: the pserver listening" 30 grep -q 'pserver listening' "$D/pserver.log"
+    local DIR=$D i s # the cluster library's processes log under the case's directory
+    start_broker examples:8
+    CASE_PIDS=("$MOCK")
+    start_shards 1 5 --set "pserver.checkpoint.dir=$D/ck" --set "pserver.debug.counter_key=$KEY"
+    CASE_PIDS+=("${SHARD_PIDS[0]}")
+    wait_for "$name: the pserver listening" 30 grep -q 'pserver listening' "$D/shard-0.log"
     local sets=()
     for s in "$@"; do sets+=(--set "$s"); done
     # every trainer registers within the startup grace: one recovery before any record is read
-    "$SPARROW" coordinator --listen "tcp://127.0.0.1:$co" --mode "$mode" \
-        --shards "tcp://127.0.0.1:$ps" --checkpoint-dir "$D/ck" \
-        --set coordinator.startup.grace=3s --set coordinator.checkpoint.interval=1500ms \
-        --set coordinator.http.port=0 --set coordinator.member.timeout=20s \
-        --set log.level=debug "${sets[@]}" >"$D/coord.log" 2>&1 &
-    PIDS+=("$!")
-    CASE_PIDS+=("$!")
+    start_coordinator "$mode" "$D/ck" --set coordinator.startup.grace=3s \
+        --set coordinator.checkpoint.interval=1500ms --set coordinator.http.port=0 \
+        --set coordinator.member.timeout=20s --set log.level=debug "${sets[@]}"
+    CASE_PIDS+=("$COORD")
     # the stream is a backlog (produced at once, before the trainers start), so that the steps
     # are as slow as their compute (a paced stream makes every trainer wait for data alike)
-    "$SPARROW" gen --n "$N" --seed 5 --rate 1000000 --out "kafka://$bs/examples" 2>"$D/gen.log" ||
+    "$SPARROW" gen --n "$N" --seed 5 --rate 1000000 --out "kafka://$BS/examples" 2>"$D/gen.log" ||
         fail "$name: gen"
     TRAINER_PIDS=()
     for i in $(seq 1 "$k"); do
         local delay=8
         for s in $slow; do [ "$s" = "$i" ] && delay=48; done
-        "$SPARROW" trainer --in "kafka://$bs/examples" --shards "tcp://127.0.0.1:$ps" \
+        "$SPARROW" trainer --in "kafka://$BS/examples" --shards "$SHARDS" \
             --model fm --latent-dim 4 --batch 64 --backend cpu --group g --id "$i" --http-port -1 \
-            --set trainer.coordinator="tcp://127.0.0.1:$co" --set trainer.debug.delay_ms=$delay \
+            --set trainer.coordinator="tcp://127.0.0.1:$COORD_PORT" --set trainer.debug.delay_ms=$delay \
             --set "trainer.debug.counter_key=$KEY" \
             --set trainer.shutdown.grace=3s --set kafka.session.timeout.ms=6000 \
             --set kafka.heartbeat.interval.ms=500 >"$D/trainer-$i.log" 2>&1 &
@@ -108,7 +95,7 @@ run_case() {
     done
     wait_for "$name: the first recovery" 40 grep -q "recovery completed" "$D/coord.log"
     CO_HTTP=$(http_port "$D/coord.log" coordinator)
-    PS_HTTP=$(http_port "$D/pserver.log" pserver)
+    PS_HTTP=$(http_port "$D/shard-0.log" pserver)
 }
 
 # Waits until a checkpoint counts every example; checks the counter row of LATEST.

@@ -7,14 +7,7 @@
 
 #include "sparrow/trainer.h"
 #include "trainer_int.h"
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    uint64_t x = *s;
-    x ^= x >> 31;
-    return x * 0x9e3779b97f4a7c15ull;
-}
+#include "test_rng.h"
 
 static spw_batch_t *new_batch(void)
 {

@@ -7,19 +7,7 @@
 #include <string.h>
 
 #include "sparrow/trainer.h"
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    uint64_t x = *s;
-    x ^= x >> 31;
-    return x * 0x9e3779b97f4a7c15ull;
-}
-
-static float rng_uniform(uint64_t *s, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)(rng_next(s) >> 40) / (float)(1u << 24);
-}
+#include "test_rng.h"
 
 static spw_batch_t *new_batch(void)
 {

@@ -182,45 +182,4 @@ spw_err_t spw_cli_load(spw_config_t *cfg, int argc, char **argv,
                        const struct spw_cli_alias *aliases, size_t n_aliases, char *const *envp,
                        struct spw_cli_result *res, char *errstr, size_t errstr_size);
 
-/*
- * The start every role's main shares: creates a configuration of props, loads it with
- * spw_cli_load (argv, environ), answers --help (usage) and --dump-config, then initialises logging
- * (role, the table's "log.level") and the SIGTERM/SIGINT handlers. Returns the configuration (the
- * caller destroys it) or NULL with *exit_code set: 0 after --help/--dump-config, 2 for a bad
- * argument or value (the message is on stderr), 1 when out of memory. Call once, from main.
- */
-spw_config_t *spw_cli_role_init(const char *role, const struct spw_config_prop *props,
-                                size_t n_props, const struct spw_cli_alias *aliases,
-                                size_t n_aliases, int argc, char **argv, void (*usage)(FILE *out),
-                                int *exit_code);
-
-struct spw_metrics;
-struct spw_http;
-
-/* A role as its main hands it to spw_cli_role_main: its table and flags, and two steps. */
-struct spw_cli_role {
-    const char *name; /* "pserver": the log's role and the prefix of its http.* rows */
-    const struct spw_config_prop *props;
-    size_t n_props;
-    const struct spw_cli_alias *aliases;
-    size_t n_aliases;
-    void (*usage)(FILE *out);
-    size_t http_max_body; /* largest request body of the role's HTTP endpoint */
-    /* Every value check: cfg into the role's conf at conf (borrowing cfg's strings). An error
-     * (errstr filled) exits 2 before anything starts. */
-    spw_err_t (*conf_from_config)(const spw_config_t *cfg, void *conf, char *errstr,
-                                  size_t errstr_size);
-    /* new, run, destroy, with the process's metrics registry and HTTP endpoint (NULL when its
-     * port is -1), both borrowed; returns the exit code. */
-    int (*run)(void *conf, struct spw_metrics *metrics, struct spw_http *http);
-};
-
-/*
- * The main every role shares: spw_cli_role_init, role->conf_from_config into conf (the role's
- * conf struct, caller-owned), a metrics registry, the HTTP endpoint of the role's http.* rows
- * (SPW_CONFIG_PROPS_HTTP), then role->run. Returns the exit code: role->run's, 2 for a bad
- * argument or value, 1 when the endpoint cannot start. Call once, from main.
- */
-int spw_cli_role_main(const struct spw_cli_role *role, void *conf, int argc, char **argv);
-
 #endif

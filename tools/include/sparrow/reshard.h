@@ -23,7 +23,7 @@ extern const struct spw_config_prop spw_reshard_config_props[];
 extern const size_t spw_reshard_config_n_props;
 
 /* Most shards of either side (the coordinator's SPW_COORD_MAX_SHARDS). */
-#define SPW_RESHARD_MAX_SHARDS 1024u
+#define SPW_RESHARD_MAX_SHARDS 1024
 
 struct spw_reshard_conf {
     const char *from; /* an epoch directory <root>/checkpoints/<E>, or a root with LATEST */

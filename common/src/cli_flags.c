@@ -1,5 +1,6 @@
-/* Rewrites valueless and repeatable flags into `--set key=value` for spw_cli_load (cli_flags.h). */
-#include "cli_flags.h"
+/* Rewrites valueless and repeatable flags into `--set key=value` for spw_cli_load (sparrow/cli.h).
+ */
+#include "sparrow/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
