@@ -99,6 +99,7 @@ struct spw_http {
 
     struct spw_http_limits limits;
     spw_counter_t *m_refused, *m_timed_out, *m_evicted; /* NULL without a registry */
+    spw_counter_t *m_rejected; /* requests answered 4xx by this layer (404, 405, 401, 413) */
     _Atomic uint64_t n_refused, n_timed_out, n_evicted;
 
     pthread_mutex_t conn_lock;      /* guards the connection list and every struct connection */
@@ -387,10 +388,13 @@ static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, con
     return ret;
 }
 
-static enum MHD_Result respond_text(struct request *req, struct MHD_Connection *conn,
-                                    unsigned status, const char *text, const char *allow)
+static enum MHD_Result respond_text(struct spw_http *http, struct request *req,
+                                    struct MHD_Connection *conn, unsigned status, const char *text,
+                                    const char *allow)
 {
     req->responded = true;
+    if (http->m_rejected)
+        spw_counter_inc(http->m_rejected);
     return respond(conn, status, TEXT_CONTENT_TYPE, (char *)text, strlen(text),
                    MHD_RESPMEM_PERSISTENT, allow);
 }
@@ -523,23 +527,23 @@ static enum MHD_Result on_headers(struct spw_http *http, struct request *req,
     }
     if (builtin) {
         if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-            return respond_text(req, conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n",
-                                "GET, HEAD");
+            return respond_text(http, req, conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                "method not allowed\n", "GET, HEAD");
     } else {
         req->route = route_find(http, url);
         if (!req->route)
-            return respond_text(req, conn, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
+            return respond_text(http, req, conn, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
         req->target = TARGET_ROUTE;
         if (http->token_len && !bearer_ok(http, conn))
-            return respond_text(req, conn, MHD_HTTP_UNAUTHORIZED, "missing or wrong bearer token\n",
-                                NULL);
+            return respond_text(http, req, conn, MHD_HTTP_UNAUTHORIZED,
+                                "missing or wrong bearer token\n", NULL);
     }
 
     const char *cl =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     uint64_t declared;
     if (cl && parse_length(cl, &declared) && declared > http->max_body)
-        return respond_text(req, conn, MHD_HTTP_CONTENT_TOO_LARGE, "body too large\n", NULL);
+        return respond_text(http, req, conn, MHD_HTTP_CONTENT_TOO_LARGE, "body too large\n", NULL);
     return MHD_YES;
 }
 
@@ -613,6 +617,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (req->responded)
         return MHD_YES;
     req->responded = true;
+    if (req->too_big && http->m_rejected)
+        spw_counter_inc(http->m_rejected);
     if (req->too_big)
         return respond(conn, MHD_HTTP_CONTENT_TOO_LARGE, TEXT_CONTENT_TYPE,
                        (char *)"body too large\n", 15, MHD_RESPMEM_PERSISTENT, NULL);
@@ -764,6 +770,12 @@ spw_http_t *spw_http_start_limits(const char *addr, uint16_t port, spw_metrics_t
             metrics, "sparrow_http_connections_evicted_total",
             "HTTP connections closed at the connection limit to make room for a new one (the "
             "oldest that had not delivered a request).",
+            NULL);
+        http->m_rejected = spw_metrics_counter_new(
+            metrics, "sparrow_http_rejected_requests_total",
+            "HTTP requests refused by the endpoint itself: unknown path (404), wrong method (405), "
+            "missing token (401), body too large (413). Malformed HTTP that libmicrohttpd "
+            "answers (400) is not counted here.",
             NULL);
     }
 
