@@ -222,8 +222,8 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
     if (ok == MHD_YES && http->n_open - http->n_closing >= http->limits.max_connections) {
         struct connection *v = victim_locked(http, NULL, 0);
         if (v) {
+            count(http->m_evicted, &http->n_evicted); /* before the client can see the close */
             close_locked(http, v);
-            count(http->m_evicted, &http->n_evicted);
         } else {
             ok = MHD_NO;
         }
@@ -349,8 +349,8 @@ static void *reaper_main(void *arg)
                                                     : http->limits.header_timeout_ms;
             if (now - c->phase_ms < limit)
                 continue;
+            count(http->m_timed_out, &http->n_timed_out); /* before the client sees the close */
             close_locked(http, c);
-            count(http->m_timed_out, &http->n_timed_out);
             if (c->phase == PHASE_BODY)
                 bodies++;
             else
