@@ -70,6 +70,12 @@ TARGETS = [
      r"json.*?ratio " + NUM, lambda v: v >= 0.5),
     ("ingest", "ingest protobuf: events/s", ">= 300,000",
      r"protobuf.*?ingest\s+" + NUM + " events/s", lambda v: v >= 300000),
+    ("http_slowloris", "serve: valid predictions answered within 100 ms with 2,000 slow "
+     "connections open, % (--quick: 300)", ">= 99",
+     r"target >= 99% of valid predictions within 100 ms with \d+ slow connections open: "
+     r"([\d.]+)%", lambda v: v >= 99),
+    ("http_slowloris", "serve: p99 latency with the slow connections open / with none", "(no target)",
+     r"p99 slow/baseline ([\d.]+)", None),
 ]
 for _m in ("fm", "lr"):
     TARGETS += [

@@ -33,8 +33,11 @@ static void usage(FILE *out)
         fprintf(out, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
     fprintf(out, "  %-12s %s\n", "config-doc",
             "write docs/CONFIGURATION.md from every role's property table");
-    fprintf(out, "\nEvery command takes --config FILE, --set key=value, --dump-config and --help;\n"
-                 "SPARROW_<KEY> environment variables override the file, --set overrides both.\n");
+    fprintf(
+        out,
+        "\nEvery command takes --config FILE, --set key=value, --dump-config (secrets redacted;\n"
+        "--dump-config-secrets shows them) and --help;\n"
+        "SPARROW_<KEY> environment variables override the file, --set overrides both.\n");
 }
 
 static int config_doc_main(int argc, char **argv)

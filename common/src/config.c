@@ -39,6 +39,7 @@ struct spw_config {
     struct value *values; /* n_props entries, parallel to props */
     struct passthrough *pt;
     size_t n_pt, cap_pt;
+    bool dump_secrets; /* spw_config_dump shows secret values (--dump-config-secrets) */
 };
 
 __attribute__((format(printf, 3, 4))) static void errf(char *errstr, size_t size, const char *fmt,
@@ -67,6 +68,38 @@ static void trim(const char **s, size_t *len)
 static bool is_key_char(char c)
 {
     return isalnum((unsigned char)c) || c == '.' || c == '_' || c == '-';
+}
+
+/* True when the len bytes at s hold word, without case. */
+static bool has_word(const char *s, size_t len, const char *word)
+{
+    size_t wlen = strlen(word);
+    for (size_t i = 0; i + wlen <= len; i++)
+        if (strncasecmp(s + i, word, wlen) == 0)
+            return true;
+    return false;
+}
+
+static bool ends_with(const char *s, size_t len, const char *suffix)
+{
+    size_t slen = strlen(suffix);
+    return len >= slen && strncasecmp(s + len - slen, suffix, slen) == 0;
+}
+
+/* spw_config_key_is_secret for len bytes of key. */
+static bool secret_name(const char *key, size_t len)
+{
+    static const char *const paths[] = {"_file", ".file", ".location", ".path"};
+    static const char *const words[] = {
+        "password",           "passwd",     "secret", "token", "credential", "private",
+        "oauthbearer.config", "ssl.key.pem"};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        if (ends_with(key, len, paths[i]))
+            return false;
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (has_word(key, len, words[i]))
+            return true;
+    return false;
 }
 
 /* Copies at most len bytes of s into buf for a message, '?' for anything unprintable. */
@@ -656,6 +689,7 @@ static spw_config_t *config_clone(const spw_config_t *cfg)
         return NULL;
     c->props = cfg->props;
     c->n_props = cfg->n_props;
+    c->dump_secrets = cfg->dump_secrets;
     c->values = calloc(cfg->n_props ? cfg->n_props : 1, sizeof(*c->values));
     if (!c->values)
         goto out_destroy;
@@ -737,8 +771,10 @@ static spw_err_t apply_buffer(spw_config_t *cfg, const char *name, const char *d
         const char *eq = memchr(line, '=', llen);
         if (!eq) {
             char shown[64];
+            /* a mistyped "kafka.sasl.password: x" must not put the password in a message */
             errf(errstr, errstr_size, "%s:%zu: expected 'key = value', got '%s'", name, line_no,
-                 printable(line, llen, shown, sizeof(shown)));
+                 secret_name(line, llen) ? "(a line naming a secret; not shown)"
+                                         : printable(line, llen, shown, sizeof(shown)));
             return SPW_ERR_INVALID;
         }
         char msg[MSG_MAX];
@@ -987,12 +1023,34 @@ int spw_config_foreach_passthrough(const spw_config_t *cfg, const char *prefix,
     return 0;
 }
 
-/* ---- dump and documentation ---- */
+/* ---- secrets, dump and documentation ---- */
+
+bool spw_config_key_is_secret(const char *key)
+{
+    return secret_name(key, strlen(key));
+}
+
+void spw_config_set_dump_secrets(spw_config_t *cfg, bool show)
+{
+    cfg->dump_secrets = show;
+}
+
+/* Writes `key = value`, or the line commented out and redacted when the value is a secret. */
+static void dump_value(const spw_config_t *cfg, const char *key, const char *value, FILE *out)
+{
+    if (!cfg->dump_secrets && secret_name(key, strlen(key)))
+        fprintf(out, "# %s = (redacted: a secret; --dump-config-secrets shows it)\n", key);
+    else
+        fprintf(out, "%s = %s\n", key, value);
+}
 
 void spw_config_dump(const spw_config_t *cfg, FILE *out)
 {
     fprintf(out, "# Effective Sparrow configuration; load it back with --config FILE.\n"
                  "# Each value's source is in brackets: default, file, env or set.\n");
+    if (!cfg->dump_secrets)
+        fprintf(out, "# Secret values are commented out and redacted (--dump-config-secrets "
+                     "shows them).\n");
     for (size_t i = 0; i < cfg->n_props; i++) {
         const struct spw_config_prop *p = &cfg->props[i];
         const char *desc = p->desc ? p->desc : "";
@@ -1001,8 +1059,8 @@ void spw_config_dump(const spw_config_t *cfg, FILE *out)
             for (size_t k = 0; k < cfg->n_pt; k++) {
                 if (cfg->pt[k].prop != i)
                     continue;
-                fprintf(out, "\n# %s [%s; %s]\n%s = %s\n", desc, p->name,
-                        source_names[cfg->pt[k].src], cfg->pt[k].key, cfg->pt[k].value);
+                fprintf(out, "\n# %s [%s; %s]\n", desc, p->name, source_names[cfg->pt[k].src]);
+                dump_value(cfg, cfg->pt[k].key, cfg->pt[k].value, out);
                 n++;
             }
             if (n == 0)
@@ -1010,9 +1068,10 @@ void spw_config_dump(const spw_config_t *cfg, FILE *out)
             continue;
         }
         const struct value *v = &cfg->values[i];
-        if (v->text)
-            fprintf(out, "\n# %s [%s]\n%s = %s\n", desc, source_names[v->src], p->name, v->text);
-        else
+        if (v->text) {
+            fprintf(out, "\n# %s [%s]\n", desc, source_names[v->src]);
+            dump_value(cfg, p->name, v->text, out);
+        } else
             fprintf(out, "\n# %s [unset]\n# %s =\n", desc, p->name);
     }
 }
@@ -1204,8 +1263,9 @@ static bool is_flag(const char *arg, const char *flag, size_t name_len)
 static void unknown_argument(const char *arg, const struct spw_cli_alias *aliases, size_t n_aliases,
                              char *errstr, size_t errstr_size)
 {
-    const char *names[64] = {"--config", "--set", "--dump-config", "--help"};
-    size_t n = 4;
+    const char *names[64] = {"--config", "--set", "--dump-config", "--dump-config-secrets",
+                             "--help"};
+    size_t n = 5;
     for (size_t i = 0; i < n_aliases && n < 64; i++)
         names[n++] = aliases[i].flag;
     char flag[SPW_CONFIG_KEY_MAX + 1];
@@ -1215,10 +1275,14 @@ static void unknown_argument(const char *arg, const struct spw_cli_alias *aliase
     memcpy(flag, arg, flen);
     flag[flen] = '\0';
     const char *near = arg[0] == '-' ? closest(flag, names, n) : NULL;
+    /* "kafka.sasl.password=x" given without --set: name the argument, not its value */
+    const char *shown = secret_name(arg, strlen(arg)) ? flag : arg;
+    const char *redacted = shown == flag && arg[flen] == '=' ? "=(secret)" : "";
     if (near)
-        errf(errstr, errstr_size, "unknown argument '%.80s' (did you mean '%s'?)", arg, near);
+        errf(errstr, errstr_size, "unknown argument '%.80s%s' (did you mean '%s'?)", shown,
+             redacted, near);
     else
-        errf(errstr, errstr_size, "unknown argument '%.80s'", arg);
+        errf(errstr, errstr_size, "unknown argument '%.80s%s'", shown, redacted);
 }
 
 spw_err_t spw_cli_load(spw_config_t *cfg, int argc, char **argv,
@@ -1245,6 +1309,10 @@ spw_err_t spw_cli_load(spw_config_t *cfg, int argc, char **argv,
             res->dump_config = true;
             continue;
         }
+        if (strcmp(arg, "--dump-config-secrets") == 0) {
+            res->dump_config = res->dump_secrets = true;
+            continue;
+        }
         if (strncmp(arg, "--", 2) != 0) {
             unknown_argument(arg, aliases, n_aliases, errstr, errstr_size);
             goto out_free_sets;
@@ -1259,7 +1327,8 @@ spw_err_t spw_cli_load(spw_config_t *cfg, int argc, char **argv,
         bool known =
             alias_key || is_flag(arg, "--config", name_len) || is_flag(arg, "--set", name_len);
         if (!known) {
-            if (is_flag(arg, "--help", name_len) || is_flag(arg, "--dump-config", name_len))
+            if (is_flag(arg, "--help", name_len) || is_flag(arg, "--dump-config", name_len) ||
+                is_flag(arg, "--dump-config-secrets", name_len))
                 errf(errstr, errstr_size, "%.*s takes no value (got '%.80s')", (int)name_len, arg,
                      arg);
             else
@@ -1311,14 +1380,19 @@ spw_err_t spw_cli_load(spw_config_t *cfg, int argc, char **argv,
         const struct cli_set *s = &sets[k];
         err =
             set_value(next, s->key, s->klen, s->value, strlen(s->value), SRC_SET, msg, sizeof(msg));
-        if (err != SPW_OK)
+        if (err != SPW_OK && secret_name(s->key, s->klen)) /* the value stays out of it */
+            errf(errstr, errstr_size, "--set %.*s=(secret): %s", (int)s->klen, s->key, msg);
+        else if (err != SPW_OK)
             errf(errstr, errstr_size, "%.80s%s%.80s: %s", s->arg, s->next ? " " : "",
                  s->next ? s->next : "", msg);
     }
-    if (err != SPW_OK)
+    if (err != SPW_OK) {
         spw_config_destroy(next);
-    else
+    } else {
         config_commit(cfg, next);
+        if (res->dump_secrets)
+            cfg->dump_secrets = true;
+    }
 
 out_free_sets:
     free(sets);

@@ -5,6 +5,7 @@
 #include "sparrow/time.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -14,15 +15,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 /*
- * Threads: libmicrohttpd runs one listening thread and one thread per connection
- * (MHD_USE_THREAD_PER_CONNECTION, poll() rather than select() so that descriptors above
- * FD_SETSIZE work). The connection limit bounds the threads, the per-connection timeout frees
- * threads that idle clients hold, and the memory limit bounds the request line and headers;
- * libmicrohttpd answers malformed requests itself (400, 413 for huge headers, ...).
+ * Threads: libmicrohttpd runs a pool of threads, each with its own epoll set over its share of the
+ * connections (MHD_USE_EPOLL_INTERNAL_THREAD + MHD_OPTION_THREAD_POOL_SIZE), so that thousands of
+ * connections cost descriptors and a little memory, not a thread each; route handlers run on
+ * those threads and must not block for long. The memory limit bounds the request line and
+ * headers; libmicrohttpd answers malformed requests itself (400, 413 for huge headers, ...).
+ *
+ * Hostile and slow clients (issue 17): every connection is on one list (conn_lock, in accept
+ * order) with its phase and the time the phase began:
+ *
+ *   phase     from                                      deadline        evictable
+ *   HEADERS   accept, or the end of the previous request header_timeout  yes
+ *   BODY      headers complete (first access call)      body_timeout    yes
+ *   ACTIVE    body complete (handler, response)          (idle timeout)  no
+ *
+ * A reaper thread closes connections past their deadline (shutdown(2) on the socket; libmicrohttpd
+ * then reads end-of-file and closes it as usual). The accept policy callback enforces the
+ * per-address limit (refused) and the connection limit: at the limit a new connection evicts the
+ * oldest one that has not delivered its request (never served first, then idle keep-alive ones),
+ * so that slow clients cannot lock valid ones out; it is refused only when every connection is
+ * ACTIVE. libmicrohttpd's own hard limit is max_connections plus slack for the evicted ones not
+ * closed yet. The per-address limit is ours rather than MHD_OPTION_PER_IP_CONNECTION_LIMIT so that
+ * its refusals are counted; it is off by default (behind a proxy every client has one address).
  *
  * Bodies: libmicrohttpd hands the body to the access handler in pieces; a route's body is
  * collected into one buffer of at most max_body bytes. A declared Content-Length above max_body
@@ -33,8 +53,10 @@
 
 #define HTTP_MAX_ROUTES      16
 #define HTTP_MAX_PREFIX      128
-#define HTTP_CONN_LIMIT      64    /* concurrent connections (each one a thread) */
 #define HTTP_CONN_TIMEOUT_S  10    /* idle seconds before a connection is closed */
+#define HTTP_FD_RESERVE      256   /* descriptors left to the rest of the process */
+#define HTTP_REAP_MIN_MS     10    /* the reaper's period: a tenth of the shorter deadline, */
+#define HTTP_REAP_MAX_MS     200   /* within these bounds */
 #define HTTP_DRAIN_MS        10000 /* longest wait for requests in flight at stop */
 #define HTTP_DRAIN_FRESH_MS  2000  /* longest wait at stop for an accepted connection's request */
 #define HTTP_CONN_MEMORY     (32 * 1024) /* request line + headers + read buffer per connection */
@@ -74,12 +96,43 @@ struct spw_http {
     /* Connections accepted whose first request has not begun (its bytes may still be on the way):
      * spw_http_stop waits for them too, so that a connection accepted is never cut off unserved. */
     _Atomic size_t fresh;
+
+    struct spw_http_limits limits;
+    spw_counter_t *m_refused, *m_timed_out, *m_evicted; /* NULL without a registry */
+    spw_counter_t *m_rejected; /* requests answered 4xx by this layer (404, 405, 401, 413) */
+    _Atomic uint64_t n_refused, n_timed_out, n_evicted;
+
+    pthread_mutex_t conn_lock;      /* guards the connection list and every struct connection */
+    struct connection *head, *tail; /* accept order: head is the oldest */
+    size_t n_open;                  /* on the list */
+    size_t n_closing;               /* on the list with closing set */
+
+    pthread_t reaper;
+    pthread_mutex_t reaper_lock; /* with reaper_cond: the reaper's sleep and stop */
+    pthread_cond_t reaper_cond;
+    bool reaper_stop;
+    bool reaper_started;
 };
 
-/* Per-connection state (MHD's socket_context), from MHD_CONNECTION_NOTIFY_STARTED to _CLOSED. Only
- * the connection's own thread touches it. */
+enum phase {
+    PHASE_HEADERS, /* waiting for a request's headers */
+    PHASE_BODY,    /* headers in, body not complete */
+    PHASE_ACTIVE,  /* the request is complete: handled or being answered */
+};
+
+/* Per-connection state (MHD's socket_context), from MHD_CONNECTION_NOTIFY_STARTED to _CLOSED, on
+ * http's connection list. Fields below `requested` are guarded by http->conn_lock (the reaper and
+ * other pool threads read them); requested only by the connection's own thread. */
 struct connection {
     bool requested; /* a request has begun on it: no longer counted in fresh */
+    struct connection *prev, *next;
+    MHD_socket fd;
+    struct sockaddr_storage addr; /* the client's address (per-address limit) */
+    socklen_t addr_len;
+    enum phase phase;
+    uint64_t phase_ms; /* spw_time_mono_ms when phase began */
+    bool served;       /* a request completed on it */
+    bool closing;      /* shut down by the reaper or an eviction, not yet closed */
 };
 
 enum target {
@@ -101,23 +154,216 @@ struct request {
     size_t cap;
 };
 
+/* ---- connection bookkeeping (issue 17: slow and hostile clients) ---------------------------- */
+
+static void count(spw_counter_t *c, _Atomic uint64_t *n)
+{
+    atomic_fetch_add(n, 1);
+    if (c)
+        spw_counter_inc(c);
+}
+
+static bool same_address(const struct sockaddr *a, socklen_t alen, const struct sockaddr_storage *b)
+{
+    if (a->sa_family != b->ss_family)
+        return false;
+    if (a->sa_family == AF_INET && alen >= (socklen_t)sizeof(struct sockaddr_in))
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->sa_family == AF_INET6 && alen >= (socklen_t)sizeof(struct sockaddr_in6))
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+    return false;
+}
+
+/* Closes c from outside its thread: shutdown(2) wakes libmicrohttpd with end-of-file and it closes
+ * the connection (and its descriptor, after NOTIFY_CLOSED takes c off the list under conn_lock,
+ * so fd is still c's here). */
+static void close_locked(struct spw_http *http, struct connection *c)
+{
+    c->closing = true;
+    http->n_closing++;
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+/* The connection to evict for a new one: the oldest that has not delivered a request (HEADERS
+ * never served, or BODY), else the oldest idle keep-alive one; NULL when all are ACTIVE. */
+static struct connection *victim_locked(struct spw_http *http, const struct sockaddr *addr,
+                                        socklen_t addr_len)
+{
+    struct connection *idle = NULL;
+    for (struct connection *c = http->head; c; c = c->next) {
+        if (c->closing || c->phase == PHASE_ACTIVE)
+            continue;
+        if (addr && !same_address(addr, addr_len, &c->addr))
+            continue;
+        if (c->phase == PHASE_BODY || !c->served)
+            return c;
+        if (!idle)
+            idle = c;
+    }
+    return idle;
+}
+
+/* libmicrohttpd's accept policy: the per-address limit refuses, the connection limit evicts. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addr_len)
+{
+    struct spw_http *http = cls;
+    enum MHD_Result ok = MHD_YES;
+    pthread_mutex_lock(&http->conn_lock);
+    if (http->limits.per_ip_connections > 0 && addr) {
+        size_t same = 0;
+        for (struct connection *c = http->head; c; c = c->next)
+            if (!c->closing && same_address(addr, addr_len, &c->addr))
+                same++;
+        if (same >= http->limits.per_ip_connections)
+            ok = MHD_NO;
+    }
+    if (ok == MHD_YES && http->n_open - http->n_closing >= http->limits.max_connections) {
+        struct connection *v = victim_locked(http, NULL, 0);
+        if (v) {
+            count(http->m_evicted, &http->n_evicted); /* before the client can see the close */
+            close_locked(http, v);
+        } else {
+            ok = MHD_NO;
+        }
+    }
+    pthread_mutex_unlock(&http->conn_lock);
+    if (ok == MHD_NO) {
+        count(http->m_refused, &http->n_refused);
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 10000, "http: connection refused",
+                            "reason=%s max_connections=%zu per_ip_connections=%zu",
+                            http->limits.per_ip_connections ? "limit or per-address limit"
+                                                            : "limit, every connection busy",
+                            http->limits.max_connections, http->limits.per_ip_connections);
+    }
+    return ok;
+}
+
+static void set_phase(struct spw_http *http, struct connection *c, enum phase phase)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&http->conn_lock);
+    c->phase = phase;
+    c->phase_ms = spw_time_mono_ms();
+    pthread_mutex_unlock(&http->conn_lock);
+}
+
+static struct connection *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
     struct spw_http *http = cls;
-    (void)conn;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        struct connection *c = calloc(1, sizeof(*c)); /* NULL: the connection is not waited for */
+        /* NULL: the connection is neither waited for nor bounded by our deadlines (out of memory
+         * only; libmicrohttpd's idle timeout still closes it) */
+        struct connection *c = calloc(1, sizeof(*c));
         *socket_context = c;
-        if (c)
-            atomic_fetch_add(&http->fresh, 1);
+        if (!c)
+            return;
+        atomic_fetch_add(&http->fresh, 1);
+        const union MHD_ConnectionInfo *fd =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ca =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        c->fd = fd ? fd->connect_fd : MHD_INVALID_SOCKET;
+        if (ca && ca->client_addr) {
+            c->addr_len = ca->client_addr->sa_family == AF_INET6
+                              ? (socklen_t)sizeof(struct sockaddr_in6)
+                              : (socklen_t)sizeof(struct sockaddr_in);
+            memcpy(&c->addr, ca->client_addr, c->addr_len);
+        }
+        c->phase = PHASE_HEADERS;
+        c->phase_ms = spw_time_mono_ms();
+        pthread_mutex_lock(&http->conn_lock);
+        c->prev = http->tail;
+        if (http->tail)
+            http->tail->next = c;
+        else
+            http->head = c;
+        http->tail = c;
+        http->n_open++;
+        pthread_mutex_unlock(&http->conn_lock);
         return;
     }
     struct connection *c = *socket_context;
-    if (c && !c->requested)
+    if (!c)
+        return;
+    if (!c->requested)
         atomic_fetch_sub(&http->fresh, 1);
+    pthread_mutex_lock(&http->conn_lock);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        http->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        http->tail = c->prev;
+    http->n_open--;
+    if (c->closing)
+        http->n_closing--;
+    pthread_mutex_unlock(&http->conn_lock);
     free(c);
     *socket_context = NULL;
+}
+
+/* Closes the connections past their deadline, every period until spw_http_stop. */
+static void *reaper_main(void *arg)
+{
+    struct spw_http *http = arg;
+    uint64_t shorter = http->limits.header_timeout_ms < http->limits.body_timeout_ms
+                           ? http->limits.header_timeout_ms
+                           : http->limits.body_timeout_ms;
+    uint64_t period = shorter / 10;
+    if (period < HTTP_REAP_MIN_MS)
+        period = HTTP_REAP_MIN_MS;
+    if (period > HTTP_REAP_MAX_MS)
+        period = HTTP_REAP_MAX_MS;
+    pthread_mutex_lock(&http->reaper_lock);
+    while (!http->reaper_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += (long)(period % 1000) * 1000000L;
+        until.tv_sec += (time_t)(period / 1000) + until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&http->reaper_cond, &http->reaper_lock, &until);
+        if (http->reaper_stop)
+            break;
+        pthread_mutex_unlock(&http->reaper_lock);
+
+        size_t headers = 0, bodies = 0;
+        uint64_t now = spw_time_mono_ms();
+        pthread_mutex_lock(&http->conn_lock);
+        for (struct connection *c = http->head; c; c = c->next) {
+            if (c->closing || c->phase == PHASE_ACTIVE)
+                continue;
+            uint64_t limit = c->phase == PHASE_BODY ? http->limits.body_timeout_ms
+                                                    : http->limits.header_timeout_ms;
+            if (now - c->phase_ms < limit)
+                continue;
+            count(http->m_timed_out, &http->n_timed_out); /* before the client sees the close */
+            close_locked(http, c);
+            if (c->phase == PHASE_BODY)
+                bodies++;
+            else
+                headers++;
+        }
+        pthread_mutex_unlock(&http->conn_lock);
+        if (headers + bodies > 0)
+            SPW_LOG_RATELIMITED(SPW_LOG_INFO, 10000, "http: closed slow connections",
+                                "headers_late=%zu body_late=%zu", headers, bodies);
+        pthread_mutex_lock(&http->reaper_lock);
+    }
+    pthread_mutex_unlock(&http->reaper_lock);
+    return NULL;
 }
 
 /* ---- responses ------------------------------------------------------------------------------- */
@@ -142,10 +388,13 @@ static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, con
     return ret;
 }
 
-static enum MHD_Result respond_text(struct request *req, struct MHD_Connection *conn,
-                                    unsigned status, const char *text, const char *allow)
+static enum MHD_Result respond_text(struct spw_http *http, struct request *req,
+                                    struct MHD_Connection *conn, unsigned status, const char *text,
+                                    const char *allow)
 {
     req->responded = true;
+    if (http->m_rejected)
+        spw_counter_inc(http->m_rejected);
     return respond(conn, status, TEXT_CONTENT_TYPE, (char *)text, strlen(text),
                    MHD_RESPMEM_PERSISTENT, allow);
 }
@@ -278,23 +527,23 @@ static enum MHD_Result on_headers(struct spw_http *http, struct request *req,
     }
     if (builtin) {
         if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-            return respond_text(req, conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n",
-                                "GET, HEAD");
+            return respond_text(http, req, conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                "method not allowed\n", "GET, HEAD");
     } else {
         req->route = route_find(http, url);
         if (!req->route)
-            return respond_text(req, conn, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
+            return respond_text(http, req, conn, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
         req->target = TARGET_ROUTE;
         if (http->token_len && !bearer_ok(http, conn))
-            return respond_text(req, conn, MHD_HTTP_UNAUTHORIZED, "missing or wrong bearer token\n",
-                                NULL);
+            return respond_text(http, req, conn, MHD_HTTP_UNAUTHORIZED,
+                                "missing or wrong bearer token\n", NULL);
     }
 
     const char *cl =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     uint64_t declared;
     if (cl && parse_length(cl, &declared) && declared > http->max_body)
-        return respond_text(req, conn, MHD_HTTP_CONTENT_TOO_LARGE, "body too large\n", NULL);
+        return respond_text(http, req, conn, MHD_HTTP_CONTENT_TOO_LARGE, "body too large\n", NULL);
     return MHD_YES;
 }
 
@@ -349,13 +598,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         *con_cls = req;
         atomic_fetch_add(&http->in_flight, 1);
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-        struct connection *c = ci ? ci->socket_context : NULL;
+        struct connection *c = conn_of(conn);
         if (c && !c->requested) {
             c->requested = true;
             atomic_fetch_sub(&http->fresh, 1);
         }
+        set_phase(http, c, PHASE_BODY);
         return on_headers(http, req, conn, url, method);
     }
     if (*upload_data_size > 0) {
@@ -365,9 +613,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_YES;
         return on_body(http, req, upload_data, size);
     }
+    set_phase(http, conn_of(conn), PHASE_ACTIVE);
     if (req->responded)
         return MHD_YES;
     req->responded = true;
+    if (req->too_big && http->m_rejected)
+        spw_counter_inc(http->m_rejected);
     if (req->too_big)
         return respond(conn, MHD_HTTP_CONTENT_TOO_LARGE, TEXT_CONTENT_TYPE,
                        (char *)"body too large\n", 15, MHD_RESPMEM_PERSISTENT, NULL);
@@ -390,8 +641,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     struct request *req = *con_cls;
     struct spw_http *http = cls;
-    (void)conn;
     (void)toe;
+    struct connection *c = conn_of(conn);
+    if (c) { /* keep-alive: the next request's headers are due from now */
+        pthread_mutex_lock(&http->conn_lock);
+        c->phase = PHASE_HEADERS;
+        c->phase_ms = spw_time_mono_ms();
+        c->served = true;
+        pthread_mutex_unlock(&http->conn_lock);
+    }
     if (req) {
         free(req->body);
         free(req);
@@ -414,15 +672,56 @@ __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const ch
 
 /* ---- lifecycle ------------------------------------------------------------------------------- */
 
+void spw_http_limits_default(struct spw_http_limits *limits)
+{
+    *limits = (struct spw_http_limits){
+        .max_connections = SPW_HTTP_DEFAULT_MAX_CONNECTIONS,
+        .per_ip_connections = 0,
+        .header_timeout_ms = SPW_HTTP_DEFAULT_HEADER_TIMEOUT_MS,
+        .body_timeout_ms = SPW_HTTP_DEFAULT_BODY_TIMEOUT_MS,
+        .threads = SPW_HTTP_DEFAULT_THREADS,
+    };
+}
+
+/* Raises the soft open-file limit to the hard one (once per process, logged) and returns the soft
+ * limit now in force (0: unknown). */
+static uint64_t raise_fd_limit(void)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static bool raised;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    pthread_mutex_lock(&lock);
+    if (!raised && rl.rlim_cur != rl.rlim_max) {
+        rlim_t old = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            SPW_INFO("http: raised the open-file limit", "soft=%llu was=%llu",
+                     (unsigned long long)rl.rlim_cur, (unsigned long long)old);
+        else
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    raised = true;
+    pthread_mutex_unlock(&lock);
+    return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+}
+
 spw_http_t *spw_http_start(const char *addr, uint16_t port, spw_metrics_t *metrics, size_t max_body,
                            char *errstr, size_t errstr_size)
+{
+    return spw_http_start_limits(addr, port, metrics, max_body, NULL, errstr, errstr_size);
+}
+
+spw_http_t *spw_http_start_limits(const char *addr, uint16_t port, spw_metrics_t *metrics,
+                                  size_t max_body, const struct spw_http_limits *limits,
+                                  char *errstr, size_t errstr_size)
 {
     struct sockaddr_in sin;
     struct sockaddr_in6 sin6;
     struct sockaddr *sa;
     /* MHD_USE_ITC: MHD_quiesce_daemon (the drain at stop) needs it with internal threads */
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                         MHD_USE_AUTO | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
 
     memset(&sin, 0, sizeof(sin));
     memset(&sin6, 0, sizeof(sin6));
@@ -447,25 +746,88 @@ spw_http_t *spw_http_start(const char *addr, uint16_t port, spw_metrics_t *metri
     }
     http->metrics = metrics;
     http->max_body = max_body;
+    if (limits)
+        http->limits = *limits;
+    else
+        spw_http_limits_default(&http->limits);
+    struct spw_http_limits *lim = &http->limits;
+    assert(lim->max_connections > 0 && lim->threads > 0 && lim->header_timeout_ms > 0 &&
+           lim->body_timeout_ms > 0);
     atomic_init(&http->n_routes, 0);
     atomic_init(&http->ready, false);
+    if (metrics) {
+        http->m_refused = spw_metrics_counter_new(
+            metrics, "sparrow_http_connections_refused_total",
+            "HTTP connections refused at accept: the per-address limit, or the connection limit "
+            "with every connection busy with a request.",
+            NULL);
+        http->m_timed_out = spw_metrics_counter_new(
+            metrics, "sparrow_http_connections_timed_out_total",
+            "HTTP connections closed for not delivering a request's headers within "
+            "http.header_timeout or its body within http.body_timeout.",
+            NULL);
+        http->m_evicted = spw_metrics_counter_new(
+            metrics, "sparrow_http_connections_evicted_total",
+            "HTTP connections closed at the connection limit to make room for a new one (the "
+            "oldest that had not delivered a request).",
+            NULL);
+        http->m_rejected = spw_metrics_counter_new(
+            metrics, "sparrow_http_rejected_requests_total",
+            "HTTP requests refused by the endpoint itself: unknown path (404), wrong method (405), "
+            "missing token (401), body too large (413). Malformed HTTP that libmicrohttpd "
+            "answers (400) is not counted here.",
+            NULL);
+    }
+
+    /* Descriptors: raise the soft limit, then make the connection limit fit in it. */
+    size_t slack = lim->max_connections / 8 + 32; /* evicted connections not closed yet */
+    uint64_t nofile = raise_fd_limit();
+    if (nofile && nofile != UINT64_MAX &&
+        (uint64_t)lim->max_connections + slack + HTTP_FD_RESERVE > nofile) {
+        size_t fit = nofile > HTTP_FD_RESERVE * 2 ? (size_t)(nofile - HTTP_FD_RESERVE) * 8 / 9 : 16;
+        SPW_WARN("http: connection limit lowered to fit the open-file limit",
+                 "max_connections=%zu lowered_to=%zu nofile=%llu", lim->max_connections, fit,
+                 (unsigned long long)nofile);
+        lim->max_connections = fit;
+        slack = fit / 8 + 32;
+    }
+
     if (pthread_mutex_init(&http->ready_lock, NULL) != 0) {
         snprintf(errstr, errstr_size, "http: cannot create a mutex");
         goto out_free_http;
+    }
+    if (pthread_mutex_init(&http->conn_lock, NULL) != 0) {
+        snprintf(errstr, errstr_size, "http: cannot create a mutex");
+        goto out_destroy_lock;
+    }
+    if (pthread_mutex_init(&http->reaper_lock, NULL) != 0) {
+        snprintf(errstr, errstr_size, "http: cannot create a mutex");
+        goto out_destroy_conn_lock;
+    }
+    pthread_condattr_t cattr;
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    int cerr = pthread_cond_init(&http->reaper_cond, &cattr);
+    pthread_condattr_destroy(&cattr);
+    if (cerr != 0) {
+        snprintf(errstr, errstr_size, "http: cannot create a condition variable");
+        goto out_destroy_reaper_lock;
     }
 
     errno = 0;
     /* clang-format off */
     http->daemon = MHD_start_daemon(
-        flags, port, NULL, NULL, on_request, http,
+        flags, port, on_accept, http, on_request, http,
         /* first, so that every message of the daemon goes through it */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, http,
         MHD_OPTION_SOCK_ADDR, sa,
         /* RFC 7230 strictness: e.g. HTTP/1.1 without Host gets 400 */
         MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_CONN_LIMIT,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)lim->threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)(lim->max_connections + slack),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_CONN_TIMEOUT_S,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, http,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, http,
         MHD_OPTION_END);
@@ -474,17 +836,45 @@ spw_http_t *spw_http_start(const char *addr, uint16_t port, spw_metrics_t *metri
         int err = errno;
         snprintf(errstr, errstr_size, "http: cannot listen on %s:%u: %s", addr, (unsigned)port,
                  err ? strerror(err) : "libmicrohttpd failed to start");
-        goto out_destroy_lock;
+        goto out_destroy_cond;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(http->daemon, MHD_DAEMON_INFO_BIND_PORT);
     http->port = info && info->port ? info->port : port;
+    if (pthread_create(&http->reaper, NULL, reaper_main, http) != 0) {
+        snprintf(errstr, errstr_size, "http: cannot start the reaper thread");
+        MHD_stop_daemon(http->daemon);
+        goto out_destroy_cond;
+    }
+    http->reaper_started = true;
     return http;
 
+out_destroy_cond:
+    pthread_cond_destroy(&http->reaper_cond);
+out_destroy_reaper_lock:
+    pthread_mutex_destroy(&http->reaper_lock);
+out_destroy_conn_lock:
+    pthread_mutex_destroy(&http->conn_lock);
 out_destroy_lock:
     pthread_mutex_destroy(&http->ready_lock);
 out_free_http:
     free(http);
     return NULL;
+}
+
+void spw_http_limits_from_config(const struct spw_config *cfg, const char *role,
+                                 struct spw_http_limits *limits)
+{
+    char key[128];
+    snprintf(key, sizeof(key), "%s.http.max_connections", role);
+    limits->max_connections = (size_t)spw_config_int(cfg, key);
+    snprintf(key, sizeof(key), "%s.http.per_ip_connections", role);
+    limits->per_ip_connections = (size_t)spw_config_int(cfg, key);
+    snprintf(key, sizeof(key), "%s.http.header_timeout", role);
+    limits->header_timeout_ms = (uint32_t)spw_config_duration_ms(cfg, key);
+    snprintf(key, sizeof(key), "%s.http.body_timeout", role);
+    limits->body_timeout_ms = (uint32_t)spw_config_duration_ms(cfg, key);
+    snprintf(key, sizeof(key), "%s.http.threads", role);
+    limits->threads = (unsigned)spw_config_int(cfg, key);
 }
 
 spw_err_t spw_http_start_from_config(const struct spw_config *cfg, const char *role,
@@ -497,12 +887,19 @@ spw_err_t spw_http_start_from_config(const struct spw_config *cfg, const char *r
     int64_t port = spw_config_int(cfg, key);
     if (port < 0)
         return SPW_OK;
+    struct spw_http_limits limits;
+    spw_http_limits_from_config(cfg, role, &limits);
     snprintf(key, sizeof(key), "%s.http.addr", role);
-    *out = spw_http_start(spw_config_str(cfg, key), (uint16_t)port, metrics, max_body, errstr,
-                          errstr_size);
+    *out = spw_http_start_limits(spw_config_str(cfg, key), (uint16_t)port, metrics, max_body,
+                                 &limits, errstr, errstr_size);
     if (!*out)
         return SPW_ERR_IO;
-    SPW_INFO("http endpoint", "port=%u", (unsigned)spw_http_port(*out));
+    SPW_INFO("http endpoint",
+             "port=%u max_connections=%zu per_ip_connections=%zu header_timeout_ms=%u "
+             "body_timeout_ms=%u threads=%u",
+             (unsigned)spw_http_port(*out), (*out)->limits.max_connections,
+             limits.per_ip_connections, (unsigned)limits.header_timeout_ms,
+             (unsigned)limits.body_timeout_ms, limits.threads);
     return SPW_OK;
 }
 
@@ -560,6 +957,13 @@ size_t spw_http_connections(const spw_http_t *http)
     return info ? info->num_connections : 0;
 }
 
+void spw_http_stats(const spw_http_t *http, struct spw_http_stats *out)
+{
+    out->refused = atomic_load(&http->n_refused);
+    out->timed_out = atomic_load(&http->n_timed_out);
+    out->evicted = atomic_load(&http->n_evicted);
+}
+
 void spw_http_stop(spw_http_t *http)
 {
     if (!http)
@@ -582,7 +986,15 @@ void spw_http_stop(spw_http_t *http)
     if (atomic_load(&http->in_flight) > 0)
         SPW_WARN("http stop: requests still in flight after the drain", "requests=%zu",
                  atomic_load(&http->in_flight));
-    MHD_stop_daemon(http->daemon);
+    pthread_mutex_lock(&http->reaper_lock);
+    http->reaper_stop = true;
+    pthread_cond_signal(&http->reaper_cond);
+    pthread_mutex_unlock(&http->reaper_lock);
+    pthread_join(http->reaper, NULL);
+    MHD_stop_daemon(http->daemon); /* NOTIFY_CLOSED takes conn_lock: destroyed after */
+    pthread_cond_destroy(&http->reaper_cond);
+    pthread_mutex_destroy(&http->reaper_lock);
+    pthread_mutex_destroy(&http->conn_lock);
     pthread_mutex_destroy(&http->ready_lock);
     free(http);
 }

@@ -79,5 +79,6 @@ spw_err_t spw_serve_conf_from_config(const spw_config_t *cfg, struct spw_serve_c
         .strict = spw_config_bool(cfg, "serve.strict"),
         .kafka_config = cfg,
     };
+    spw_http_limits_from_config(cfg, "serve", &conf->http_limits);
     return SPW_OK;
 }

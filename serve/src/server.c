@@ -731,11 +731,16 @@ spw_serve_t *spw_serve_new(const struct spw_serve_conf *conf, char *errstr, size
                      s->boot.offsets[i].partition, s->boot.offsets[i].offset);
     }
 
-    s->http = spw_http_start(conf->http_addr, conf->http_port, s->metrics, s->max_body, errstr,
-                             errstr_size);
+    const struct spw_http_limits *limits =
+        conf->http_limits.max_connections ? &conf->http_limits : NULL;
+    s->http = spw_http_start_limits(conf->http_addr, conf->http_port, s->metrics, s->max_body,
+                                    limits, errstr, errstr_size);
     if (!s->http)
         goto out_destroy;
-    SPW_INFO("http endpoint", "port=%u", (unsigned)spw_http_port(s->http));
+    SPW_INFO("http endpoint", "port=%u max_connections=%zu header_timeout_ms=%u",
+             (unsigned)spw_http_port(s->http),
+             limits ? limits->max_connections : (size_t)SPW_HTTP_DEFAULT_MAX_CONNECTIONS,
+             limits ? (unsigned)limits->header_timeout_ms : SPW_HTTP_DEFAULT_HEADER_TIMEOUT_MS);
     spw_http_set_ready(s->http, false, "catching up with the model-update stream");
     if (conf->auth_token_file &&
         load_bearer_token(s->http, conf->auth_token_file, errstr, errstr_size) != SPW_OK)

@@ -657,6 +657,91 @@ static void test_config_dump_roundtrip(void **state)
     spw_config_destroy(cfg);
 }
 
+/* Secrets (kafka.sasl.password and the like) are redacted from the dump, from messages and from
+ * error lines unless --dump-config-secrets asks for them. */
+static void test_config_dump_secrets(void **state)
+{
+    (void)state;
+    static const char pw[] = "hunter2-sasl", keypw[] = "s3cr3t-keypass", oauth[] = "oauth-xyz";
+    assert_true(spw_config_key_is_secret("kafka.sasl.password"));
+    assert_true(spw_config_key_is_secret("kafka.ssl.key.password"));
+    assert_true(spw_config_key_is_secret("kafka.SSL.KEYSTORE.PASSWORD"));
+    assert_true(spw_config_key_is_secret("kafka.sasl.oauthbearer.client.secret"));
+    assert_true(spw_config_key_is_secret("kafka.sasl.oauthbearer.config"));
+    assert_true(spw_config_key_is_secret("kafka.ssl.key.pem"));
+    assert_false(spw_config_key_is_secret("kafka.bootstrap.servers"));
+    assert_false(spw_config_key_is_secret("kafka.ssl.key.location")); /* a path */
+    assert_false(spw_config_key_is_secret("serve.auth.token_file"));  /* a path */
+    assert_false(spw_config_key_is_secret("pserver.curve.secret_key_file"));
+
+    spw_config_t *cfg = new_cfg();
+    assert_int_equal(set(cfg, "kafka.sasl.password", pw), SPW_OK);
+    assert_int_equal(set(cfg, "kafka.ssl.key.password", keypw), SPW_OK);
+    assert_int_equal(set(cfg, "kafka.sasl.oauthbearer.client.secret", oauth), SPW_OK);
+    assert_int_equal(set(cfg, "kafka.bootstrap.servers", "h:1"), SPW_OK);
+    char *dump = capture_dump(cfg);
+    assert_null(strstr(dump, pw));
+    assert_null(strstr(dump, keypw));
+    assert_null(strstr(dump, oauth));
+    assert_non_null(strstr(dump, "\n# kafka.sasl.password = (redacted"));
+    assert_non_null(strstr(dump, "\nkafka.bootstrap.servers = h:1\n"));
+    /* The redacted dump still loads back, without the secrets. */
+    spw_config_t *back = new_cfg();
+    const char *path = write_temp(dump, strlen(dump));
+    assert_int_equal(spw_config_load_file(back, path, err, sizeof(err)), SPW_OK);
+    unlink(path);
+    struct collected c = {"", 0, 0};
+    spw_config_foreach_passthrough(back, "kafka.", collect, &c);
+    assert_string_equal(c.text, "bootstrap.servers=h:1;");
+    spw_config_destroy(back);
+    free(dump);
+
+    spw_config_set_dump_secrets(cfg, true);
+    dump = capture_dump(cfg);
+    assert_non_null(strstr(dump, "\nkafka.sasl.password = hunter2-sasl\n"));
+    assert_non_null(strstr(dump, "\nkafka.ssl.key.password = s3cr3t-keypass\n"));
+    assert_non_null(strstr(dump, oauth));
+    free(dump);
+    spw_config_destroy(cfg);
+
+    /* The CLI: --dump-config redacts, --dump-config-secrets shows; neither leaks in errors. */
+    struct spw_cli_result res;
+    cfg = new_cfg();
+    char *plain[] = {"gen", "--set", "kafka.sasl.password=hunter2-sasl", "--dump-config", NULL};
+    assert_int_equal(spw_cli_load(cfg, 4, plain, aliases, 2, NULL, &res, err, sizeof(err)), SPW_OK);
+    assert_true(res.dump_config);
+    assert_false(res.dump_secrets);
+    dump = capture_dump(cfg);
+    assert_null(strstr(dump, pw));
+    free(dump);
+    char *shown[] = {"gen", "--set", "kafka.sasl.password=hunter2-sasl", "--dump-config-secrets",
+                     NULL};
+    assert_int_equal(spw_cli_load(cfg, 4, shown, aliases, 2, NULL, &res, err, sizeof(err)), SPW_OK);
+    assert_true(res.dump_config && res.dump_secrets);
+    dump = capture_dump(cfg);
+    assert_non_null(strstr(dump, "\nkafka.sasl.password = hunter2-sasl\n"));
+    free(dump);
+    spw_config_destroy(cfg);
+
+    cfg = new_cfg();
+    char *bad_set[] = {"gen", "--set", "kafka.sasl.password=hunter2-sasl\x01", NULL};
+    assert_int_not_equal(spw_cli_load(cfg, 3, bad_set, aliases, 2, NULL, &res, err, sizeof(err)),
+                         SPW_OK);
+    assert_err_has("kafka.sasl.password=(secret)");
+    assert_null(strstr(err, pw));
+    char *stray[] = {"gen", "--kafka.sasl.password=hunter2-sasl", NULL};
+    assert_int_not_equal(spw_cli_load(cfg, 2, stray, aliases, 2, NULL, &res, err, sizeof(err)),
+                         SPW_OK);
+    assert_err_has("unknown argument");
+    assert_null(strstr(err, pw));
+    static const char line[] = "kafka.sasl.password: hunter2-sasl\n";
+    assert_int_not_equal(
+        spw_config_load_buffer(cfg, "f.conf", line, strlen(line), err, sizeof(err)), SPW_OK);
+    assert_err_has("f.conf:1:");
+    assert_null(strstr(err, pw));
+    spw_config_destroy(cfg);
+}
+
 static void test_config_cli(void **state)
 {
     (void)state;
@@ -833,5 +918,5 @@ SPW_TEST_MAIN(test_config_defaults, test_config_bad_tables, test_config_bool,
               test_config_double_range, test_config_string, test_config_enum, test_config_duration,
               test_config_unknown_key, test_config_passthrough, test_config_env,
               test_config_precedence, test_config_file_format, test_config_file_errors,
-              test_config_dump_roundtrip, test_config_cli, test_config_doc_markdown,
-              test_config_doc_help, test_config_getters_assert)
+              test_config_dump_roundtrip, test_config_dump_secrets, test_config_cli,
+              test_config_doc_markdown, test_config_doc_help, test_config_getters_assert)

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -563,6 +564,189 @@ static void test_http_stop_serves_accepted_connection(void **state)
     assert_int_equal(pthread_join(t, NULL), 0);
 }
 
+/* ---- slow and hostile clients (issue 17) ---- */
+
+#define SLOW_CONNS  300
+#define VALID_CALLS 50
+
+static const char slow_head[] = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n";
+
+/* Opens n connections that send the headers of a POST with a body that never comes. */
+static void open_slow(uint16_t port, int *fds, int n)
+{
+    for (int i = 0; i < n; i++) {
+        fds[i] = connect_to(port);
+        send_all(fds[i], slow_head, sizeof(slow_head) - 1);
+    }
+}
+
+static void close_all(int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
+/* True when the server closes fd (end of file or reset) within about 20 s. */
+static bool closed_by_server(int fd)
+{
+    char buf[4096];
+    for (int i = 0; i < 4; i++) { /* recv times out every 5 s (connect_to) */
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n == 0 || (n < 0 && errno == ECONNRESET))
+            return true;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return true;
+    }
+    return false;
+}
+
+/* Every valid request of VALID_CALLS answered while slow connections pile up (more opened between
+ * the valid ones). Not a timing test: each answer may take as long as read_reply waits. */
+static void valid_answered_among_slow(spw_http_t *http, int *fds)
+{
+    uint16_t port = spw_http_port(http);
+    open_slow(port, fds, SLOW_CONNS - VALID_CALLS);
+    int answered = 0;
+    for (int i = 0; i < VALID_CALLS; i++) {
+        open_slow(port, fds + SLOW_CONNS - VALID_CALLS + i, 1);
+        struct reply r;
+        post(port, "/echo", "hi", 2, &r);
+        if (r.status == 201 && r.body && strstr(r.body, "POST /echo\nhi"))
+            answered++;
+        reply_free(&r);
+    }
+    assert_int_equal(answered, VALID_CALLS);
+}
+
+/* 300 connections holding half-sent requests (the issue's attack) do not keep valid requests out,
+ * with the default limits (they fit) and with a connection limit far below them (evictions). */
+static void test_http_slow_clients_do_not_block(void **state)
+{
+    (void)state;
+    int fds[SLOW_CONNS];
+    char errstr[256] = "";
+    spw_metrics_t *metrics = spw_metrics_new();
+    spw_counter_t *calls = spw_metrics_counter_new(metrics, "spw_test_echo_total", "Echo.", NULL);
+
+    spw_http_t *http = spw_http_start("127.0.0.1", 0, metrics, MAX_BODY, errstr, sizeof(errstr));
+    assert_non_null(http);
+    assert_int_equal(spw_http_route_add(http, "/echo", echo_handler, calls), 0);
+    valid_answered_among_slow(http, fds);
+    close_all(fds, SLOW_CONNS);
+    spw_http_stop(http);
+
+    struct spw_http_limits lim;
+    spw_http_limits_default(&lim);
+    lim.max_connections = 64;
+    lim.threads = 2;
+    http = spw_http_start_limits("127.0.0.1", 0, metrics, MAX_BODY, &lim, errstr, sizeof(errstr));
+    assert_non_null(http);
+    assert_int_equal(spw_http_route_add(http, "/echo", echo_handler, calls), 0);
+    valid_answered_among_slow(http, fds);
+    struct spw_http_stats st;
+    spw_http_stats(http, &st);
+    /* 300 slow + 50 valid through 64 slots: at least the excess was evicted, nothing refused */
+    assert_true(st.evicted >= SLOW_CONNS - 64);
+    assert_int_equal(st.refused, 0);
+    assert_true(closed_by_server(fds[0])); /* the oldest slow one went first */
+    struct reply r;
+    get(spw_http_port(http), "GET", "/metrics", &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "sparrow_http_connections_evicted_total "));
+    assert_non_null(strstr(r.body, "sparrow_http_connections_refused_total 0"));
+    assert_non_null(strstr(r.body, "sparrow_http_connections_timed_out_total "));
+    reply_free(&r);
+    close_all(fds, SLOW_CONNS);
+    spw_http_stop(http);
+    spw_metrics_destroy(metrics);
+}
+
+/* A connection that does not deliver its headers within header_timeout, or its body within
+ * body_timeout, is closed and counted; an idle keep-alive connection too. */
+static void test_http_deadlines(void **state)
+{
+    (void)state;
+    char errstr[256] = "";
+    struct spw_http_limits lim;
+    spw_http_limits_default(&lim);
+    lim.header_timeout_ms = 300;
+    lim.body_timeout_ms = 300;
+    spw_http_t *http =
+        spw_http_start_limits("127.0.0.1", 0, NULL, MAX_BODY, &lim, errstr, sizeof(errstr));
+    assert_non_null(http);
+    assert_int_equal(spw_http_route_add(http, "/e", short_handler, NULL), 0);
+    uint16_t port = spw_http_port(http);
+
+    int nothing = connect_to(port);
+    int half = connect_to(port);
+    send_all(half, "GET /hea", 8);
+    int body = connect_to(port);
+    send_all(body, slow_head, sizeof(slow_head) - 1);
+    send_all(body, "ab", 2);
+    int keepalive = connect_to(port);
+    const char one[] = "GET /e HTTP/1.1\r\nHost: x\r\n\r\n";
+    send_all(keepalive, one, sizeof(one) - 1);
+    char buf[512];
+    assert_true(recv(keepalive, buf, sizeof(buf), 0) > 0); /* answered, then left idle */
+
+    assert_true(closed_by_server(nothing));
+    assert_true(closed_by_server(half));
+    assert_true(closed_by_server(body));
+    assert_true(closed_by_server(keepalive));
+    struct spw_http_stats st;
+    spw_http_stats(http, &st);
+    assert_true(st.timed_out >= 4);
+    close(nothing);
+    close(half);
+    close(body);
+    close(keepalive);
+
+    struct reply r; /* a prompt client is unaffected */
+    get(port, "GET", "/e", &r);
+    assert_int_equal(r.status, 200);
+    reply_free(&r);
+    spw_http_stop(http);
+}
+
+/* per_ip_connections refuses a client address's connections beyond the limit (loopback: every
+ * client here shares 127.0.0.1, which is why the limit is off by default). */
+static void test_http_per_ip_limit(void **state)
+{
+    (void)state;
+    char errstr[256] = "";
+    struct spw_http_limits lim;
+    spw_http_limits_default(&lim);
+    lim.per_ip_connections = 4;
+    spw_http_t *http =
+        spw_http_start_limits("127.0.0.1", 0, NULL, MAX_BODY, &lim, errstr, sizeof(errstr));
+    assert_non_null(http);
+    uint16_t port = spw_http_port(http);
+    int fds[4];
+    for (int i = 0; i < 4; i++)
+        fds[i] = connect_to(port);
+    for (int i = 0; i < 10000 && spw_http_connections(http) < 4; i++)
+        usleep(1000);
+    int extra = connect_to(port);
+    assert_true(closed_by_server(extra));
+    close(extra);
+    struct spw_http_stats st;
+    spw_http_stats(http, &st);
+    assert_true(st.refused >= 1);
+    close_all(fds, 4);
+    /* once they are gone, the address is served again */
+    int status = 0;
+    for (int i = 0; i < 200 && status != 200; i++) {
+        struct reply r;
+        get(port, "GET", "/healthz", &r);
+        status = r.status;
+        reply_free(&r);
+        if (status != 200)
+            usleep(10000);
+    }
+    assert_int_equal(status, 200);
+    spw_http_stop(http);
+}
+
 static void get_with_auth(uint16_t port, const char *path, const char *auth, struct reply *r)
 {
     char req[512];
@@ -624,6 +808,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_http_start_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http_bearer_token, setup, teardown),
         cmocka_unit_test(test_http_stop_serves_accepted_connection),
+        cmocka_unit_test(test_http_slow_clients_do_not_block),
+        cmocka_unit_test(test_http_deadlines),
+        cmocka_unit_test(test_http_per_ip_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,8 +113,22 @@ int spw_config_foreach_passthrough(const spw_config_t *cfg, const char *prefix,
                                    void *opaque);
 
 /* Writes every effective value as `key = value` lines (a valid configuration file), each with
- * its source (default, file, env, set) as a comment. */
+ * its source (default, file, env, set) as a comment. Secret values (keys that
+ * spw_config_key_is_secret names: kafka.sasl.password, kafka.ssl.key.password, ...) are written
+ * as a comment, `# key = (redacted; ...)`, so that the dump loads back without them, unless
+ * spw_config_set_dump_secrets(cfg, true) (the CLI's --dump-config-secrets) asked for them. */
 void spw_config_dump(const spw_config_t *cfg, FILE *out);
+
+/* Whether spw_config_dump writes secret values in clear (default false). */
+void spw_config_set_dump_secrets(spw_config_t *cfg, bool show);
+
+/* True when key names a secret value, by name (rows and pass-through keys alike, compared without
+ * case): its name holds "password", "passwd", "secret", "token", "credential", "private" or
+ * "oauthbearer.config", or it is an inline PEM key ("ssl.key.pem"), unless the name
+ * ends in "_file", ".file", ".location" or ".path" (a path to a secret, shown: the file's contents
+ * are never read into the configuration). A row holding a secret must be named so that this rule
+ * catches it (a flag on the row would need every table's initialisers changed). */
+bool spw_config_key_is_secret(const char *key);
 
 /* Writes the table as a Markdown section (heading `title`) for docs/CONFIGURATION.md: a table
  * of property, type, default, range or choices, environment variable and description. */
@@ -148,8 +162,9 @@ struct spw_cli_alias {
             "Lowest level of log line written to stderr."                                          \
     }
 
-/* ROLE.http.addr and ROLE.http.port: the role's HTTP endpoint (/metrics, /healthz, /readyz and its
- * own routes), started by spw_http_start_from_config. role is a string literal. */
+/* ROLE.http.*: the role's HTTP endpoint (/metrics, /healthz, /readyz and its own routes), started
+ * by spw_http_start_from_config: addr, port and the bounds on slow and hostile clients
+ * (struct spw_http_limits; the defaults are SPW_HTTP_DEFAULT_*). role is a string literal. */
 #define SPW_CONFIG_PROPS_HTTP(role, addr, port)                                                    \
     {role ".http.addr",                                                                            \
      SPW_CONFIG_STRING,                                                                            \
@@ -159,21 +174,65 @@ struct spw_cli_alias {
      NULL,                                                                                         \
      "Address the HTTP endpoint (/metrics, /healthz, /readyz and the role's routes) binds: "       \
      "0.0.0.0 for every interface, 127.0.0.1 for this host only."},                                \
+        {role ".http.port",                                                                        \
+         SPW_CONFIG_INT,                                                                           \
+         port,                                                                                     \
+         -1,                                                                                       \
+         65535,                                                                                    \
+         NULL,                                                                                     \
+         "Port of the HTTP endpoint (0: any free port, logged; -1: no endpoint)."},                \
+        {role ".http.max_connections",                                                             \
+         SPW_CONFIG_INT,                                                                           \
+         "1024",                                                                                   \
+         1,                                                                                        \
+         1000000,                                                                                  \
+         NULL,                                                                                     \
+         "Connections the HTTP endpoint holds open at once; at the limit a new connection evicts " \
+         "the oldest one that has not delivered its request (slow clients first, then idle "       \
+         "keep-alive ones) and is refused only when all are busy. Lowered (logged) to fit the "    \
+         "open-file limit, which is raised to its hard limit at start."},                          \
+        {role ".http.per_ip_connections",                                                          \
+         SPW_CONFIG_INT,                                                                           \
+         "0",                                                                                      \
+         0,                                                                                        \
+         1000000,                                                                                  \
+         NULL,                                                                                     \
+         "Most connections one client address may hold; more are refused (0: no per-address "      \
+         "limit). Leave 0 behind a proxy or load balancer, whose connections share one address."}, \
+        {role ".http.header_timeout",                                                              \
+         SPW_CONFIG_DURATION_MS,                                                                   \
+         "10s",                                                                                    \
+         100,                                                                                      \
+         3600000,                                                                                  \
+         NULL,                                                                                     \
+         "Longest a connection may take to deliver a request's headers, counted from its accept "  \
+         "or the end of its previous request (idle keep-alive included); then it is closed."},     \
+        {role ".http.body_timeout",                                                                \
+         SPW_CONFIG_DURATION_MS,                                                                   \
+         "30s",                                                                                    \
+         100,                                                                                      \
+         3600000,                                                                                  \
+         NULL,                                                                                     \
+         "Longest a request may take to deliver its body once its headers are in; then the "       \
+         "connection is closed."},                                                                 \
     {                                                                                              \
-        role ".http.port", SPW_CONFIG_INT, port, -1, 65535, NULL,                                  \
-            "Port of the HTTP endpoint (0: any free port, logged; -1: no endpoint)."               \
+        role ".http.threads", SPW_CONFIG_INT, "4", 1, 64, NULL,                                    \
+            "Threads serving the HTTP endpoint's connections (an epoll loop each); route "         \
+            "handlers run on them."                                                                \
     }
 
 struct spw_cli_result {
-    bool help;        /* --help or -h was given */
-    bool dump_config; /* --dump-config was given */
+    bool help;         /* --help or -h was given */
+    bool dump_config;  /* --dump-config or --dump-config-secrets was given */
+    bool dump_secrets; /* --dump-config-secrets: the dump shows secret values (set on cfg too) */
 };
 
 /*
  * Loads cfg from argv[1..argc) and envp with the documented precedence. Understands
- * `--config FILE`, `--set key=value` (repeatable), `--dump-config`, `--help`/`-h`, and the
- * aliases (each `--flag value` or `--flag=value`). Later --set/aliases win over earlier ones.
- * Anything else is an error naming the argument. Writes flags seen into *res.
+ * `--config FILE`, `--set key=value` (repeatable), `--dump-config`, `--dump-config-secrets` (a
+ * dump that shows secret values: spw_config_set_dump_secrets(cfg, true) once loaded),
+ * `--help`/`-h`, and the aliases (each `--flag value` or `--flag=value`). Later --set/aliases win
+ * over earlier ones. Anything else is an error naming the argument. Writes flags seen into *res.
  * --help/-h stops at once: SPW_OK with res->help set and cfg unchanged (help works even when the
  * file or environment is broken). --config may appear once. A flag whose value is missing (last
  * argument, or the next argument starts with "--") is an error. On error cfg is unchanged.

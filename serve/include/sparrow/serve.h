@@ -10,6 +10,7 @@
 #include "sparrow/arena.h"
 #include "sparrow/config.h"
 #include "sparrow/err.h"
+#include "sparrow/http.h"
 #include "sparrow/ingest.h"
 
 /*
@@ -156,8 +157,10 @@ struct spw_serve_conf {
     const char *http_addr;      /* the HTTP endpoint (the API, /metrics, /healthz, /readyz) */
     uint16_t http_port;         /* 0: any free port */
     const char *http_port_file; /* the bound port is written here; NULL: not written */
-    size_t max_body;            /* largest request body, bytes */
-    uint64_t max_rows;          /* rows the lookup table holds at most */
+    /* bounds on slow clients (serve.http.*); max_connections 0: spw_http_limits_default */
+    struct spw_http_limits http_limits;
+    size_t max_body;   /* largest request body, bytes */
+    uint64_t max_rows; /* rows the lookup table holds at most */
     struct spw_serve_limits limits;
     const char *schema;          /* field-name schema file; NULL: names are hashed */
     bool schema_strict;          /* refuse names absent from the schema */
