@@ -34,5 +34,7 @@ int spw_launch_main(int argc, char **argv);
 int spw_reshard_main(int argc, char **argv);
 /* A model's quality on held-out data, without training (cmd/eval.c). */
 int spw_eval_main(int argc, char **argv);
+/* CurveZMQ key pairs for the *.curve.* key files (cmd/curve_keygen.c). */
+int spw_curve_keygen_main(int argc, char **argv);
 
 #endif

@@ -41,6 +41,8 @@ static const struct spw_command commands[] = {
      spw_reshard_config_props, &spw_reshard_config_n_props},
     {"launch", "run a local cluster (modes, slow trainers, kills) and write summary.json",
      spw_launch_main, spw_launch_config_props, &spw_launch_config_n_props},
+    {"curve-keygen", "make CurveZMQ key pairs for the *.curve.* key files", spw_curve_keygen_main,
+     NULL, NULL},
     {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main,
      NULL, NULL},
 };

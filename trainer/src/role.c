@@ -23,8 +23,7 @@ spw_trainer_t *spw_trainer_new(const struct spw_trainer_loop_conf *conf, char *e
     struct spw_trainer_hooks hooks = {0};
     if (conf->coordinator && conf->coordinator[0]) {
         char why[512];
-        trainer->coord = spw_trainer_coord_new(conf->coordinator, conf->trainer_id, conf->metrics,
-                                               &hooks, why, sizeof(why));
+        trainer->coord = spw_trainer_coord_new(conf, &hooks, why, sizeof(why));
         if (!trainer->coord) {
             snprintf(errstr, errstr_size, "coordinator registration failed: %s", why);
             goto out_free;
