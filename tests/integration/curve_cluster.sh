@@ -159,7 +159,7 @@ for ep in "tcp://127.0.0.1:$P0" "tcp://127.0.0.1:$P1" "tcp://127.0.0.1:$CP"; do
         fail "$ep refused the trainers' listed key: $(tail -1 probe.out)"
 done
 for log in shard-0.log shard-1.log coord.log; do
-    grep "client refused by ZAP" "$log" | grep -q "client_public_key=$INTRUDER_PUB" ||
+    grep "client refused by ZAP" "$log" | grep -qF "client_public_key=$INTRUDER_PUB" ||
         fail "$log did not log the refused key"
 done
 metric=$(python3 -c "import urllib.request,sys; print(urllib.request.urlopen(sys.argv[1]).read().decode())" \
