@@ -24,8 +24,8 @@ int main(int argc, char **argv)
     long timeout_ms = strtol(argv[4], NULL, 10);
     struct spw_curve_client_keys keys;
     char errstr[512];
-    if (spw_curve_client_load(&keys, "server", plain ? "" : argv[2], "client",
-                              plain ? "" : argv[3], errstr, sizeof(errstr)) != SPW_OK) {
+    if (spw_curve_client_load(&keys, "server", plain ? "" : argv[2], "client", plain ? "" : argv[3],
+                              errstr, sizeof(errstr)) != SPW_OK) {
         fprintf(stderr, "curve_probe: %s\n", errstr);
         return 2;
     }
