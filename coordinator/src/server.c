@@ -1233,6 +1233,14 @@ static void on_shard_reply(spw_coord_server_t *srv, struct shard *sh, const void
                 sh->started_ms = started;
             if (restarted && srv->initial_recovery_done && srv->phase != PHASE_REC_TRAINERS) {
                 SPW_WARN("shard restarted", "shard=%s", sh->endpoint);
+                if (sh->pending) {
+                    /* its checkpoint or restore request went to the process that died, and the
+                     * new one will never answer it: failed now, the epoch (or restore) ends at
+                     * once instead of after coordinator.checkpoint.timeout, and the recovery
+                     * below covers the shard's new state */
+                    sh->pending = false;
+                    sh->result = SPW_ERR_STATE;
+                }
                 if (srv->phase == PHASE_RUN)
                     start_recovery(srv, "shard restarted");
                 else

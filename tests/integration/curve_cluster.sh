@@ -96,7 +96,7 @@ echo "curve_cluster: base configuration with CURVE on every link; shortened: che
 # 3. A key file that cannot be read stops each role at start, naming the property and the path.
 for case in "pserver pserver.curve.allowed_clients_file" \
     "coordinator coordinator.curve.client_key_file" \
-    "trainer trainer.coordinator.curve.server_key_file"; do
+    "trainer trainer.coordinator.curve.server_key_file" "trainer trainer.curve.server_key_file"; do
     set -- $case
     extra=()
     [ "$1" = pserver ] && extra=(--set pserver.data_dir="$DIR/bad" --set pserver.listen=tcp://127.0.0.1:0)
