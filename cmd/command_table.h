@@ -24,4 +24,7 @@ extern const struct spw_cli_command spw_cmd_reshard;
 /* A configurable local cluster with fault injection (cmd/launch.c). */
 extern const struct spw_cli_command spw_cmd_launch;
 
+/* The commands without a property table, which parse their own arguments. */
+int spw_curve_keygen_main(int argc, char **argv); /* CurveZMQ key pairs (cmd/curve_keygen.c) */
+
 #endif

@@ -23,6 +23,17 @@ static const struct spw_cli_command *const commands[] = {
 };
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
 
+/* The commands without a property table: they parse their own arguments. */
+static int config_doc_main(int argc, char **argv);
+static const struct {
+    const char *name;
+    const char *summary;
+    int (*main)(int argc, char **argv);
+} plain_commands[] = {
+    {"curve-keygen", "make CurveZMQ key pairs for the *.curve.* key files", spw_curve_keygen_main},
+    {"config-doc", "write docs/CONFIGURATION.md from every role's property table", config_doc_main},
+};
+
 static void usage(FILE *out)
 {
     fprintf(out, "usage: sparrow <command> [options]\n"
@@ -31,8 +42,8 @@ static void usage(FILE *out)
                  "commands:\n");
     for (size_t i = 0; i < n_commands; i++)
         fprintf(out, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
-    fprintf(out, "  %-12s %s\n", "config-doc",
-            "write docs/CONFIGURATION.md from every role's property table");
+    for (size_t i = 0; i < sizeof(plain_commands) / sizeof(plain_commands[0]); i++)
+        fprintf(out, "  %-12s %s\n", plain_commands[i].name, plain_commands[i].summary);
     fprintf(
         out,
         "\nEvery command takes --config FILE, --set key=value, --dump-config (secrets redacted;\n"
@@ -96,8 +107,9 @@ int main(int argc, char **argv)
         printf("sparrow %s\n", SPARROW_VERSION);
         return 0;
     }
-    if (strcmp(name, "config-doc") == 0)
-        return config_doc_main(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof(plain_commands) / sizeof(plain_commands[0]); i++)
+        if (strcmp(plain_commands[i].name, name) == 0)
+            return plain_commands[i].main(argc - 1, argv + 1);
     for (size_t i = 0; i < n_commands; i++)
         if (strcmp(commands[i]->name, name) == 0)
             return spw_cli_command_main(commands[i], argc - 1, argv + 1);

@@ -11,6 +11,7 @@
 
 #include "sparrow/arena.h"
 #include "sparrow/coord_client.h"
+#include "sparrow/curve.h"
 #include "sparrow/log.h"
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
@@ -21,6 +22,7 @@
 struct spw_coord_client {
     struct spw_coord_client_conf conf;
     char *endpoint, *member_id;
+    struct spw_curve_client_keys curve; /* a copy; disabled: plaintext */
     uint64_t incarnation;
     void *ctx, *sock, *hb_sock;
     pthread_t hb_thread;
@@ -48,6 +50,12 @@ static void *make_socket(spw_coord_client_t *c)
     int64_t maxmsg = SPW_COORD_MAX_FRAME;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
     zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    char errstr[256];
+    if (spw_curve_client_apply(&c->curve, s, errstr, sizeof(errstr)) != SPW_OK) {
+        SPW_ERROR("coordinator socket", "endpoint=%s error=\"%s\"", c->endpoint, errstr);
+        zmq_close(s);
+        return NULL;
+    }
     if (zmq_connect(s, c->endpoint) != 0) {
         zmq_close(s);
         return NULL;
@@ -213,6 +221,9 @@ spw_coord_client_t *spw_coord_client_new(const struct spw_coord_client_conf *con
         return NULL;
     }
     c->conf = *conf;
+    c->conf.curve = NULL;
+    if (conf->curve)
+        c->curve = *conf->curve;
     if (c->conf.heartbeat_ms < 10)
         c->conf.heartbeat_ms = 10;
     if (c->conf.register_timeout_ms < 10)
@@ -281,6 +292,7 @@ void spw_coord_client_destroy(spw_coord_client_t *c)
     free(c->offsets);
     free(c->endpoint);
     free(c->member_id);
+    spw_curve_client_wipe(&c->curve);
     free(c);
 }
 

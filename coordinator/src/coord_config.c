@@ -1,4 +1,5 @@
 /* The property table of `sparrow coordinator` and its translation into a server conf. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,11 +50,30 @@ const struct spw_config_prop spw_coordinator_config_props[] = {
      "Checkpoint epochs kept; older ones are removed."},
     {"coordinator.startup.grace", SPW_CONFIG_DURATION_MS, "2s", 0, 600000, NULL,
      "After start, wait this long for members to (re)join before the first recovery."},
+    {"coordinator.curve.secret_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "File with the coordinator's Z85 CURVE secret key: members (trainers) must then connect with "
+     "CurveZMQ and a key on coordinator.curve.allowed_clients_file. Empty: plaintext to members."},
+    {"coordinator.curve.allowed_clients_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "File of the members' allowed Z85 public keys, one per line (required with "
+     "coordinator.curve.secret_key_file)."},
+    {"coordinator.curve.server_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "File with the shards' Z85 CURVE public key (the pair of their "
+     "pserver.curve.secret_key_file); "
+     "empty: plaintext to the shards."},
+    {"coordinator.curve.client_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "File with the coordinator's own Z85 CURVE secret key as the shards' client (required with "
+     "coordinator.curve.server_key_file); its public key must be on the shards' "
+     "pserver.curve.allowed_clients_file."},
     SPW_CONFIG_PROPS_HTTP("coordinator", "0.0.0.0", "-1"), /* the Kubernetes manifests use 7101 */
     SPW_CONFIG_PROP_LOG_LEVEL("info"),
 };
 const size_t spw_coordinator_config_n_props =
     sizeof(spw_coordinator_config_props) / sizeof(spw_coordinator_config_props[0]);
+
+static bool is_set(const char *s)
+{
+    return s && s[0];
+}
 
 spw_err_t spw_coord_server_conf_from_config(const spw_config_t *cfg,
                                             struct spw_coord_server_conf *conf, char *errstr,
@@ -97,6 +117,24 @@ spw_err_t spw_coord_server_conf_from_config(const spw_config_t *cfg,
         (uint64_t)spw_config_duration_ms(cfg, "coordinator.checkpoint.timeout");
     c.keep = (uint32_t)spw_config_int(cfg, "coordinator.checkpoint.keep");
     c.startup_grace_ms = (uint64_t)spw_config_duration_ms(cfg, "coordinator.startup.grace");
+    c.curve_secret_key_file = spw_config_str(cfg, "coordinator.curve.secret_key_file");
+    c.curve_allowed_clients_file = spw_config_str(cfg, "coordinator.curve.allowed_clients_file");
+    c.curve_server_key_file = spw_config_str(cfg, "coordinator.curve.server_key_file");
+    c.curve_client_key_file = spw_config_str(cfg, "coordinator.curve.client_key_file");
+    /* the files are read at start (spw_coord_server_new), not here: --dump-config runs without
+     * them */
+    if (is_set(c.curve_secret_key_file) != is_set(c.curve_allowed_clients_file)) {
+        snprintf(errstr, errstr_size,
+                 "coordinator.curve.secret_key_file and coordinator.curve.allowed_clients_file go "
+                 "together");
+        return SPW_ERR_INVALID;
+    }
+    if (is_set(c.curve_server_key_file) != is_set(c.curve_client_key_file)) {
+        snprintf(errstr, errstr_size,
+                 "coordinator.curve.server_key_file and coordinator.curve.client_key_file go "
+                 "together");
+        return SPW_ERR_INVALID;
+    }
     *conf = c;
     return SPW_OK;
 }

@@ -48,6 +48,11 @@ void spw_coord__metrics_register(struct spw_coord__metrics *m, spw_metrics_t *r)
         r, "sparrow_coord_trainers_out_of_barrier",
         "Trainers elastic synchronisation moved out of the barrier (training asynchronously).",
         NULL);
+    m->auth_refused =
+        spw_metrics_counter_new(r, "sparrow_coord_auth_refused_total",
+                                "Members' connections refused by CurveZMQ: a client key not on "
+                                "coordinator.curve.allowed_clients_file.",
+                                NULL);
     m->units = spw_metrics_gauge_new(r, "sparrow_coord_sync_units",
                                      "Synchronous units: 1 in sync, the groups in group:G.", NULL);
 }

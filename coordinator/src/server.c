@@ -10,6 +10,7 @@
 #include "coord_int.h"
 #include "sparrow/arena.h"
 #include "sparrow/coordinator.h"
+#include "sparrow/curve.h"
 #include "sparrow/log.h"
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
@@ -92,6 +93,8 @@ struct spw_coord_server {
     struct spw_coord_server_conf conf;
     char *listen, *dir;
     void *ctx, *router;
+    spw_curve_server_t *curve;               /* towards members; NULL: plaintext */
+    struct spw_curve_client_keys shard_keys; /* towards the shards; disabled: plaintext */
     char endpoint[512];
     struct member members[SPW_COORD_MAX_MEMBERS];
     struct shard *shards;
@@ -264,6 +267,12 @@ static void *shard_socket(spw_coord_server_t *srv, const char *endpoint)
     int64_t maxmsg = SPW_WIRE_DEFAULT_MAX_FRAME;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
     zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    char errstr[256];
+    if (spw_curve_client_apply(&srv->shard_keys, s, errstr, sizeof(errstr)) != SPW_OK) {
+        SPW_ERROR("shard socket", "endpoint=%s error=\"%s\"", endpoint, errstr);
+        zmq_close(s);
+        return NULL;
+    }
     if (zmq_connect(s, endpoint) != 0) {
         zmq_close(s);
         return NULL;
@@ -1224,6 +1233,14 @@ static void on_shard_reply(spw_coord_server_t *srv, struct shard *sh, const void
                 sh->started_ms = started;
             if (restarted && srv->initial_recovery_done && srv->phase != PHASE_REC_TRAINERS) {
                 SPW_WARN("shard restarted", "shard=%s", sh->endpoint);
+                if (sh->pending) {
+                    /* its checkpoint or restore request went to the process that died, and the
+                     * new one will never answer it: failed now, the epoch (or restore) ends at
+                     * once instead of after coordinator.checkpoint.timeout, and the recovery
+                     * below covers the shard's new state */
+                    sh->pending = false;
+                    sh->result = SPW_ERR_STATE;
+                }
                 if (srv->phase == PHASE_RUN)
                     start_recovery(srv, "shard restarted");
                 else
@@ -1431,11 +1448,34 @@ spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *con
         snprintf(errstr, errstr_size, "out of memory");
         goto err;
     }
+    if (conf->curve_secret_key_file && conf->curve_secret_key_file[0]) {
+        struct spw_curve_server_conf cc = {
+            .secret_prop = "coordinator.curve.secret_key_file",
+            .secret_file = conf->curve_secret_key_file,
+            .allowed_prop = "coordinator.curve.allowed_clients_file",
+            .allowed_file = conf->curve_allowed_clients_file,
+            .what = "coordinator",
+            .refused = srv->m.auth_refused,
+        };
+        srv->curve = spw_curve_server_new(srv->ctx, &cc, errstr, errstr_size);
+        if (!srv->curve)
+            goto err;
+    }
+    if (spw_curve_client_load(&srv->shard_keys, "coordinator.curve.server_key_file",
+                              conf->curve_server_key_file, "coordinator.curve.client_key_file",
+                              conf->curve_client_key_file, errstr, errstr_size) != SPW_OK)
+        goto err;
     srv->router = zmq_socket(srv->ctx, ZMQ_ROUTER);
+    if (!srv->router) {
+        snprintf(errstr, errstr_size, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        goto err;
+    }
     int zero = 0;
     int64_t maxmsg = SPW_COORD_MAX_FRAME;
     zmq_setsockopt(srv->router, ZMQ_LINGER, &zero, sizeof(zero));
     zmq_setsockopt(srv->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    if (srv->curve && spw_curve_server_apply(srv->curve, srv->router, errstr, errstr_size))
+        goto err;
     if (zmq_bind(srv->router, srv->listen) != 0) {
         snprintf(errstr, errstr_size, "cannot bind %s: %s", srv->listen, zmq_strerror(zmq_errno()));
         goto err;
@@ -1484,8 +1524,15 @@ spw_coord_server_t *spw_coord_server_new(const struct spw_coord_server_conf *con
     char mode[32];
     spw_coord_mode_format(&conf->mode, mode, sizeof(mode));
     SPW_INFO("coordinator listening",
-             "endpoint=%s mode=%s shards=%u latest=%" PRIu64 " next_epoch=%" PRIu64, srv->endpoint,
-             mode, srv->n_shards, srv->stats.latest_epoch, srv->next_epoch);
+             "endpoint=%s mode=%s shards=%u latest=%" PRIu64 " next_epoch=%" PRIu64
+             " curve_members=%s curve_shards=%s",
+             srv->endpoint, mode, srv->n_shards, srv->stats.latest_epoch, srv->next_epoch,
+             srv->curve ? "on" : "off", srv->shard_keys.enabled ? "on" : "off");
+    if (srv->curve)
+        SPW_INFO("curve enabled", "server_public_key=%s allowed_clients=%zu",
+                 spw_curve_server_public_key(srv->curve), spw_curve_server_allowed(srv->curve));
+    if (srv->shard_keys.enabled)
+        SPW_INFO("curve client of the shards", "client_public_key=%s", srv->shard_keys.public_key);
     return srv;
 err:
     spw_coord_server_destroy(srv);
@@ -1494,7 +1541,7 @@ err:
 
 spw_err_t spw_coord_server_run(spw_coord_server_t *srv)
 {
-    zmq_pollitem_t items[1 + SPW_COORD_MAX_SHARDS];
+    zmq_pollitem_t items[2 + SPW_COORD_MAX_SHARDS]; /* members, shards, then the ZAP handler */
     uint8_t rid[MAX_RID];
     zmq_msg_t body;
     zmq_msg_init(&body);
@@ -1504,7 +1551,14 @@ spw_err_t spw_coord_server_run(spw_coord_server_t *srv)
         items[0] = (zmq_pollitem_t){srv->router, 0, ZMQ_POLLIN, 0};
         for (uint32_t i = 0; i < srv->n_shards; i++)
             items[1 + i] = (zmq_pollitem_t){srv->shards[i].sock, 0, ZMQ_POLLIN, 0};
-        int rc = zmq_poll(items, (int)(1 + srv->n_shards), 20);
+        int n_items = (int)(1 + srv->n_shards);
+        if (srv->curve)
+            items[n_items++] =
+                (zmq_pollitem_t){spw_curve_server_zap_socket(srv->curve), 0, ZMQ_POLLIN, 0};
+        int rc = zmq_poll(items, n_items, 20);
+        /* a member's handshake waits for this answer: before its messages */
+        if (rc > 0 && srv->curve && (items[n_items - 1].revents & ZMQ_POLLIN))
+            spw_curve_server_handle(srv->curve);
         if (rc > 0 && (items[0].revents & ZMQ_POLLIN)) {
             for (int k = 0; k < 256; k++) {
                 int n = zmq_recv(srv->router, rid, sizeof(rid), ZMQ_DONTWAIT);
@@ -1552,6 +1606,7 @@ const char *spw_coord_server_endpoint(const spw_coord_server_t *srv)
 void spw_coord_server_get_stats(const spw_coord_server_t *srv, struct spw_coord_server_stats *out)
 {
     *out = srv->stats;
+    out->auth_refused = srv->curve ? spw_curve_server_refused(srv->curve) : 0;
 }
 
 void spw_coord_server_destroy(spw_coord_server_t *srv)
@@ -1568,6 +1623,8 @@ void spw_coord_server_destroy(spw_coord_server_t *srv)
         free(srv->members[i].offsets);
     if (srv->router)
         zmq_close(srv->router);
+    spw_curve_server_destroy(srv->curve);
+    spw_curve_client_wipe(&srv->shard_keys);
     if (srv->ctx)
         zmq_ctx_term(srv->ctx);
     spw_coord_manifest_fini(&srv->cur);

@@ -218,25 +218,16 @@ spw_ps_client_t *spw_ps_client_new(const struct spw_ps_client_conf *conf, char *
     c->arena = spw_arena_new(1u << 20, 2 * c->max_reply + (1u << 20));
     if (!c->arena)
         goto out_nomem;
-    if (curve_server) {
-        c->curve = true;
-        if (spw_psc__load_key(conf->curve_server_key_file, false, c->curve_server, errstr,
-                              errstr_size) ||
-            spw_psc__load_key(conf->curve_client_key_file, true, c->curve_secret, errstr,
-                              errstr_size))
-            goto out_destroy;
-        if (zmq_curve_public(c->curve_public, c->curve_secret) != 0) {
-            snprintf(errstr, errstr_size, "%s: cannot derive the public key: %s",
-                     conf->curve_client_key_file, zmq_strerror(zmq_errno()));
-            goto out_destroy;
-        }
-    }
+    if (spw_curve_client_load(&c->curve, "trainer.curve.server_key_file",
+                              conf->curve_server_key_file, "trainer.curve.client_key_file",
+                              conf->curve_client_key_file, errstr, errstr_size) != SPW_OK)
+        goto out_destroy;
     if (spw_psc__zmq_open(c, errstr, errstr_size) != SPW_OK)
         goto out_destroy;
     SPW_INFO("parameter-server client connecting",
              "shards=%u first=%s dim=%u trainer_id=%u epoch=%" PRIu64 " window=%u curve=%d",
              c->n_shards, c->shards[0].endpoint, c->conf.dim, c->conf.trainer_id, c->epoch,
-             c->window, (int)c->curve);
+             c->window, (int)c->curve.enabled);
     return c;
 
 out_nomem:
@@ -276,7 +267,7 @@ void spw_ps_client_destroy(spw_ps_client_t *c)
     free(c->uhpulled);
     free(c->stores);
     spw_arena_destroy(c->arena);
-    memset(c->curve_secret, 0, sizeof(c->curve_secret));
+    spw_curve_client_wipe(&c->curve);
     free(c);
 }
 

@@ -7,7 +7,6 @@
 #include <zmq.h>
 
 #include "ps_client_int.h"
-#include "sparrow/curve_key.h"
 #include "sparrow/log.h"
 
 const struct spw_config_prop spw_ps_client_config_props[] = {SPW_PS_CLIENT_CONFIG_PROPS};
@@ -101,26 +100,5 @@ spw_err_t spw_ps_client_conf_from_config(const spw_config_t *cfg, struct spw_ps_
     conf->max_frame = (size_t)spw_config_int(cfg, "trainer.ps.max_frame");
     conf->curve_server_key_file = has_server ? server : NULL;
     conf->curve_client_key_file = has_client ? client : NULL;
-    return SPW_OK;
-}
-
-spw_err_t spw_psc__load_key(const char *path, bool secret, char out[41], char *errstr,
-                            size_t errstr_size)
-{
-    char z85[SPW_CURVE_KEY_LEN + 1];
-    spw_err_t rc = spw_curve_key_read(path, secret, z85, errstr, errstr_size);
-    if (rc != SPW_OK)
-        return rc;
-    uint8_t bin[32];
-    bool ok = zmq_z85_decode(bin, z85) != NULL;
-    memset(bin, 0, sizeof(bin));
-    if (!ok) {
-        memset(z85, 0, sizeof(z85));
-        snprintf(errstr, errstr_size, "%s: no 40-character Z85 %s key", path,
-                 secret ? "secret" : "public");
-        return SPW_ERR_INVALID;
-    }
-    memcpy(out, z85, sizeof(z85));
-    memset(z85, 0, sizeof(z85));
     return SPW_OK;
 }

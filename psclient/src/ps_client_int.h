@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sparrow/curve.h"
 #include "sparrow/log.h"
 #include "sparrow/metrics.h"
 #include "sparrow/ps_client.h"
@@ -126,10 +127,9 @@ struct spw_ps_client {
     void *zctx;
     void *items; /* zmq_pollitem_t[2 × n_shards]: DEALERs and monitors */
     uint32_t *item_shard;
-    uint8_t *expired; /* per shard, scratch of the deadline check */
-    bool curve;
+    uint8_t *expired;                   /* per shard, scratch of the deadline check */
+    struct spw_curve_client_keys curve; /* disabled: plaintext */
     uint64_t monitor_gen;
-    char curve_server[41], curve_public[41], curve_secret[41];
     size_t max_reply;
     spw_arena_t *arena; /* reply decoding, reset per reply */
 
@@ -203,10 +203,5 @@ spw_err_t spw_psc__split_shards(const char *text, uint32_t *count,
                                 spw_err_t (*fn)(void *opaque, uint32_t i, const char *s,
                                                 size_t len),
                                 void *opaque, char *errstr, size_t errstr_size);
-
-/* Reads a Z85 key from a file: the secret key when secret, else the public key (see the header
- * for the accepted forms). out receives 40 characters and a NUL. */
-spw_err_t spw_psc__load_key(const char *path, bool secret, char out[41], char *errstr,
-                            size_t errstr_size);
 
 #endif

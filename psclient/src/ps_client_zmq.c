@@ -80,15 +80,12 @@ static spw_err_t open_socket(spw_ps_client_t *c, uint32_t s, char *errstr, size_
     zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
     zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max));
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
-    if (c->curve && (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, c->curve_server, 40) != 0 ||
-                     zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, c->curve_public, 40) != 0 ||
-                     zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, c->curve_secret, 40) != 0)) {
-        snprintf(errstr, errstr_size, "CURVE keys: %s", zmq_strerror(zmq_errno()));
+    if (spw_curve_client_apply(&c->curve, sock, errstr, errstr_size) != SPW_OK) {
         zmq_close(sock);
         return SPW_ERR_RPC;
     }
     sh->sock = sock;
-    if (c->curve && open_monitor(c, s, sock, errstr, errstr_size) != SPW_OK) {
+    if (c->curve.enabled && open_monitor(c, s, sock, errstr, errstr_size) != SPW_OK) {
         close_socket(sh);
         return SPW_ERR_RPC;
     }
@@ -530,7 +527,7 @@ static void drain_monitor(spw_ps_client_t *c, uint32_t s)
                           : event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
                               ? "protocol (wrong server key?)"
                               : "no detail",
-                          value, c->curve_public, suppressed);
+                          value, c->curve.public_key, suppressed);
     }
 }
 

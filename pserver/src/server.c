@@ -13,7 +13,7 @@
 #include "ps_int.h"
 #include "sparrow/arena.h"
 #include "sparrow/ckpt_layout.h"
-#include "sparrow/curve_key.h"
+#include "sparrow/curve.h"
 #include "sparrow/fs.h"
 #include "sparrow/hash.h"
 #include "sparrow/http.h"
@@ -23,12 +23,10 @@
 #include "sparrow/time.h"
 #include "sparrow/wire.h"
 
-#define ZAP_ENDPOINT     "inproc://zeromq.zap.01"
-#define POLL_MS          100
-#define MAX_IDENTITY     256
-#define MAX_ALLOWED_KEYS 4096
-#define DISK_RECHECK_MS  2000
-#define DISK_FREE_MIN    (4u << 20) /* bytes free before a full disk counts as back */
+#define POLL_MS         100
+#define MAX_IDENTITY    256
+#define DISK_RECHECK_MS 2000
+#define DISK_FREE_MIN   (4u << 20) /* bytes free before a full disk counts as back */
 
 enum { ERRS = 8 };
 
@@ -64,7 +62,8 @@ struct spw_ps_server {
     struct spw_ps_server_conf conf;
     char *data_dir, *ckpt_dir, *db_path, endpoint[256];
     spw_ps_store_t *store;
-    void *zctx, *sock, *zap;
+    void *zctx, *sock;
+    spw_curve_server_t *curve; /* NULL: plaintext */
     spw_arena_t *arena;
     spw_metrics_t *metrics;
     bool own_metrics;
@@ -72,8 +71,6 @@ struct spw_ps_server {
     struct spw_ps_store_stats last; /* store stats already added to the counters */
     uint64_t epoch;
     int64_t started_ms; /* wall clock at start: StatsReply.started_ms (restart detection) */
-    uint8_t (*allowed)[32];
-    size_t n_allowed;
     struct dedup_entry *dedup;
     uint64_t dedup_clock;
     uint64_t fence; /* pushes of an older recovery generation are refused (RestoreRequest) */
@@ -1104,109 +1101,6 @@ out_close:
     zmq_msg_close(&body);
 }
 
-/* ---- CurveZMQ ---- */
-
-static spw_err_t load_secret_key(const char *path, uint8_t key[32], char *errstr,
-                                 size_t errstr_size)
-{
-    char z85[SPW_CURVE_KEY_LEN + 1];
-    spw_err_t rc = spw_curve_key_read(path, true, z85, errstr, errstr_size);
-    if (rc != SPW_OK)
-        return rc;
-    bool ok = zmq_z85_decode(key, z85) != NULL;
-    memset(z85, 0, sizeof(z85));
-    if (!ok) {
-        snprintf(errstr, errstr_size, "%s: no 40-character Z85 secret key", path);
-        return SPW_ERR_INVALID;
-    }
-    return SPW_OK;
-}
-
-struct allowed_ctx {
-    spw_ps_server_t *srv;
-    const char *path;
-};
-
-static spw_err_t add_allowed(void *opaque, const char *key, int lineno, char *errstr,
-                             size_t errstr_size)
-{
-    struct allowed_ctx *ctx = opaque;
-    spw_ps_server_t *srv = ctx->srv;
-    if (srv->n_allowed == MAX_ALLOWED_KEYS) {
-        snprintf(errstr, errstr_size, "%s: more than %d keys", ctx->path, MAX_ALLOWED_KEYS);
-        return SPW_ERR_TOO_BIG;
-    }
-    if (!zmq_z85_decode(srv->allowed[srv->n_allowed], key)) {
-        snprintf(errstr, errstr_size, "%s:%d: not a 40-character Z85 public key", ctx->path,
-                 lineno);
-        return SPW_ERR_INVALID;
-    }
-    srv->n_allowed++;
-    return SPW_OK;
-}
-
-static spw_err_t load_allowed(spw_ps_server_t *srv, const char *path, char *errstr,
-                              size_t errstr_size)
-{
-    srv->allowed = calloc(MAX_ALLOWED_KEYS, 32);
-    if (!srv->allowed) {
-        snprintf(errstr, errstr_size, "out of memory");
-        return SPW_ERR_NOMEM;
-    }
-    struct allowed_ctx ctx = {srv, path};
-    return spw_curve_keys_foreach(path, add_allowed, &ctx, errstr, errstr_size);
-}
-
-/* Answers one ZAP request (RFC 27): 200 for a CURVE client key on the allow-list, else 400. */
-static void handle_zap(spw_ps_server_t *srv)
-{
-    zmq_msg_t f[7];
-    int n = 0;
-    bool more = true;
-    while (more) {
-        zmq_msg_t tmp;
-        zmq_msg_init(&tmp);
-        if (zmq_msg_recv(&tmp, srv->zap, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&tmp);
-            break;
-        }
-        more = zmq_msg_more(&tmp);
-        if (n < 7) {
-            zmq_msg_init(&f[n]);
-            zmq_msg_move(&f[n], &tmp);
-            n++;
-        }
-        zmq_msg_close(&tmp);
-    }
-    if (n < 6) {
-        for (int i = 0; i < n; i++)
-            zmq_msg_close(&f[i]);
-        return;
-    }
-    bool ok = false;
-    if (n == 7 && zmq_msg_size(&f[5]) == 5 && memcmp(zmq_msg_data(&f[5]), "CURVE", 5) == 0 &&
-        zmq_msg_size(&f[6]) == 32) {
-        for (size_t i = 0; i < srv->n_allowed && !ok; i++)
-            ok = memcmp(srv->allowed[i], zmq_msg_data(&f[6]), 32) == 0;
-    }
-    if (!ok) {
-        spw_counter_inc(srv->m.errors[SPARROW__ERROR_CODE__ERROR_UNAUTHORIZED]);
-        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "client refused by ZAP", "address=%.*s",
-                            (int)(zmq_msg_size(&f[3]) > 64 ? 64 : zmq_msg_size(&f[3])),
-                            (const char *)zmq_msg_data(&f[3]));
-    }
-    /* version, request id, status code, status text, user id, metadata */
-    zmq_send(srv->zap, "1.0", 3, ZMQ_SNDMORE);
-    zmq_send(srv->zap, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), ZMQ_SNDMORE);
-    zmq_send(srv->zap, ok ? "200" : "400", 3, ZMQ_SNDMORE);
-    const char *text = ok ? "OK" : "client key not allowed";
-    zmq_send(srv->zap, text, strlen(text), ZMQ_SNDMORE);
-    zmq_send(srv->zap, "", 0, ZMQ_SNDMORE);
-    zmq_send(srv->zap, "", 0, 0);
-    for (int i = 0; i < n; i++)
-        zmq_msg_close(&f[i]);
-}
-
 /* ---- lifecycle ---- */
 
 spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *errstr,
@@ -1304,24 +1198,18 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
         snprintf(errstr, errstr_size, "out of memory");
         goto out_destroy;
     }
-    uint8_t secret[32];
-    bool curve = conf->curve_secret_key_file && conf->curve_secret_key_file[0];
-    if (curve) {
-        if (!conf->curve_allowed_clients_file || !conf->curve_allowed_clients_file[0]) {
-            snprintf(errstr, errstr_size,
-                     "pserver.curve.allowed_clients_file is required with a secret key");
+    if (conf->curve_secret_key_file && conf->curve_secret_key_file[0]) {
+        struct spw_curve_server_conf cc = {
+            .secret_prop = "pserver.curve.secret_key_file",
+            .secret_file = conf->curve_secret_key_file,
+            .allowed_prop = "pserver.curve.allowed_clients_file",
+            .allowed_file = conf->curve_allowed_clients_file,
+            .what = "shard",
+            .refused = srv->m.errors[SPARROW__ERROR_CODE__ERROR_UNAUTHORIZED],
+        };
+        srv->curve = spw_curve_server_new(srv->zctx, &cc, errstr, errstr_size);
+        if (!srv->curve)
             goto out_destroy;
-        }
-        if (load_secret_key(conf->curve_secret_key_file, secret, errstr, errstr_size) ||
-            load_allowed(srv, conf->curve_allowed_clients_file, errstr, errstr_size))
-            goto out_destroy;
-        srv->zap = zmq_socket(srv->zctx, ZMQ_REP);
-        int linger = 0;
-        if (!srv->zap || zmq_setsockopt(srv->zap, ZMQ_LINGER, &linger, sizeof(linger)) != 0 ||
-            zmq_bind(srv->zap, ZAP_ENDPOINT) != 0) {
-            snprintf(errstr, errstr_size, "ZAP handler: %s", zmq_strerror(zmq_errno()));
-            goto out_destroy;
-        }
     }
     srv->sock = zmq_socket(srv->zctx, ZMQ_ROUTER);
     if (!srv->sock) {
@@ -1331,23 +1219,14 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
     /* Frames far above the limit are cut off by ZeroMQ (the peer is disconnected); frames just
      * above it reach us and get a TOO_BIG reply. */
     int64_t maxmsg = (int64_t)srv->conf.max_frame * 2;
-    int linger = 0, one = 1;
+    int linger = 0;
     zmq_setsockopt(srv->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
     zmq_setsockopt(srv->sock, ZMQ_LINGER, &linger, sizeof(linger));
-    if (curve) {
-        zmq_setsockopt(srv->sock, ZMQ_ZAP_DOMAIN, "sparrow", 7);
-        zmq_setsockopt(srv->sock, ZMQ_CURVE_SERVER, &one, sizeof(one));
-        if (zmq_setsockopt(srv->sock, ZMQ_CURVE_SECRETKEY, secret, 32) != 0) {
-            snprintf(errstr, errstr_size, "CURVE: %s", zmq_strerror(zmq_errno()));
+    if (srv->curve) {
+        if (spw_curve_server_apply(srv->curve, srv->sock, errstr, errstr_size) != SPW_OK)
             goto out_destroy;
-        }
-        char pub[41], sec[41];
-        zmq_z85_encode(sec, secret, 32);
-        if (zmq_curve_public(pub, sec) == 0)
-            SPW_INFO("curve enabled", "server_public_key=%s allowed_clients=%zu", pub,
-                     srv->n_allowed);
-        memset(secret, 0, sizeof(secret));
-        memset(sec, 0, sizeof(sec));
+        SPW_INFO("curve enabled", "server_public_key=%s allowed_clients=%zu",
+                 spw_curve_server_public_key(srv->curve), spw_curve_server_allowed(srv->curve));
     }
     if (zmq_bind(srv->sock, conf->listen) != 0) {
         snprintf(errstr, errstr_size, "bind %s: %s", conf->listen, zmq_strerror(zmq_errno()));
@@ -1407,16 +1286,18 @@ spw_err_t spw_ps_server_run(spw_ps_server_t *srv)
 {
     uint64_t next_housekeeping = spw_time_mono_ms() + POLL_MS;
     while (!spw_signal_stop_requested()) {
-        zmq_pollitem_t items[2] = {{srv->sock, 0, ZMQ_POLLIN, 0}, {srv->zap, 0, ZMQ_POLLIN, 0}};
-        int rc = zmq_poll(items, srv->zap ? 2 : 1, POLL_MS);
+        zmq_pollitem_t items[2] = {
+            {srv->sock, 0, ZMQ_POLLIN, 0},
+            {srv->curve ? spw_curve_server_zap_socket(srv->curve) : NULL, 0, ZMQ_POLLIN, 0}};
+        int rc = zmq_poll(items, srv->curve ? 2 : 1, POLL_MS);
         if (rc < 0) {
             if (zmq_errno() == EINTR)
                 continue;
             SPW_ERROR("zmq_poll failed", "err=\"%s\"", zmq_strerror(zmq_errno()));
             return SPW_ERR_RPC;
         }
-        if (srv->zap && (items[1].revents & ZMQ_POLLIN))
-            handle_zap(srv);
+        if (srv->curve && (items[1].revents & ZMQ_POLLIN))
+            spw_curve_server_handle(srv->curve);
         if (items[0].revents & ZMQ_POLLIN) {
             /* Drain a bounded burst before looking at the clock again. */
             for (int i = 0; i < 256; i++) {
@@ -1446,8 +1327,7 @@ void spw_ps_server_destroy(spw_ps_server_t *srv)
         spw_http_set_ready(srv->conf.http, false, "stopping");
     if (srv->sock)
         zmq_close(srv->sock);
-    if (srv->zap)
-        zmq_close(srv->zap);
+    spw_curve_server_destroy(srv->curve);
     if (srv->zctx)
         zmq_ctx_term(srv->zctx);
     spw_ps__publisher_destroy(srv->pub, srv->store, srv->epoch); /* final publish and flush */
@@ -1455,7 +1335,6 @@ void spw_ps_server_destroy(spw_ps_server_t *srv)
     spw_arena_destroy(srv->arena);
     if (srv->own_metrics)
         spw_metrics_destroy(srv->metrics);
-    free(srv->allowed);
     free(srv->dedup);
     spw_ps__steps_destroy(srv->steps);
     free(srv->data_dir);

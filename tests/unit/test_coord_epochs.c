@@ -244,8 +244,8 @@ static spw_err_t train(spw_coord_client_t *c, struct trainer_state *t, int part,
 
 static spw_coord_client_t *connect_trainer(struct env *e, const char *id)
 {
-    struct spw_coord_client_conf cc = {spw_coord_server_endpoint(e->srv), id,
-                                       SPARROW__MEMBER_ROLE__ROLE_TRAINER, 50, 1000};
+    struct spw_coord_client_conf cc = {
+        spw_coord_server_endpoint(e->srv), id, SPARROW__MEMBER_ROLE__ROLE_TRAINER, 50, 1000, NULL};
     char err[256];
     spw_coord_client_t *c = spw_coord_client_new(&cc, 5000, err, sizeof(err));
     assert_non_null(c);

@@ -103,8 +103,8 @@ static void *trainer_main(void *arg)
     struct harness *h = t->h;
     char id[32];
     snprintf(id, sizeof(id), "trainer-%d", t->idx);
-    struct spw_coord_client_conf cc = {h->endpoint, id, SPARROW__MEMBER_ROLE__ROLE_TRAINER, 50,
-                                       1000};
+    struct spw_coord_client_conf cc = {h->endpoint, id,   SPARROW__MEMBER_ROLE__ROLE_TRAINER,
+                                       50,          1000, NULL};
     char err[256];
     spw_coord_client_t *c = spw_coord_client_new(&cc, 5000, err, sizeof(err));
     if (!c) {

@@ -230,12 +230,22 @@ static void metrics_register(spw_trainer_coord_t *tc, spw_metrics_t *r)
         NULL, secs, n);
 }
 
-spw_trainer_coord_t *spw_trainer_coord_new(const char *endpoint, uint32_t trainer_id,
-                                           spw_metrics_t *metrics, struct spw_trainer_hooks *hooks,
-                                           char *errstr, size_t errstr_size)
+spw_trainer_coord_t *spw_trainer_coord_new(const struct spw_trainer_loop_conf *conf,
+                                           struct spw_trainer_hooks *hooks, char *errstr,
+                                           size_t errstr_size)
 {
+    const char *endpoint = conf->coordinator;
+    uint32_t trainer_id = conf->trainer_id;
+    spw_metrics_t *metrics = conf->metrics;
+    struct spw_curve_client_keys curve;
+    if (spw_curve_client_load(
+            &curve, "trainer.coordinator.curve.server_key_file",
+            conf->coordinator_curve_server_key_file, "trainer.curve.client_key_file",
+            conf->coordinator_curve_client_key_file, errstr, errstr_size) != SPW_OK)
+        return NULL;
     spw_trainer_coord_t *tc = calloc(1, sizeof(*tc));
     if (!tc) {
+        spw_curve_client_wipe(&curve);
         snprintf(errstr, errstr_size, "out of memory");
         return NULL;
     }
@@ -253,9 +263,12 @@ spw_trainer_coord_t *spw_trainer_coord_new(const char *endpoint, uint32_t traine
                                        .member_id = member,
                                        .role = SPARROW__MEMBER_ROLE__ROLE_TRAINER,
                                        .heartbeat_ms = 200,
-                                       .register_timeout_ms = 1000};
-    SPW_INFO("registering with the coordinator", "endpoint=%s member=%s", endpoint, member);
+                                       .register_timeout_ms = 1000,
+                                       .curve = &curve};
+    SPW_INFO("registering with the coordinator", "endpoint=%s member=%s curve=%s", endpoint, member,
+             curve.enabled ? "on" : "off");
     tc->client = spw_coord_client_new(&cc, 60000, errstr, errstr_size);
+    spw_curve_client_wipe(&curve); /* the client keeps its own copy */
     if (!tc->client) {
         free(tc);
         return NULL;

@@ -12,11 +12,12 @@
 struct spw_metrics;
 typedef struct spw_trainer_coord spw_trainer_coord_t;
 
-/* Registers with the coordinator at endpoint (waiting up to a minute) as "trainer-<id>" (id 0:
- * "trainer-<host>-<pid>"), registering its metrics in metrics (borrowed, may be NULL). Fills
- * *hooks for spw_trainer_loop_new. NULL with errstr on failure. One thread uses it. */
-spw_trainer_coord_t *spw_trainer_coord_new(const char *endpoint, uint32_t trainer_id,
-                                           struct spw_metrics *metrics,
+/* Registers with the coordinator at conf->coordinator (waiting up to a minute) as
+ * "trainer-<id>" (conf->trainer_id 0: "trainer-<host>-<pid>"), over CurveZMQ when
+ * conf->coordinator_curve_server_key_file is set (the key files are read here: one that cannot
+ * be read fails, naming its property), registering its metrics in conf->metrics (may be NULL).
+ * Fills *hooks for spw_trainer_loop_new. NULL with errstr on failure. One thread uses it. */
+spw_trainer_coord_t *spw_trainer_coord_new(const struct spw_trainer_loop_conf *conf,
                                            struct spw_trainer_hooks *hooks, char *errstr,
                                            size_t errstr_size);
 

@@ -125,5 +125,19 @@ spw_err_t spw_trainer_loop_conf_from_config(const spw_config_t *cfg,
     conf->debug_slow_factor = spw_config_double(cfg, "trainer.debug.slow_factor");
     conf->counter_key = (uint64_t)spw_config_int(cfg, "trainer.debug.counter_key");
     conf->coordinator = spw_config_str(cfg, "trainer.coordinator");
+    conf->coordinator_curve_server_key_file =
+        spw_config_str(cfg, "trainer.coordinator.curve.server_key_file");
+    conf->coordinator_curve_client_key_file = spw_config_str(cfg, "trainer.curve.client_key_file");
+    bool coord_curve =
+        conf->coordinator_curve_server_key_file && conf->coordinator_curve_server_key_file[0];
+    if (coord_curve &&
+        !(conf->coordinator_curve_client_key_file && conf->coordinator_curve_client_key_file[0])) {
+        snprintf(errstr, errstr_size,
+                 "trainer.coordinator.curve.server_key_file needs trainer.curve.client_key_file "
+                 "(the trainer's own key)");
+        return SPW_ERR_INVALID;
+    }
+    if (!coord_curve) /* the client key alone is the shards' business */
+        conf->coordinator_curve_client_key_file = NULL;
     return SPW_OK;
 }

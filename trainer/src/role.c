@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "sparrow/curve.h"
 #include "sparrow/log.h"
 #include "coord_session.h"
 #include "sparrow/trainer_loop.h"
@@ -21,10 +22,18 @@ spw_trainer_t *spw_trainer_new(const struct spw_trainer_loop_conf *conf, char *e
     }
     struct spw_trainer_loop_conf loop_conf = *conf;
     struct spw_trainer_hooks hooks = {0};
+    /* The shards' key files are read again when the PS client opens; reading them here as well
+     * makes a bad one fail at once, not after the coordinator's registration (up to a minute). */
+    struct spw_curve_client_keys keys;
+    spw_err_t kerr = spw_curve_client_load(
+        &keys, "trainer.curve.server_key_file", conf->client.curve_server_key_file,
+        "trainer.curve.client_key_file", conf->client.curve_client_key_file, errstr, errstr_size);
+    spw_curve_client_wipe(&keys);
+    if (kerr != SPW_OK)
+        goto out_free;
     if (conf->coordinator && conf->coordinator[0]) {
         char why[512];
-        trainer->coord = spw_trainer_coord_new(conf->coordinator, conf->trainer_id, conf->metrics,
-                                               &hooks, why, sizeof(why));
+        trainer->coord = spw_trainer_coord_new(conf, &hooks, why, sizeof(why));
         if (!trainer->coord) {
             snprintf(errstr, errstr_size, "coordinator registration failed: %s", why);
             goto out_free;

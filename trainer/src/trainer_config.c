@@ -119,6 +119,10 @@ const struct spw_config_prop spw_trainer_config_props[] = {
     {"trainer.coordinator", SPW_CONFIG_STRING, "", 0, 255, NULL,
      "Coordinator endpoint (tcp://host:port): clocks, checkpoint epochs and recovery; offsets are "
      "then committed on its signal only. Empty: no coordinator."},
+    {"trainer.coordinator.curve.server_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "File with the coordinator's Z85 CURVE public key (the pair of its "
+     "coordinator.curve.secret_key_file): CurveZMQ to the coordinator with this trainer's "
+     "trainer.curve.client_key_file, which it then requires. Empty: plaintext."},
     SPW_CONFIG_PROPS_HTTP("trainer", "0.0.0.0", "9200"),
     SPW_PS_CLIENT_CONFIG_PROPS,
     {"kafka.*", SPW_CONFIG_PASSTHROUGH, NULL, 0, 0, NULL,

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "sparrow/coordinator.h"
+#include "sparrow/curve.h"
 #include "sparrow/err.h"
 
 /*
@@ -53,6 +54,10 @@ struct spw_coord_client_conf {
     int role;                     /* SPARROW__MEMBER_ROLE__ROLE_TRAINER, ... */
     uint64_t heartbeat_ms;        /* heartbeat period (>= 10) */
     uint64_t register_timeout_ms; /* resend Register after this silence */
+    /* CurveZMQ: the coordinator's public key and this member's key pair (spw_curve_client_load;
+     * copied, the caller may wipe its own). NULL or disabled: plaintext. A key the coordinator
+     * does not allow shows as a registration that times out (the coordinator logs the refusal). */
+    const struct spw_curve_client_keys *curve;
 };
 
 typedef struct spw_coord_client spw_coord_client_t;

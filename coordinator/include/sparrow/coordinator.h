@@ -247,7 +247,14 @@ struct spw_coord_server_conf {
     uint32_t keep;                   /* epochs kept (>= 1) */
     uint64_t startup_grace_ms;       /* wait for members to (re)join before the first recovery */
     spw_coord_verify_fn verify;      /* NULL: spw_coord_verify_default */
-    struct spw_metrics *metrics;     /* borrowed; may be NULL */
+    /* CurveZMQ (each NULL or "": off). Towards members, a CURVE server: its secret key and the
+     * members' allowed public keys (coordinator.curve.secret_key_file, .allowed_clients_file);
+     * towards the shards, a CURVE client: their public key and its own secret key, whose public
+     * key the shards must allow (coordinator.curve.server_key_file, .client_key_file). Read by
+     * spw_coord_server_new; a file that cannot be read fails it, naming the property. */
+    const char *curve_secret_key_file, *curve_allowed_clients_file;
+    const char *curve_server_key_file, *curve_client_key_file;
+    struct spw_metrics *metrics; /* borrowed; may be NULL */
     /* borrowed; may be NULL. Non-zero stops run (besides signals); another thread may set it
      * while run polls it (atomic: a volatile int there was a data race). */
     _Atomic int *stop;
@@ -280,6 +287,7 @@ struct spw_coord_server_stats {
     uint64_t elastic_rejoins; /* moved back in */
     uint32_t out_of_barrier;  /* trainers out of the barrier now */
     uint32_t units;           /* synchronous units (groups) now */
+    uint64_t auth_refused;    /* members refused by the CURVE allow-list (ZAP) */
 };
 
 /* A snapshot (for tests, from the running thread or after run returned). */

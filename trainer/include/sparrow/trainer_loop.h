@@ -135,6 +135,11 @@ struct spw_trainer_loop_conf {
     struct spw_http *http;       /* borrowed; may be NULL; readiness is reported to it */
     /* the role (spw_trainer_new): the coordinator's endpoint; NULL or "": none */
     const char *coordinator;
+    /* CurveZMQ to the coordinator (NULL or "": plaintext): its public key
+     * (trainer.coordinator.curve.server_key_file) and this trainer's secret key, the one it
+     * gives the shards (trainer.curve.client_key_file) */
+    const char *coordinator_curve_server_key_file;
+    const char *coordinator_curve_client_key_file;
 };
 
 /* Defaults: the trainer.* table's values with trainer.in unset. */
