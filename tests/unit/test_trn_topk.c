@@ -119,10 +119,10 @@ static void test_trn_topk_keeps_largest_and_feeds_back(void **state)
  * small enough that residuals are forced out, and ends with a flush (sent must then equal
  * computed).
  */
-static void check_conservation(size_t max_rows, double ratio)
+static void check_conservation_fp16(size_t max_rows, double ratio, bool fp16)
 {
     enum { VOCAB = 200, STEPS = 60, ROWS = 50 };
-    spw_topk_t *tk = new_topk(ratio, true, false, max_rows);
+    spw_topk_t *tk = new_topk(ratio, true, fp16, max_rows);
     double computed[VOCAB][DIM] = {{0}}, sent[VOCAB][DIM] = {{0}};
     uint64_t s = 99 + max_rows;
     uint64_t keys[ROWS];
@@ -177,7 +177,17 @@ static void check_conservation(size_t max_rows, double ratio)
             assert_float_equal(sent[k][d], computed[k][d], 1e-4);
     spw_topk_get_stats(tk, &st);
     assert_int_equal(st.residual_rows, 0);
+    if (fp16) {
+        assert_false(set.fp16); /* a flush leaves no rounding error behind */
+        assert_true(st.fp16_errors_kept > 0);
+        assert_int_equal(st.fp16_errors_lost, 0);
+    }
     spw_topk_destroy(tk);
+}
+
+static void check_conservation(size_t max_rows, double ratio)
+{
+    check_conservation_fp16(max_rows, ratio, false);
 }
 
 static void test_trn_topk_error_feedback_conserves_gradient(void **state)
@@ -186,6 +196,9 @@ static void test_trn_topk_error_feedback_conserves_gradient(void **state)
     check_conservation(100000, 0.1);
     check_conservation(100000, 0.5);
     check_conservation(7, 0.1);  /* residuals forced out by the bound */
+    /* fp16: the rounding errors are residuals too (a table with room for them) */
+    check_conservation_fp16(100000, 0.3, true);
+    check_conservation_fp16(100000, 1.0, true);
     check_conservation(0, 0.25); /* no room at all: every row is sent at once */
 }
 
@@ -302,6 +315,128 @@ static void test_trn_topk_fp16_values_are_what_the_server_decodes(void **state)
     struct spw_topk_stats st;
     spw_topk_get_stats(tk, &st);
     assert_int_equal(st.bytes_sent, 2 * (SPW_TRN_PUSH_ROW_OVERHEAD + 2 * DIM));
+    spw_topk_destroy(tk);
+}
+
+/* fp16 with error feedback: for every row, the decoded half sent plus the residual kept equals
+ * the gradient computed; without error feedback nothing is kept. */
+static void test_trn_topk_fp16_rounding_fed_back(void **state)
+{
+    (void)state;
+    enum { ROWS = 64 };
+    uint64_t s = 4242, keys[ROWS];
+    float grads[ROWS * DIM], orig[ROWS * DIM];
+    for (size_t r = 0; r < ROWS; r++) {
+        keys[r] = 1000 + r;
+        for (int d = 0; d < DIM; d++)
+            grads[r * DIM + d] = rng_uniform(&s, -3, 3) * (r % 2 ? 1e-3f : 1.0f);
+    }
+    grads[0] = 1e-8f; /* below the half range: sent as 0, all of it a residual */
+    grads[1] = -7.25f; /* exact in half: no error */
+    grads[2] = -7.25f;
+    memcpy(orig, grads, sizeof(orig));
+    for (int ef = 1; ef >= 0; ef--) {
+        for (int ratio_one = 1; ratio_one >= 0; ratio_one--) {
+            memcpy(grads, orig, sizeof(grads));
+            spw_topk_t *tk = new_topk(ratio_one ? 1.0 : 0.5, ef, true, 1000);
+            struct spw_push_set set;
+            assert_int_equal(spw_topk_compress(tk, keys, grads, NULL, ROWS, &set), SPW_OK);
+            assert_true(set.fp16);
+            size_t kept = 0, rounded = 0;
+            for (size_t r = 0; r < ROWS; r++) {
+                long i = find_key(&set, keys[r]);
+                float res[DIM] = {0, 0, 0};
+                bool has = spw_topk_residual(tk, keys[r], res);
+                kept += has;
+                if (!ef)
+                    assert_false(has);
+                bool err = false;
+                for (int d = 0; d < DIM; d++) {
+                    float sent = i >= 0 ? set.values[(size_t)i * DIM + d] : 0.0f;
+                    if (i >= 0) /* what the shard decodes */
+                        assert_true(sent == spw_wire_f16_to_f32(set.values_f16[i * DIM + d]));
+                    err |= i >= 0 && sent != orig[r * DIM + d];
+                    if (ef)
+                        assert_float_equal(sent + res[d], orig[r * DIM + d],
+                                           fabsf(orig[r * DIM + d]) * 1e-6f);
+                }
+                rounded += err;
+                if (ef && i >= 0)
+                    assert_true(has == err); /* a residual exactly when rounding lost something */
+            }
+            struct spw_topk_stats st;
+            spw_topk_get_stats(tk, &st);
+            assert_int_equal(st.residual_rows, kept);
+            assert_true(rounded > 0);
+            if (ef) {
+                assert_int_equal(st.fp16_errors_kept, rounded);
+                assert_true(kept >= rounded);
+            } else {
+                assert_int_equal(kept, 0);
+                assert_int_equal(st.fp16_errors_kept, 0);
+            }
+            spw_topk_destroy(tk);
+        }
+    }
+}
+
+/* A rounding error that finds no room in the residual table is counted, and does not force an
+ * older residual out (whose own error would need a slot in turn). */
+static void test_trn_topk_fp16_error_needs_room(void **state)
+{
+    (void)state;
+    spw_topk_t *tk = new_topk(0.5, true, true, 1);
+    const uint64_t keys[2] = {1, 2};
+    float grads[2 * DIM] = {1.0f / 3.0f, 1.0f / 3.0f, 1.0f / 3.0f, 1e-3f, 0.0f, 0.0f};
+    struct spw_push_set set;
+    assert_int_equal(spw_topk_compress(tk, keys, grads, NULL, 2, &set), SPW_OK);
+    assert_int_equal(set.n, 1); /* key 1; key 2 took the only slot */
+    float res[DIM];
+    assert_true(spw_topk_residual(tk, 2, res));
+    assert_false(spw_topk_residual(tk, 1, res));
+    struct spw_topk_stats st;
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.fp16_errors_lost, 1);
+    assert_int_equal(st.rows_forced, 0);
+    spw_topk_destroy(tk);
+}
+
+/* A residual whose row the shard evicted since (the pulled version went back) is dropped, not
+ * folded into the fresh row; one of an older version than the pull is folded. */
+static void test_trn_topk_drops_residual_of_reset_row(void **state)
+{
+    (void)state;
+    spw_topk_t *tk = new_topk(0.5, true, false, 100);
+    const uint64_t keys[2] = {1, 2};
+    float grads[2 * DIM] = {5, 5, 5, 1, 1, 1};
+    const uint32_t v1[2] = {7, 9};
+    struct spw_push_set set;
+    assert_int_equal(spw_topk_compress(tk, keys, grads, v1, 2, &set), SPW_OK);
+    float res[DIM];
+    assert_true(spw_topk_residual(tk, 2, res)); /* computed from version 9 */
+    /* key 2 comes back at version 0: evicted and created anew */
+    const uint64_t k2[1] = {2};
+    float g2[DIM] = {0.5f, 0.5f, 0.5f};
+    const uint32_t v2[1] = {0};
+    assert_int_equal(spw_topk_compress(tk, k2, g2, v2, 1, &set), SPW_OK);
+    assert_int_equal(set.n, 1);
+    assert_float_equal(set.values[0], 0.5, 0.0); /* the stale residual was not added */
+    struct spw_topk_stats st;
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.rows_reset, 1);
+    assert_int_equal(st.rows_dropped, 1);
+    /* a newer version folds as before; a wrapped version counts as newer */
+    spw_topk_t *tk2 = new_topk(0.5, true, false, 100);
+    const uint32_t v3[2] = {7, UINT32_MAX - 1};
+    float g3[2 * DIM] = {5, 5, 5, 1, 1, 1};
+    assert_int_equal(spw_topk_compress(tk2, keys, g3, v3, 2, &set), SPW_OK);
+    float g4[DIM] = {0.5f, 0.5f, 0.5f};
+    const uint32_t v4[1] = {3};
+    assert_int_equal(spw_topk_compress(tk2, k2, g4, v4, 1, &set), SPW_OK);
+    assert_float_equal(set.values[0], 1.5, 0.0);
+    spw_topk_get_stats(tk2, &st);
+    assert_int_equal(st.rows_reset, 0);
+    spw_topk_destroy(tk2);
     spw_topk_destroy(tk);
 }
 
@@ -491,6 +626,9 @@ int main(void)
         cmocka_unit_test(test_trn_topk_flush_and_drop),
         cmocka_unit_test(test_trn_topk_without_error_feedback_discards),
         cmocka_unit_test(test_trn_topk_fp16_values_are_what_the_server_decodes),
+        cmocka_unit_test(test_trn_topk_fp16_rounding_fed_back),
+        cmocka_unit_test(test_trn_topk_fp16_error_needs_room),
+        cmocka_unit_test(test_trn_topk_drops_residual_of_reset_row),
         cmocka_unit_test(test_trn_topk_rejects_bad_conf),
         cmocka_unit_test(test_trn_topk_backend_selection_matches_cpu),
         cmocka_unit_test(test_trn_topk_grad_acc_sums_rows),

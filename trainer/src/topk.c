@@ -129,29 +129,38 @@ static const float *res_pulled(const spw_topk_t *tk, uint32_t slot)
     return tk->conf.pulled ? tk->res_pulled + (size_t)slot * tk->conf.dim : NULL;
 }
 
-/* Packs the push set's values to fp16 (when configured) and fills *out and the byte counters. */
-static void finish_out(spw_topk_t *tk, struct spw_push_set *out)
+static spw_err_t keep_f16_errors(spw_topk_t *tk);
+
+/* Packs the push set's values to fp16 (fp16: conf.fp16 and not a flush) and fills *out and the
+ * byte counters. With error feedback the rounding error of every row sent as halves is kept as
+ * that key's residual (keep_f16_errors). */
+static spw_err_t finish_out(spw_topk_t *tk, struct spw_push_set *out, bool fp16)
 {
     size_t dim = tk->conf.dim, vals = tk->out_n * dim;
-    if (tk->conf.fp16 && vals) {
-        /* The server applies the decoded halves: values must say exactly that. */
+    if (fp16 && vals) {
         spw_wire_f32_to_f16_n(tk->out_values, tk->out_f16, vals);
+        if (tk->conf.error_feedback) {
+            spw_err_t err = keep_f16_errors(tk);
+            if (err)
+                return err;
+        }
+        /* The server applies the decoded halves: values must say exactly that. */
         spw_wire_f16_to_f32_n(tk->out_f16, tk->out_values, vals);
     }
     tk->stats.rows_sent += tk->out_n;
-    tk->stats.bytes_sent +=
-        tk->out_n * (SPW_TRN_PUSH_ROW_OVERHEAD + dim * (tk->conf.fp16 ? 2u : 4u));
+    tk->stats.bytes_sent += tk->out_n * (SPW_TRN_PUSH_ROW_OVERHEAD + dim * (fp16 ? 2u : 4u));
     tk->stats.residual_rows = tk->count;
     *out = (struct spw_push_set){
         .n = tk->out_n,
         .dim = tk->conf.dim,
-        .fp16 = tk->conf.fp16,
+        .fp16 = fp16,
         .keys = tk->out_keys,
         .versions = tk->out_versions,
         .values = tk->out_values,
-        .values_f16 = tk->conf.fp16 ? tk->out_f16 : NULL,
+        .values_f16 = fp16 ? tk->out_f16 : NULL,
         .pulled = tk->conf.pulled ? tk->out_pulled : NULL,
     };
+    return SPW_OK;
 }
 
 static void unlink_slot(spw_topk_t *tk, uint32_t slot)
@@ -202,6 +211,28 @@ static uint32_t take_slot(spw_topk_t *tk)
     return (uint32_t)tk->pool_used++;
 }
 
+/* Fills slot (taken by take_slot) with key's residual and links it as the newest. */
+static void link_residual(spw_topk_t *tk, uint32_t slot, uint64_t key, const float *values,
+                          uint32_t version, const float *pulled)
+{
+    const size_t dim = tk->conf.dim;
+    tk->res_keys[slot] = key;
+    tk->res_versions[slot] = version;
+    memcpy(tk->res_values + (size_t)slot * dim, values, dim * sizeof(float));
+    if (tk->conf.pulled)
+        memcpy(tk->res_pulled + (size_t)slot * dim, pulled, dim * sizeof(float));
+    tk->prev[slot] = tk->tail;
+    tk->next[slot] = SPW_TRN__NONE;
+    if (tk->tail != SPW_TRN__NONE)
+        tk->next[tk->tail] = slot;
+    else
+        tk->head = slot;
+    tk->tail = slot;
+    tk->count++;
+    bool inserted;
+    spw_trn__keyidx_upsert(&tk->index, key, slot, &inserted);
+}
+
 /* Stores an unsent row as the newest residual, first sending the oldest when the table is full
  * (the push set has room: reserve_out covered every row of the step). */
 static spw_err_t keep_residual(spw_topk_t *tk, uint64_t key, const float *values, uint32_t version,
@@ -224,23 +255,58 @@ static spw_err_t keep_residual(spw_topk_t *tk, uint64_t key, const float *values
     uint32_t slot = take_slot(tk);
     if (slot == SPW_TRN__NONE)
         return SPW_ERR_NOMEM;
-    tk->res_keys[slot] = key;
-    tk->res_versions[slot] = version;
-    memcpy(tk->res_values + (size_t)slot * dim, values, dim * sizeof(float));
-    if (tk->conf.pulled)
-        memcpy(tk->res_pulled + (size_t)slot * dim, pulled, dim * sizeof(float));
-    tk->prev[slot] = tk->tail;
-    tk->next[slot] = SPW_TRN__NONE;
-    if (tk->tail != SPW_TRN__NONE)
-        tk->next[tk->tail] = slot;
-    else
-        tk->head = slot;
-    tk->tail = slot;
-    tk->count++;
-    bool inserted;
-    spw_trn__keyidx_upsert(&tk->index, key, slot, &inserted);
+    link_residual(tk, slot, key, values, version, pulled);
     tk->stats.rows_kept++;
     return SPW_OK;
+}
+
+/* Error feedback of the fp16 rounding: for every row of the push set (out_f16 packed, out_values
+ * still the f32 values), value - half(value) becomes the key's residual, so that sent (the
+ * decoded half) + residual = computed. The push set's keys are unique and none of them has a
+ * residual any more (folded, or sent because the table was full), so each gets a fresh slot.
+ * A slot is taken only while the table has room: making room would send an older residual, whose
+ * own rounding error would need a slot in turn. Errors that find no room, and non-finite ones
+ * (a value beyond the half range: the shard refuses the row anyway), are counted in
+ * fp16_errors_lost. */
+static spw_err_t keep_f16_errors(spw_topk_t *tk)
+{
+    const size_t dim = tk->conf.dim;
+    float half[SPW_TRN_MAX_LATENT + 1], err[SPW_TRN_MAX_LATENT + 1];
+    for (size_t i = 0; i < tk->out_n; i++) {
+        const float *v = tk->out_values + i * dim;
+        spw_wire_f16_to_f32_n(tk->out_f16 + i * dim, half, dim);
+        bool any = false, finite = true;
+        for (size_t j = 0; j < dim; j++) {
+            err[j] = v[j] - half[j];
+            any |= err[j] != 0.0f;
+            finite &= isfinite(err[j]) != 0;
+        }
+        if (!any)
+            continue;
+        if (!finite || tk->count >= tk->conf.residual_max_rows) {
+            tk->stats.fp16_errors_lost++;
+            continue;
+        }
+        uint32_t slot = take_slot(tk);
+        if (slot == SPW_TRN__NONE)
+            return SPW_ERR_NOMEM;
+        link_residual(tk, slot, tk->out_keys[i], err, tk->out_versions[i],
+                      tk->conf.pulled ? tk->out_pulled + i * dim : NULL);
+        tk->stats.fp16_errors_kept++;
+    }
+    return SPW_OK;
+}
+
+/* Whether the shard's row was reset since a residual was computed from it: its version now (the
+ * step's pulled one) is older than the residual's (wrapping compare). A row's version only grows
+ * while it lives; it starts again at 0 when the shard evicts the row (TTL) and creates it anew.
+ * A residual of version 0 is never reset: a row that had no update is re-created bit-identical
+ * (its initial values come from key and seed). The pull reply's versions are the whole signal:
+ * a re-created row that other trainers pushed to as often as the old one had been before this
+ * trainer pulls it again goes unnoticed. */
+static bool row_reset(uint32_t residual_version, uint32_t pulled_version)
+{
+    return (int32_t)(pulled_version - residual_version) < 0;
 }
 
 spw_err_t spw_topk_compress(spw_topk_t *tk, const uint64_t *keys, float *grads,
@@ -260,7 +326,8 @@ spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *
         return SPW_ERR_TOO_BIG;
     if (tk->conf.pulled && !pulled && n > 0)
         return SPW_ERR_INVALID;
-    size_t index_need = tk->count + n;
+    /* the unsent rows, and with fp16 the rounding errors of up to 2n rows sent */
+    size_t index_need = tk->count + (tk->conf.fp16 ? 3 * n : n);
     if (index_need > tk->conf.residual_max_rows)
         index_need = tk->conf.residual_max_rows;
     if (spw_trn__grow((void **)&tk->norms, &tk->cap_norms, n, sizeof(float)) ||
@@ -274,12 +341,19 @@ spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *
     tk->stats.bytes_dense += n * (SPW_TRN_PUSH_ROW_OVERHEAD + 4u * dim);
     tk->out_n = 0;
 
-    /* Error feedback: fold each key's residual into its row and free the slot. */
+    /* Error feedback: fold each key's residual into its row and free the slot; a residual of a
+     * row the shard evicted since is dropped instead (row_reset). */
     if (ef && tk->count) {
         for (size_t r = 0; r < n; r++) {
-            uint32_t slot = spw_trn__keyidx_remove(&tk->index, keys[r]);
+            uint32_t slot = spw_trn__keyidx_find(&tk->index, keys[r]);
             if (slot == SPW_TRN__NONE)
                 continue;
+            if (versions && row_reset(tk->res_versions[slot], versions[r])) {
+                spw_topk_drop(tk, keys[r]);
+                tk->stats.rows_reset++;
+                continue;
+            }
+            spw_trn__keyidx_remove(&tk->index, keys[r]);
             float *g = grads + r * dim;
             const float *res = tk->res_values + (size_t)slot * dim;
             for (size_t j = 0; j < dim; j++)
@@ -322,8 +396,7 @@ spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *
                                  pulled ? pulled + r * dim : NULL)))
             return err;
     }
-    finish_out(tk, out);
-    return SPW_OK;
+    return finish_out(tk, out, tk->conf.fp16);
 }
 
 spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out)
@@ -340,8 +413,9 @@ spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out)
     tk->pool_used = 0;
     tk->head = tk->tail = tk->free_head = SPW_TRN__NONE;
     spw_trn__keyidx_clear(&tk->index);
-    finish_out(tk, out);
-    return SPW_OK;
+    /* In f32 even with fp16: a flush empties the table (checkpoints, the end of a run), so no
+     * rounding error may be left behind, and flushes are rare enough for the bytes not to matter. */
+    return finish_out(tk, out, false);
 }
 
 bool spw_topk_drop(spw_topk_t *tk, uint64_t key)
