@@ -6,10 +6,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <ftw.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sparrow/ps_client.h"
+#include "sparrow/pserver.h"
 #include "sparrow/trainer.h"
 #include "sparrow/wire.h"
 
@@ -440,6 +444,124 @@ static void test_trn_topk_drops_residual_of_reset_row(void **state)
     spw_topk_destroy(tk);
 }
 
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* Pulls keys through the client into rows and vers. */
+static void psc_pull(spw_ps_client_t *c, const uint64_t *keys, size_t n, float *rows,
+                     uint32_t *vers)
+{
+    uint64_t token = 0;
+    assert_int_equal(spw_ps_client_pull_start(c, keys, n, rows, vers, &token), SPW_OK);
+    assert_int_equal(spw_ps_client_pull_wait(c, token, 0), SPW_OK);
+}
+
+static void psc_push_set(spw_ps_client_t *c, const struct spw_push_set *set)
+{
+    struct spw_ps_push p = {.n = set->n,
+                            .keys = set->keys,
+                            .versions = set->versions,
+                            .grads = set->values,
+                            .grads_f16 = set->values_f16,
+                            .fp16 = set->fp16};
+    uint64_t seq = 0;
+    assert_int_equal(spw_ps_client_push(c, &p, &seq), SPW_OK);
+    assert_int_equal(spw_ps_client_flush(c, 0), SPW_OK);
+}
+
+/*
+ * End to end over an in-process shard (the transport of trainer.shards=inproc): a residual of
+ * key 2 is left by top-k; the shard then evicts the row (TTL) and creates it anew at version 0.
+ * The next step pulls that version, so the compressor drops the residual instead of pushing the
+ * old row's gradient into the fresh one. Without the eviction the same residual is folded in.
+ * (A DRAM budget too small for the rows only spills them to RocksDB, versions and all: that
+ * eviction leaves the residual valid.)
+ */
+static void test_trn_topk_inproc_eviction_drops_residual(void **state)
+{
+    (void)state;
+    for (int evict = 1; evict >= 0; evict--) {
+        char root[64], path[128], err[256];
+        snprintf(root, sizeof(root), "/tmp/test_trn_topk.XXXXXX");
+        assert_non_null(mkdtemp(root));
+        snprintf(path, sizeof(path), "%s/db", root);
+        struct spw_ps_store_conf sc = {0};
+        sc.dim = DIM;
+        spw_ps_optim_conf_default(&sc.optim);
+        sc.optim.kind = SPW_PS_SGD;
+        sc.optim.lr = 1.0f;
+        sc.optim.init_scale = 0.0f;
+        sc.memory_bytes = 1u << 20;
+        sc.ttl_s = 60;
+        sc.db_path = path;
+        spw_ps_store_t *store = spw_ps_store_open(&sc, err, sizeof(err));
+        if (!store)
+            fail_msg("store: %s", err);
+        spw_ps_store_set_now(store, 1000);
+        struct spw_ps_client_conf cc;
+        spw_ps_client_conf_default(&cc);
+        cc.dim = DIM;
+        cc.stores = &store;
+        cc.n_stores = 1;
+        spw_ps_client_t *c = spw_ps_client_new(&cc, err, sizeof(err));
+        if (!c)
+            fail_msg("client: %s", err);
+        spw_topk_t *tk = new_topk(0.5, true, false, 100);
+
+        const uint64_t keys[2] = {1, 2};
+        float rows[2 * DIM];
+        uint32_t vers[2];
+        /* step 1: both rows updated once, pushed as computed */
+        float g0[2 * DIM] = {0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f};
+        psc_pull(c, keys, 2, rows, vers);
+        struct spw_push_set direct = {
+            .n = 2, .dim = DIM, .keys = keys, .versions = vers, .values = g0};
+        psc_push_set(c, &direct);
+        /* step 2: key 1 sent, key 2 kept as a residual computed from version 1 */
+        psc_pull(c, keys, 2, rows, vers);
+        assert_int_equal(vers[1], 1);
+        float g1[2 * DIM] = {5, 5, 5, 1, 1, 1};
+        struct spw_push_set set;
+        assert_int_equal(spw_topk_compress(tk, keys, g1, vers, 2, &set), SPW_OK);
+        assert_int_equal(set.n, 1);
+        psc_push_set(c, &set);
+        if (evict) {
+            spw_ps_store_set_now(store, 1000 + 61);
+            size_t evicted = 0;
+            assert_int_equal(spw_ps_store_expire(store, 1000, &evicted), SPW_OK);
+            assert_int_equal(evicted, 2);
+        }
+        /* step 3: key 2 again */
+        const uint64_t k2[1] = {2};
+        psc_pull(c, k2, 1, rows, vers);
+        assert_int_equal(vers[0], evict ? 0 : 1);
+        float g2[DIM] = {0.5f, 0.5f, 0.5f};
+        assert_int_equal(spw_topk_compress(tk, k2, g2, vers, 1, &set), SPW_OK);
+        assert_int_equal(set.n, 1);
+        psc_push_set(c, &set);
+        psc_pull(c, k2, 1, rows, vers);
+        struct spw_topk_stats st;
+        spw_topk_get_stats(tk, &st);
+        /* SGD, lr 1: the row is minus what was applied to it */
+        if (evict) {
+            assert_int_equal(st.rows_reset, 1);
+            assert_float_equal(rows[0], -0.5, 1e-6); /* the fresh row got this step's only */
+        } else {
+            assert_int_equal(st.rows_reset, 0);
+            assert_float_equal(rows[0], -(0.25 + 1.0 + 0.5), 1e-6);
+        }
+        float res[DIM];
+        assert_false(spw_topk_residual(tk, 2, res));
+        spw_topk_destroy(tk);
+        spw_ps_client_destroy(c);
+        spw_ps_store_close(store);
+        nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
 static void test_trn_topk_rejects_bad_conf(void **state)
 {
     (void)state;
@@ -629,6 +751,7 @@ int main(void)
         cmocka_unit_test(test_trn_topk_fp16_rounding_fed_back),
         cmocka_unit_test(test_trn_topk_fp16_error_needs_room),
         cmocka_unit_test(test_trn_topk_drops_residual_of_reset_row),
+        cmocka_unit_test(test_trn_topk_inproc_eviction_drops_residual),
         cmocka_unit_test(test_trn_topk_rejects_bad_conf),
         cmocka_unit_test(test_trn_topk_backend_selection_matches_cpu),
         cmocka_unit_test(test_trn_topk_grad_acc_sums_rows),
