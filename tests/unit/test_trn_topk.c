@@ -199,7 +199,7 @@ static void test_trn_topk_error_feedback_conserves_gradient(void **state)
     (void)state;
     check_conservation(100000, 0.1);
     check_conservation(100000, 0.5);
-    check_conservation(7, 0.1);  /* residuals forced out by the bound */
+    check_conservation(7, 0.1); /* residuals forced out by the bound */
     /* fp16: the rounding errors are residuals too (a table with room for them) */
     check_conservation_fp16(100000, 0.3, true);
     check_conservation_fp16(100000, 1.0, true);
@@ -335,7 +335,7 @@ static void test_trn_topk_fp16_rounding_fed_back(void **state)
         for (int d = 0; d < DIM; d++)
             grads[r * DIM + d] = rng_uniform(&s, -3, 3) * (r % 2 ? 1e-3f : 1.0f);
     }
-    grads[0] = 1e-8f; /* below the half range: sent as 0, all of it a residual */
+    grads[0] = 1e-8f;  /* below the half range: sent as 0, all of it a residual */
     grads[1] = -7.25f; /* exact in half: no error */
     grads[2] = -7.25f;
     memcpy(orig, grads, sizeof(orig));

@@ -414,7 +414,8 @@ spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out)
     tk->head = tk->tail = tk->free_head = SPW_TRN__NONE;
     spw_trn__keyidx_clear(&tk->index);
     /* In f32 even with fp16: a flush empties the table (checkpoints, the end of a run), so no
-     * rounding error may be left behind, and flushes are rare enough for the bytes not to matter. */
+     * rounding error may be left behind, and flushes are rare enough for the bytes not to matter.
+     */
     return finish_out(tk, out, false);
 }
 

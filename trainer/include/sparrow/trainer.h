@@ -279,21 +279,21 @@ struct spw_push_set {
 };
 
 struct spw_topk_stats {
-    uint64_t steps;          /* compress calls */
-    uint64_t rows_in;        /* rows offered */
-    uint64_t rows_sent;      /* rows pushed, by every path */
-    uint64_t rows_selected;  /* of which chosen by top-k */
-    uint64_t rows_forced;    /* of which residuals sent because the table was full */
-    uint64_t rows_flushed;   /* of which residuals sent by spw_topk_flush */
-    uint64_t rows_kept;      /* unsent rows stored as residual */
-    uint64_t rows_discarded; /* unsent rows thrown away (error feedback off) */
-    uint64_t rows_dropped;   /* residuals removed by spw_topk_drop (rows_reset included) */
-    uint64_t rows_reset;     /* of which dropped because the shard evicted the row since */
+    uint64_t steps;            /* compress calls */
+    uint64_t rows_in;          /* rows offered */
+    uint64_t rows_sent;        /* rows pushed, by every path */
+    uint64_t rows_selected;    /* of which chosen by top-k */
+    uint64_t rows_forced;      /* of which residuals sent because the table was full */
+    uint64_t rows_flushed;     /* of which residuals sent by spw_topk_flush */
+    uint64_t rows_kept;        /* unsent rows stored as residual */
+    uint64_t rows_discarded;   /* unsent rows thrown away (error feedback off) */
+    uint64_t rows_dropped;     /* residuals removed by spw_topk_drop (rows_reset included) */
+    uint64_t rows_reset;       /* of which dropped because the shard evicted the row since */
     uint64_t fp16_errors_kept; /* sent rows whose fp16 rounding error became their residual */
     uint64_t fp16_errors_lost; /* ... not kept: the table was full, or the error not finite */
-    uint64_t bytes_sent;     /* SPW_TRN_PUSH_ROW_OVERHEAD + dim × (2 | 4) per row sent */
-    uint64_t bytes_dense;    /* what rows_in would cost as fp32 without compression */
-    size_t residual_rows;    /* rows in the residual table now */
+    uint64_t bytes_sent;       /* SPW_TRN_PUSH_ROW_OVERHEAD + dim × (2 | 4) per row sent */
+    uint64_t bytes_dense;      /* what rows_in would cost as fp32 without compression */
+    size_t residual_rows;      /* rows in the residual table now */
 };
 
 /*
