@@ -470,8 +470,8 @@ static spw_err_t install(const char *dir, const char *db_path)
             ret = SPW_ERR_INVALID;
             break;
         }
-        /* The state files are read from the checkpoint itself (spw_ps__sketch_load, ..._dedup_
-         * load): a copy in the live database would go stale at its first push. */
+        /* The state files are read from the checkpoint itself (spw_ps__sketch_load and
+         * spw_ps__dedup_load): a copy in the live database would go stale at its first push. */
         if (strcmp(names[i], SPW_CKPT_SKETCH) == 0 || strcmp(names[i], SPW_CKPT_DEDUP) == 0)
             continue;
         size_t len = strlen(names[i]);
