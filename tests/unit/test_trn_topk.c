@@ -127,6 +127,10 @@ static void check_conservation_fp16(size_t max_rows, double ratio, bool fp16)
 {
     enum { VOCAB = 200, STEPS = 60, ROWS = 50 };
     spw_topk_t *tk = new_topk(ratio, true, fp16, max_rows);
+    /* with fp16 and a small table some rounding errors find no room: lost, at most 2^-11 of a
+     * value (|value| < 60 here) each time it is sent */
+    const bool lossy = fp16 && max_rows < 1000;
+    const double tol = lossy ? 60.0 * STEPS / 2048.0 : 1e-4;
     double computed[VOCAB][DIM] = {{0}}, sent[VOCAB][DIM] = {{0}};
     uint64_t s = 99 + max_rows;
     uint64_t keys[ROWS];
@@ -162,7 +166,7 @@ static void check_conservation_fp16(size_t max_rows, double ratio, bool fp16)
         float res[DIM] = {0, 0, 0};
         residuals += spw_topk_residual(tk, (uint64_t)k, res);
         for (int d = 0; d < DIM; d++)
-            assert_float_equal(sent[k][d] + res[d], computed[k][d], 1e-4);
+            assert_float_equal(sent[k][d] + res[d], computed[k][d], tol);
     }
     struct spw_topk_stats st;
     spw_topk_get_stats(tk, &st);
@@ -178,13 +182,16 @@ static void check_conservation_fp16(size_t max_rows, double ratio, bool fp16)
             sent[set.keys[i]][d] += set.values[i * DIM + d];
     for (int k = 0; k < VOCAB; k++)
         for (int d = 0; d < DIM; d++)
-            assert_float_equal(sent[k][d], computed[k][d], 1e-4);
+            assert_float_equal(sent[k][d], computed[k][d], tol);
     spw_topk_get_stats(tk, &st);
     assert_int_equal(st.residual_rows, 0);
     if (fp16) {
         assert_false(set.fp16); /* a flush leaves no rounding error behind */
         assert_true(st.fp16_errors_kept > 0);
-        assert_int_equal(st.fp16_errors_lost, 0);
+        if (!lossy)
+            assert_int_equal(st.fp16_errors_lost, 0);
+        else
+            assert_true(st.fp16_errors_lost > 0);
     }
     spw_topk_destroy(tk);
 }
@@ -203,6 +210,11 @@ static void test_trn_topk_error_feedback_conserves_gradient(void **state)
     /* fp16: the rounding errors are residuals too (a table with room for them) */
     check_conservation_fp16(100000, 0.3, true);
     check_conservation_fp16(100000, 1.0, true);
+    /* a small table: every structure stays consistent (unique keys, counts) while slots are
+     * held, reused and forced out */
+    check_conservation_fp16(7, 0.1, true);
+    check_conservation_fp16(40, 0.5, true);
+    check_conservation_fp16(1, 0.3, true);
     check_conservation(0, 0.25); /* no room at all: every row is sent at once */
 }
 
