@@ -918,7 +918,8 @@ static void restore_state(spw_ps_server_t *srv, uint64_t epoch)
             n += srv->dedup.e[i].used;
         SPW_INFO("push de-duplication windows restored", "path=%s trainers=%zu", dir, n);
     } else if (err == SPW_ERR_NOT_FOUND) {
-        SPW_WARN("checkpoint without push de-duplication windows (older format): they start empty",
+        SPW_WARN("checkpoint without push de-duplication windows (older format, or rewritten by "
+                 "reshard): they start empty",
                  "path=%s", dir);
     } else {
         SPW_ERROR("push de-duplication windows not restored: they start empty", "reason=\"%s\"",

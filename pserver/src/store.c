@@ -1494,7 +1494,8 @@ void spw_ps__store_restore_sketch(spw_ps_store_t *store, const char *dir)
         SPW_INFO("admission sketch restored", "path=%s width=%u depth=%u", dir, store->sketch.width,
                  store->sketch.depth);
     else if (err == SPW_ERR_NOT_FOUND)
-        SPW_WARN("checkpoint without an admission sketch (older format): it starts empty",
+        SPW_WARN("checkpoint without an admission sketch (older format, or rewritten by reshard): "
+                 "it starts empty",
                  "path=%s", dir);
     else
         SPW_ERROR("admission sketch not restored: it starts empty", "reason=\"%s\"", why);

@@ -396,6 +396,40 @@ static void test_trn_topk_fp16_rounding_fed_back(void **state)
     }
 }
 
+/* A rounding error is the remainder of a row sent at version v: sent on its own it carries v + 1,
+ * the version that push gave the row, so that the shard does not count the trainer's own push as
+ * staleness; a pull that still shows v (taken before the push landed) is no reset. */
+static void test_trn_topk_fp16_error_versions(void **state)
+{
+    (void)state;
+    for (int refold = 0; refold < 2; refold++) {
+        spw_topk_t *tk = new_topk(1.0, true, true, 100);
+        const uint64_t key = 1;
+        float g[DIM] = {1.0f / 3.0f, 0.1f, -0.7f};
+        const uint32_t v = 5;
+        struct spw_push_set set;
+        assert_int_equal(spw_topk_compress(tk, &key, g, &v, 1, &set), SPW_OK);
+        assert_int_equal(set.versions[0], 5);
+        float res[DIM];
+        assert_true(spw_topk_residual(tk, key, res));
+        if (refold) {
+            float g2[DIM] = {0.25f, 0.25f, 0.25f};
+            assert_int_equal(spw_topk_compress(tk, &key, g2, &v, 1, &set), SPW_OK);
+            struct spw_topk_stats st;
+            spw_topk_get_stats(tk, &st);
+            assert_int_equal(st.rows_reset, 0);
+            assert_float_equal(set.values[0], 0.25f + res[0], 1e-3);
+        } else {
+            assert_int_equal(spw_topk_flush(tk, &set), SPW_OK);
+            assert_int_equal(set.n, 1);
+            assert_int_equal(set.versions[0], 6);
+            for (int d = 0; d < DIM; d++)
+                assert_true(set.values[d] == res[d]);
+        }
+        spw_topk_destroy(tk);
+    }
+}
+
 /* A rounding error that finds no room in the residual table is counted, and does not force an
  * older residual out (whose own error would need a slot in turn). */
 static void test_trn_topk_fp16_error_needs_room(void **state)
@@ -762,6 +796,7 @@ int main(void)
         cmocka_unit_test(test_trn_topk_fp16_values_are_what_the_server_decodes),
         cmocka_unit_test(test_trn_topk_fp16_rounding_fed_back),
         cmocka_unit_test(test_trn_topk_fp16_error_needs_room),
+        cmocka_unit_test(test_trn_topk_fp16_error_versions),
         cmocka_unit_test(test_trn_topk_drops_residual_of_reset_row),
         cmocka_unit_test(test_trn_topk_inproc_eviction_drops_residual),
         cmocka_unit_test(test_trn_topk_rejects_bad_conf),

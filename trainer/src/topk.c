@@ -45,6 +45,10 @@ struct spw_topk {
     float *res_values;
     float *res_pulled; /* conf.pulled: the values each residual's gradient was computed from */
     uint32_t *res_versions;
+    /* 1: the residual is the fp16 rounding error of a row sent at res_versions, and is pushed
+     * with the version that push gave the row (one more), so that the shard measures its
+     * staleness from there; resets are still judged by res_versions */
+    uint8_t *res_post;
     uint32_t *prev, *next; /* age list; SPW_TRN__NONE ends it; next also links the free list */
     size_t pool_cap;       /* slots allocated */
     size_t pool_used;      /* slots ever handed out (the rest are fresh) */
@@ -99,6 +103,7 @@ void spw_topk_destroy(spw_topk_t *tk)
     free(tk->res_keys);
     free(tk->res_values);
     free(tk->res_versions);
+    free(tk->res_post);
     free(tk->prev);
     free(tk->next);
     free(tk);
@@ -131,6 +136,12 @@ static void append_out(spw_topk_t *tk, uint64_t key, const float *values, uint32
     memcpy(tk->out_values + i * tk->conf.dim, values, tk->conf.dim * sizeof(float));
     if (tk->conf.pulled)
         memcpy(tk->out_pulled + i * tk->conf.dim, pulled, tk->conf.dim * sizeof(float));
+}
+
+/* The version a residual sent on its own is pushed with (see res_post). */
+static uint32_t sent_version(const spw_topk_t *tk, uint32_t slot)
+{
+    return tk->res_versions[slot] + tk->res_post[slot];
 }
 
 /* Residual slot's pulled values (NULL without conf.pulled). */
@@ -206,9 +217,11 @@ static uint32_t take_slot(spw_topk_t *tk)
         if (cap > max)
             cap = max;
         size_t c1 = tk->pool_cap, c2 = tk->pool_cap, c3 = tk->pool_cap, c4 = tk->pool_cap;
+        size_t c7 = tk->pool_cap;
         size_t c5 = tk->pool_cap * tk->conf.dim;
         if (spw_trn__grow((void **)&tk->res_keys, &c1, cap, sizeof(uint64_t)) ||
             spw_trn__grow((void **)&tk->res_versions, &c2, cap, sizeof(uint32_t)) ||
+            spw_trn__grow((void **)&tk->res_post, &c7, cap, sizeof(uint8_t)) ||
             spw_trn__grow((void **)&tk->prev, &c3, cap, sizeof(uint32_t)) ||
             spw_trn__grow((void **)&tk->next, &c4, cap, sizeof(uint32_t)) ||
             spw_trn__grow((void **)&tk->res_values, &c5, cap * tk->conf.dim, sizeof(float)))
@@ -230,6 +243,7 @@ static void fill_slot(spw_topk_t *tk, uint32_t slot, uint64_t key, const float *
     const size_t dim = tk->conf.dim;
     tk->res_keys[slot] = key;
     tk->res_versions[slot] = version;
+    tk->res_post[slot] = 0;
     memcpy(tk->res_values + (size_t)slot * dim, values, dim * sizeof(float));
     if (tk->conf.pulled)
         memcpy(tk->res_pulled + (size_t)slot * dim, pulled, dim * sizeof(float));
@@ -299,7 +313,7 @@ static spw_err_t keep_residual(spw_topk_t *tk, uint64_t key, const float *values
     }
     if (tk->count + tk->detached >= tk->conf.residual_max_rows) {
         uint32_t old = tk->head;
-        append_out(tk, tk->res_keys[old], tk->res_values + (size_t)old * dim, tk->res_versions[old],
+        append_out(tk, tk->res_keys[old], tk->res_values + (size_t)old * dim, sent_version(tk, old),
                    res_pulled(tk, old), SPW_TRN__NONE);
         tk->stats.rows_forced++;
         spw_trn__keyidx_remove(&tk->index, tk->res_keys[old]);
@@ -346,16 +360,17 @@ static spw_err_t keep_f16_errors(spw_topk_t *tk)
             continue;
         }
         const float *pulled = tk->conf.pulled ? tk->out_pulled + i * dim : NULL;
+        uint32_t slot = held;
         if (held != SPW_TRN__NONE) { /* the key's slot, still indexed */
             fill_slot(tk, held, tk->out_keys[i], err, tk->out_versions[i], pulled);
             tk->step_slot[src] = SPW_TRN__NONE;
             tk->detached--;
         } else {
-            uint32_t slot = take_slot(tk);
-            if (slot == SPW_TRN__NONE)
+            if ((slot = take_slot(tk)) == SPW_TRN__NONE)
                 return SPW_ERR_NOMEM;
             link_residual(tk, slot, tk->out_keys[i], err, tk->out_versions[i], pulled);
         }
+        tk->res_post[slot] = 1;
         tk->stats.fp16_errors_kept++;
     }
     return SPW_OK;
@@ -521,7 +536,7 @@ spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out)
     tk->out_n = 0;
     for (uint32_t slot = tk->head; slot != SPW_TRN__NONE; slot = tk->next[slot])
         append_out(tk, tk->res_keys[slot], tk->res_values + (size_t)slot * dim,
-                   tk->res_versions[slot], res_pulled(tk, slot), SPW_TRN__NONE);
+                   sent_version(tk, slot), res_pulled(tk, slot), SPW_TRN__NONE);
     tk->stats.rows_flushed += tk->out_n;
     tk->count = 0;
     tk->pool_used = 0;

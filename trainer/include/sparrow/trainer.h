@@ -301,7 +301,9 @@ struct spw_topk_stats {
  * gradient norm, and (with error feedback) store the rest as residuals; when the table is full
  * the oldest residuals are sent instead of being dropped. With fp16 the rounding error of each row
  * sent as halves (value - half(value)) is kept as that key's residual too, while the table has
- * room (fp16_errors_lost counts the rest). Conserves the gradient: over any sequence of steps,
+ * room (fp16_errors_lost counts the rest); sent on its own, such an error carries the version its
+ * row's push gave the row (one more than pulled), so that the shard's staleness penalty does not
+ * count the trainer's own push. Conserves the gradient: over any sequence of steps,
  * sent (as the shard decodes it) + residual = computed (to float rounding). Without error
  * feedback nothing is kept.
  *
