@@ -47,8 +47,6 @@
  *   24      n × 36     trainer_id u32, epoch u64, high u64, window u64, touched u64
  *   24+36n  8          XXH3-64 of bytes [0, 24+36n)
  */
-#define SKETCH_MAGIC "SPWSKET1"
-#define DEDUP_MAGIC  "SPWDDUP1"
 #define SKETCH_HDR   32u
 #define DEDUP_HDR    24u
 #define DEDUP_ENTRY  36u
@@ -56,6 +54,10 @@
 #define ENC_DENSE    0u
 #define ENC_SPARSE   1u
 #define IO_CHUNK     (64u << 10)
+
+/* The magics as bytes (no terminator is written). */
+static const uint8_t SKETCH_MAGIC[8] = {'S', 'P', 'W', 'S', 'K', 'E', 'T', '1'};
+static const uint8_t DEDUP_MAGIC[8] = {'S', 'P', 'W', 'D', 'D', 'U', 'P', '1'};
 
 static void put32(uint8_t *p, uint32_t v)
 {
