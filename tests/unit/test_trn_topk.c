@@ -522,14 +522,15 @@ static void psc_push_set(spw_ps_client_t *c, const struct spw_push_set *set)
  * End to end over an in-process shard (the transport of trainer.shards=inproc): a residual of
  * key 2 is left by top-k; the shard then evicts the row (TTL) and creates it anew at version 0.
  * The next step pulls that version, so the compressor drops the residual instead of pushing the
- * old row's gradient into the fresh one. Without the eviction the same residual is folded in.
- * (A DRAM budget too small for the rows only spills them to RocksDB, versions and all: that
- * eviction leaves the residual valid.)
+ * old row's gradient into the fresh one. Without the eviction the same residual is folded in, and
+ * so it is when a DRAM budget too small for the rows spills the row to RocksDB (the eviction the
+ * memory budget forces keeps the row, version and all: the residual stays valid).
  */
 static void test_trn_topk_inproc_eviction_drops_residual(void **state)
 {
     (void)state;
-    for (int evict = 1; evict >= 0; evict--) {
+    enum { KEEP, TTL, SPILL };
+    for (int evict = KEEP; evict <= SPILL; evict++) {
         char root[64], path[128], err[256];
         snprintf(root, sizeof(root), "/tmp/test_trn_topk.XXXXXX");
         assert_non_null(mkdtemp(root));
@@ -540,7 +541,7 @@ static void test_trn_topk_inproc_eviction_drops_residual(void **state)
         sc.optim.kind = SPW_PS_SGD;
         sc.optim.lr = 1.0f;
         sc.optim.init_scale = 0.0f;
-        sc.memory_bytes = 1u << 20;
+        sc.memory_bytes = evict == SPILL ? 24u << 10 : 1u << 20; /* SPILL: ~200 rows in DRAM */
         sc.ttl_s = 60;
         sc.db_path = path;
         spw_ps_store_t *store = spw_ps_store_open(&sc, err, sizeof(err));
@@ -574,16 +575,27 @@ static void test_trn_topk_inproc_eviction_drops_residual(void **state)
         assert_int_equal(spw_topk_compress(tk, keys, g1, vers, 2, &set), SPW_OK);
         assert_int_equal(set.n, 1);
         psc_push_set(c, &set);
-        if (evict) {
+        if (evict == TTL) {
             spw_ps_store_set_now(store, 1000 + 61);
             size_t evicted = 0;
             assert_int_equal(spw_ps_store_expire(store, 1000, &evicted), SPW_OK);
             assert_int_equal(evicted, 2);
+        } else if (evict == SPILL) { /* 4000 other rows push keys 1 and 2 out of DRAM */
+            static uint64_t many[4000];
+            static float gm[4000 * DIM];
+            for (size_t i = 0; i < 4000; i++)
+                many[i] = 100 + i;
+            struct spw_push_set other = {.n = 4000, .dim = DIM, .keys = many, .values = gm};
+            psc_push_set(c, &other);
+            struct spw_ps_store_stats ss;
+            spw_ps_store_get_stats(store, &ss);
+            assert_true(ss.evictions > 0);
+            assert_true(ss.rows_dram < 1000);
         }
         /* step 3: key 2 again */
         const uint64_t k2[1] = {2};
         psc_pull(c, k2, 1, rows, vers);
-        assert_int_equal(vers[0], evict ? 0 : 1);
+        assert_int_equal(vers[0], evict == TTL ? 0 : 1);
         float g2[DIM] = {0.5f, 0.5f, 0.5f};
         assert_int_equal(spw_topk_compress(tk, k2, g2, vers, 1, &set), SPW_OK);
         assert_int_equal(set.n, 1);
@@ -592,7 +604,7 @@ static void test_trn_topk_inproc_eviction_drops_residual(void **state)
         struct spw_topk_stats st;
         spw_topk_get_stats(tk, &st);
         /* SGD, lr 1: the row is minus what was applied to it */
-        if (evict) {
+        if (evict == TTL) {
             assert_int_equal(st.rows_reset, 1);
             assert_float_equal(rows[0], -0.5, 1e-6); /* the fresh row got this step's only */
         } else {
