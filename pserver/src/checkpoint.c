@@ -317,6 +317,8 @@ spw_err_t spw_ps__checksum_dir(const char *dir, struct spw_ps__digest_cache *cac
 }
 
 spw_err_t spw_ps__checkpoint_db(rocksdb_t *db, const char *tmp, const char *final,
+                                const struct spw_ps_sketch *sketch,
+                                const struct spw_ps__dedup *dedup,
                                 struct spw_ps__digest_cache *cache, char hex[17], uint64_t *bytes,
                                 char *errstr, size_t errstr_size)
 {
@@ -336,7 +338,12 @@ spw_err_t spw_ps__checkpoint_db(rocksdb_t *db, const char *tmp, const char *fina
             spw_fs_remove_tree(rtmp);
         return SPW_ERR_IO;
     }
-    spw_err_t err = spw_ps__checksum_dir(tmp, cache, hex, bytes);
+    spw_err_t err = spw_ps__state_write(tmp, sketch, dedup, errstr, errstr_size);
+    if (err) {
+        spw_fs_remove_tree(tmp);
+        return err;
+    }
+    err = spw_ps__checksum_dir(tmp, cache, hex, bytes);
     if (err) {
         snprintf(errstr, errstr_size, "writing checksum in %s: %s", tmp, strerror(errno));
         spw_fs_remove_tree(tmp);
@@ -387,6 +394,13 @@ spw_err_t spw_ps_checkpoint_verify(const char *dir, char hex[17])
     snprintf(have, sizeof(have), "%016" PRIx64, digest);
     if (strcmp(have, want) != 0)
         return SPW_ERR_CORRUPT;
+    /* The state files passed the digest; their own framing is checked too (a CHECKSUM rewritten
+     * over a bad file, or a writer's bug, must not reach a loader). */
+    char why[SPW_CKPT_PATH_MAX + 128];
+    if ((ret = spw_ps__state_check(dir, why, sizeof(why))) != SPW_OK) {
+        SPW_WARN("checkpoint state file refused", "reason=\"%s\"", why);
+        return ret == SPW_ERR_IO ? SPW_ERR_IO : SPW_ERR_CORRUPT;
+    }
     if (hex)
         memcpy(hex, have, 17);
     return SPW_OK;
@@ -456,6 +470,10 @@ static spw_err_t install(const char *dir, const char *db_path)
             ret = SPW_ERR_INVALID;
             break;
         }
+        /* The state files are read from the checkpoint itself (spw_ps__sketch_load and
+         * spw_ps__dedup_load): a copy in the live database would go stale at its first push. */
+        if (strcmp(names[i], SPW_CKPT_SKETCH) == 0 || strcmp(names[i], SPW_CKPT_DEDUP) == 0)
+            continue;
         size_t len = strlen(names[i]);
         bool sst = len > 4 && strcmp(names[i] + len - 4, ".sst") == 0;
         if (sst && link(src, dst) == 0)

@@ -432,7 +432,8 @@ spw_err_t spw_ps_ckpt_writer_finish(spw_ps_ckpt_writer_t *w, struct spw_ps_check
         return rc;
     char hex[17];
     uint64_t bytes = 0;
-    rc = spw_ps__checkpoint_db(w->db, w->tmp, w->dir, NULL, hex, &bytes, errstr, errstr_size);
+    rc = spw_ps__checkpoint_db(w->db, w->tmp, w->dir, NULL, NULL, NULL, hex, &bytes, errstr,
+                               errstr_size);
     if (rc)
         return rc;
     w->finished = true;

@@ -126,6 +126,61 @@ void spw_ps__sketch_fini(struct spw_ps_sketch *sk);
 uint32_t spw_ps__sketch_add(struct spw_ps_sketch *sk, uint64_t key);
 uint32_t spw_ps__sketch_get(const struct spw_ps_sketch *sk, uint64_t key);
 
+/* ---- push de-duplication window (server.c) ---- */
+/* One trainer's window: the seqs of (trainer_id, epoch) applied, as the highest and a bitmap of
+ * the SPW_PS_DEDUP_WINDOW below it. */
+struct spw_ps__dedup_entry {
+    uint32_t trainer_id;
+    bool used;
+    uint64_t epoch;
+    uint64_t high;   /* highest seq applied */
+    uint64_t window; /* bit d: seq high - d applied */
+    uint64_t touched;
+};
+
+/* The table of SPW_PS_DEDUP_TRAINERS entries, least recently touched forgotten first. Owned by
+ * the server's thread. */
+struct spw_ps__dedup {
+    struct spw_ps__dedup_entry *e; /* SPW_PS_DEDUP_TRAINERS */
+    uint64_t clock;
+};
+
+/* ---- state kept in a checkpoint beside RocksDB's files (state.c) ---- */
+/* The sketch shapes a SKETCH file may have (spw_ps__sketch_init's range). */
+#define SPW_PS_STATE_SKETCH_MIN_WIDTH 1024u
+#define SPW_PS_STATE_SKETCH_MAX_WIDTH (1u << 28)
+#define SPW_PS_STATE_SKETCH_MAX_DEPTH 16u
+
+/* Writes SKETCH (when sketch is non-NULL and allocated: admission on) and DEDUP (when dedup is
+ * non-NULL) into the checkpoint directory dir being staged, synced. SPW_ERR_IO with errstr. */
+spw_err_t spw_ps__state_write(const char *dir, const struct spw_ps_sketch *sketch,
+                              const struct spw_ps__dedup *dedup, char *errstr, size_t errstr_size);
+/* Checks the state files of checkpoint dir that are present (magic, sizes against the file's
+ * length, ranges, their own digest). SPW_OK when each is valid or absent; SPW_ERR_CORRUPT (or
+ * SPW_ERR_IO) with errstr naming the file and what is wrong. */
+spw_err_t spw_ps__state_check(const char *dir, char *errstr, size_t errstr_size);
+/* Reads dir's SKETCH into sk, which must have the file's width and depth. SPW_ERR_NOT_FOUND
+ * (no file: a checkpoint written before sketches were kept) and SPW_ERR_INVALID (another shape)
+ * leave sk untouched; SPW_ERR_CORRUPT / SPW_ERR_IO leave it zeroed. errstr says which. */
+spw_err_t spw_ps__sketch_load(const char *dir, struct spw_ps_sketch *sk, char *errstr,
+                              size_t errstr_size);
+/* Replaces dd's entries by dir's DEDUP. SPW_ERR_NOT_FOUND, SPW_ERR_CORRUPT, SPW_ERR_IO leave dd
+ * untouched, with errstr. */
+spw_err_t spw_ps__dedup_load(const char *dir, struct spw_ps__dedup *dd, char *errstr,
+                             size_t errstr_size);
+
+/* The store's admission sketch; NULL when admission is off (pserver.admit.min_count <= 1). */
+struct spw_ps_sketch *spw_ps__store_sketch(spw_ps_store_t *store);
+/* spw_ps_store_checkpoint that also writes dedup (may be NULL) into the checkpoint. */
+spw_err_t spw_ps__store_checkpoint(spw_ps_store_t *store, const char *root, uint64_t epoch,
+                                   const struct spw_ps__dedup *dedup,
+                                   struct spw_ps_checkpoint_info *info, char *errstr,
+                                   size_t errstr_size);
+/* After the store was opened on a copy of checkpoint dir's database: loads dir's sketch into
+ * the store (admission on), logging what it could not (an older checkpoint without one, another
+ * shape, a file refused): the sketch then starts empty. */
+void spw_ps__store_restore_sketch(spw_ps_store_t *store, const char *dir);
+
 /* ---- checkpoint helpers ---- */
 /* XXH3-64 of one file's contents, with the identity it had when hashed (device, inode, size,
  * modification time): a file with the same identity later is taken to hold the same bytes. */
@@ -167,10 +222,13 @@ struct rocksdb_options_t;
 struct rocksdb_options_t *spw_ps__db_options(void);
 
 /* Checkpoints db into tmp (RocksDB's checkpoint: SST files hard-linked where possible), writes
- * its CHECKSUM (spw_ps__checksum_dir with cache, may be NULL) and renames tmp to final. On
- * failure removes tmp and what RocksDB staged, with errstr. hex and *bytes as checksum_dir. */
+ * the state files (spw_ps__state_write with sketch and dedup, each may be NULL) and its CHECKSUM
+ * (spw_ps__checksum_dir with cache, may be NULL), and renames tmp to final. On failure removes
+ * tmp and what RocksDB staged, with errstr. hex and *bytes as checksum_dir. */
 struct rocksdb_t;
 spw_err_t spw_ps__checkpoint_db(struct rocksdb_t *db, const char *tmp, const char *final,
+                                const struct spw_ps_sketch *sketch,
+                                const struct spw_ps__dedup *dedup,
                                 struct spw_ps__digest_cache *cache, char hex[17], uint64_t *bytes,
                                 char *errstr, size_t errstr_size);
 

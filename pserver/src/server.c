@@ -30,15 +30,6 @@
 
 enum { ERRS = 8 };
 
-struct dedup_entry {
-    uint32_t trainer_id;
-    bool used;
-    uint64_t epoch;
-    uint64_t high;   /* highest seq applied */
-    uint64_t window; /* bit d: seq high - d applied */
-    uint64_t touched;
-};
-
 struct ps_metrics {
     spw_counter_t *req[6]; /* pull push stats checkpoint health commit */
     spw_counter_t *rows_pull, *rows_push;
@@ -70,9 +61,8 @@ struct spw_ps_server {
     struct ps_metrics m;
     struct spw_ps_store_stats last; /* store stats already added to the counters */
     uint64_t epoch;
-    int64_t started_ms; /* wall clock at start: StatsReply.started_ms (restart detection) */
-    struct dedup_entry *dedup;
-    uint64_t dedup_clock;
+    int64_t started_ms;         /* wall clock at start: StatsReply.started_ms (restart detection) */
+    struct spw_ps__dedup dedup; /* kept in checkpoints (state.c) */
     uint64_t fence; /* pushes of an older recovery generation are refused (RestoreRequest) */
     bool disk_full;
     uint64_t disk_checked_ms;
@@ -326,11 +316,12 @@ static void send_error(spw_ps_server_t *srv, struct peer *peer, uint64_t request
 /* ---- push de-duplication ---- */
 
 /* True when (trainer, epoch, seq) was applied already (or is too old to tell). */
-static struct dedup_entry *dedup_find(spw_ps_server_t *srv, uint32_t trainer_id, bool create)
+static struct spw_ps__dedup_entry *dedup_find(spw_ps_server_t *srv, uint32_t trainer_id,
+                                              bool create)
 {
-    struct dedup_entry *lru = &srv->dedup[0];
+    struct spw_ps__dedup_entry *lru = &srv->dedup.e[0];
     for (size_t i = 0; i < SPW_PS_DEDUP_TRAINERS; i++) {
-        struct dedup_entry *e = &srv->dedup[i];
+        struct spw_ps__dedup_entry *e = &srv->dedup.e[i];
         if (e->used && e->trainer_id == trainer_id)
             return e;
         if (!e->used || (lru->used && e->touched < lru->touched))
@@ -347,7 +338,7 @@ static struct dedup_entry *dedup_find(spw_ps_server_t *srv, uint32_t trainer_id,
     return lru;
 }
 
-static bool dedup_seen(const struct dedup_entry *e, uint64_t epoch, uint64_t seq)
+static bool dedup_seen(const struct spw_ps__dedup_entry *e, uint64_t epoch, uint64_t seq)
 {
     if (e->window == 0)
         return false; /* fresh entry */
@@ -359,9 +350,10 @@ static bool dedup_seen(const struct dedup_entry *e, uint64_t epoch, uint64_t seq
     return d >= SPW_PS_DEDUP_WINDOW || (e->window >> d) & 1;
 }
 
-static void dedup_mark(spw_ps_server_t *srv, struct dedup_entry *e, uint64_t epoch, uint64_t seq)
+static void dedup_mark(spw_ps_server_t *srv, struct spw_ps__dedup_entry *e, uint64_t epoch,
+                       uint64_t seq)
 {
-    e->touched = ++srv->dedup_clock;
+    e->touched = ++srv->dedup.clock;
     if (e->window == 0 || epoch > e->epoch) {
         e->epoch = epoch;
         e->high = seq;
@@ -668,7 +660,7 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
     Sparrow__PushAck ack = SPARROW__PUSH_ACK__INIT;
     ack.has_seq = true;
     ack.seq = push->seq;
-    struct dedup_entry *e = dedup_find(srv, push->trainer_id, true);
+    struct spw_ps__dedup_entry *e = dedup_find(srv, push->trainer_id, true);
     if (push->has_generation && push->generation < srv->fence) {
         /* sent before the global restore this shard last applied: the trainer dropped it */
         ack.has_fenced = true;
@@ -678,7 +670,7 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
                             "trainer=%u generation=%" PRIu64 " fence=%" PRIu64, push->trainer_id,
                             push->generation, srv->fence);
     } else if (dedup_seen(e, push->epoch, push->seq)) {
-        e->touched = ++srv->dedup_clock;
+        e->touched = ++srv->dedup.clock;
         ack.has_duplicate = true;
         ack.duplicate = true;
         spw_counter_inc(srv->m.duplicates);
@@ -775,8 +767,8 @@ static void handle_checkpoint(spw_ps_server_t *srv, struct peer *peer, const Spa
     uint64_t t0 = spw_time_mono_ns();
     struct spw_ps_checkpoint_info info;
     char err[1024] = "";
-    spw_err_t rc =
-        spw_ps_store_checkpoint(srv->store, srv->ckpt_dir, cr->epoch, &info, err, sizeof(err));
+    spw_err_t rc = spw_ps__store_checkpoint(srv->store, srv->ckpt_dir, cr->epoch, &srv->dedup,
+                                            &info, err, sizeof(err));
     double secs = (double)(spw_time_mono_ns() - t0) / 1e9;
     if (rc != SPW_OK) {
         spw_counter_inc(srv->m.ckpt_failed);
@@ -901,6 +893,37 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     send_reply(srv, peer, &reply);
 }
 
+/* After the store was reopened on checkpoint epoch (0: the empty model): the admission sketch and
+ * the de-duplication windows become the epoch's, so that the shard admits and de-duplicates as it
+ * did then (a push it had applied by the epoch and sees again is a duplicate). What the
+ * checkpoint lacks (written before these were kept, or rewritten by reshard) starts empty,
+ * logged. The files passed spw_ps_checkpoint_verify; a read that fails now leaves them empty. */
+static void restore_state(spw_ps_server_t *srv, uint64_t epoch)
+{
+    memset(srv->dedup.e, 0, SPW_PS_DEDUP_TRAINERS * sizeof(*srv->dedup.e));
+    srv->dedup.clock = 0;
+    char dir[SPW_CKPT_PATH_MAX];
+    if (epoch == 0 || spw_ckpt_shard_path(dir, sizeof(dir), srv->ckpt_dir, epoch,
+                                          srv->conf.store.shard) != SPW_OK)
+        return;
+    spw_ps__store_restore_sketch(srv->store, dir);
+    char why[SPW_CKPT_PATH_MAX + 160];
+    spw_err_t err = spw_ps__dedup_load(dir, &srv->dedup, why, sizeof(why));
+    if (err == SPW_OK) {
+        size_t n = 0;
+        for (size_t i = 0; i < SPW_PS_DEDUP_TRAINERS; i++)
+            n += srv->dedup.e[i].used;
+        SPW_INFO("push de-duplication windows restored", "path=%s trainers=%zu", dir, n);
+    } else if (err == SPW_ERR_NOT_FOUND) {
+        SPW_WARN("checkpoint without push de-duplication windows (older format, or rewritten by "
+                 "reshard): they start empty",
+                 "path=%s", dir);
+    } else {
+        SPW_ERROR("push de-duplication windows not restored: they start empty", "reason=\"%s\"",
+                  why);
+    }
+}
+
 /* RestoreRequest(epoch) from the coordinator: the live store is replaced by checkpoint epoch of
  * this shard (epoch 0: the empty model). On failure the shard keeps serving its previous store
  * when it can be reopened and answers an error (the coordinator falls back or retries). */
@@ -955,6 +978,7 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
         return;
     }
     srv->epoch = epoch;
+    restore_state(srv, epoch);
     if (srv->m.epoch)
         spw_gauge_set(srv->m.epoch, (double)epoch);
     if (srv->pub) /* readers of the update stream drop what was published after epoch */
@@ -1129,11 +1153,11 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
     srv->ckpt_dir = strdup(conf->checkpoint_dir && conf->checkpoint_dir[0] ? conf->checkpoint_dir
                                                                            : conf->data_dir);
     srv->db_path = malloc(strlen(conf->data_dir) + 4);
-    srv->dedup = calloc(SPW_PS_DEDUP_TRAINERS, sizeof(*srv->dedup));
+    srv->dedup.e = calloc(SPW_PS_DEDUP_TRAINERS, sizeof(*srv->dedup.e));
     srv->steps =
         spw_ps__steps_new(srv->conf.store.dim,
                           srv->conf.steps_max_bytes ? srv->conf.steps_max_bytes : (size_t)1 << 30);
-    if (!srv->data_dir || !srv->ckpt_dir || !srv->db_path || !srv->dedup || !srv->steps) {
+    if (!srv->data_dir || !srv->ckpt_dir || !srv->db_path || !srv->dedup.e || !srv->steps) {
         snprintf(errstr, errstr_size, "out of memory");
         goto out_destroy;
     }
@@ -1192,6 +1216,8 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
     if (!srv->store)
         goto out_destroy;
     spw_ps_store_set_now(srv->store, (uint32_t)(spw_time_wall_ms() / 1000));
+    if (conf->restore)
+        restore_state(srv, srv->epoch);
     srv->arena = spw_arena_new(1u << 20, srv->conf.max_frame * 6 + (1u << 20));
     srv->zctx = zmq_ctx_new();
     if (!srv->arena || !srv->zctx) {
@@ -1335,7 +1361,7 @@ void spw_ps_server_destroy(spw_ps_server_t *srv)
     spw_arena_destroy(srv->arena);
     if (srv->own_metrics)
         spw_metrics_destroy(srv->metrics);
-    free(srv->dedup);
+    free(srv->dedup.e);
     spw_ps__steps_destroy(srv->steps);
     free(srv->data_dir);
     free(srv->ckpt_dir);

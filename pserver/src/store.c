@@ -1479,9 +1479,39 @@ void spw_ps_store_close(spw_ps_store_t *store)
 
 /* ---- checkpoints ---- */
 
+struct spw_ps_sketch *spw_ps__store_sketch(spw_ps_store_t *store)
+{
+    return store->admit ? &store->sketch : NULL;
+}
+
+void spw_ps__store_restore_sketch(spw_ps_store_t *store, const char *dir)
+{
+    if (!store->admit)
+        return;
+    char why[SPW_CKPT_PATH_MAX + 160];
+    spw_err_t err = spw_ps__sketch_load(dir, &store->sketch, why, sizeof(why));
+    if (err == SPW_OK)
+        SPW_INFO("admission sketch restored", "path=%s width=%u depth=%u", dir, store->sketch.width,
+                 store->sketch.depth);
+    else if (err == SPW_ERR_NOT_FOUND)
+        SPW_WARN("checkpoint without an admission sketch (older format, or rewritten by reshard): "
+                 "it starts empty",
+                 "path=%s", dir);
+    else
+        SPW_ERROR("admission sketch not restored: it starts empty", "reason=\"%s\"", why);
+}
+
 spw_err_t spw_ps_store_checkpoint(spw_ps_store_t *store, const char *root, uint64_t epoch,
                                   struct spw_ps_checkpoint_info *info, char *errstr,
                                   size_t errstr_size)
+{
+    return spw_ps__store_checkpoint(store, root, epoch, NULL, info, errstr, errstr_size);
+}
+
+spw_err_t spw_ps__store_checkpoint(spw_ps_store_t *store, const char *root, uint64_t epoch,
+                                   const struct spw_ps__dedup *dedup,
+                                   struct spw_ps_checkpoint_info *info, char *errstr,
+                                   size_t errstr_size)
 {
     char parent[4096], final[4096], tmp[4096];
     if (spw_ckpt_epoch_path(parent, sizeof(parent), root, epoch) != SPW_OK ||
@@ -1507,8 +1537,8 @@ spw_err_t spw_ps_store_checkpoint(spw_ps_store_t *store, const char *root, uint6
     }
     char hex[17];
     uint64_t bytes = 0;
-    err = spw_ps__checkpoint_db(store->db, tmp, final, &store->digests, hex, &bytes, errstr,
-                                errstr_size);
+    err = spw_ps__checkpoint_db(store->db, tmp, final, spw_ps__store_sketch(store), dedup,
+                                &store->digests, hex, &bytes, errstr, errstr_size);
     if (err)
         return err;
     if (info) {

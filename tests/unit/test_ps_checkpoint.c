@@ -1,5 +1,6 @@
 /* Unit tests of shard checkpoints: snapshot, restore bit-identical, corrupt/incomplete skipped,
- * existing epoch refused, failure leaves earlier checkpoints intact. */
+ * existing epoch refused, failure leaves earlier checkpoints intact, the admission sketch kept
+ * (and a corrupt or older one handled). */
 #include "test_main.h" /* cmocka and what it needs first */
 
 #include <dirent.h>
@@ -12,6 +13,7 @@
 #include <xxhash.h>
 
 #include "ps_int.h"
+#include "sparrow/ckpt_layout.h"
 #include "sparrow/fs.h"
 #include "test_dir.h"
 
@@ -343,8 +345,209 @@ static void test_ps_checkpoint_failure_leaves_previous(void **state)
     spw_ps_store_close(s);
 }
 
+/* ---- the admission sketch in a checkpoint ---- */
+
+enum { ADMIT = 5 };
+
+static spw_ps_store_t *open_admitting(const char *path)
+{
+    char err[256] = "";
+    struct spw_ps_store_conf c = conf_at(path);
+    c.admit_min_count = ADMIT;
+    spw_ps_store_t *s = spw_ps_store_open(&c, err, sizeof(err));
+    if (!s)
+        fail_msg("open %s: %s", path, err);
+    return s;
+}
+
+/* Pushes key once to s; true when the push was applied (the key has a row). */
+static bool push_key(spw_ps_store_t *s, uint64_t key)
+{
+    float g[DIM] = {0.5f, 0.5f, 0.5f, 0.5f};
+    uint32_t v = 0;
+    struct spw_ps_push_result res;
+    assert_int_equal(spw_ps_store_push(s, &key, 1, g, &v, NULL, &res), SPW_OK);
+    return res.applied == 1;
+}
+
+/* Pushes of key until one is applied: how many it took (at most 2 * ADMIT). */
+static int pushes_to_admit(spw_ps_store_t *s, uint64_t key)
+{
+    for (int n = 1; n <= 2 * ADMIT; n++)
+        if (push_key(s, key))
+            return n;
+    return -1;
+}
+
+/* Restores the newest checkpoint of shard 2 under test_dir into path and opens it with its
+ * sketch. */
+static spw_ps_store_t *restore_admitting(const char *path, uint64_t want_epoch)
+{
+    char err[512] = "", dir[4096];
+    uint64_t epoch = 0;
+    assert_int_equal(spw_ps_checkpoint_restore(test_dir, 2, path, &epoch, err, sizeof(err)),
+                     SPW_OK);
+    assert_int_equal(epoch, want_epoch);
+    spw_ps_store_t *s = open_admitting(path);
+    assert_int_equal(spw_ckpt_shard_path(dir, sizeof(dir), test_dir, epoch, 2), SPW_OK);
+    spw_ps__store_restore_sketch(s, dir);
+    return s;
+}
+
+/* A key seen ADMIT - 2 times before a checkpoint is admitted by the restored shard on the same
+ * push as by the shard that went on uninterrupted; the sketch is not copied into the live
+ * database. Without the SKETCH file (a checkpoint of the older format) the restored shard counts
+ * from zero. */
+static void test_ps_checkpoint_keeps_admission_sketch(void **state)
+{
+    (void)state;
+    char live[128], restored[128], path[8192], err[256];
+    snprintf(live, sizeof(live), "%s/live", test_dir);
+    snprintf(restored, sizeof(restored), "%s/restored", test_dir);
+    spw_ps_store_t *s = open_admitting(live);
+    const uint64_t key = 77, other = 78;
+    for (int i = 0; i < ADMIT - 2; i++)
+        assert_false(push_key(s, key));
+    for (int i = 0; i < ADMIT; i++) /* one admitted row, so that the database has rows */
+        push_key(s, other);
+    struct spw_ps_checkpoint_info info;
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 1, &info, err, sizeof(err)), SPW_OK);
+    snprintf(path, sizeof(path), "%s/%s", info.path, SPW_CKPT_SKETCH);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(st.st_size < 4096); /* sparse: few cells are set */
+    assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_OK);
+
+    spw_ps_store_t *r = restore_admitting(restored, 1);
+    snprintf(path, sizeof(path), "%s/%s", restored, SPW_CKPT_SKETCH);
+    assert_int_not_equal(stat(path, &st), 0);
+    int live_n = pushes_to_admit(s, key), restored_n = pushes_to_admit(r, key);
+    assert_int_equal(live_n, 2);
+    assert_int_equal(restored_n, live_n);
+    spw_ps_store_close(r);
+    spw_fs_remove_tree(restored);
+
+    /* the older format: no SKETCH (and a CHECKSUM over what is left) */
+    snprintf(path, sizeof(path), "%s/%s", info.path, SPW_CKPT_SKETCH);
+    assert_int_equal(unlink(path), 0);
+    char hex[17];
+    assert_int_equal(spw_ps__checksum_dir(info.path, NULL, hex, NULL), SPW_OK);
+    assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_OK);
+    r = restore_admitting(restored, 1);
+    assert_int_equal(pushes_to_admit(r, key), ADMIT);
+    spw_ps_store_close(r);
+    spw_ps_store_close(s);
+}
+
+/* Rewrites bytes [off, off + len) of file with data, or truncates it to off when data is NULL. */
+static void patch_file(const char *file, long off, const void *data, size_t len)
+{
+    if (!data) {
+        assert_int_equal(truncate(file, off), 0);
+        return;
+    }
+    FILE *f = fopen(file, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, off, SEEK_SET), 0);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+/* A SKETCH that is damaged is refused: by the CHECKSUM, and, when the CHECKSUM was written over
+ * it, by its own framing, with an error that names the file and the fault; the restore then
+ * falls back to the older epoch. A sketch of another shape is not loaded (sketch untouched). */
+static void test_ps_checkpoint_corrupt_sketch_refused(void **state)
+{
+    (void)state;
+    char live[128], restored[128], path[8192], err[512], hex[17];
+    snprintf(live, sizeof(live), "%s/live", test_dir);
+    snprintf(restored, sizeof(restored), "%s/restored", test_dir);
+    spw_ps_store_t *s = open_admitting(live);
+    for (uint64_t k = 1; k <= 2000; k++) /* dense enough to be written dense */
+        push_key(s, k);
+    struct spw_ps_checkpoint_info info;
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 1, &info, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_ps_store_checkpoint(s, test_dir, 2, &info, err, sizeof(err)), SPW_OK);
+    snprintf(path, sizeof(path), "%s/%s", info.path, SPW_CKPT_SKETCH);
+    struct spw_ps_sketch *live_sk = spw_ps__store_sketch(s);
+    assert_non_null(live_sk);
+
+    struct {
+        long off;
+        const char *data;
+        size_t len;
+        const char *why;
+    } cases[] = {
+        {40, "\x7f", 1, "checksum mismatch"},
+        {0, "SPWXXXX1", 8, "magic"},
+        {8, "\x00\x00\x00\x40", 4, "out of range"},          /* width 2^30 */
+        {12, "\xff\xff\xff\x00", 4, "out of range"},         /* depth 2^24 - 1 */
+        {24, "\xff\xff\xff\xff\xff\xff\xff\x0f", 8, "size"}, /* a huge count */
+        {100, NULL, 0, "size"},                              /* truncated */
+    };
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    char *orig = malloc((size_t)st.st_size);
+    FILE *f = fopen(path, "rb");
+    assert_int_equal(fread(orig, 1, (size_t)st.st_size, f), (size_t)st.st_size);
+    fclose(f);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        patch_file(path, cases[i].off, cases[i].data, cases[i].len);
+        /* the CHECKSUM catches it first */
+        assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_ERR_CORRUPT);
+        /* written over it, the file's own checks do */
+        assert_int_equal(spw_ps__checksum_dir(info.path, NULL, hex, NULL), SPW_OK);
+        assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_ERR_CORRUPT);
+        err[0] = '\0';
+        assert_int_equal(spw_ps__state_check(info.path, err, sizeof(err)), SPW_ERR_CORRUPT);
+        assert_non_null(strstr(err, SPW_CKPT_SKETCH));
+        if (!strstr(err, cases[i].why))
+            fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err, cases[i].why);
+        /* a loader refuses it too and leaves the sketch empty */
+        spw_ps_store_t *r = open_admitting(restored);
+        struct spw_ps_sketch *sk = spw_ps__store_sketch(r);
+        assert_int_equal(spw_ps__sketch_load(info.path, sk, err, sizeof(err)), SPW_ERR_CORRUPT);
+        for (size_t c = 0; c < (size_t)sk->width * sk->depth; c++)
+            assert_int_equal(sk->cells[c], 0);
+        spw_ps_store_close(r);
+        spw_fs_remove_tree(restored);
+        /* the restore skips epoch 2 for epoch 1 */
+        uint64_t epoch = 0;
+        assert_int_equal(spw_ps_checkpoint_restore(test_dir, 2, restored, &epoch, err, sizeof(err)),
+                         SPW_OK);
+        assert_int_equal(epoch, 1);
+        spw_fs_remove_tree(restored);
+        /* back to the good file */
+        f = fopen(path, "wb");
+        assert_int_equal(fwrite(orig, 1, (size_t)st.st_size, f), (size_t)st.st_size);
+        fclose(f);
+        assert_int_equal(spw_ps__checksum_dir(info.path, NULL, hex, NULL), SPW_OK);
+        assert_int_equal(spw_ps_checkpoint_verify(info.path, NULL), SPW_OK);
+    }
+    free(orig);
+
+    /* the good file loads into a sketch of its shape and equals the live one */
+    spw_ps_store_t *r = open_admitting(restored);
+    struct spw_ps_sketch *sk = spw_ps__store_sketch(r);
+    assert_int_equal(spw_ps__sketch_load(info.path, sk, err, sizeof(err)), SPW_OK);
+    assert_memory_equal(sk->cells, live_sk->cells,
+                        (size_t)sk->width * sk->depth * sizeof(uint16_t));
+    /* another shape (a shard with another DRAM budget) is not loaded */
+    struct spw_ps_sketch other;
+    assert_int_equal(spw_ps__sketch_init(&other, sk->width * 2, sk->depth), SPW_OK);
+    assert_int_equal(spw_ps__sketch_load(info.path, &other, err, sizeof(err)), SPW_ERR_INVALID);
+    assert_non_null(strstr(err, "memory"));
+    for (size_t c = 0; c < (size_t)other.width * other.depth; c++)
+        assert_int_equal(other.cells[c], 0);
+    spw_ps__sketch_fini(&other);
+    spw_ps_store_close(r);
+    spw_ps_store_close(s);
+}
+
 SPW_TEST_MAIN_EACH(test_dir_setup, test_dir_teardown, test_ps_checkpoint_restore_bit_identical,
                    test_ps_checkpoint_corrupt_and_incomplete_skipped,
                    test_ps_checkpoint_failure_leaves_previous,
                    test_ps_checkpoint_large_flush_restore,
-                   test_ps_checkpoint_format1_checksum_verifies)
+                   test_ps_checkpoint_format1_checksum_verifies,
+                   test_ps_checkpoint_keeps_admission_sketch,
+                   test_ps_checkpoint_corrupt_sketch_refused)

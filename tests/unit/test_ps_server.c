@@ -661,6 +661,88 @@ static void test_ps_server_bad_frames_answered(void **state)
     stop(e);
 }
 
+/* CheckpointRequest(epoch) through the protocol; the reply's path. */
+static void checkpoint_rpc(void *s, spw_arena_t *arena, uint64_t epoch)
+{
+    Sparrow__CheckpointRequest cr = SPARROW__CHECKPOINT_REQUEST__INIT;
+    cr.has_epoch = true;
+    cr.epoch = epoch;
+    Sparrow__Request req = SPARROW__REQUEST__INIT;
+    req.has_version = true;
+    req.version = 1;
+    req.body_case = SPARROW__REQUEST__BODY_CHECKPOINT;
+    req.checkpoint = &cr;
+    send_request(s, &req);
+    Sparrow__Reply *r = recv_reply(s, arena);
+    assert_false(r->has_error && r->error != 0);
+    assert_int_equal(r->body_case, SPARROW__REPLY__BODY_CHECKPOINT);
+}
+
+/*
+ * The de-duplication windows and the admission sketch are part of a checkpoint. A shard that
+ * restarts from epoch 1 acknowledges as duplicates the pushes it had applied by then (a trainer
+ * resending them after the crash), applies those that came after (lost with the crash), and
+ * admits a key on the same push count as before; so does a RestoreRequest of the live shard.
+ */
+static void test_ps_server_checkpoint_keeps_dedup_and_sketch(void **state)
+{
+    struct env *e = *state;
+    struct spw_ps_server_conf c = server_conf(e, e->dir);
+    c.store.admit_min_count = 3;
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    const uint64_t hot = 10, cold = 20;
+    float g[DIM] = {1, 1, 1, 1};
+    uint32_t v = 0;
+    /* seqs 1..3 admit hot (applied at the third), seq 4 sees cold once */
+    for (uint64_t seq = 1; seq <= 3; seq++) {
+        Sparrow__Reply *r = push(e->client, arena, 1, 1, seq, &hot, 1, g, &v);
+        assert_int_equal(r->push->applied, seq == 3 ? 1 : 0);
+    }
+    Sparrow__Reply *r = push(e->client, arena, 1, 1, 4, &cold, 1, g, &v);
+    assert_int_equal(r->push->applied, 0);
+    checkpoint_rpc(e->client, arena, 1);
+    r = push(e->client, arena, 1, 1, 5, &hot, 1, g, &v); /* after the epoch */
+    assert_int_equal(r->push->applied, 1);
+    spw_arena_destroy(arena);
+    stop(e);
+
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: a restart from epoch 1; pass 1: a RestoreRequest(1) of the live shard, which
+         * saw seq 5 (and seq 6 below) since */
+        if (pass == 0)
+            start(e, &c);
+        e->client = connect_dealer(e, NULL, NULL, NULL);
+        arena = spw_arena_new(0, 0);
+        if (pass == 1) {
+            r = restore(e->client, arena, 1, 0);
+            assert_int_equal(r->body_case, SPARROW__REPLY__BODY_RESTORE);
+        }
+        assert_float_equal(pull_one(e->client, arena, hot, NULL), -1.0, 1e-6);
+        /* seq 3 was applied by epoch 1: a duplicate, not applied again */
+        r = push(e->client, arena, 1, 1, 3, &hot, 1, g, &v);
+        assert_true(r->push->has_duplicate && r->push->duplicate);
+        assert_int_equal(r->push->applied, 0);
+        assert_float_equal(pull_one(e->client, arena, hot, NULL), -1.0, 1e-6);
+        /* seq 5 came after it: applied */
+        r = push(e->client, arena, 1, 1, 5, &hot, 1, g, &v);
+        assert_false(r->push->duplicate);
+        assert_int_equal(r->push->applied, 1);
+        assert_float_equal(pull_one(e->client, arena, hot, NULL), -2.0, 1e-6);
+        /* cold was seen once by epoch 1: its second push is not enough, the third admits it, as
+         * on the shard that never stopped */
+        r = push(e->client, arena, 1, 1, 6, &cold, 1, g, &v);
+        assert_int_equal(r->push->applied, 0);
+        r = push(e->client, arena, 1, 1, 7, &cold, 1, g, &v);
+        assert_int_equal(r->push->applied, 1);
+        spw_arena_destroy(arena);
+        zmq_close(e->client);
+        e->client = NULL;
+    }
+    stop(e);
+}
+
 static void test_ps_server_wrong_shard_and_rpc_checkpoint(void **state)
 {
     struct env *e = *state;
@@ -806,6 +888,7 @@ static void test_ps_server_req_socket_envelope(void **state)
 SPW_TEST_MAIN_EACH(setup, teardown, test_ps_server_pull_push_dedup,
                    test_ps_server_bad_frames_answered,
                    test_ps_server_restore_fences_older_generations,
+                   test_ps_server_checkpoint_keeps_dedup_and_sketch,
                    test_ps_server_wrong_shard_and_rpc_checkpoint,
                    test_ps_server_curve_rejects_unknown_clients, test_ps_server_req_socket_envelope,
                    test_ps_server_two_phase_steps, test_ps_server_push_echo,

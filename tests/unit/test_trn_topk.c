@@ -2,10 +2,14 @@
  * accumulation. */
 #include "test_main.h" /* cmocka and what it needs first */
 
+#include <ftw.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sparrow/ps_client.h"
+#include "sparrow/pserver.h"
 #include "sparrow/trainer.h"
 #include "sparrow/wire.h"
 #include "test_rng.h"
@@ -103,10 +107,14 @@ static void test_trn_topk_keeps_largest_and_feeds_back(void **state)
  * small enough that residuals are forced out, and ends with a flush (sent must then equal
  * computed).
  */
-static void check_conservation(size_t max_rows, double ratio)
+static void check_conservation_fp16(size_t max_rows, double ratio, bool fp16)
 {
     enum { VOCAB = 200, STEPS = 60, ROWS = 50 };
-    spw_topk_t *tk = new_topk(ratio, true, false, max_rows);
+    spw_topk_t *tk = new_topk(ratio, true, fp16, max_rows);
+    /* with fp16 and a small table some rounding errors find no room: lost, at most 2^-11 of a
+     * value (|value| < 60 here) each time it is sent */
+    const bool lossy = fp16 && max_rows < 1000;
+    const double tol = lossy ? 60.0 * STEPS / 2048.0 : 1e-4;
     double computed[VOCAB][DIM] = {{0}}, sent[VOCAB][DIM] = {{0}};
     uint64_t s = 99 + max_rows;
     uint64_t keys[ROWS];
@@ -142,7 +150,7 @@ static void check_conservation(size_t max_rows, double ratio)
         float res[DIM] = {0, 0, 0};
         residuals += spw_topk_residual(tk, (uint64_t)k, res);
         for (int d = 0; d < DIM; d++)
-            assert_float_equal(sent[k][d] + res[d], computed[k][d], 1e-4);
+            assert_float_equal(sent[k][d] + res[d], computed[k][d], tol);
     }
     struct spw_topk_stats st;
     spw_topk_get_stats(tk, &st);
@@ -158,10 +166,23 @@ static void check_conservation(size_t max_rows, double ratio)
             sent[set.keys[i]][d] += set.values[i * DIM + d];
     for (int k = 0; k < VOCAB; k++)
         for (int d = 0; d < DIM; d++)
-            assert_float_equal(sent[k][d], computed[k][d], 1e-4);
+            assert_float_equal(sent[k][d], computed[k][d], tol);
     spw_topk_get_stats(tk, &st);
     assert_int_equal(st.residual_rows, 0);
+    if (fp16) {
+        assert_false(set.fp16); /* a flush leaves no rounding error behind */
+        assert_true(st.fp16_errors_kept > 0);
+        if (!lossy)
+            assert_int_equal(st.fp16_errors_lost, 0);
+        else
+            assert_true(st.fp16_errors_lost > 0);
+    }
     spw_topk_destroy(tk);
+}
+
+static void check_conservation(size_t max_rows, double ratio)
+{
+    check_conservation_fp16(max_rows, ratio, false);
 }
 
 static void test_trn_topk_error_feedback_conserves_gradient(void **state)
@@ -169,7 +190,15 @@ static void test_trn_topk_error_feedback_conserves_gradient(void **state)
     (void)state;
     check_conservation(100000, 0.1);
     check_conservation(100000, 0.5);
-    check_conservation(7, 0.1);  /* residuals forced out by the bound */
+    check_conservation(7, 0.1); /* residuals forced out by the bound */
+    /* fp16: the rounding errors are residuals too (a table with room for them) */
+    check_conservation_fp16(100000, 0.3, true);
+    check_conservation_fp16(100000, 1.0, true);
+    /* a small table: every structure stays consistent (unique keys, counts) while slots are
+     * held, reused and forced out */
+    check_conservation_fp16(7, 0.1, true);
+    check_conservation_fp16(40, 0.5, true);
+    check_conservation_fp16(1, 0.3, true);
     check_conservation(0, 0.25); /* no room at all: every row is sent at once */
 }
 
@@ -287,6 +316,292 @@ static void test_trn_topk_fp16_values_are_what_the_server_decodes(void **state)
     spw_topk_get_stats(tk, &st);
     assert_int_equal(st.bytes_sent, 2 * (SPW_TRN_PUSH_ROW_OVERHEAD + 2 * DIM));
     spw_topk_destroy(tk);
+}
+
+/* fp16 with error feedback: for every row, the decoded half sent plus the residual kept equals
+ * the gradient computed; without error feedback nothing is kept. */
+static void test_trn_topk_fp16_rounding_fed_back(void **state)
+{
+    (void)state;
+    enum { ROWS = 64 };
+    uint64_t s = 4242, keys[ROWS];
+    float grads[ROWS * DIM], orig[ROWS * DIM];
+    for (size_t r = 0; r < ROWS; r++) {
+        keys[r] = 1000 + r;
+        for (int d = 0; d < DIM; d++)
+            grads[r * DIM + d] = rng_uniform(&s, -3, 3) * (r % 2 ? 1e-3f : 1.0f);
+    }
+    grads[0] = 1e-8f;  /* below the half range: sent as 0, all of it a residual */
+    grads[1] = -7.25f; /* exact in half: no error */
+    grads[2] = -7.25f;
+    memcpy(orig, grads, sizeof(orig));
+    for (int ef = 1; ef >= 0; ef--) {
+        for (int ratio_one = 1; ratio_one >= 0; ratio_one--) {
+            memcpy(grads, orig, sizeof(grads));
+            spw_topk_t *tk = new_topk(ratio_one ? 1.0 : 0.5, ef, true, 1000);
+            struct spw_push_set set;
+            assert_int_equal(spw_topk_compress(tk, keys, grads, NULL, ROWS, &set), SPW_OK);
+            assert_true(set.fp16);
+            size_t kept = 0, rounded = 0;
+            for (size_t r = 0; r < ROWS; r++) {
+                long i = find_key(&set, keys[r]);
+                float res[DIM] = {0, 0, 0};
+                bool has = spw_topk_residual(tk, keys[r], res);
+                kept += has;
+                if (!ef)
+                    assert_false(has);
+                bool err = false;
+                for (int d = 0; d < DIM; d++) {
+                    float sent = i >= 0 ? set.values[(size_t)i * DIM + d] : 0.0f;
+                    if (i >= 0) /* what the shard decodes */
+                        assert_true(sent == spw_wire_f16_to_f32(set.values_f16[i * DIM + d]));
+                    err |= i >= 0 && sent != orig[r * DIM + d];
+                    if (ef)
+                        assert_float_equal(sent + res[d], orig[r * DIM + d],
+                                           fabsf(orig[r * DIM + d]) * 1e-6f);
+                }
+                rounded += err;
+                if (ef && i >= 0)
+                    assert_true(has == err); /* a residual exactly when rounding lost something */
+            }
+            struct spw_topk_stats st;
+            spw_topk_get_stats(tk, &st);
+            assert_int_equal(st.residual_rows, kept);
+            assert_true(rounded > 0);
+            if (ef) {
+                assert_int_equal(st.fp16_errors_kept, rounded);
+                assert_true(kept >= rounded);
+            } else {
+                assert_int_equal(kept, 0);
+                assert_int_equal(st.fp16_errors_kept, 0);
+            }
+            spw_topk_destroy(tk);
+        }
+    }
+}
+
+/* A rounding error is the remainder of a row sent at version v: sent on its own it carries v + 1,
+ * the version that push gave the row, so that the shard does not count the trainer's own push as
+ * staleness; a pull that still shows v (taken before the push landed) is no reset. */
+static void test_trn_topk_fp16_error_versions(void **state)
+{
+    (void)state;
+    for (int refold = 0; refold < 2; refold++) {
+        spw_topk_t *tk = new_topk(1.0, true, true, 100);
+        const uint64_t key = 1;
+        float g[DIM] = {1.0f / 3.0f, 0.1f, -0.7f};
+        const uint32_t v = 5;
+        struct spw_push_set set;
+        assert_int_equal(spw_topk_compress(tk, &key, g, &v, 1, &set), SPW_OK);
+        assert_int_equal(set.versions[0], 5);
+        float res[DIM];
+        assert_true(spw_topk_residual(tk, key, res));
+        if (refold) {
+            float g2[DIM] = {0.25f, 0.25f, 0.25f};
+            assert_int_equal(spw_topk_compress(tk, &key, g2, &v, 1, &set), SPW_OK);
+            struct spw_topk_stats st;
+            spw_topk_get_stats(tk, &st);
+            assert_int_equal(st.rows_reset, 0);
+            assert_float_equal(set.values[0], 0.25f + res[0], 1e-3);
+        } else {
+            assert_int_equal(spw_topk_flush(tk, &set), SPW_OK);
+            assert_int_equal(set.n, 1);
+            assert_int_equal(set.versions[0], 6);
+            for (int d = 0; d < DIM; d++)
+                assert_true(set.values[d] == res[d]);
+        }
+        spw_topk_destroy(tk);
+    }
+}
+
+/* A rounding error that finds no room in the residual table is counted, and does not force an
+ * older residual out (whose own error would need a slot in turn). */
+static void test_trn_topk_fp16_error_needs_room(void **state)
+{
+    (void)state;
+    spw_topk_t *tk = new_topk(0.5, true, true, 1);
+    const uint64_t keys[2] = {1, 2};
+    float grads[2 * DIM] = {1.0f / 3.0f, 1.0f / 3.0f, 1.0f / 3.0f, 1e-3f, 0.0f, 0.0f};
+    struct spw_push_set set;
+    assert_int_equal(spw_topk_compress(tk, keys, grads, NULL, 2, &set), SPW_OK);
+    assert_int_equal(set.n, 1); /* key 1; key 2 took the only slot */
+    float res[DIM];
+    assert_true(spw_topk_residual(tk, 2, res));
+    assert_false(spw_topk_residual(tk, 1, res));
+    struct spw_topk_stats st;
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.fp16_errors_lost, 1);
+    assert_int_equal(st.rows_forced, 0);
+    spw_topk_destroy(tk);
+}
+
+/* A residual whose row the shard evicted since (the pulled version went back) is dropped, not
+ * folded into the fresh row; one of an older version than the pull is folded. */
+static void test_trn_topk_drops_residual_of_reset_row(void **state)
+{
+    (void)state;
+    spw_topk_t *tk = new_topk(0.5, true, false, 100);
+    const uint64_t keys[2] = {1, 2};
+    float grads[2 * DIM] = {5, 5, 5, 1, 1, 1};
+    const uint32_t v1[2] = {7, 9};
+    struct spw_push_set set;
+    assert_int_equal(spw_topk_compress(tk, keys, grads, v1, 2, &set), SPW_OK);
+    float res[DIM];
+    assert_true(spw_topk_residual(tk, 2, res)); /* computed from version 9 */
+    /* key 2 comes back at version 0: evicted and created anew */
+    const uint64_t k2[1] = {2};
+    float g2[DIM] = {0.5f, 0.5f, 0.5f};
+    const uint32_t v2[1] = {0};
+    assert_int_equal(spw_topk_compress(tk, k2, g2, v2, 1, &set), SPW_OK);
+    assert_int_equal(set.n, 1);
+    assert_float_equal(set.values[0], 0.5, 0.0); /* the stale residual was not added */
+    struct spw_topk_stats st;
+    spw_topk_get_stats(tk, &st);
+    assert_int_equal(st.rows_reset, 1);
+    assert_int_equal(st.rows_dropped, 1);
+    /* a newer version folds as before; a wrapped version counts as newer */
+    spw_topk_t *tk2 = new_topk(0.5, true, false, 100);
+    const uint32_t v3[2] = {7, UINT32_MAX - 1};
+    float g3[2 * DIM] = {5, 5, 5, 1, 1, 1};
+    assert_int_equal(spw_topk_compress(tk2, keys, g3, v3, 2, &set), SPW_OK);
+    float g4[DIM] = {0.5f, 0.5f, 0.5f};
+    const uint32_t v4[1] = {3};
+    assert_int_equal(spw_topk_compress(tk2, k2, g4, v4, 1, &set), SPW_OK);
+    assert_float_equal(set.values[0], 1.5, 0.0);
+    spw_topk_get_stats(tk2, &st);
+    assert_int_equal(st.rows_reset, 0);
+    spw_topk_destroy(tk2);
+    spw_topk_destroy(tk);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* Pulls keys through the client into rows and vers. */
+static void psc_pull(spw_ps_client_t *c, const uint64_t *keys, size_t n, float *rows,
+                     uint32_t *vers)
+{
+    uint64_t token = 0;
+    assert_int_equal(spw_ps_client_pull_start(c, keys, n, rows, vers, &token), SPW_OK);
+    assert_int_equal(spw_ps_client_pull_wait(c, token, 0), SPW_OK);
+}
+
+static void psc_push_set(spw_ps_client_t *c, const struct spw_push_set *set)
+{
+    struct spw_ps_push p = {.n = set->n,
+                            .keys = set->keys,
+                            .versions = set->versions,
+                            .grads = set->values,
+                            .grads_f16 = set->values_f16,
+                            .fp16 = set->fp16};
+    uint64_t seq = 0;
+    assert_int_equal(spw_ps_client_push(c, &p, &seq), SPW_OK);
+    assert_int_equal(spw_ps_client_flush(c, 0), SPW_OK);
+}
+
+/*
+ * End to end over an in-process shard (the transport of trainer.shards=inproc): a residual of
+ * key 2 is left by top-k; the shard then evicts the row (TTL) and creates it anew at version 0.
+ * The next step pulls that version, so the compressor drops the residual instead of pushing the
+ * old row's gradient into the fresh one. Without the eviction the same residual is folded in, and
+ * so it is when a DRAM budget too small for the rows spills the row to RocksDB (the eviction the
+ * memory budget forces keeps the row, version and all: the residual stays valid).
+ */
+static void test_trn_topk_inproc_eviction_drops_residual(void **state)
+{
+    (void)state;
+    enum { KEEP, TTL, SPILL };
+    for (int evict = KEEP; evict <= SPILL; evict++) {
+        char root[64], path[128], err[256];
+        snprintf(root, sizeof(root), "/tmp/test_trn_topk.XXXXXX");
+        assert_non_null(mkdtemp(root));
+        snprintf(path, sizeof(path), "%s/db", root);
+        struct spw_ps_store_conf sc = {0};
+        sc.dim = DIM;
+        spw_ps_optim_conf_default(&sc.optim);
+        sc.optim.kind = SPW_PS_SGD;
+        sc.optim.lr = 1.0f;
+        sc.optim.init_scale = 0.0f;
+        sc.memory_bytes = evict == SPILL ? 24u << 10 : 1u << 20; /* SPILL: ~200 rows in DRAM */
+        sc.ttl_s = 60;
+        sc.db_path = path;
+        spw_ps_store_t *store = spw_ps_store_open(&sc, err, sizeof(err));
+        if (!store)
+            fail_msg("store: %s", err);
+        spw_ps_store_set_now(store, 1000);
+        struct spw_ps_client_conf cc;
+        spw_ps_client_conf_default(&cc);
+        cc.dim = DIM;
+        cc.stores = &store;
+        cc.n_stores = 1;
+        spw_ps_client_t *c = spw_ps_client_new(&cc, err, sizeof(err));
+        if (!c)
+            fail_msg("client: %s", err);
+        spw_topk_t *tk = new_topk(0.5, true, false, 100);
+
+        const uint64_t keys[2] = {1, 2};
+        float rows[2 * DIM];
+        uint32_t vers[2];
+        /* step 1: both rows updated once, pushed as computed */
+        float g0[2 * DIM] = {0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f};
+        psc_pull(c, keys, 2, rows, vers);
+        struct spw_push_set direct = {
+            .n = 2, .dim = DIM, .keys = keys, .versions = vers, .values = g0};
+        psc_push_set(c, &direct);
+        /* step 2: key 1 sent, key 2 kept as a residual computed from version 1 */
+        psc_pull(c, keys, 2, rows, vers);
+        assert_int_equal(vers[1], 1);
+        float g1[2 * DIM] = {5, 5, 5, 1, 1, 1};
+        struct spw_push_set set;
+        assert_int_equal(spw_topk_compress(tk, keys, g1, vers, 2, &set), SPW_OK);
+        assert_int_equal(set.n, 1);
+        psc_push_set(c, &set);
+        if (evict == TTL) {
+            spw_ps_store_set_now(store, 1000 + 61);
+            size_t evicted = 0;
+            assert_int_equal(spw_ps_store_expire(store, 1000, &evicted), SPW_OK);
+            assert_int_equal(evicted, 2);
+        } else if (evict == SPILL) { /* 4000 other rows push keys 1 and 2 out of DRAM */
+            static uint64_t many[4000];
+            static float gm[4000 * DIM];
+            for (size_t i = 0; i < 4000; i++)
+                many[i] = 100 + i;
+            struct spw_push_set other = {.n = 4000, .dim = DIM, .keys = many, .values = gm};
+            psc_push_set(c, &other);
+            struct spw_ps_store_stats ss;
+            spw_ps_store_get_stats(store, &ss);
+            assert_true(ss.evictions > 0);
+            assert_true(ss.rows_dram < 1000);
+        }
+        /* step 3: key 2 again */
+        const uint64_t k2[1] = {2};
+        psc_pull(c, k2, 1, rows, vers);
+        assert_int_equal(vers[0], evict == TTL ? 0 : 1);
+        float g2[DIM] = {0.5f, 0.5f, 0.5f};
+        assert_int_equal(spw_topk_compress(tk, k2, g2, vers, 1, &set), SPW_OK);
+        assert_int_equal(set.n, 1);
+        psc_push_set(c, &set);
+        psc_pull(c, k2, 1, rows, vers);
+        struct spw_topk_stats st;
+        spw_topk_get_stats(tk, &st);
+        /* SGD, lr 1: the row is minus what was applied to it */
+        if (evict == TTL) {
+            assert_int_equal(st.rows_reset, 1);
+            assert_float_equal(rows[0], -0.5, 1e-6); /* the fresh row got this step's only */
+        } else {
+            assert_int_equal(st.rows_reset, 0);
+            assert_float_equal(rows[0], -(0.25 + 1.0 + 0.5), 1e-6);
+        }
+        float res[DIM];
+        assert_false(spw_topk_residual(tk, 2, res));
+        spw_topk_destroy(tk);
+        spw_ps_client_destroy(c);
+        spw_ps_store_close(store);
+        nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
 }
 
 static void test_trn_topk_rejects_bad_conf(void **state)
@@ -469,5 +784,8 @@ SPW_TEST_MAIN(test_trn_topk_pulled_follow_rows, test_trn_acc_pulled_latest,
               test_trn_topk_error_feedback_conserves_gradient,
               test_trn_topk_full_table_sends_oldest, test_trn_topk_flush_and_drop,
               test_trn_topk_without_error_feedback_discards,
-              test_trn_topk_fp16_values_are_what_the_server_decodes, test_trn_topk_rejects_bad_conf,
+              test_trn_topk_fp16_values_are_what_the_server_decodes,
+              test_trn_topk_fp16_rounding_fed_back, test_trn_topk_fp16_error_needs_room,
+              test_trn_topk_fp16_error_versions, test_trn_topk_drops_residual_of_reset_row,
+              test_trn_topk_inproc_eviction_drops_residual, test_trn_topk_rejects_bad_conf,
               test_trn_topk_backend_selection_matches_cpu, test_trn_topk_grad_acc_sums_rows)

@@ -23,7 +23,11 @@ struct spw_topk {
     float *norms;
     uint8_t *selected;
     uint64_t *scratch;
-    size_t cap_norms, cap_selected, cap_scratch;
+    /* with fp16: the residual slot each step row's key had, held out of the age list (and out of
+     * count) while the step may reuse it for the row's rounding error; SPW_TRN__NONE: none */
+    uint32_t *step_slot;
+    size_t detached; /* slots held so */
+    size_t cap_norms, cap_selected, cap_scratch, cap_step_slot;
 
     /* the push set */
     size_t out_n;
@@ -32,7 +36,8 @@ struct spw_topk {
     float *out_values;
     uint16_t *out_f16;
     float *out_pulled; /* conf.pulled */
-    size_t cap_out_keys, cap_out_versions, cap_out_values, cap_out_f16, cap_out_pulled;
+    uint32_t *out_src; /* the step row each sent row is (SPW_TRN__NONE: a residual sent alone) */
+    size_t cap_out_keys, cap_out_versions, cap_out_values, cap_out_f16, cap_out_pulled, cap_out_src;
 
     /* residual table */
     struct spw_trn__keyidx index; /* key -> slot */
@@ -40,6 +45,10 @@ struct spw_topk {
     float *res_values;
     float *res_pulled; /* conf.pulled: the values each residual's gradient was computed from */
     uint32_t *res_versions;
+    /* 1: the residual is the fp16 rounding error of a row sent at res_versions, and is pushed
+     * with the version that push gave the row (one more), so that the shard measures its
+     * staleness from there; resets are still judged by res_versions */
+    uint8_t *res_post;
     uint32_t *prev, *next; /* age list; SPW_TRN__NONE ends it; next also links the free list */
     size_t pool_cap;       /* slots allocated */
     size_t pool_used;      /* slots ever handed out (the rest are fresh) */
@@ -82,6 +91,8 @@ void spw_topk_destroy(spw_topk_t *tk)
     free(tk->norms);
     free(tk->selected);
     free(tk->scratch);
+    free(tk->step_slot);
+    free(tk->out_src);
     free(tk->out_keys);
     free(tk->out_versions);
     free(tk->out_values);
@@ -92,6 +103,7 @@ void spw_topk_destroy(spw_topk_t *tk)
     free(tk->res_keys);
     free(tk->res_values);
     free(tk->res_versions);
+    free(tk->res_post);
     free(tk->prev);
     free(tk->next);
     free(tk);
@@ -103,6 +115,7 @@ static spw_err_t reserve_out(spw_topk_t *tk, size_t n)
     if (spw_trn__grow((void **)&tk->out_keys, &tk->cap_out_keys, n, sizeof(uint64_t)) ||
         spw_trn__grow((void **)&tk->out_versions, &tk->cap_out_versions, n, sizeof(uint32_t)) ||
         spw_trn__grow((void **)&tk->out_values, &tk->cap_out_values, n * dim, sizeof(float)) ||
+        spw_trn__grow((void **)&tk->out_src, &tk->cap_out_src, n, sizeof(uint32_t)) ||
         (tk->conf.fp16 &&
          spw_trn__grow((void **)&tk->out_f16, &tk->cap_out_f16, n * dim, sizeof(uint16_t))) ||
         (tk->conf.pulled &&
@@ -111,16 +124,24 @@ static spw_err_t reserve_out(spw_topk_t *tk, size_t n)
     return SPW_OK;
 }
 
-/* pulled: the row's pulled values (dim floats; read only with conf.pulled). */
+/* pulled: the row's pulled values (dim floats; read only with conf.pulled). src: the step row
+ * (SPW_TRN__NONE: a residual sent on its own). */
 static void append_out(spw_topk_t *tk, uint64_t key, const float *values, uint32_t version,
-                       const float *pulled)
+                       const float *pulled, uint32_t src)
 {
     size_t i = tk->out_n++;
+    tk->out_src[i] = src;
     tk->out_keys[i] = key;
     tk->out_versions[i] = version;
     memcpy(tk->out_values + i * tk->conf.dim, values, tk->conf.dim * sizeof(float));
     if (tk->conf.pulled)
         memcpy(tk->out_pulled + i * tk->conf.dim, pulled, tk->conf.dim * sizeof(float));
+}
+
+/* The version a residual sent on its own is pushed with (see res_post). */
+static uint32_t sent_version(const spw_topk_t *tk, uint32_t slot)
+{
+    return tk->res_versions[slot] + tk->res_post[slot];
 }
 
 /* Residual slot's pulled values (NULL without conf.pulled). */
@@ -129,29 +150,40 @@ static const float *res_pulled(const spw_topk_t *tk, uint32_t slot)
     return tk->conf.pulled ? tk->res_pulled + (size_t)slot * tk->conf.dim : NULL;
 }
 
-/* Packs the push set's values to fp16 (when configured) and fills *out and the byte counters. */
-static void finish_out(spw_topk_t *tk, struct spw_push_set *out)
+static spw_err_t keep_f16_errors(spw_topk_t *tk);
+
+/* Packs the push set's values to fp16 (fp16: conf.fp16 and not a flush) and fills *out and the
+ * byte counters. With error feedback the rounding error of every row sent as halves is kept as
+ * that key's residual (keep_f16_errors). */
+static spw_err_t finish_out(spw_topk_t *tk, struct spw_push_set *out, bool fp16)
 {
     size_t dim = tk->conf.dim, vals = tk->out_n * dim;
-    if (tk->conf.fp16 && vals) {
-        /* The server applies the decoded halves: values must say exactly that. */
+    if (fp16 && vals) {
         spw_wire_f32_to_f16_n(tk->out_values, tk->out_f16, vals);
-        spw_wire_f16_to_f32_n(tk->out_f16, tk->out_values, vals);
+        /* The server applies the decoded halves: values must say exactly that (keep_f16_errors
+         * writes them as it goes). */
+        if (tk->conf.error_feedback) {
+            spw_err_t err = keep_f16_errors(tk);
+            if (err)
+                return err;
+        } else {
+            spw_wire_f16_to_f32_n(tk->out_f16, tk->out_values, vals);
+        }
     }
     tk->stats.rows_sent += tk->out_n;
-    tk->stats.bytes_sent +=
-        tk->out_n * (SPW_TRN_PUSH_ROW_OVERHEAD + dim * (tk->conf.fp16 ? 2u : 4u));
+    tk->stats.bytes_sent += tk->out_n * (SPW_TRN_PUSH_ROW_OVERHEAD + dim * (fp16 ? 2u : 4u));
     tk->stats.residual_rows = tk->count;
     *out = (struct spw_push_set){
         .n = tk->out_n,
         .dim = tk->conf.dim,
-        .fp16 = tk->conf.fp16,
+        .fp16 = fp16,
         .keys = tk->out_keys,
         .versions = tk->out_versions,
         .values = tk->out_values,
-        .values_f16 = tk->conf.fp16 ? tk->out_f16 : NULL,
+        .values_f16 = fp16 ? tk->out_f16 : NULL,
         .pulled = tk->conf.pulled ? tk->out_pulled : NULL,
     };
+    return SPW_OK;
 }
 
 static void unlink_slot(spw_topk_t *tk, uint32_t slot)
@@ -185,9 +217,11 @@ static uint32_t take_slot(spw_topk_t *tk)
         if (cap > max)
             cap = max;
         size_t c1 = tk->pool_cap, c2 = tk->pool_cap, c3 = tk->pool_cap, c4 = tk->pool_cap;
+        size_t c7 = tk->pool_cap;
         size_t c5 = tk->pool_cap * tk->conf.dim;
         if (spw_trn__grow((void **)&tk->res_keys, &c1, cap, sizeof(uint64_t)) ||
             spw_trn__grow((void **)&tk->res_versions, &c2, cap, sizeof(uint32_t)) ||
+            spw_trn__grow((void **)&tk->res_post, &c7, cap, sizeof(uint8_t)) ||
             spw_trn__grow((void **)&tk->prev, &c3, cap, sizeof(uint32_t)) ||
             spw_trn__grow((void **)&tk->next, &c4, cap, sizeof(uint32_t)) ||
             spw_trn__grow((void **)&tk->res_values, &c5, cap * tk->conf.dim, sizeof(float)))
@@ -202,30 +236,14 @@ static uint32_t take_slot(spw_topk_t *tk)
     return (uint32_t)tk->pool_used++;
 }
 
-/* Stores an unsent row as the newest residual, first sending the oldest when the table is full
- * (the push set has room: reserve_out covered every row of the step). */
-static spw_err_t keep_residual(spw_topk_t *tk, uint64_t key, const float *values, uint32_t version,
-                               const float *pulled)
+/* Fills slot with key's residual and links it as the newest; the index is the caller's. */
+static void fill_slot(spw_topk_t *tk, uint32_t slot, uint64_t key, const float *values,
+                      uint32_t version, const float *pulled)
 {
     const size_t dim = tk->conf.dim;
-    if (tk->conf.residual_max_rows == 0) {
-        append_out(tk, key, values, version, pulled);
-        tk->stats.rows_forced++;
-        return SPW_OK;
-    }
-    if (tk->count == tk->conf.residual_max_rows) {
-        uint32_t old = tk->head;
-        append_out(tk, tk->res_keys[old], tk->res_values + (size_t)old * dim, tk->res_versions[old],
-                   res_pulled(tk, old));
-        tk->stats.rows_forced++;
-        spw_trn__keyidx_remove(&tk->index, tk->res_keys[old]);
-        unlink_slot(tk, old);
-    }
-    uint32_t slot = take_slot(tk);
-    if (slot == SPW_TRN__NONE)
-        return SPW_ERR_NOMEM;
     tk->res_keys[slot] = key;
     tk->res_versions[slot] = version;
+    tk->res_post[slot] = 0;
     memcpy(tk->res_values + (size_t)slot * dim, values, dim * sizeof(float));
     if (tk->conf.pulled)
         memcpy(tk->res_pulled + (size_t)slot * dim, pulled, dim * sizeof(float));
@@ -237,10 +255,145 @@ static spw_err_t keep_residual(spw_topk_t *tk, uint64_t key, const float *values
         tk->head = slot;
     tk->tail = slot;
     tk->count++;
+}
+
+/* Fills slot (taken by take_slot) with key's residual, links it as the newest and indexes it. */
+static void link_residual(spw_topk_t *tk, uint32_t slot, uint64_t key, const float *values,
+                          uint32_t version, const float *pulled)
+{
+    fill_slot(tk, slot, key, values, version, pulled);
     bool inserted;
     spw_trn__keyidx_upsert(&tk->index, key, slot, &inserted);
+}
+
+/* Takes slot out of the age list (and count), keeping it and its key's index entry for the step
+ * to reuse (step_slot). */
+static void detach_slot(spw_topk_t *tk, uint32_t slot)
+{
+    uint32_t p = tk->prev[slot], n = tk->next[slot];
+    if (p != SPW_TRN__NONE)
+        tk->next[p] = n;
+    else
+        tk->head = n;
+    if (n != SPW_TRN__NONE)
+        tk->prev[n] = p;
+    else
+        tk->tail = p;
+    tk->count--;
+    tk->detached++;
+}
+
+/* Frees every slot the step still holds (its key leaves the index). */
+static void release_detached(spw_topk_t *tk, const uint64_t *keys, size_t n)
+{
+    for (size_t r = 0; r < n && tk->detached; r++) {
+        uint32_t slot = tk->step_slot[r];
+        if (slot == SPW_TRN__NONE)
+            continue;
+        spw_trn__keyidx_remove(&tk->index, keys[r]);
+        tk->next[slot] = tk->free_head;
+        tk->free_head = slot;
+        tk->step_slot[r] = SPW_TRN__NONE;
+        tk->detached--;
+    }
+}
+
+/* Stores an unsent row as the newest residual, first sending the oldest when the table is full
+ * (the push set has room: reserve_out covered every row of the step). */
+static spw_err_t keep_residual(spw_topk_t *tk, uint64_t key, const float *values, uint32_t version,
+                               const float *pulled)
+{
+    const size_t dim = tk->conf.dim;
+    if (tk->conf.residual_max_rows == 0 ||
+        (tk->count == 0 && tk->detached == tk->conf.residual_max_rows)) {
+        /* no room, and nothing older to send instead (every slot is held by the step) */
+        append_out(tk, key, values, version, pulled, SPW_TRN__NONE);
+        tk->stats.rows_forced++;
+        return SPW_OK;
+    }
+    if (tk->count + tk->detached >= tk->conf.residual_max_rows) {
+        uint32_t old = tk->head;
+        append_out(tk, tk->res_keys[old], tk->res_values + (size_t)old * dim, sent_version(tk, old),
+                   res_pulled(tk, old), SPW_TRN__NONE);
+        tk->stats.rows_forced++;
+        spw_trn__keyidx_remove(&tk->index, tk->res_keys[old]);
+        unlink_slot(tk, old);
+    }
+    uint32_t slot = take_slot(tk);
+    if (slot == SPW_TRN__NONE)
+        return SPW_ERR_NOMEM;
+    link_residual(tk, slot, key, values, version, pulled);
     tk->stats.rows_kept++;
     return SPW_OK;
+}
+
+/* Error feedback of the fp16 rounding: for every row of the push set (out_f16 packed, out_values
+ * still the f32 values), value - half(value) becomes the key's residual, so that sent (the
+ * decoded half) + residual = computed; out_values receives the decoded halves. The push set's
+ * keys are unique and none of them is in the age list any more (folded, or sent because the table
+ * was full), so each error takes its key's held slot (step_slot) or a fresh one. A fresh slot is
+ * taken only while the table has room: making room would send an older residual, whose own
+ * rounding error would need a slot in turn. Errors that find no room, and non-finite ones (a
+ * value beyond the half range: the shard refuses the row anyway), are counted in
+ * fp16_errors_lost. */
+static spw_err_t keep_f16_errors(spw_topk_t *tk)
+{
+    const size_t dim = tk->conf.dim;
+    float err[SPW_TRN_MAX_LATENT + 1], half[SPW_TRN_MAX_LATENT + 1];
+    for (size_t i = 0; i < tk->out_n; i++) {
+        float *v = tk->out_values + i * dim;
+        spw_wire_f16_to_f32_n(tk->out_f16 + i * dim, half, dim);
+        bool any = false, finite = true;
+        for (size_t j = 0; j < dim; j++) {
+            err[j] = v[j] - half[j];
+            v[j] = half[j];
+            any |= err[j] != 0.0f;
+            finite &= isfinite(err[j]) != 0;
+        }
+        if (!any)
+            continue;
+        uint32_t src = tk->out_src[i];
+        uint32_t held = src != SPW_TRN__NONE && tk->step_slot ? tk->step_slot[src] : SPW_TRN__NONE;
+        if (!finite ||
+            (held == SPW_TRN__NONE && tk->count + tk->detached >= tk->conf.residual_max_rows)) {
+            tk->stats.fp16_errors_lost++;
+            continue;
+        }
+        const float *pulled = tk->conf.pulled ? tk->out_pulled + i * dim : NULL;
+        uint32_t slot = held;
+        if (held != SPW_TRN__NONE) { /* the key's slot, still indexed */
+            fill_slot(tk, held, tk->out_keys[i], err, tk->out_versions[i], pulled);
+            tk->step_slot[src] = SPW_TRN__NONE;
+            tk->detached--;
+        } else {
+            if ((slot = take_slot(tk)) == SPW_TRN__NONE)
+                return SPW_ERR_NOMEM;
+            link_residual(tk, slot, tk->out_keys[i], err, tk->out_versions[i], pulled);
+        }
+        tk->res_post[slot] = 1;
+        tk->stats.fp16_errors_kept++;
+    }
+    return SPW_OK;
+}
+
+/* Frees the residual in slot, whose key is out of the index already, as a drop. */
+static void drop_slot(spw_topk_t *tk, uint32_t slot)
+{
+    unlink_slot(tk, slot);
+    tk->stats.rows_dropped++;
+    tk->stats.residual_rows = tk->count;
+}
+
+/* Whether the shard's row was reset since a residual was computed from it: its version now (the
+ * step's pulled one) is older than the residual's (wrapping compare). A row's version only grows
+ * while it lives; it starts again at 0 when the shard evicts the row (TTL) and creates it anew.
+ * A residual of version 0 is never reset: a row that had no update is re-created bit-identical
+ * (its initial values come from key and seed). The pull reply's versions are the whole signal:
+ * a re-created row that other trainers pushed to as often as the old one had been before this
+ * trainer pulls it again goes unnoticed. */
+static bool row_reset(uint32_t residual_version, uint32_t pulled_version)
+{
+    return (int32_t)(pulled_version - residual_version) < 0;
 }
 
 spw_err_t spw_topk_compress(spw_topk_t *tk, const uint64_t *keys, float *grads,
@@ -249,9 +402,10 @@ spw_err_t spw_topk_compress(spw_topk_t *tk, const uint64_t *keys, float *grads,
     return spw_topk_compress_pulled(tk, keys, grads, versions, NULL, n, out);
 }
 
-spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *grads,
-                                   const uint32_t *versions, const float *pulled, size_t n,
-                                   struct spw_push_set *out)
+/* spw_topk_compress_pulled but for freeing the slots it leaves held (its caller does). */
+static spw_err_t compress_step(spw_topk_t *tk, const uint64_t *keys, float *grads,
+                               const uint32_t *versions, const float *pulled, size_t n,
+                               struct spw_push_set *out)
 {
     const size_t dim = tk->conf.dim;
     const bool ef = tk->conf.error_feedback;
@@ -260,13 +414,15 @@ spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *
         return SPW_ERR_TOO_BIG;
     if (tk->conf.pulled && !pulled && n > 0)
         return SPW_ERR_INVALID;
-    size_t index_need = tk->count + n;
+    /* the unsent rows, and with fp16 the rounding errors of up to 2n rows sent */
+    size_t index_need = tk->count + (tk->conf.fp16 ? 3 * n : n);
     if (index_need > tk->conf.residual_max_rows)
         index_need = tk->conf.residual_max_rows;
     if (spw_trn__grow((void **)&tk->norms, &tk->cap_norms, n, sizeof(float)) ||
         spw_trn__grow((void **)&tk->selected, &tk->cap_selected, n, sizeof(uint8_t)) ||
         (!tk->be && spw_trn__grow((void **)&tk->scratch, &tk->cap_scratch, n, sizeof(uint64_t))) ||
-        reserve_out(tk, 2 * n) || (ef && spw_trn__keyidx_reserve(&tk->index, index_need)))
+        reserve_out(tk, 2 * n) || (ef && spw_trn__keyidx_reserve(&tk->index, index_need)) ||
+        (ef && spw_trn__grow((void **)&tk->step_slot, &tk->cap_step_slot, n, sizeof(uint32_t))))
         return SPW_ERR_NOMEM;
 
     tk->stats.steps++;
@@ -274,17 +430,31 @@ spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *
     tk->stats.bytes_dense += n * (SPW_TRN_PUSH_ROW_OVERHEAD + 4u * dim);
     tk->out_n = 0;
 
-    /* Error feedback: fold each key's residual into its row and free the slot. */
+    /* Error feedback: fold each key's residual into its row, holding its slot (step_slot) for
+     * the step to reuse: the row's new residual or rounding error goes back into it without a
+     * second index lookup. A residual of a row the shard evicted since is dropped instead
+     * (row_reset). */
+    if (ef) {
+        for (size_t r = 0; r < n; r++)
+            tk->step_slot[r] = SPW_TRN__NONE;
+    }
     if (ef && tk->count) {
         for (size_t r = 0; r < n; r++) {
-            uint32_t slot = spw_trn__keyidx_remove(&tk->index, keys[r]);
+            uint32_t slot = spw_trn__keyidx_find(&tk->index, keys[r]);
             if (slot == SPW_TRN__NONE)
                 continue;
+            if (versions && row_reset(tk->res_versions[slot], versions[r])) {
+                spw_trn__keyidx_remove(&tk->index, keys[r]);
+                drop_slot(tk, slot); /* spw_topk_drop, its key already out of the index */
+                tk->stats.rows_reset++;
+                continue;
+            }
             float *g = grads + r * dim;
             const float *res = tk->res_values + (size_t)slot * dim;
             for (size_t j = 0; j < dim; j++)
                 g[j] += res[j];
-            unlink_slot(tk, slot);
+            detach_slot(tk, slot);
+            tk->step_slot[r] = slot;
         }
     }
 
@@ -310,7 +480,20 @@ spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *
     for (size_t r = 0; r < n; r++)
         if (tk->selected[r])
             append_out(tk, keys[r], grads + r * dim, versions ? versions[r] : 0,
-                       pulled ? pulled + r * dim : NULL);
+                       pulled ? pulled + r * dim : NULL, (uint32_t)r);
+    /* Without fp16 a sent row leaves nothing: its slot is free for the unsent rows at once, as
+     * if it had never been held. With fp16 it waits for the row's rounding error. */
+    if (ef && !tk->conf.fp16 && tk->detached) {
+        for (size_t r = 0; r < n; r++) {
+            if (!tk->selected[r] || tk->step_slot[r] == SPW_TRN__NONE)
+                continue;
+            spw_trn__keyidx_remove(&tk->index, keys[r]);
+            tk->next[tk->step_slot[r]] = tk->free_head;
+            tk->free_head = tk->step_slot[r];
+            tk->step_slot[r] = SPW_TRN__NONE;
+            tk->detached--;
+        }
+    }
     for (size_t r = 0; r < n; r++) {
         if (tk->selected[r])
             continue;
@@ -318,12 +501,31 @@ spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *
             tk->stats.rows_discarded++;
             continue;
         }
-        if ((err = keep_residual(tk, keys[r], grads + r * dim, versions ? versions[r] : 0,
-                                 pulled ? pulled + r * dim : NULL)))
+        const uint32_t version = versions ? versions[r] : 0;
+        const float *row_pulled = pulled ? pulled + r * dim : NULL;
+        if (tk->step_slot[r] != SPW_TRN__NONE) { /* its own slot, still indexed */
+            fill_slot(tk, tk->step_slot[r], keys[r], grads + r * dim, version, row_pulled);
+            tk->step_slot[r] = SPW_TRN__NONE;
+            tk->detached--;
+            tk->stats.rows_kept++;
+            continue;
+        }
+        if ((err = keep_residual(tk, keys[r], grads + r * dim, version, row_pulled)))
             return err;
     }
-    finish_out(tk, out);
-    return SPW_OK;
+    return finish_out(tk, out, tk->conf.fp16);
+}
+
+spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *grads,
+                                   const uint32_t *versions, const float *pulled, size_t n,
+                                   struct spw_push_set *out)
+{
+    tk->detached = 0;
+    spw_err_t err = compress_step(tk, keys, grads, versions, pulled, n, out);
+    if (tk->detached)
+        release_detached(tk, keys, n);
+    tk->stats.residual_rows = tk->count;
+    return err;
 }
 
 spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out)
@@ -334,14 +536,16 @@ spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out)
     tk->out_n = 0;
     for (uint32_t slot = tk->head; slot != SPW_TRN__NONE; slot = tk->next[slot])
         append_out(tk, tk->res_keys[slot], tk->res_values + (size_t)slot * dim,
-                   tk->res_versions[slot], res_pulled(tk, slot));
+                   sent_version(tk, slot), res_pulled(tk, slot), SPW_TRN__NONE);
     tk->stats.rows_flushed += tk->out_n;
     tk->count = 0;
     tk->pool_used = 0;
     tk->head = tk->tail = tk->free_head = SPW_TRN__NONE;
     spw_trn__keyidx_clear(&tk->index);
-    finish_out(tk, out);
-    return SPW_OK;
+    /* In f32 even with fp16: a flush empties the table (checkpoints, the end of a run), so no
+     * rounding error may be left behind, and flushes are rare enough for the bytes not to matter.
+     */
+    return finish_out(tk, out, false);
 }
 
 bool spw_topk_drop(spw_topk_t *tk, uint64_t key)
@@ -349,9 +553,7 @@ bool spw_topk_drop(spw_topk_t *tk, uint64_t key)
     uint32_t slot = spw_trn__keyidx_remove(&tk->index, key);
     if (slot == SPW_TRN__NONE)
         return false;
-    unlink_slot(tk, slot);
-    tk->stats.rows_dropped++;
-    tk->stats.residual_rows = tk->count;
+    drop_slot(tk, slot);
     return true;
 }
 

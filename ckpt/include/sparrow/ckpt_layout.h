@@ -30,6 +30,10 @@
  *         shard-<i>/                  shard i's checkpoint: a RocksDB checkpoint (the pserver,
  *                                     sparrow/ps_ckpt.h for its rows)
  *           CHECKSUM                  digest of every other file (pserver/src/checkpoint.c)
+           SKETCH                    the admission count-min sketch, when admission is on
+                                     (pserver/src/state.c; absent in older checkpoints)
+           DEDUP                     the push de-duplication windows per trainer (state.c;
+                                     absent in older checkpoints and in rewritten ones)
  *         .shard-<i>.tmp/             shard i's checkpoint being written, renamed to shard-<i>
  *
  * Conventions: pointers are non-NULL; paths are written into caller buffers (out, size) and a
@@ -42,6 +46,8 @@
 #define SPW_CKPT_MANIFEST "MANIFEST"
 #define SPW_CKPT_LATEST   "LATEST"
 #define SPW_CKPT_CHECKSUM "CHECKSUM"
+#define SPW_CKPT_SKETCH   "SKETCH"
+#define SPW_CKPT_DEDUP    "DEDUP"
 #define SPW_CKPT_PATH_MAX 4096
 
 /* <root>/checkpoints. */

@@ -247,15 +247,17 @@ struct spw_ps_checkpoint_info {
 };
 
 /* Flushes dirty rows and writes a RocksDB checkpoint to <root>/checkpoints/<epoch>/shard-<i>
- * with a CHECKSUM file; the directory appears atomically (renamed from a temporary one). On
- * failure nothing of it is left and earlier checkpoints are untouched. SPW_ERR_EXISTS when that
- * epoch's checkpoint is present, SPW_ERR_IO / SPW_ERR_STORE with errstr on I/O failure. */
+ * with the admission sketch (SKETCH, when admission is on; the server adds its de-duplication
+ * windows, DEDUP) and a CHECKSUM file; the directory appears atomically (renamed from a temporary
+ * one). On failure nothing of it is left and earlier checkpoints are untouched. SPW_ERR_EXISTS when
+ * that epoch's checkpoint is present, SPW_ERR_IO / SPW_ERR_STORE with errstr on I/O failure. */
 spw_err_t spw_ps_store_checkpoint(spw_ps_store_t *store, const char *root, uint64_t epoch,
                                   struct spw_ps_checkpoint_info *info, char *errstr,
                                   size_t errstr_size);
 
 /* Finds the newest checkpoint of shard under <root>/checkpoints whose CHECKSUM verifies
- * (logging and skipping others) and replaces db_path's contents with it. SPW_ERR_NOT_FOUND when
+ * (logging and skipping others) and replaces db_path's contents with its database files (SKETCH
+ * and DEDUP stay in the checkpoint, where the server reads them). SPW_ERR_NOT_FOUND when
  * none verifies (db_path untouched). *epoch receives the restored epoch. */
 spw_err_t spw_ps_checkpoint_restore(const char *root, uint32_t shard, const char *db_path,
                                     uint64_t *epoch, char *errstr, size_t errstr_size);
@@ -267,8 +269,10 @@ spw_err_t spw_ps_checkpoint_restore(const char *root, uint32_t shard, const char
 spw_err_t spw_ps_checkpoint_restore_epoch(const char *root, uint32_t shard, uint64_t epoch,
                                           const char *db_path, char *errstr, size_t errstr_size);
 
-/* Verifies one checkpoint directory against its CHECKSUM file: SPW_OK, SPW_ERR_CORRUPT,
- * SPW_ERR_NOT_FOUND (no CHECKSUM) or SPW_ERR_IO. hex (may be NULL) receives the digest. */
+/* Verifies one checkpoint directory against its CHECKSUM file, and the framing of its SKETCH and
+ * DEDUP files when present (sizes, ranges, their own digest; a refusal is logged with the file
+ * and the fault): SPW_OK, SPW_ERR_CORRUPT, SPW_ERR_NOT_FOUND (no CHECKSUM) or SPW_ERR_IO. hex
+ * (may be NULL) receives the digest. */
 spw_err_t spw_ps_checkpoint_verify(const char *dir, char hex[17]);
 
 struct spw_ps_store_stats {

@@ -279,25 +279,38 @@ struct spw_push_set {
 };
 
 struct spw_topk_stats {
-    uint64_t steps;          /* compress calls */
-    uint64_t rows_in;        /* rows offered */
-    uint64_t rows_sent;      /* rows pushed, by every path */
-    uint64_t rows_selected;  /* of which chosen by top-k */
-    uint64_t rows_forced;    /* of which residuals sent because the table was full */
-    uint64_t rows_flushed;   /* of which residuals sent by spw_topk_flush */
-    uint64_t rows_kept;      /* unsent rows stored as residual */
-    uint64_t rows_discarded; /* unsent rows thrown away (error feedback off) */
-    uint64_t rows_dropped;   /* residuals removed by spw_topk_drop */
-    uint64_t bytes_sent;     /* SPW_TRN_PUSH_ROW_OVERHEAD + dim × (2 | 4) per row sent */
-    uint64_t bytes_dense;    /* what rows_in would cost as fp32 without compression */
-    size_t residual_rows;    /* rows in the residual table now */
+    uint64_t steps;            /* compress calls */
+    uint64_t rows_in;          /* rows offered */
+    uint64_t rows_sent;        /* rows pushed, by every path */
+    uint64_t rows_selected;    /* of which chosen by top-k */
+    uint64_t rows_forced;      /* of which residuals sent because the table was full */
+    uint64_t rows_flushed;     /* of which residuals sent by spw_topk_flush */
+    uint64_t rows_kept;        /* unsent rows stored as residual */
+    uint64_t rows_discarded;   /* unsent rows thrown away (error feedback off) */
+    uint64_t rows_dropped;     /* residuals removed by spw_topk_drop (rows_reset included) */
+    uint64_t rows_reset;       /* of which dropped because the shard evicted the row since */
+    uint64_t fp16_errors_kept; /* sent rows whose fp16 rounding error became their residual */
+    uint64_t fp16_errors_lost; /* ... not kept: the table was full, or the error not finite */
+    uint64_t bytes_sent;       /* SPW_TRN_PUSH_ROW_OVERHEAD + dim × (2 | 4) per row sent */
+    uint64_t bytes_dense;      /* what rows_in would cost as fp32 without compression */
+    size_t residual_rows;      /* rows in the residual table now */
 };
 
 /*
  * Top-k compressor. Per step: add each row's residual, keep the ceil(ratio × n) rows of largest
  * gradient norm, and (with error feedback) store the rest as residuals; when the table is full
- * the oldest residuals are sent instead of being dropped. Conserves the gradient: over any
- * sequence of steps, sent + residual = computed (to float rounding).
+ * the oldest residuals are sent instead of being dropped. With fp16 the rounding error of each row
+ * sent as halves (value - half(value)) is kept as that key's residual too, while the table has
+ * room (fp16_errors_lost counts the rest); sent on its own, such an error carries the version its
+ * row's push gave the row (one more than pulled), so that the shard's staleness penalty does not
+ * count the trainer's own push. Conserves the gradient: over any sequence of steps,
+ * sent (as the shard decodes it) + residual = computed (to float rounding). Without error
+ * feedback nothing is kept.
+ *
+ * Evictions: a shard that evicts a row (TTL) and creates it anew restarts its version at 0. A step
+ * whose pulled version of a key is older than the version its residual was computed from drops
+ * that residual (spw_topk_drop; rows_reset) instead of folding it into the fresh row: the pull
+ * reply's versions are the signal (docs/ARCHITECTURE.md §4).
  */
 typedef struct spw_topk spw_topk_t;
 
@@ -308,7 +321,8 @@ spw_topk_t *spw_topk_new(const struct spw_topk_conf *conf, spw_backend_t *be, ch
 void spw_topk_destroy(spw_topk_t *tk);
 
 /*
- * Compresses one step of n rows (keys unique; versions NULL means 0). grads is used in place:
+ * Compresses one step of n rows (keys unique; versions, the versions pulled, NULL means 0: no
+ * reset is detected then). grads is used in place:
  * on return it holds gradient + residual. Fills *out. SPW_ERR_NOMEM when a buffer cannot grow
  * (the residual table may then hold fewer rows: the step should be treated as failed).
  */
@@ -323,7 +337,8 @@ spw_err_t spw_topk_compress_pulled(spw_topk_t *tk, const uint64_t *keys, float *
                                    const uint32_t *versions, const float *pulled, size_t n,
                                    struct spw_push_set *out);
 
-/* Moves every residual into *out (oldest first) and empties the table (checkpoints use it). */
+/* Moves every residual into *out (oldest first) and empties the table (checkpoints use it). The
+ * set is f32 (out->fp16 false) even with conf.fp16, so that nothing is left behind. */
 spw_err_t spw_topk_flush(spw_topk_t *tk, struct spw_push_set *out);
 
 /* Forgets the residual of key (the server evicted its row). True when there was one. */
