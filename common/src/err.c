@@ -1,6 +1,9 @@
 /* Text for Sparrow error codes. */
 #include "sparrow/err.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
 const char *spw_err_str(spw_err_t err)
 {
     switch (err) {
@@ -43,4 +46,15 @@ const char *spw_err_str(spw_err_t err)
     default:
         return "unknown error";
     }
+}
+
+spw_err_t spw_errf(spw_err_t rc, char *errstr, size_t errstr_size, const char *fmt, ...)
+{
+    if (!errstr || errstr_size == 0)
+        return rc;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errstr, errstr_size, fmt, ap);
+    va_end(ap);
+    return rc;
 }

@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,17 +9,6 @@
 #include <json-c/json.h>
 
 #include "sparrow/serve.h"
-
-static spw_err_t fail(char *errstr, size_t errstr_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static spw_err_t fail(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errstr, errstr_size, fmt, ap);
-    va_end(ap);
-    return SPW_ERR_INVALID;
-}
 
 /* A key given as a JSON integer or a decimal string, 0..2^64-1. */
 static bool parse_key(struct json_object *v, uint64_t *out)
@@ -70,25 +58,29 @@ static spw_err_t parse_keys(struct json_object *ex, struct json_object *keys,
 {
     (void)ex;
     if (!json_object_is_type(keys, json_type_array))
-        return fail(errstr, errstr_size, "example %zu: \"keys\" is not an array", idx);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "example %zu: \"keys\" is not an array", idx);
     size_t n = json_object_array_length(keys);
     if (n > limits->max_features)
-        return fail(errstr, errstr_size, "example %zu: %zu features, more than the limit %u", idx,
-                    n, limits->max_features);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "example %zu: %zu features, more than the limit %u", idx, n,
+                        limits->max_features);
     if (weights && !json_object_is_type(weights, json_type_array))
-        return fail(errstr, errstr_size, "example %zu: \"weights\" is not an array", idx);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "example %zu: \"weights\" is not an array", idx);
     if (weights && json_object_array_length(weights) != n)
-        return fail(errstr, errstr_size, "example %zu: %zu weights for %zu keys", idx,
-                    json_object_array_length(weights), n);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "example %zu: %zu weights for %zu keys", idx,
+                        json_object_array_length(weights), n);
     uint64_t *k = spw_arena_alloc(arena, (n ? n : 1) * sizeof(*k));
     float *w = spw_arena_alloc(arena, (n ? n : 1) * sizeof(*w));
     if (!k || !w)
         return SPW_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) {
         if (!parse_key(json_object_array_get_idx(keys, i), &k[i]))
-            return fail(errstr, errstr_size,
-                        "example %zu: key %zu is not an integer in 0..18446744073709551615", idx,
-                        i);
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                            "example %zu: key %zu is not an integer in 0..18446744073709551615",
+                            idx, i);
         w[i] = 1.0f;
         if (weights) {
             struct json_object *wv = json_object_array_get_idx(weights, i);
@@ -96,8 +88,8 @@ static spw_err_t parse_keys(struct json_object *ex, struct json_object *keys,
             double d = json_object_get_double(wv);
             if ((t != json_type_int && t != json_type_double) || !isfinite(d) ||
                 !isfinite((float)d))
-                return fail(errstr, errstr_size, "example %zu: weight %zu is not a finite number",
-                            idx, i);
+                return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                                "example %zu: weight %zu is not a finite number", idx, i);
             w[i] = (float)d;
         }
     }
@@ -115,7 +107,8 @@ static spw_err_t parse_features(struct json_object *features, struct json_object
                                 char *errstr, size_t errstr_size)
 {
     if (!json_object_is_type(features, json_type_object))
-        return fail(errstr, errstr_size, "example %zu: \"features\" is not an object", idx);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "example %zu: \"features\" is not an object", idx);
     struct spw_ingest_limits il;
     spw_ingest_limits_default(&il);
     il.max_features = limits->max_features;
@@ -125,8 +118,8 @@ static spw_err_t parse_features(struct json_object *features, struct json_object
     if (rc == SPW_OK)
         rc = spw_ingest_json_features(features, weight, schema, &il, arena, &f, &perr);
     if (rc == SPW_ERR_INVALID)
-        return fail(errstr, errstr_size, "example %zu: %s: %s", idx,
-                    spw_reject_reason_name(perr.reason), perr.message);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "example %zu: %s: %s", idx,
+                        spw_reject_reason_name(perr.reason), perr.message);
     if (rc != SPW_OK)
         return rc;
     out->n = f.n;
@@ -146,7 +139,7 @@ static spw_err_t parse_example(struct json_object *ex, const struct spw_serve_li
                                size_t errstr_size)
 {
     if (!json_object_is_type(ex, json_type_object))
-        return fail(errstr, errstr_size, "example %zu is not an object", idx);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "example %zu is not an object", idx);
     struct json_object *features = NULL, *weight = NULL, *keys = NULL, *weights = NULL;
     json_object_object_foreach(ex, name, val)
     {
@@ -161,24 +154,28 @@ static spw_err_t parse_example(struct json_object *ex, const struct spw_serve_li
         else if (strcmp(name, "id") == 0 || strcmp(name, "ts") == 0)
             continue;
         else
-            return fail(errstr, errstr_size, "example %zu: unknown field \"%.64s\"", idx, name);
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                            "example %zu: unknown field \"%.64s\"", idx, name);
     }
     if (features && keys)
-        return fail(errstr, errstr_size, "example %zu: both \"features\" and \"keys\"", idx);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "example %zu: both \"features\" and \"keys\"", idx);
     if (features) {
         if (weights)
-            return fail(errstr, errstr_size,
-                        "example %zu: \"weights\" goes with \"keys\" (use \"weight\")", idx);
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                            "example %zu: \"weights\" goes with \"keys\" (use \"weight\")", idx);
         return parse_features(features, weight, limits, schema, arena, out, idx, errstr,
                               errstr_size);
     }
     if (keys) {
         if (weight)
-            return fail(errstr, errstr_size,
-                        "example %zu: \"weight\" goes with \"features\" (use \"weights\")", idx);
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                            "example %zu: \"weight\" goes with \"features\" (use \"weights\")",
+                            idx);
         return parse_keys(ex, keys, weights, limits, arena, out, idx, errstr, errstr_size);
     }
-    return fail(errstr, errstr_size, "example %zu: needs \"features\" or \"keys\"", idx);
+    return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                    "example %zu: needs \"features\" or \"keys\"", idx);
 }
 
 spw_err_t spw_serve_request_parse(const char *body, size_t len,
@@ -187,7 +184,8 @@ spw_err_t spw_serve_request_parse(const char *body, size_t len,
                                   size_t errstr_size)
 {
     if (len == 0 || len > INT32_MAX)
-        return fail(errstr, errstr_size, len ? "body too large" : "empty body");
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        len ? "body too large" : "empty body");
     struct json_tokener *tok = json_tokener_new_ex((int)limits->max_depth);
     if (!tok)
         return SPW_ERR_NOMEM;
@@ -196,35 +194,38 @@ spw_err_t spw_serve_request_parse(const char *body, size_t len,
     enum json_tokener_error jerr = json_tokener_get_error(tok);
     spw_err_t rc = SPW_OK;
     if (!root || jerr != json_tokener_success) {
-        rc = fail(errstr, errstr_size, "malformed JSON: %s",
-                  jerr == json_tokener_continue ? "unexpected end of input"
-                                                : json_tokener_error_desc(jerr));
+        rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "malformed JSON: %s",
+                      jerr == json_tokener_continue ? "unexpected end of input"
+                                                    : json_tokener_error_desc(jerr));
         goto out_free_tok;
     }
     /* Nothing but white space may follow the value. */
     for (size_t i = json_tokener_get_parse_end(tok); i < len; i++) {
         if (body[i] != ' ' && body[i] != '\t' && body[i] != '\n' && body[i] != '\r') {
-            rc = fail(errstr, errstr_size, "malformed JSON: trailing bytes after the value");
+            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                          "malformed JSON: trailing bytes after the value");
             goto out_put_root;
         }
     }
     if (!json_object_is_type(root, json_type_object)) {
-        rc = fail(errstr, errstr_size, "the body is not a JSON object");
+        rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "the body is not a JSON object");
         goto out_put_root;
     }
     struct json_object *examples = NULL;
     if (json_object_object_get_ex(root, "examples", &examples)) {
         if (json_object_object_length(root) != 1) {
-            rc = fail(errstr, errstr_size, "\"examples\" must be the only field");
+            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                          "\"examples\" must be the only field");
             goto out_put_root;
         }
         if (!json_object_is_type(examples, json_type_array)) {
-            rc = fail(errstr, errstr_size, "\"examples\" is not an array");
+            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "\"examples\" is not an array");
             goto out_put_root;
         }
         size_t n = json_object_array_length(examples);
         if (n == 0 || n > limits->max_examples) {
-            rc = fail(errstr, errstr_size, "%zu examples (1..%u allowed)", n, limits->max_examples);
+            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%zu examples (1..%u allowed)", n,
+                          limits->max_examples);
             goto out_put_root;
         }
         out->examples = spw_arena_calloc(arena, n, sizeof(*out->examples));

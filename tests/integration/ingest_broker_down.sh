@@ -35,13 +35,7 @@ timeout 60 kcat -P -b "$BS" -t events <part.ac || fail "produce 3"
 echo "rtt 1 0" >&3
 
 N_IN=$(wc -l <input.json)
-for _ in $(seq 1 90); do
-    dump_examples examples ex.txt || true
-    [ "$(awk '{print $2}' ex.txt | sort -u | wc -l)" -ge "$N_IN" ] && break
-    sleep 1
-done
-N_UNIQ=$(awk '{print $2}' ex.txt | sort -u | wc -l)
-N_EX=$(wc -l <ex.txt)
+wait_all_examples "$N_IN"
 [ "$N_UNIQ" -eq "$N_IN" ] || fail "lost events: $N_UNIQ distinct of $N_IN"
 awk '{print $2}' ex.txt | sort -n | uniq | awk -v n="$N_IN" 'NR-1 != $1 {exit 1} END {exit NR != n}' ||
     fail "ids are not 0..N-1"

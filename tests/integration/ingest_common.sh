@@ -64,3 +64,16 @@ while i < len(data):
         print(part, eid, label, len(flds), ",".join("%d:%d" % fk for fk in zip(flds, keys)))
 PY
 }
+
+# wait_all_examples N: polls the examples topic (dump_examples into ex.txt, 90 s at most) until
+# it holds N distinct event ids; sets N_UNIQ (distinct ids) and N_EX (examples, duplicates too).
+wait_all_examples() {
+    local _
+    for _ in $(seq 1 90); do
+        dump_examples examples ex.txt || true
+        [ "$(awk '{print $2}' ex.txt | sort -u | wc -l)" -ge "$1" ] && break
+        sleep 1
+    done
+    N_UNIQ=$(awk '{print $2}' ex.txt | sort -u | wc -l)
+    N_EX=$(wc -l <ex.txt)
+}

@@ -36,13 +36,7 @@ grep -q "ingest stopped" ingest1.err && fail "the first run was not killed mid-s
 echo "rtt 1 0" >&3
 
 start_ingest ingest2.err
-for _ in $(seq 1 90); do
-    dump_examples examples ex.txt || true
-    [ "$(awk '{print $2}' ex.txt | sort -u | wc -l)" -ge "$N_IN" ] && break
-    sleep 1
-done
-N_UNIQ=$(awk '{print $2}' ex.txt | sort -u | wc -l)
-N_EX=$(wc -l <ex.txt)
+wait_all_examples "$N_IN"
 [ "$N_UNIQ" -eq "$N_IN" ] || fail "lost events: $N_UNIQ distinct of $N_IN"
 echo "examples before kill: $N_BEFORE; total: $N_EX; duplicates: $((N_EX - N_UNIQ))"
 kill -TERM "$ING"

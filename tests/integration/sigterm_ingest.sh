@@ -61,13 +61,7 @@ N_BEFORE=$(wc -l <before.txt)
 wait "$FEED" || fail "feeding the events"
 
 start_ingest ingest2.err
-for _ in $(seq 1 90); do
-    dump_examples examples ex.txt || true
-    [ "$(awk '{print $2}' ex.txt | sort -u | wc -l)" -ge "$N_IN" ] && break
-    sleep 1
-done
-N_UNIQ=$(awk '{print $2}' ex.txt | sort -u | wc -l)
-N_EX=$(wc -l <ex.txt)
+wait_all_examples "$N_IN"
 echo "ingest: examples out at SIGTERM $N_BEFORE of $N_IN; after a second run $N_UNIQ distinct," \
     "$((N_EX - N_UNIQ)) repeated"
 [ "$N_UNIQ" -eq "$N_IN" ] || fail "lost events: $N_UNIQ distinct of $N_IN"

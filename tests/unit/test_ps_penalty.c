@@ -1,11 +1,7 @@
 /* Unit tests of the staleness penalties adaptive and dc (parsing, arithmetic against
  * hand-computed values, through the store with SGD), the row classes bias/top/rest and their
  * running means. */
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
+#include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
 #include <stdio.h>
@@ -14,34 +10,13 @@
 
 #include "ps_int.h"
 #include "sparrow/fs.h"
+#include "test_dir.h"
 
 #define TOL 1e-6
 
-struct fixture {
-    char dir[64];
-    int n_db;
-};
-
-static int setup(void **state)
-{
-    struct fixture *fx = calloc(1, sizeof(*fx));
-    snprintf(fx->dir, sizeof(fx->dir), "/tmp/test_ps_penalty.XXXXXX");
-    if (!mkdtemp(fx->dir))
-        return -1;
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *fx = *state;
-    spw_fs_remove_tree(fx->dir);
-    free(fx);
-    return 0;
-}
-
 /* An SGD store of rows starting at 0 with the given penalty. */
-static spw_ps_store_t *open_sgd(struct fixture *fx, uint32_t dim, float lr, const char *penalty)
+static spw_ps_store_t *open_sgd(struct test_dir_fixture *fx, uint32_t dim, float lr,
+                                const char *penalty)
 {
     char path[128];
     snprintf(path, sizeof(path), "%s/db%d", fx->dir, fx->n_db++);
@@ -356,18 +331,9 @@ static void test_ps_penalty_store_classes(void **state)
     spw_ps_store_close(s);
 }
 
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ps_penalty_parse_new_spellings),
-        cmocka_unit_test(test_ps_penalty_alpha_values),
-        cmocka_unit_test(test_ps_penalty_dc_correct_by_hand),
-        cmocka_unit_test_setup_teardown(test_ps_penalty_dc_through_store, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_penalty_adaptive_through_store, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ps_penalty_adaptive_fresh_is_none, setup, teardown),
-        cmocka_unit_test(test_ps_penalty_classes),
-        cmocka_unit_test(test_ps_penalty_running_means),
-        cmocka_unit_test_setup_teardown(test_ps_penalty_store_classes, setup, teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+/* every test gets a fresh directory (those without a store ignore it) */
+SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_penalty_parse_new_spellings,
+                   test_ps_penalty_alpha_values, test_ps_penalty_dc_correct_by_hand,
+                   test_ps_penalty_dc_through_store, test_ps_penalty_adaptive_through_store,
+                   test_ps_penalty_adaptive_fresh_is_none, test_ps_penalty_classes,
+                   test_ps_penalty_running_means, test_ps_penalty_store_classes)

@@ -10,31 +10,9 @@
 
 #include "ps_int.h"
 #include "sparrow/fs.h"
+#include "test_dir.h"
 
-struct fixture {
-    char dir[64];
-    int n_db;
-};
-
-static int setup(void **state)
-{
-    struct fixture *fx = calloc(1, sizeof(*fx));
-    snprintf(fx->dir, sizeof(fx->dir), "/tmp/test_ps_store.XXXXXX");
-    if (!mkdtemp(fx->dir))
-        return -1;
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *fx = *state;
-    spw_fs_remove_tree(fx->dir);
-    free(fx);
-    return 0;
-}
-
-static struct spw_ps_store_conf base_conf(struct fixture *fx, char *path, size_t path_size,
+static struct spw_ps_store_conf base_conf(struct test_dir_fixture *fx, char *path, size_t path_size,
                                           enum spw_ps_optimizer opt, uint32_t dim)
 {
     snprintf(path, path_size, "%s/db%d", fx->dir, fx->n_db++);
@@ -60,7 +38,7 @@ static spw_ps_store_t *open_ok(const struct spw_ps_store_conf *c)
 
 static void test_ps_store_pull_init_deterministic(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     char p1[128], p2[128];
     struct spw_ps_store_conf c1 = base_conf(fx, p1, sizeof(p1), SPW_PS_ADAGRAD, 8);
     struct spw_ps_store_conf c2 = base_conf(fx, p2, sizeof(p2), SPW_PS_ADAGRAD, 8);
@@ -82,7 +60,7 @@ static void test_ps_store_pull_init_deterministic(void **state)
 
 static void test_ps_store_push_versions_and_staleness(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     char p[128];
     struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_SGD, 1);
     c.optim.lr = 1.0f;
@@ -116,7 +94,7 @@ static void test_ps_store_push_versions_and_staleness(void **state)
 
 static void test_ps_store_penalties_through_store(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     const char *specs[] = {"none", "inverse", "exp:0.5", "drop:2"};
     const double want[] = {-1.0, -0.25, -0.125, 0.0}; /* tau = 3 */
     for (int i = 0; i < 4; i++) {
@@ -143,7 +121,7 @@ static void test_ps_store_penalties_through_store(void **state)
 
 static void test_ps_store_nonfinite_rejected(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     char p[128];
     struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, 2);
     spw_ps_store_t *s = open_ok(&c);
@@ -170,7 +148,7 @@ static void test_ps_store_nonfinite_rejected(void **state)
  * one that holds all of them; every row must be bit-identical. */
 static void test_ps_store_spill_readback_identical(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     char p1[128], p2[128];
     const uint32_t dim = 4, n_keys = 20000;
     struct spw_ps_store_conf small = base_conf(fx, p1, sizeof(p1), SPW_PS_ADAM, dim);
@@ -228,7 +206,7 @@ static void test_ps_store_spill_readback_identical(void **state)
  * and few rows uses little memory, and the index keeps finding every row as it grows. */
 static void test_ps_store_index_grows_with_rows(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     char p[128];
     const uint32_t dim = 4;
     struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, dim);
@@ -309,7 +287,7 @@ static void free_rows(struct spw_ps_row_copy **rows, size_t n)
  * crowded keys (small integers) and spread ones (hashes) alike. */
 static void test_ps_store_large_flush_roundtrip(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     const uint32_t dim = 3;
     enum { N = 3 * SPW_PS_SST_MIN_ROWS, BATCH = 1024 };
     static uint64_t keys[N];
@@ -356,7 +334,7 @@ static void test_ps_store_large_flush_roundtrip(void **state)
 
 static void test_ps_store_admission(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     char p[128];
     struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_SGD, 2);
     c.admit_min_count = 3;
@@ -392,7 +370,7 @@ static void test_ps_store_admission(void **state)
  * (even at a large tau under drop), rejects non-finite values; other keys train as usual. */
 static void test_ps_store_counter_key(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     char p[128];
     struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, 3);
     c.counter_key = 0x5eed;
@@ -449,7 +427,7 @@ static bool has_key(const struct evicted *ev, uint64_t key)
 
 static void test_ps_store_ttl(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     char p[128];
     struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_SGD, 4);
     c.ttl_s = 10;
@@ -491,7 +469,7 @@ static void test_ps_store_ttl(void **state)
 
 static void test_ps_store_reopen_persists_and_checks_layout(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     char p[128];
     struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_FTRL, 3);
     spw_ps_store_t *s = open_ok(&c);
@@ -517,7 +495,7 @@ static void test_ps_store_reopen_persists_and_checks_layout(void **state)
  * (bloom filters, XXH3 checksums). */
 static void test_ps_store_db_options_insert_hint(void **state)
 {
-    struct fixture *fx = *state;
+    struct test_dir_fixture *fx = *state;
     char p[128];
     struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, 4);
     spw_ps_store_t *s = open_ok(&c);
@@ -547,7 +525,7 @@ static void test_ps_store_db_options_insert_hint(void **state)
     spw_ps_store_close(s);
 }
 
-SPW_TEST_MAIN_EACH(setup, teardown, test_ps_store_pull_init_deterministic,
+SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_store_pull_init_deterministic,
                    test_ps_store_push_versions_and_staleness, test_ps_store_penalties_through_store,
                    test_ps_store_nonfinite_rejected, test_ps_store_spill_readback_identical,
                    test_ps_store_index_grows_with_rows, test_ps_store_large_flush_roundtrip,

@@ -6,12 +6,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ps_client_int.h"
+#include "sparrow/fs.h"
 #include "sparrow/hash.h"
 
 enum { DIM = 3 };
@@ -21,12 +21,6 @@ struct env {
     spw_ps_store_t *stores[3];
     uint32_t n;
 };
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
 
 static void open_stores(struct env *e, uint32_t n, enum spw_ps_penalty_kind penalty)
 {
@@ -66,7 +60,7 @@ static int teardown(void **state)
     struct env *e = *state;
     for (uint32_t s = 0; s < e->n; s++)
         spw_ps_store_close(e->stores[s]);
-    nftw(e->root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    spw_fs_remove_tree(e->root);
     free(e);
     return 0;
 }

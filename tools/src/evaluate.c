@@ -6,7 +6,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,17 +38,6 @@ struct spw_evaluate_model {
     char shards[256];         /* for messages */
 };
 
-static spw_err_t fail(spw_err_t rc, char *errstr, size_t errstr_size, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static spw_err_t fail(spw_err_t rc, char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errstr, errstr_size, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 static bool is_dir(const char *path)
 {
     struct stat st;
@@ -63,14 +51,14 @@ static spw_err_t find_root(const char *dir, char *root, size_t root_size, char *
 {
     struct stat st;
     if (stat(dir, &st) != 0)
-        return fail(errno == ENOENT ? SPW_ERR_NOT_FOUND : SPW_ERR_IO, errstr, errstr_size,
-                    "checkpoint directory %s: %s", dir, strerror(errno));
+        return spw_errf(errno == ENOENT ? SPW_ERR_NOT_FOUND : SPW_ERR_IO, errstr, errstr_size,
+                        "checkpoint directory %s: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return fail(SPW_ERR_NOT_FOUND, errstr, errstr_size,
-                    "checkpoint directory %s is not a directory", dir);
+        return spw_errf(SPW_ERR_NOT_FOUND, errstr, errstr_size,
+                        "checkpoint directory %s is not a directory", dir);
     char sub[PATH_MAX];
     if (spw_ckpt_dir_path(sub, sizeof(sub), dir) != SPW_OK)
-        return fail(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", dir);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", dir);
     if (is_dir(sub)) {
         snprintf(root, root_size, "%s", dir);
         return SPW_OK;
@@ -78,12 +66,13 @@ static spw_err_t find_root(const char *dir, char *root, size_t root_size, char *
     enum spw_ckpt_path_kind kind;
     uint64_t epoch;
     if (spw_ckpt_path_split(dir, &kind, root, root_size, &epoch) != SPW_OK)
-        return fail(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", dir);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", dir);
     if (kind != SPW_CKPT_PATH_DIR)
-        return fail(SPW_ERR_NOT_FOUND, errstr, errstr_size,
-                    "%s holds no " SPW_CKPT_DIR "/ directory (give the coordinator's checkpoint "
-                    "root, pserver.checkpoint.dir, or its " SPW_CKPT_DIR "/ directory)",
-                    dir);
+        return spw_errf(SPW_ERR_NOT_FOUND, errstr, errstr_size,
+                        "%s holds no " SPW_CKPT_DIR
+                        "/ directory (give the coordinator's checkpoint "
+                        "root, pserver.checkpoint.dir, or its " SPW_CKPT_DIR "/ directory)",
+                        dir);
     return SPW_OK;
 }
 
@@ -122,9 +111,9 @@ static spw_err_t load_shard(spw_evaluate_model_t *em, const char *dir, const cha
         rc = dim == 1 ? spw_model_init(&em->model, SPW_MODEL_LR, 0)
                       : spw_model_init(&em->model, SPW_MODEL_FM, dim - 1);
         if (rc != SPW_OK || dim > SPW_SERVE_MAX_DIM) {
-            rc = fail(SPW_ERR_VERSION, errstr, errstr_size,
-                      "%s: dim %u is neither LR's (1) nor an FM's (1 + k, k <= %u)", dir, dim,
-                      SPW_TRN_MAX_LATENT);
+            rc = spw_errf(SPW_ERR_VERSION, errstr, errstr_size,
+                          "%s: dim %u is neither LR's (1) nor an FM's (1 + k, k <= %u)", dir, dim,
+                          SPW_TRN_MAX_LATENT);
             goto out_close;
         }
         em->table = spw_serve_table_new(dim, max_rows ? max_rows : 1, errstr, errstr_size);
@@ -133,8 +122,8 @@ static spw_err_t load_shard(spw_evaluate_model_t *em, const char *dir, const cha
             goto out_close;
         }
     } else if (dim != em->model.dim) {
-        rc = fail(SPW_ERR_CORRUPT, errstr, errstr_size, "%s: dim %u differs from shard 0's %u", dir,
-                  dim, em->model.dim);
+        rc = spw_errf(SPW_ERR_CORRUPT, errstr, errstr_size, "%s: dim %u differs from shard 0's %u",
+                      dir, dim, em->model.dim);
         goto out_close;
     }
     struct spw_ps_ckpt_row row;
@@ -143,15 +132,15 @@ static spw_err_t load_shard(spw_evaluate_model_t *em, const char *dir, const cha
     while ((rc = spw_ps_ckpt_reader_next(r, &row, rerr, sizeof(rerr))) == SPW_OK) {
         /* row.data starts with the weights, all that scoring needs */
         if (spw_serve_table_put(em->table, row.key, row.data, row.version) != SPW_OK) {
-            rc = fail(SPW_ERR_CORRUPT, errstr, errstr_size,
-                      "%s: more rows than twice the manifest's estimate (%" PRIu64 ")", dir,
-                      max_rows);
+            rc = spw_errf(SPW_ERR_CORRUPT, errstr, errstr_size,
+                          "%s: more rows than twice the manifest's estimate (%" PRIu64 ")", dir,
+                          max_rows);
             goto out_close;
         }
         n++;
     }
     if (rc != SPW_ERR_EOF) {
-        fail(rc, errstr, errstr_size, "%s: %s", dir, rerr);
+        spw_errf(rc, errstr, errstr_size, "%s: %s", dir, rerr);
         goto out_close;
     }
     rc = SPW_OK;
@@ -209,13 +198,13 @@ spw_evaluate_model_t *spw_evaluate_model_open_checkpoint(const char *dir, uint64
     }
     spw_evaluate_model_t *em = calloc(1, sizeof(*em));
     if (!em) {
-        rc = fail(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
+        rc = spw_errf(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
         goto out_fini;
     }
     em->epoch = epoch;
     if (m.shard_count == 0) {
-        rc = fail(SPW_ERR_CORRUPT, errstr, errstr_size, "epoch %" PRIu64 " MANIFEST: no shards",
-                  epoch);
+        rc = spw_errf(SPW_ERR_CORRUPT, errstr, errstr_size, "epoch %" PRIu64 " MANIFEST: no shards",
+                      epoch);
         goto out_fail;
     }
     uint64_t total = 0;
@@ -224,7 +213,7 @@ spw_evaluate_model_t *spw_evaluate_model_open_checkpoint(const char *dir, uint64
     for (uint32_t i = 0; i < m.shard_count; i++) {
         char sdir[PATH_MAX];
         if (spw_ckpt_shard_path(sdir, sizeof(sdir), root, epoch, i) != SPW_OK) {
-            rc = fail(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", root);
+            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", root);
             goto out_fail;
         }
         /* twice the estimate, and some: it can be off either way */
@@ -250,12 +239,12 @@ spw_evaluate_model_t *spw_evaluate_model_open_shards(const struct spw_ps_client_
                                                      size_t errstr_size)
 {
     if (timeout_ms <= 0) {
-        fail(SPW_ERR_INVALID, errstr, errstr_size, "timeout must be positive");
+        spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "timeout must be positive");
         return NULL;
     }
     spw_evaluate_model_t *em = calloc(1, sizeof(*em));
     if (!em) {
-        fail(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
+        spw_errf(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
         return NULL;
     }
     em->model = *model;
@@ -310,13 +299,13 @@ spw_err_t spw_evaluate_model_rows_get(spw_evaluate_model_t *em, const uint64_t *
         return SPW_OK;
     if (rc == SPW_ERR_TIMEOUT) {
         spw_ps_client_pull_cancel(em->client, token);
-        return fail(rc, errstr, errstr_size,
-                    "shards unreachable: no answer from %s within %" PRId64 " ms", em->shards,
-                    em->timeout_ms);
+        return spw_errf(rc, errstr, errstr_size,
+                        "shards unreachable: no answer from %s within %" PRId64 " ms", em->shards,
+                        em->timeout_ms);
     }
     const char *why = spw_ps_client_errstr(em->client);
-    return fail(rc, errstr, errstr_size, "pull from %s: %s%s%s", em->shards, spw_err_str(rc),
-                why[0] ? ": " : "", why);
+    return spw_errf(rc, errstr, errstr_size, "pull from %s: %s%s%s", em->shards, spw_err_str(rc),
+                    why[0] ? ": " : "", why);
 }
 
 /* ---- scoring ---- */
@@ -407,7 +396,7 @@ static spw_err_t score_batch(struct scorer *s, char *errstr, size_t errstr_size)
     if (!grow_floats(&s->rows, &s->rows_cap, nu * dim) ||
         !grow_floats(&s->bpreds, &s->preds_cap, n) ||
         (s->keep && !grow_floats(&s->all, &s->all_cap, s->all_n + n)))
-        return fail(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
+        return spw_errf(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
     spw_err_t rc = spw_evaluate_model_rows_get(s->em, spw_batch_keys(s->batch), nu, s->rows, errstr,
                                                errstr_size);
     if (rc != SPW_OK)
@@ -419,7 +408,7 @@ static spw_err_t score_batch(struct scorer *s, char *errstr, size_t errstr_size)
     for (size_t i = 0; i < n; i++) {
         if (!population_add(&s->model, s->bpreds[i], labels[i]) ||
             (!isnan(oracle[i]) && !population_add(&s->oracle, oracle[i], labels[i])))
-            return fail(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
+            return spw_errf(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
     }
     if (s->keep) {
         memcpy(s->all + s->all_n, s->bpreds, n * sizeof(float));
@@ -460,8 +449,8 @@ spw_err_t spw_evaluate_reader(spw_evaluate_model_t *em, spw_reader_t *reader, si
     if (preds)
         *preds = NULL;
     if (batch == 0 || batch > SPW_EVALUATE_MAX_BATCH)
-        return fail(SPW_ERR_INVALID, errstr, errstr_size, "batch %zu outside 1..%u", batch,
-                    SPW_EVALUATE_MAX_BATCH);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "batch %zu outside 1..%u", batch,
+                        SPW_EVALUATE_MAX_BATCH);
     struct scorer s = {.em = em, .keep = preds != NULL};
     spw_err_t rc = SPW_ERR_NOMEM;
     spw_arena_t *arena = spw_arena_new(0, ARENA_MIN);
@@ -469,7 +458,7 @@ spw_err_t spw_evaluate_reader(spw_evaluate_model_t *em, spw_reader_t *reader, si
     bool model_ok = population_init(&s.model);
     bool pop_ok = population_init(&s.oracle) && model_ok;
     if (!arena || !pop_ok || !(s.batch = spw_batch_new(batch, 0, errstr, errstr_size))) {
-        fail(rc, errstr, errstr_size, "out of memory");
+        spw_errf(rc, errstr, errstr_size, "out of memory");
         goto out;
     }
     char first_bad[256] = "";
@@ -491,8 +480,8 @@ spw_err_t spw_evaluate_reader(spw_evaluate_model_t *em, spw_reader_t *reader, si
             continue;
         }
         if (rc != SPW_OK) {
-            fail(rc, errstr, errstr_size, "reading the input at %s: %s",
-                 spw_reader_position(reader), spw_err_str(rc));
+            spw_errf(rc, errstr, errstr_size, "reading the input at %s: %s",
+                     spw_reader_position(reader), spw_err_str(rc));
             goto out;
         }
         rc = spw_batch_add_example(s.batch, ex);
@@ -501,7 +490,7 @@ spw_err_t spw_evaluate_reader(spw_evaluate_model_t *em, spw_reader_t *reader, si
             continue;
         }
         if (rc != SPW_OK) {
-            fail(rc, errstr, errstr_size, "batch: %s", spw_err_str(rc));
+            spw_errf(rc, errstr, errstr_size, "batch: %s", spw_err_str(rc));
             goto out;
         }
         if (spw_batch_examples(s.batch) >= batch &&
@@ -512,13 +501,13 @@ spw_err_t spw_evaluate_reader(spw_evaluate_model_t *em, spw_reader_t *reader, si
         goto out;
     if (s.model.n == 0) {
         if (out->records == 0)
-            rc = fail(SPW_ERR_INVALID, errstr, errstr_size,
-                      "the input holds no record (an empty file?)");
+            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                          "the input holds no record (an empty file?)");
         else
-            rc = fail(SPW_ERR_INVALID, errstr, errstr_size,
-                      "no valid example in %" PRIu64 " records (likely a wrong --format, or a "
-                      "compressed file); first refused at %s",
-                      out->records, first_bad);
+            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                          "no valid example in %" PRIu64 " records (likely a wrong --format, or a "
+                          "compressed file); first refused at %s",
+                          out->records, first_bad);
         goto out;
     }
     rc = SPW_OK;

@@ -2,7 +2,6 @@
  * struct spw_launch_run_conf. */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,16 +102,6 @@ static spw_err_t bad(char *errstr, size_t errstr_size, const char *flag, const c
     return SPW_ERR_INVALID;
 }
 
-__attribute__((format(printf, 3, 4))) static spw_err_t fail(char *errstr, size_t errstr_size,
-                                                            const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errstr, errstr_size, fmt, ap);
-    va_end(ap);
-    return SPW_ERR_INVALID;
-}
-
 /* A number in [lo, hi] that consumes all of s. */
 static bool num(const char *s, double lo, double hi, double *out)
 {
@@ -163,12 +152,12 @@ static spw_err_t add_set(struct spw_launch_run_conf *c, enum spw_pipeline_role r
                          const char *key, const char *value, char *errstr, size_t errstr_size)
 {
     if (c->n_sets == SPW_PIPELINE_MAX_SETS)
-        return fail(errstr, errstr_size, "more than %d --set, --slow, --delay and --penalty",
-                    SPW_PIPELINE_MAX_SETS);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "more than %d --set, --slow, --delay and --penalty", SPW_PIPELINE_MAX_SETS);
     char *kv = c->kv[c->n_sets];
     int len = snprintf(kv, SPW_LAUNCH_RUN_KV_MAX, "%s%s%s", key ? key : "", key ? "=" : "", value);
     if (len < 0 || len >= SPW_LAUNCH_RUN_KV_MAX)
-        return fail(errstr, errstr_size, "--set value too long (%s)", value);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "--set value too long (%s)", value);
     c->sets[c->n_sets++] = (struct spw_pipeline_set){role, trainer, kv};
     return SPW_OK;
 }
@@ -185,8 +174,8 @@ static spw_err_t each(const spw_config_t *cfg, const char *key, char sep,
     while (s && *s) {
         size_t n = strcspn(s, (char[]){sep, '\0'});
         if (n >= sizeof(entry))
-            return fail(errstr, errstr_size, "%s: an entry is longer than %zu bytes", key,
-                        sizeof(entry) - 1);
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                            "%s: an entry is longer than %zu bytes", key, sizeof(entry) - 1);
         memcpy(entry, s, n);
         entry[n] = '\0';
         spw_err_t err = fn(c, entry, errstr, errstr_size);
@@ -392,15 +381,17 @@ spw_err_t spw_launch_run_conf_from_config(const spw_config_t *cfg, struct spw_la
     /* across properties */
     for (size_t i = 0; i < c->n_sets; i++)
         if (c->sets[i].trainer >= c->trainers)
-            return fail(errstr, errstr_size, "--slow/--delay name trainer %d of %ld",
-                        c->sets[i].trainer, c->trainers);
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                            "--slow/--delay name trainer %d of %ld", c->sets[i].trainer,
+                            c->trainers);
     if ((c->chaos.roles != 0) != (c->chaos.kills > 0))
-        return fail(errstr, errstr_size,
-                    "--kill ROLES and --kills N go together (launch.kill, launch.kills)");
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "--kill ROLES and --kills N go together (launch.kill, launch.kills)");
     for (size_t i = 0; i < c->chaos.n_at; i++)
         if (!known_name(c, c->at[i].name))
-            return fail(errstr, errstr_size, "--kill-at: no process called '%s'", c->at[i].name);
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                            "--kill-at: no process called '%s'", c->at[i].name);
     if (c->backlog && !c->examples)
-        return fail(errstr, errstr_size, "--backlog needs --examples");
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "--backlog needs --examples");
     return SPW_OK;
 }

@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,17 +29,6 @@ _Static_assert(SPW_RESHARD_MAX_SHARDS == SPW_COORD_MAX_SHARDS, "one shard limit"
 /* Source rows between two looks at the stop flag. */
 #define STOP_CHECK_ROWS 65536u
 
-static spw_err_t fail(spw_err_t rc, char *errstr, size_t errstr_size, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static spw_err_t fail(spw_err_t rc, char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errstr, errstr_size, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 /* Splits "<root>/checkpoints/<E>" into root and E; or takes a root's LATEST. */
 static spw_err_t locate(const char *from, char *root, size_t root_size, uint64_t *epoch,
                         char *errstr, size_t errstr_size)
@@ -51,19 +39,19 @@ static spw_err_t locate(const char *from, char *root, size_t root_size, uint64_t
         stat(path, &st) == 0) {
         enum spw_ckpt_path_kind kind;
         if (spw_ckpt_path_split(from, &kind, root, root_size, epoch) != SPW_OK)
-            return fail(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", from);
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", from);
         if (kind != SPW_CKPT_PATH_EPOCH)
-            return fail(SPW_ERR_INVALID, errstr, errstr_size,
-                        "%s is not an epoch directory (<root>/" SPW_CKPT_DIR "/<E>, E a number)",
-                        from);
+            return spw_errf(
+                SPW_ERR_INVALID, errstr, errstr_size,
+                "%s is not an epoch directory (<root>/" SPW_CKPT_DIR "/<E>, E a number)", from);
         return SPW_OK;
     }
     spw_err_t rc = spw_coord_latest_read(from, epoch);
     if (rc != SPW_OK)
-        return fail(rc, errstr, errstr_size,
-                    "%s: neither an epoch directory (no " SPW_CKPT_MANIFEST
-                    ") nor a root with " SPW_CKPT_DIR "/" SPW_CKPT_LATEST " (%s)",
-                    from, rc == SPW_ERR_NOT_FOUND ? "not found" : spw_err_str(rc));
+        return spw_errf(rc, errstr, errstr_size,
+                        "%s: neither an epoch directory (no " SPW_CKPT_MANIFEST
+                        ") nor a root with " SPW_CKPT_DIR "/" SPW_CKPT_LATEST " (%s)",
+                        from, rc == SPW_ERR_NOT_FOUND ? "not found" : spw_err_str(rc));
     snprintf(root, root_size, "%s", from);
     return SPW_OK;
 }
@@ -75,13 +63,13 @@ static spw_err_t check_target(const char *to, char *errstr, size_t errstr_size)
     if (stat(to, &st) != 0)
         return errno == ENOENT
                    ? SPW_OK
-                   : fail(SPW_ERR_IO, errstr, errstr_size, "--to %s: %s", to, strerror(errno));
+                   : spw_errf(SPW_ERR_IO, errstr, errstr_size, "--to %s: %s", to, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return fail(SPW_ERR_EXISTS, errstr, errstr_size, "--to %s exists and is not a directory",
-                    to);
+        return spw_errf(SPW_ERR_EXISTS, errstr, errstr_size,
+                        "--to %s exists and is not a directory", to);
     DIR *d = opendir(to);
     if (!d)
-        return fail(SPW_ERR_IO, errstr, errstr_size, "--to %s: %s", to, strerror(errno));
+        return spw_errf(SPW_ERR_IO, errstr, errstr_size, "--to %s: %s", to, strerror(errno));
     struct dirent *de;
     int n = 0;
     while ((de = readdir(d)) != NULL)
@@ -89,7 +77,7 @@ static spw_err_t check_target(const char *to, char *errstr, size_t errstr_size)
             n++;
     closedir(d);
     if (n)
-        return fail(SPW_ERR_EXISTS, errstr, errstr_size, "--to %s exists and is not empty", to);
+        return spw_errf(SPW_ERR_EXISTS, errstr, errstr_size, "--to %s exists and is not empty", to);
     return SPW_OK;
 }
 
@@ -132,19 +120,19 @@ static spw_err_t check_sources(struct job *job)
         char dir[PATH_MAX], err[512];
         spw_err_t rc;
         if (spw_ckpt_shard_path(dir, sizeof(dir), job->root, job->epoch, i) != SPW_OK)
-            return fail(SPW_ERR_INVALID, job->errstr, job->errstr_size, "path too long");
+            return spw_errf(SPW_ERR_INVALID, job->errstr, job->errstr_size, "path too long");
         spw_ps_ckpt_reader_t *r =
             spw_ps_ckpt_reader_open(dir, job->src->checksums[i], NULL, &rc, err, sizeof(err));
         if (!r)
-            return fail(rc, job->errstr, job->errstr_size, "shard %u: %s", i, err);
+            return spw_errf(rc, job->errstr, job->errstr_size, "shard %u: %s", i, err);
         const struct spw_ps_ckpt_meta *m = spw_ps_ckpt_reader_meta(r);
         if (i == 0) {
             job->meta = *m;
         } else if (m->dim != job->meta.dim || m->optimizer != job->meta.optimizer) {
-            fail(SPW_ERR_CORRUPT, job->errstr, job->errstr_size,
-                 "shard %u holds dim=%u optimizer=%s, shard 0 dim=%u optimizer=%s", i, m->dim,
-                 spw_ps_optimizer_name(m->optimizer), job->meta.dim,
-                 spw_ps_optimizer_name(job->meta.optimizer));
+            spw_errf(SPW_ERR_CORRUPT, job->errstr, job->errstr_size,
+                     "shard %u holds dim=%u optimizer=%s, shard 0 dim=%u optimizer=%s", i, m->dim,
+                     spw_ps_optimizer_name(m->optimizer), job->meta.dim,
+                     spw_ps_optimizer_name(job->meta.optimizer));
             spw_ps_ckpt_reader_close(r);
             return SPW_ERR_CORRUPT;
         }
@@ -162,12 +150,12 @@ static spw_err_t write_pass(struct job *job, uint32_t first, uint32_t count)
     for (uint32_t j = 0; j < count; j++) {
         char dir[PATH_MAX];
         if (spw_ckpt_shard_path(dir, sizeof(dir), job->tmp_root, job->epoch, first + j) != SPW_OK) {
-            fail(SPW_ERR_INVALID, job->errstr, job->errstr_size, "path too long");
+            spw_errf(SPW_ERR_INVALID, job->errstr, job->errstr_size, "path too long");
             goto out_close;
         }
         w[j] = spw_ps_ckpt_writer_open(dir, &job->meta, &ret, err, sizeof(err));
         if (!w[j]) {
-            fail(ret, job->errstr, job->errstr_size, "new shard %u: %s", first + j, err);
+            spw_errf(ret, job->errstr, job->errstr_size, "new shard %u: %s", first + j, err);
             goto out_close;
         }
     }
@@ -176,35 +164,36 @@ static spw_err_t write_pass(struct job *job, uint32_t first, uint32_t count)
         char dir[PATH_MAX];
         spw_err_t rc;
         if (spw_ckpt_shard_path(dir, sizeof(dir), job->root, job->epoch, i) != SPW_OK) {
-            ret = fail(SPW_ERR_INVALID, job->errstr, job->errstr_size, "path too long");
+            ret = spw_errf(SPW_ERR_INVALID, job->errstr, job->errstr_size, "path too long");
             goto out_close;
         }
         /* Verified again: the files may have changed since check_sources. */
         spw_ps_ckpt_reader_t *r =
             spw_ps_ckpt_reader_open(dir, job->src->checksums[i], NULL, &rc, err, sizeof(err));
         if (!r) {
-            ret = fail(rc, job->errstr, job->errstr_size, "shard %u: %s", i, err);
+            ret = spw_errf(rc, job->errstr, job->errstr_size, "shard %u: %s", i, err);
             goto out_close;
         }
         struct spw_ps_ckpt_row row;
         while ((rc = spw_ps_ckpt_reader_next(r, &row, err, sizeof(err))) == SPW_OK) {
             if (++rows_in % STOP_CHECK_ROWS == 0 && spw_signal_stop_requested()) {
-                rc = fail(SPW_ERR_STOPPED, job->errstr, job->errstr_size, "stopped by a signal");
+                rc =
+                    spw_errf(SPW_ERR_STOPPED, job->errstr, job->errstr_size, "stopped by a signal");
                 break;
             }
             if (spw_hash_shard(row.key, job->src->shard_count) != i) {
-                rc = fail(SPW_ERR_CORRUPT, job->errstr, job->errstr_size,
-                          "shard %u holds key %" PRIu64 " of shard %u: not a checkpoint of %u "
-                          "shards",
-                          i, row.key, spw_hash_shard(row.key, job->src->shard_count),
-                          job->src->shard_count);
+                rc = spw_errf(SPW_ERR_CORRUPT, job->errstr, job->errstr_size,
+                              "shard %u holds key %" PRIu64 " of shard %u: not a checkpoint of %u "
+                              "shards",
+                              i, row.key, spw_hash_shard(row.key, job->src->shard_count),
+                              job->src->shard_count);
                 break;
             }
             uint32_t to = spw_hash_shard(row.key, job->n);
             if (to < first || to >= first + count)
                 continue;
             if ((rc = spw_ps_ckpt_writer_add(w[to - first], &row, err, sizeof(err))) != SPW_OK) {
-                fail(rc, job->errstr, job->errstr_size, "new shard %u: %s", to, err);
+                spw_errf(rc, job->errstr, job->errstr_size, "new shard %u: %s", to, err);
                 break;
             }
         }
@@ -212,14 +201,14 @@ static spw_err_t write_pass(struct job *job, uint32_t first, uint32_t count)
         if (rc == SPW_ERR_EOF)
             continue;
         if (!job->errstr[0]) /* the reader's own error */
-            fail(rc, job->errstr, job->errstr_size, "shard %u: %s", i, err);
+            spw_errf(rc, job->errstr, job->errstr_size, "shard %u: %s", i, err);
         ret = rc;
         goto out_close;
     }
     for (uint32_t j = 0; j < count; j++) {
         struct spw_ps_checkpoint_info info;
         if ((ret = spw_ps_ckpt_writer_finish(w[j], &info, err, sizeof(err))) != SPW_OK) {
-            fail(ret, job->errstr, job->errstr_size, "new shard %u: %s", first + j, err);
+            spw_errf(ret, job->errstr, job->errstr_size, "new shard %u: %s", first + j, err);
             goto out_close;
         }
         job->out.rows[first + j] = info.rows;
@@ -260,11 +249,11 @@ spw_err_t spw_reshard_run(const struct spw_reshard_conf *conf, FILE *report, cha
         return rc;
     struct spw_coord_manifest src;
     if ((rc = spw_coord_manifest_read(root, job.epoch, &src, err, sizeof(err))) != SPW_OK)
-        return fail(rc, errstr, errstr_size, "%s", err);
+        return spw_errf(rc, errstr, errstr_size, "%s", err);
     if (src.shard_count == 0) {
         spw_coord_manifest_fini(&src);
-        return fail(SPW_ERR_CORRUPT, errstr, errstr_size,
-                    "the manifest of epoch %" PRIu64 " lists no shards", job.epoch);
+        return spw_errf(SPW_ERR_CORRUPT, errstr, errstr_size,
+                        "the manifest of epoch %" PRIu64 " lists no shards", job.epoch);
     }
     char tmp_root[PATH_MAX];
     job.root = root;
@@ -277,7 +266,7 @@ spw_err_t spw_reshard_run(const struct spw_reshard_conf *conf, FILE *report, cha
         to_clean[--len] = '\0';
     if (snprintf(tmp_root, sizeof(tmp_root), "%s.reshard-%ld.tmp", to_clean, (long)getpid()) >=
         (int)sizeof(tmp_root)) {
-        rc = fail(SPW_ERR_INVALID, errstr, errstr_size, "path too long");
+        rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "path too long");
         goto out_fini;
     }
     if ((rc = check_sources(&job)) != SPW_OK)
@@ -288,12 +277,12 @@ spw_err_t spw_reshard_run(const struct spw_reshard_conf *conf, FILE *report, cha
     job.out.checksums = calloc(n, sizeof(*job.out.checksums));
     job.out.rows = calloc(n, sizeof(*job.out.rows));
     if (!job.out.checksums || !job.out.rows) {
-        rc = fail(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
+        rc = spw_errf(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
         goto out_free_out;
     }
     spw_fs_remove_tree(tmp_root);
     if ((rc = make_tmp_tree(tmp_root, job.epoch)) != SPW_OK) {
-        fail(rc, errstr, errstr_size, "creating %s: %s", tmp_root, strerror(errno));
+        spw_errf(rc, errstr, errstr_size, "creating %s: %s", tmp_root, strerror(errno));
         goto out_rm;
     }
     SPW_INFO("resharding", "from=%s epoch=%" PRIu64 " shards=%u to=%s new_shards=%u", root,
@@ -304,7 +293,8 @@ spw_err_t spw_reshard_run(const struct spw_reshard_conf *conf, FILE *report, cha
         if ((rc = write_pass(&job, first, count)) != SPW_OK)
             goto out_rm;
         if (first > 0 && job.rows_in != rows_in) {
-            rc = fail(SPW_ERR_CORRUPT, errstr, errstr_size, "the source changed during the run");
+            rc =
+                spw_errf(SPW_ERR_CORRUPT, errstr, errstr_size, "the source changed during the run");
             goto out_rm;
         }
         rows_in = job.rows_in;
@@ -313,20 +303,20 @@ spw_err_t spw_reshard_run(const struct spw_reshard_conf *conf, FILE *report, cha
     for (uint32_t j = 0; j < n; j++)
         rows_out += job.out.rows[j];
     if (rows_out != rows_in) {
-        rc = fail(SPW_ERR_CORRUPT, errstr, errstr_size,
-                  "%" PRIu64 " rows read but %" PRIu64 " written (a key in two shards?)", rows_in,
-                  rows_out);
+        rc = spw_errf(SPW_ERR_CORRUPT, errstr, errstr_size,
+                      "%" PRIu64 " rows read but %" PRIu64 " written (a key in two shards?)",
+                      rows_in, rows_out);
         goto out_rm;
     }
     if ((rc = spw_coord_manifest_write(tmp_root, &job.out, err, sizeof(err))) != SPW_OK ||
         (rc = spw_coord_latest_write(tmp_root, job.epoch, err, sizeof(err))) != SPW_OK) {
-        fail(rc, errstr, errstr_size, "%s", err);
+        spw_errf(rc, errstr, errstr_size, "%s", err);
         goto out_rm;
     }
     /* rename(2) replaces an empty directory; check_target refused anything else. */
     if (rename(tmp_root, to_clean) != 0) {
-        rc = fail(SPW_ERR_IO, errstr, errstr_size, "rename %s to %s: %s", tmp_root, to_clean,
-                  strerror(errno));
+        rc = spw_errf(SPW_ERR_IO, errstr, errstr_size, "rename %s to %s: %s", tmp_root, to_clean,
+                      strerror(errno));
         goto out_rm;
     }
     fsync_parent(to_clean);

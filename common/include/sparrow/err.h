@@ -35,4 +35,12 @@ typedef int spw_err_t;
 /* Static text for err (never NULL; unknown codes give "unknown error"). Thread-safe. */
 const char *spw_err_str(spw_err_t err);
 
+#include <stddef.h>
+
+/* Writes the printf-style message into errstr (nothing when errstr is NULL or errstr_size 0) and
+ * returns rc: `return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "bad %s", what);`.
+ * Thread-safe. */
+spw_err_t spw_errf(spw_err_t rc, char *errstr, size_t errstr_size, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 #endif
