@@ -1,6 +1,8 @@
 /* The property table of `sparrow eval`: its own eval.* rows and the trainer's rows (same names
  * and defaults) for the model, the input and the parameter-server client. */
 #include "sparrow/evaluate.h"
+#include "sparrow/ingest.h"
+#include "sparrow/ps_client.h"
 
 const struct spw_config_prop spw_evaluate_config_props[] = {
     {"eval.checkpoint", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
@@ -25,23 +27,11 @@ const struct spw_config_prop spw_evaluate_config_props[] = {
      "Format of the input: length-delimited sparrow.Example, JSON lines, or Criteo TSV."},
     {"trainer.schema", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
      "Schema file (`name = id` lines) for JSON field names; unset: names are hashed."},
-    {"trainer.max_features", SPW_CONFIG_INT, "4096", 1, 1048576, NULL,
-     "Features per example; an example with more is counted and skipped."},
-    {"trainer.max_field_id", SPW_CONFIG_INT, "2147483647", 0, 2147483647, NULL,
-     "Largest accepted field id; an example with a larger one is counted and skipped."},
-    {"trainer.max_record_bytes", SPW_CONFIG_INT, "16777216", 64, 268435456, NULL,
-     "Largest input record; larger ones are counted and skipped."},
-    {"trainer.float_label", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
-     "Accept any finite label in [0,1] (soft targets) instead of 0/1."},
+    SPW_INGEST_LIMIT_CONFIG_PROPS("trainer", "16777216", 268435456),
     {"trainer.shards", SPW_CONFIG_STRING, NULL, 0, 16384, NULL,
      "Live parameter-server shards to score (comma-separated ZeroMQ endpoints, shard 0 first); "
      "unset: score eval.checkpoint."},
-    {"trainer.ps.max_frame", SPW_CONFIG_INT, "33554432", 1024, 134217728, NULL,
-     "Largest request frame in bytes (the shards' pserver.max_frame)."},
-    {"trainer.curve.server_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
-     "File with the shards' Z85 CURVE public key; empty: no CurveZMQ."},
-    {"trainer.curve.client_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
-     "File with this client's Z85 CURVE secret key (required with the server key)."},
+    SPW_PS_CLIENT_LINK_CONFIG_PROPS,
     SPW_CONFIG_PROP_LOG_LEVEL("warn"),
 };
 const size_t spw_evaluate_config_n_props =

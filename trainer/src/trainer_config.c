@@ -1,6 +1,7 @@
 /* trainer: the property table of `sparrow trainer` (trainer.*) and its reading into params. */
 #include "trainer_int.h"
 
+#include "sparrow/ingest.h"
 #include "sparrow/ps_client.h"
 
 #include <stdio.h>
@@ -55,15 +56,7 @@ const struct spw_config_prop spw_trainer_config_props[] = {
      "Format of file input: length-delimited sparrow.Example, JSON lines, or Criteo TSV."},
     {"trainer.schema", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
      "Schema file (`name = id` lines) for JSON field names; unset: names are hashed."},
-    {"trainer.max_features", SPW_CONFIG_INT, "4096", 1, 1048576, NULL,
-     "Features per example; an example with more is counted and skipped."},
-    {"trainer.max_field_id", SPW_CONFIG_INT, "2147483647", 0, 2147483647, NULL,
-     "Largest accepted field id; an example with a larger one is counted and skipped."},
-    {"trainer.max_record_bytes", SPW_CONFIG_INT, "16777216", 64, 268435456, NULL,
-     "Largest input record (a file line or Example, a Kafka ExampleBatch); larger ones are "
-     "counted and skipped."},
-    {"trainer.float_label", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
-     "Accept any finite label in [0,1] (soft targets) instead of 0/1."},
+    SPW_INGEST_LIMIT_CONFIG_PROPS("trainer", "16777216", 268435456),
     {"trainer.group", SPW_CONFIG_STRING, "sparrow-trainers", 1, 249, NULL,
      "Consumer group of Kafka input."},
     {"trainer.start", SPW_CONFIG_ENUM, "earliest", 0, 0, "earliest|latest",

@@ -51,6 +51,39 @@ struct spw_ingest_limits {
 void spw_ingest_limits_default(struct spw_ingest_limits *limits);
 
 struct spw_config;
+/* The rows spw_ingest_limits_from_config reads, for every role that validates records (ingest,
+ * the trainer, eval): PREFIX.max_features, .max_field_id, .max_record_bytes (default and maximum
+ * the role's: its records differ), .float_label. prefix and the numbers are string literals and
+ * constants. */
+#define SPW_INGEST_LIMIT_CONFIG_PROPS(prefix, max_record_def, max_record_max)                      \
+    {prefix ".max_features",                                                                       \
+     SPW_CONFIG_INT,                                                                               \
+     "4096",                                                                                       \
+     1,                                                                                            \
+     1048576,                                                                                      \
+     NULL,                                                                                         \
+     "Features per example; an example with more is rejected (ingest dead-letters it as "          \
+     "too_many_features, a trainer counts and skips it)."},                                        \
+        {prefix ".max_field_id",                                                                   \
+         SPW_CONFIG_INT,                                                                           \
+         "2147483647",                                                                             \
+         0,                                                                                        \
+         2147483647,                                                                               \
+         NULL,                                                                                     \
+         "Largest accepted field id; an example with a larger one is rejected (bad_field)."},      \
+        {prefix ".max_record_bytes",                                                               \
+         SPW_CONFIG_INT,                                                                           \
+         max_record_def,                                                                           \
+         64,                                                                                       \
+         max_record_max,                                                                           \
+         NULL,                                                                                     \
+         "Largest input record (a raw event, a file line or Example, a Kafka ExampleBatch); a "    \
+         "larger one is rejected (oversized)."},                                                   \
+    {                                                                                              \
+        prefix ".float_label", SPW_CONFIG_BOOL, "false", 0, 0, NULL,                               \
+            "Accept any finite label (soft or regression targets) instead of 0/1."                 \
+    }
+
 /* The limits from a role's `<prefix>.max_features`, `.max_field_id`, `.max_record_bytes` and
  * `.float_label` properties (each role's table declares them with its own defaults). cfg is
  * borrowed; pure. */

@@ -111,12 +111,16 @@ void spw_ps_client_conf_default(struct spw_ps_client_conf *conf);
      "A push not acknowledged in this time is resent (same seq) on a fresh connection."},          \
     {"trainer.pull.timeout", SPW_CONFIG_DURATION_MS, "2s", 1, 3600000, NULL,                       \
      "A pull not answered in this time is resent on a fresh connection."},                         \
+    SPW_PS_CLIENT_LINK_CONFIG_PROPS
+/* The client's link to the shards (frame bound, CurveZMQ keys): also in tables of commands that
+ * pull from live shards without training (`sparrow eval`). */
+#define SPW_PS_CLIENT_LINK_CONFIG_PROPS                                                            \
     {"trainer.ps.max_frame", SPW_CONFIG_INT, "33554432", 1024, 134217728, NULL,                    \
      "Largest request frame in bytes (the shards' pserver.max_frame)."},                           \
     {"trainer.curve.server_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,                        \
      "File with the shards' Z85 CURVE public key; empty: no CurveZMQ."},                           \
     {"trainer.curve.client_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,                        \
-     "File with this trainer's Z85 CURVE secret key (required with the server key)."}
+     "File with this client's Z85 CURVE secret key (required with the server key)."}
 /* clang-format on */
 
 /* The same rows as a table of their own (tests, documentation). */
