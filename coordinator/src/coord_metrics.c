@@ -53,6 +53,9 @@ void spw_coord__metrics_register(struct spw_coord__metrics *m, spw_metrics_t *r)
                                 "Members' connections refused by CurveZMQ: a client key not on "
                                 "coordinator.curve.allowed_clients_file.",
                                 NULL);
+    m->malformed = spw_metrics_counter_new(
+        r, "sparrow_coord_malformed_messages_total",
+        "Member messages refused: undecodable, oversized or of another protocol version.", NULL);
     m->units = spw_metrics_gauge_new(r, "sparrow_coord_sync_units",
                                      "Synchronous units: 1 in sync, the groups in group:G.", NULL);
 }
@@ -81,6 +84,7 @@ void spw_coord__metrics_sync(struct spw_coord__metrics *m, const struct spw_coor
     add_delta(m->step_late, st->step_late, &m->seen_late);
     add_delta(m->elastic_leaves, st->elastic_leaves, &m->seen_leaves);
     add_delta(m->elastic_rejoins, st->elastic_rejoins, &m->seen_rejoins);
+    add_delta(m->malformed, st->malformed, &m->seen_malformed);
     if (m->out_of_barrier)
         spw_gauge_set(m->out_of_barrier, st->out_of_barrier);
     if (m->units)

@@ -1383,11 +1383,16 @@ static void on_member_message(spw_coord_server_t *srv, const uint8_t *rid, size_
     Sparrow__CoordMessage *msg = NULL;
     spw_arena_reset(srv->arena);
     if (spw_wire_unpack_coord(data, len, SPW_COORD_MAX_FRAME, srv->arena, &msg) != SPW_OK) {
+        srv->stats.malformed++;
         SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "malformed coordination message", "bytes=%zu", len);
         return;
     }
-    if (msg->has_version && msg->version != SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1)
+    if (msg->has_version && msg->version != SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1) {
+        srv->stats.malformed++;
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "coordination message of another version",
+                            "version=%d", (int)msg->version);
         return;
+    }
     switch (msg->body_case) {
     case SPARROW__COORD_MESSAGE__BODY_REGISTER:
         on_register(srv, rid, rid_len, msg->register_);

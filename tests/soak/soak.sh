@@ -75,9 +75,10 @@ for port in "$SPORT" "$PSH" "$CSH"; do
     rejected=$((rejected + $(metric "$port" sparrow_http_rejected_requests_total)))
     closed=$((closed + $(metric "$port" sparrow_http_connections_timed_out_total) + $(metric "$port" sparrow_http_connections_evicted_total)))
 done
-coord_bad=$(grep -c 'malformed coordination message' "$DIR/coord.log" || true)
-echo "soak: counted pserver_errors=$ps_bad serve_bad_requests=$serve_bad http_rejected=$rejected http_closed_slow=$closed coordinator_malformed_log_lines=$coord_bad"
+coord_bad=$(metric "$CSH" sparrow_coord_malformed_messages_total)
+echo "soak: counted pserver_errors=$ps_bad serve_bad_requests=$serve_bad http_rejected=$rejected http_closed_slow=$closed coordinator_malformed=$coord_bad"
 [ "$ps_bad" -gt 0 ] || fail "the shard counted none of the hostile frames"
 [ "$serve_bad" -gt 0 ] || fail "serve counted no bad request"
 [ "$rejected" -gt 0 ] || fail "the HTTP layer counted no rejected request"
+[ "$coord_bad" -gt 0 ] || fail "the coordinator counted none of the hostile frames"
 echo "soak: passed"

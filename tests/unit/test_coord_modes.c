@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "sparrow/coord_client.h"
 #include "sparrow/coordinator.h"
+#include "sparrow/fs.h"
 #include "sparrow/sparrow.pb-c.h"
 #include "sparrow/time.h"
 
@@ -82,9 +84,7 @@ static void finish(struct harness *h, struct spw_coord_server_stats *st)
     if (st)
         spw_coord_server_get_stats(h->srv, st);
     spw_coord_server_destroy(h->srv);
-    char cmd[200];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", h->dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(spw_fs_remove_tree(h->dir), SPW_OK);
 }
 
 static uint64_t min_other(struct harness *h, int self, bool include_dead)
@@ -264,6 +264,49 @@ static void test_coord_modes_sync_member_leaves(void **state)
     sync_third_departs((struct trainer){.steps = 25, .leave_after = 5}, 3600 * 1000, &st);
 }
 
+/* Hostile member frames are refused and counted (sparrow_coord_malformed_messages_total): bytes
+ * that are no CoordMessage, and a CoordMessage of another protocol version; a member's valid
+ * Register on the same connection is still answered, after them (one peer's frames are handled
+ * in order). */
+static void test_coord_modes_malformed_counted(void **state)
+{
+    (void)state;
+    struct harness h;
+    start(&h, "async", 0);
+    void *ctx = zmq_ctx_new();
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0, timeout = 10000;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    assert_int_equal(zmq_connect(s, h.endpoint), 0);
+    static const char junk[][8] = {{(char)0xff, (char)0xff, (char)0xff}, {0x0a, 0x7f}, {0x42}};
+    for (size_t i = 0; i < 3; i++)
+        assert_true(zmq_send(s, junk[i], strlen(junk[i]), 0) >= 0);
+    uint8_t buf[256];
+    Sparrow__CoordMessage msg = SPARROW__COORD_MESSAGE__INIT;
+    Sparrow__Register r = SPARROW__REGISTER__INIT;
+    r.has_role = r.has_incarnation = true;
+    r.role = SPARROW__MEMBER_ROLE__ROLE_TRAINER;
+    r.member_id = "hostile-test";
+    r.incarnation = 1;
+    msg.body_case = SPARROW__COORD_MESSAGE__BODY_REGISTER;
+    msg.register_ = &r;
+    msg.has_version = true;
+    msg.version = (Sparrow__ProtocolVersion)7;
+    size_t len = sparrow__coord_message__pack(&msg, buf);
+    assert_true(zmq_send(s, buf, len, 0) >= 0);
+    msg.version = SPARROW__PROTOCOL_VERSION__PROTOCOL_VERSION_1;
+    len = sparrow__coord_message__pack(&msg, buf);
+    assert_true(zmq_send(s, buf, len, 0) >= 0);
+    assert_true(zmq_recv(s, buf, sizeof(buf), 0) > 0); /* the valid Register's reply */
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    struct spw_coord_server_stats st;
+    finish(&h, &st);
+    assert_int_equal(st.malformed, 4);
+}
+
 SPW_TEST_MAIN(test_coord_modes_sync_waits_for_slowest, test_coord_modes_ssp_bounds_gap,
               test_coord_modes_async_runs_ahead, test_coord_modes_hybrid_barriers,
-              test_coord_modes_sync_member_killed, test_coord_modes_sync_member_leaves)
+              test_coord_modes_sync_member_killed, test_coord_modes_sync_member_leaves,
+              test_coord_modes_malformed_counted)

@@ -288,6 +288,7 @@ struct spw_coord_server_stats {
     uint32_t out_of_barrier;  /* trainers out of the barrier now */
     uint32_t units;           /* synchronous units (groups) now */
     uint64_t auth_refused;    /* members refused by the CURVE allow-list (ZAP) */
+    uint64_t malformed;       /* member messages refused: undecodable or another version */
 };
 
 /* A snapshot (for tests, from the running thread or after run returned). */
