@@ -34,7 +34,7 @@ echo "coord_exactly_once: N=$N chaos seed $SEED mode $MODE ${7:-}"
 # always replay from a checkpoint's offsets.
 "$SPARROW" launch --run-dir "$DIR/run" --shards 2 --trainers 3 --partitions 4 --mode "$MODE" \
     --examples "$N" --rate 1500 --duration 900 --checkpoint-interval 2s \
-    --kill trainer,pserver,coordinator --kills 10 --kill-interval 2000:5000 --restart-after 500 \
+    --kill trainer,pserver,coordinator --kills 10 --kill-interval 1000:3000 --restart-after 500 \
     --chaos-seed "$SEED" "${COORD_SET[@]}" \
     --set trainer:trainer.debug.counter_key=$KEY --set pserver:pserver.debug.counter_key=$KEY \
     --set trainer:trainer.shutdown.grace=5s \
