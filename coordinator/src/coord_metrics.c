@@ -53,6 +53,15 @@ void spw_coord__metrics_register(struct spw_coord__metrics *m, spw_metrics_t *r)
                                 "Members' connections refused by CurveZMQ: a client key not on "
                                 "coordinator.curve.allowed_clients_file.",
                                 NULL);
+    m->continued = spw_metrics_counter_new(
+        r, "sparrow_coord_continued_total",
+        "coordinator.recovery=continue: trainer removals and joins that rolled nothing back.",
+        NULL);
+    m->retrained = spw_metrics_counter_new(
+        r, "sparrow_coord_examples_retrained_total",
+        "coordinator.recovery=continue: examples removed trainers had trained since LATEST, "
+        "trained again by their partitions' next owners (at-least-once).",
+        NULL);
     m->units = spw_metrics_gauge_new(r, "sparrow_coord_sync_units",
                                      "Synchronous units: 1 in sync, the groups in group:G.", NULL);
 }
@@ -81,6 +90,8 @@ void spw_coord__metrics_sync(struct spw_coord__metrics *m, const struct spw_coor
     add_delta(m->step_late, st->step_late, &m->seen_late);
     add_delta(m->elastic_leaves, st->elastic_leaves, &m->seen_leaves);
     add_delta(m->elastic_rejoins, st->elastic_rejoins, &m->seen_rejoins);
+    add_delta(m->continued, st->continued, &m->seen_continued);
+    add_delta(m->retrained, st->examples_retrained, &m->seen_retrained);
     if (m->out_of_barrier)
         spw_gauge_set(m->out_of_barrier, st->out_of_barrier);
     if (m->units)

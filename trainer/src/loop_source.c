@@ -181,6 +181,9 @@ static void on_revoke(void *opaque, const struct spw_kafka_partition *parts, siz
                 .partition = parts[i].partition,
                 .offset = pt && pt->stored_valid ? pt->stored_offset : -1,
                 .skip = pt && pt->stored_valid ? pt->stored_skip : 0,
+                .read_valid = pt && pt->offset >= 0,
+                .read_offset = pt ? pt->offset : -1,
+                .read_skip = pt ? pt->skip : 0,
             };
         if (pt)
             *pt = (struct spw_trn__part){.offset = -1, .skip_at = -1};
