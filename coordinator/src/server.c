@@ -598,9 +598,9 @@ static void on_register(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_
     /* the same process rejoining (partitions moved) keeps its clock base: its steps go on */
     bool same_process = was_live && m->incarnation == r->incarnation;
     bool is_trn = !r->has_role || r->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER;
-    bool rolls_back = spw_coord_recovery_rolls_back(
-        srv->conf.recovery,
-        was_live ? SPW_COORD_EVENT_TRAINER_REJOINED : SPW_COORD_EVENT_TRAINER_JOINED);
+    bool rolls_back = spw_coord_recovery_rolls_back(srv->conf.recovery,
+                                                    was_live ? SPW_COORD_EVENT_TRAINER_REJOINED
+                                                             : SPW_COORD_EVENT_TRAINER_JOINED);
     if (was_live && !same_process && is_trn && !rolls_back) {
         /* a new process under an id still live: the old one died unseen, as if removed */
         srv->stats.continued++;
@@ -749,7 +749,7 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
         m->clock = (uint64_t)eff;
         m->step_examples = c->has_examples ? c->examples : 0;
         m->examples_since_latest += m->step_examples; /* a Clock sent again is not counted */
-        m->step_tagged = m->in_barrier; /* before observe_step may move it back in */
+        m->step_tagged = m->in_barrier;               /* before observe_step may move it back in */
     }
     if (c->has_trainer_id)
         m->trainer_id = c->trainer_id;

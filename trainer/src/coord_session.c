@@ -229,8 +229,7 @@ static void assign_continue(spw_trainer_coord_t *tc, const char *topic,
             spw_counter_inc(tc->m_taken_over);
         SPW_INFO("partition taken over from LATEST",
                  "partition=%d offset=%" PRId64 " skip=%u latest=%" PRIu64 " recovery=continue",
-                 (int)p, parts[i].offset, parts[i].skip,
-                 spw_coord_client_latest_epoch(tc->client));
+                 (int)p, parts[i].offset, parts[i].skip, spw_coord_client_latest_epoch(tc->client));
     }
     memset(tc->kept, 0, sizeof(tc->kept));
 }

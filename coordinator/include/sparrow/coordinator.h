@@ -263,7 +263,7 @@ bool spw_coord_recovery_rolls_back(enum spw_coord_recovery policy,
 spw_err_t spw_coord_recovery_parse(const char *s, enum spw_coord_recovery *out);
 
 struct spw_coord_server_conf {
-    const char *listen; /* ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:7100" */
+    const char *listen;               /* ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:7100" */
     enum spw_coord_recovery recovery; /* what a trainer's removal does (coordinator.recovery) */
     struct spw_coord_mode mode;
     struct spw_coord_sync_conf sync;
