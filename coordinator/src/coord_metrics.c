@@ -59,8 +59,8 @@ void spw_coord__metrics_register(struct spw_coord__metrics *m, spw_metrics_t *r)
         NULL);
     m->retrained = spw_metrics_counter_new(
         r, "sparrow_coord_examples_retrained_total",
-        "coordinator.recovery=continue: examples removed trainers had trained since LATEST, "
-        "trained again by their partitions' next owners (at-least-once).",
+        "Examples trained since LATEST that are trained again: every trainer's at a rollback, "
+        "a removed trainer's under coordinator.recovery=continue (its partitions' next owners).",
         NULL);
     m->units = spw_metrics_gauge_new(r, "sparrow_coord_sync_units",
                                      "Synchronous units: 1 in sync, the groups in group:G.", NULL);

@@ -559,7 +559,10 @@ static void remove_member(spw_coord_server_t *srv, struct member *m, const char 
     if (m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER)
         return;
     if (spw_coord_recovery_rolls_back(srv->conf.recovery, SPW_COORD_EVENT_TRAINER_REMOVED)) {
-        /* its pushes since LATEST are applied, its offsets are not recorded: roll back */
+        /* its pushes since LATEST are applied, its offsets are not recorded: roll back (its
+         * examples since LATEST are trained again with everyone's) */
+        srv->stats.examples_retrained += m->examples_since_latest;
+        m->examples_since_latest = 0;
         start_recovery(srv, "trainer removed");
         return;
     }
@@ -1018,6 +1021,13 @@ static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const c
 
 static void start_recovery(spw_coord_server_t *srv, const char *reason)
 {
+    /* the work a rollback throws away: every live trainer's examples since LATEST (by Clocks),
+     * trained again after the restore */
+    uint64_t lost = 0;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
+        if (is_trainer(&srv->members[i]))
+            lost += srv->members[i].examples_since_latest;
+    srv->stats.examples_retrained += lost;
     srv->generation++;
     srv->stats.generation = srv->generation;
     srv->stats.recoveries++;
@@ -1055,8 +1065,10 @@ static void start_recovery(spw_coord_server_t *srv, const char *reason)
         mb->elastic.slow_run = mb->elastic.fast_run = 0;
     }
 
-    SPW_WARN("recovery started", "generation=%" PRIu64 " epoch=%" PRIu64 " reason=\"%s\"",
-             srv->generation, e, reason);
+    SPW_WARN("recovery started",
+             "generation=%" PRIu64 " epoch=%" PRIu64 " reason=\"%s\" retrained=%" PRIu64
+             " retrained_total=%" PRIu64,
+             srv->generation, e, reason, lost, srv->stats.examples_retrained);
 }
 
 /* ---- the state machine ---- */

@@ -219,7 +219,8 @@ static void test_coord_recovery_rollback_restores_everyone(void **state)
     assert_true(atomic_load(&t0.restores) >= 3);
     assert_true(atomic_load(&e.shards[0].restores) >= 3);
     assert_int_equal(st.continued, 0);
-    assert_int_equal(st.examples_retrained, 0);
+    /* the rollbacks threw away at least trainer-1's examples after its join's restore */
+    assert_true(st.examples_retrained > 0);
 }
 
 static void test_coord_recovery_continue_keeps_training(void **state)

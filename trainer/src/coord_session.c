@@ -39,12 +39,18 @@ struct spw_trainer_coord {
     bool kept[COORD_MAX_PARTS];
     int64_t kept_offset[COORD_MAX_PARTS];
     uint32_t kept_skip[COORD_MAX_PARTS];
+    /* continue: examples taken from a partition (the source's count since its assignment) at
+     * the last report, at the last report that completed (LATEST), and at its revoke: a
+     * partition moved to another trainer takes its examples since LATEST out of this trainer's
+     * count, since the next owner trains and reports them again */
+    int64_t taken_report[COORD_MAX_PARTS], taken_latest[COORD_MAX_PARTS];
+    uint64_t kept_taken[COORD_MAX_PARTS];
     uint64_t generation; /* the one its pushes carry (set at a restore, or on proceed) */
     struct spw_trainer_position pos[COORD_MAX_PARTS];
     struct spw_coord_offset offs[COORD_MAX_PARTS];
     spw_gauge_t *m_clock;
     spw_histogram_t *m_wait, *m_pause;
-    spw_counter_t *m_taken_over;
+    spw_counter_t *m_taken_over, *m_moved;
 };
 
 static spw_err_t coord_resume(void *opaque, const char *topic, int32_t partition, int64_t *offset,
@@ -86,6 +92,8 @@ static spw_err_t report_checkpoint(spw_trainer_coord_t *tc, uint64_t epoch)
         o->partition = tc->pos[i].partition;
         o->offset = tc->pos[i].offset;
         o->skip = tc->pos[i].skip;
+        if (tc->pos[i].partition >= 0 && tc->pos[i].partition < COORD_MAX_PARTS)
+            tc->taken_report[tc->pos[i].partition] = (int64_t)tc->pos[i].taken;
         if (tc->pos[i].offset < 0) { /* nothing stored yet: where it (re)started */
             int32_t p = tc->pos[i].partition;
             if (p < 0 || p >= COORD_MAX_PARTS) {
@@ -153,6 +161,8 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t exam
                 tc->generation = ev.generation;
             }
             spw_err_t cerr;
+            if (ev.commit) /* the last report is LATEST now */
+                memcpy(tc->taken_latest, tc->taken_report, sizeof(tc->taken_latest));
             if (ev.commit && (cerr = spw_trainer_loop_commit(tc->loop, false)) != SPW_OK)
                 SPW_WARN("offset commit failed", "error=\"%s\"", spw_err_str(cerr));
             break;
@@ -213,8 +223,14 @@ static void assign_continue(spw_trainer_coord_t *tc, const char *topic,
             parts[i].skip = tc->kept_skip[p];
             tc->resume[p] = parts[i].offset;
             tc->resume_skip[p] = parts[i].skip;
+            /* the source counts from 0 again */
+            tc->taken_report[p] -= (int64_t)tc->kept_taken[p];
+            tc->taken_latest[p] -= (int64_t)tc->kept_taken[p];
+            tc->kept[p] = false;
             continue;
         }
+        if (p >= 0 && p < COORD_MAX_PARTS)
+            tc->taken_report[p] = tc->taken_latest[p] = 0;
         int64_t offset = 0;
         uint32_t skip = 0;
         spw_err_t err = coord_resume(tc, topic, p, &offset, &skip);
@@ -231,7 +247,24 @@ static void assign_continue(spw_trainer_coord_t *tc, const char *topic,
                  "partition=%d offset=%" PRId64 " skip=%u latest=%" PRIu64 " recovery=continue",
                  (int)p, parts[i].offset, parts[i].skip, spw_coord_client_latest_epoch(tc->client));
     }
-    memset(tc->kept, 0, sizeof(tc->kept));
+    /* revoked and not assigned back: moved to another trainer */
+    for (int32_t p = 0; p < COORD_MAX_PARTS; p++) {
+        if (!tc->kept[p])
+            continue;
+        tc->kept[p] = false;
+        int64_t moved = (int64_t)tc->kept_taken[p] - tc->taken_latest[p];
+        tc->taken_report[p] = tc->taken_latest[p] = 0;
+        if (moved <= 0)
+            continue;
+        tc->examples_base += (uint64_t)moved;
+        if (tc->m_moved)
+            spw_counter_add(tc->m_moved, (uint64_t)moved);
+        SPW_INFO("partition moved away",
+                 "partition=%d retrained=%" PRId64 " recovery=continue "
+                 "detail=\"its examples since LATEST leave this trainer's count: the next owner "
+                 "trains them again\"",
+                 (int)p, moved);
+    }
 }
 
 static void coord_on_assign(void *opaque, struct spw_trainer_position *parts, size_t n)
@@ -282,6 +315,7 @@ static void coord_on_revoke(void *opaque, const struct spw_trainer_position *par
                 tc->kept_offset[p] = tc->resume[p];
                 tc->kept_skip[p] = tc->resume_skip[p];
             }
+            tc->kept_taken[p] = parts[i].taken;
         }
         return;
     }
@@ -309,6 +343,11 @@ static void metrics_register(spw_trainer_coord_t *tc, spw_metrics_t *r)
         r, "sparrow_trainer_partitions_taken_over_total",
         "coordinator.recovery=continue: partitions assigned that this trainer did not hold just "
         "before (at its start, or from another trainer), resumed from LATEST's offsets.",
+        NULL);
+    tc->m_moved = spw_metrics_counter_new(
+        r, "sparrow_trainer_examples_moved_total",
+        "coordinator.recovery=continue: examples trained since LATEST from partitions moved to "
+        "another trainer (which trains them again), taken out of this trainer's reports.",
         NULL);
 }
 

@@ -317,9 +317,10 @@ struct spw_coord_server_stats {
     uint32_t out_of_barrier;  /* trainers out of the barrier now */
     uint32_t units;           /* synchronous units (groups) now */
     uint64_t auth_refused;    /* members refused by the CURVE allow-list (ZAP) */
-    /* coordinator.recovery=continue: membership changes that did not roll back, and the examples
-     * the removed trainers had trained since LATEST (by their Clocks), which their partitions'
-     * new owners train again (at-least-once) */
+    /* coordinator.recovery=continue: membership changes that did not roll back. examples_retrained
+     * (both policies): examples trained since LATEST (by the trainers' Clocks) that will be
+     * trained again: a rollback's, every trainer's; a removal under continue, the removed
+     * trainer's (its partitions' new owners re-read them: at-least-once) */
     uint64_t continued;
     uint64_t examples_retrained;
 };

@@ -51,6 +51,8 @@ struct spw_trainer_position {
     bool read_valid;
     uint32_t read_skip;
     int64_t read_offset;
+    uint64_t taken; /* on_revoke and checkpoint positions: examples trained from it since its
+                       assignment */
 };
 #define SPW_TRAINER_OFFSET_STORED (-1000)
 
