@@ -13,7 +13,8 @@ Figures per policy:
   retrained_per_kill  examples trained since LATEST that were trained again, per kill: the sum of
                       `retrained=` of the coordinator's "recovery started" (rollback: everyone's
                       work since LATEST) and "... without rollback" (continue: the dead trainer's)
-                      lines, over the kills
+                      lines and the trainers' "partition moved away" lines (continue: a live
+                      trainer's partitions moved to the restarted one), over the kills
   recover_s           per kill, from the kill (chaos.log) to the last recovery event before the
                       next kill or the end: "recovery completed" (rollback) or a trainer's
                       "partition taken over from LATEST" (continue), i.e. until every partition is
@@ -73,6 +74,11 @@ def figures(run_dir, policy):
         m = re.search(r" retrained=(\d+)", line)
         if m and ("recovery started" in line or "without rollback" in line):
             retrained += int(m.group(1))
+    for path in glob.glob(os.path.join(run_dir, "trainer-*.log")):
+        for line in open(path, errors="replace"):
+            m = re.search(r"partition moved away .* retrained=(\d+)", line)
+            if m:  # continue: a live trainer's partitions moved to a restarted one
+                retrained += int(m.group(1))
     kills = []
     for line in open(os.path.join(run_dir, "chaos.log"), errors="replace"):
         m = re.match(r"t=([\d.]+)s kill", line)
