@@ -45,6 +45,9 @@ struct spw_trainer_coord {
      * count, since the next owner trains and reports them again */
     int64_t taken_report[COORD_MAX_PARTS], taken_latest[COORD_MAX_PARTS];
     uint64_t kept_taken[COORD_MAX_PARTS];
+    /* taken out of the count at the revoke (a report may come before the next assignment: the
+     * partition's offsets are not in it), given back if the partition comes back */
+    uint64_t moved[COORD_MAX_PARTS];
     uint64_t generation; /* the one its pushes carry (set at a restore, or on proceed) */
     struct spw_trainer_position pos[COORD_MAX_PARTS];
     struct spw_coord_offset offs[COORD_MAX_PARTS];
@@ -223,7 +226,9 @@ static void assign_continue(spw_trainer_coord_t *tc, const char *topic,
             parts[i].skip = tc->kept_skip[p];
             tc->resume[p] = parts[i].offset;
             tc->resume_skip[p] = parts[i].skip;
-            /* the source counts from 0 again */
+            /* the source counts from 0 again; its examples since LATEST count again */
+            tc->examples_base -= tc->moved[p];
+            tc->moved[p] = 0;
             tc->taken_report[p] -= (int64_t)tc->kept_taken[p];
             tc->taken_latest[p] -= (int64_t)tc->kept_taken[p];
             tc->kept[p] = false;
@@ -252,15 +257,15 @@ static void assign_continue(spw_trainer_coord_t *tc, const char *topic,
         if (!tc->kept[p])
             continue;
         tc->kept[p] = false;
-        int64_t moved = (int64_t)tc->kept_taken[p] - tc->taken_latest[p];
+        uint64_t moved = tc->moved[p]; /* out of the count since the revoke */
+        tc->moved[p] = 0;
         tc->taken_report[p] = tc->taken_latest[p] = 0;
-        if (moved <= 0)
+        if (moved == 0)
             continue;
-        tc->examples_base += (uint64_t)moved;
         if (tc->m_moved)
             spw_counter_add(tc->m_moved, (uint64_t)moved);
         SPW_INFO("partition moved away",
-                 "partition=%d retrained=%" PRId64 " recovery=continue "
+                 "partition=%d retrained=%" PRIu64 " recovery=continue "
                  "detail=\"its examples since LATEST leave this trainer's count: the next owner "
                  "trains them again\"",
                  (int)p, moved);
@@ -316,6 +321,9 @@ static void coord_on_revoke(void *opaque, const struct spw_trainer_position *par
                 tc->kept_skip[p] = tc->resume_skip[p];
             }
             tc->kept_taken[p] = parts[i].taken;
+            int64_t since = (int64_t)parts[i].taken - tc->taken_latest[p];
+            tc->moved[p] = tc->kept[p] && since > 0 ? (uint64_t)since : 0;
+            tc->examples_base += tc->moved[p];
         }
         return;
     }
