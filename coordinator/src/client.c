@@ -35,6 +35,7 @@ struct spw_coord_client {
     struct spw_coord_offset *offsets;
     size_t n_offsets;
     uint64_t latest_epoch, generation;
+    bool recovery_continue; /* the coordinator's last reply said coordinator.recovery=continue */
     uint64_t registrations; /* registrations so far (each makes a waiting Clock resend) */
     uint32_t trainer_id;    /* sent with every Clock (0: none) */
     spw_coord_wait_fn wait;
@@ -173,6 +174,8 @@ static int recv_reply(spw_coord_client_t *c, int timeout_ms, const Sparrow__Cloc
                 c->generation = cr->generation;
             if (cr->has_latest_epoch)
                 c->latest_epoch = cr->latest_epoch;
+            /* heartbeat answers go to the other socket: every reply here is a full one */
+            c->recovery_continue = cr->has_recovery_continue && cr->recovery_continue;
             *out = cr;
             got = 1;
         }
@@ -448,6 +451,11 @@ spw_err_t spw_coord_client_offset(const spw_coord_client_t *c, const char *topic
         }
     }
     return SPW_ERR_NOT_FOUND;
+}
+
+bool spw_coord_client_recovery_continue(const spw_coord_client_t *c)
+{
+    return c->recovery_continue;
 }
 
 uint64_t spw_coord_client_latest_epoch(const spw_coord_client_t *c)

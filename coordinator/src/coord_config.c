@@ -39,6 +39,13 @@ const struct spw_config_prop spw_coordinator_config_props[] = {
      "Root of checkpoints/<epoch>/ (the shards' pserver.checkpoint.dir, shared)."},
     {"coordinator.member.timeout", SPW_CONFIG_DURATION_MS, "5s", 100, 3600000, NULL,
      "A member silent this long is removed (a dead trainer never blocks a barrier)."},
+    {"coordinator.recovery", SPW_CONFIG_ENUM, "rollback", 0, 0, "rollback|continue",
+     "What a trainer's removal (or partitions moving between trainers) does: rollback (every "
+     "shard restores LATEST and every trainer seeks to its offsets: exactly-once) or continue "
+     "(the shards keep their rows and the other trainers keep training; the moved partitions "
+     "resume from LATEST's offsets on their new owner: at-least-once for their examples since "
+     "LATEST, counted in sparrow_coord_examples_retrained_total). A shard restart rolls back "
+     "under both."},
     {"coordinator.checkpoint.steps", SPW_CONFIG_INT, "0", 0, 1000000000, NULL,
      "Checkpoint every this many steps of the fastest trainer (hybrid: of barriers' steps); 0: "
      "off (hybrid: every barrier)."},
@@ -110,6 +117,11 @@ spw_err_t spw_coord_server_conf_from_config(const spw_config_t *cfg,
     c.shards = spw_config_str(cfg, "coordinator.shards");
     c.checkpoint_dir = spw_config_str(cfg, "coordinator.checkpoint.dir");
     c.member_timeout_ms = (uint64_t)spw_config_duration_ms(cfg, "coordinator.member.timeout");
+    if (spw_coord_recovery_parse(spw_config_str(cfg, "coordinator.recovery"), &c.recovery) !=
+        SPW_OK) {
+        snprintf(errstr, errstr_size, "coordinator.recovery: expected rollback or continue");
+        return SPW_ERR_INVALID;
+    }
     c.checkpoint_steps = (uint64_t)spw_config_int(cfg, "coordinator.checkpoint.steps");
     c.checkpoint_interval_ms =
         (uint64_t)spw_config_duration_ms(cfg, "coordinator.checkpoint.interval");

@@ -19,6 +19,8 @@ struct spw_coord__metrics {
     spw_counter_t *step_commits, *step_waited, *step_late, *elastic_leaves, *elastic_rejoins;
     spw_counter_t *auth_refused; /* incremented by the CURVE server itself */
     spw_counter_t *malformed;
+    spw_counter_t *continued, *retrained;
+    uint64_t seen_continued, seen_retrained;
     uint64_t seen_ok, seen_aborted, seen_recoveries, seen_removed;
     uint64_t seen_commits, seen_waited, seen_late, seen_leaves, seen_rejoins, seen_malformed;
 };

@@ -56,6 +56,15 @@ void spw_coord__metrics_register(struct spw_coord__metrics *m, spw_metrics_t *r)
     m->malformed = spw_metrics_counter_new(
         r, "sparrow_coord_malformed_messages_total",
         "Member messages refused: undecodable, oversized or of another protocol version.", NULL);
+    m->continued = spw_metrics_counter_new(
+        r, "sparrow_coord_continued_total",
+        "coordinator.recovery=continue: trainer removals and joins that rolled nothing back.",
+        NULL);
+    m->retrained = spw_metrics_counter_new(
+        r, "sparrow_coord_examples_retrained_total",
+        "Examples trained since LATEST that are trained again: every trainer's at a rollback, "
+        "a removed trainer's under coordinator.recovery=continue (its partitions' next owners).",
+        NULL);
     m->units = spw_metrics_gauge_new(r, "sparrow_coord_sync_units",
                                      "Synchronous units: 1 in sync, the groups in group:G.", NULL);
 }
@@ -85,6 +94,8 @@ void spw_coord__metrics_sync(struct spw_coord__metrics *m, const struct spw_coor
     add_delta(m->elastic_leaves, st->elastic_leaves, &m->seen_leaves);
     add_delta(m->elastic_rejoins, st->elastic_rejoins, &m->seen_rejoins);
     add_delta(m->malformed, st->malformed, &m->seen_malformed);
+    add_delta(m->continued, st->continued, &m->seen_continued);
+    add_delta(m->retrained, st->examples_retrained, &m->seen_retrained);
     if (m->out_of_barrier)
         spw_gauge_set(m->out_of_barrier, st->out_of_barrier);
     if (m->units)

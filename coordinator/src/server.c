@@ -50,6 +50,10 @@ struct member {
     struct spw_coord_offset *offsets;
     size_t n_offsets;
     uint64_t examples_reported, examples_counted;
+    /* examples of its Clocks since its last report that became LATEST (or the last restore): what
+     * its partitions' next owners train again when it is removed under coordinator.recovery=
+     * continue (pushes still in flight at a crash aside) */
+    uint64_t examples_since_latest;
     uint64_t restored_gen;
     bool pending_commit, pending_drop, pending_offsets;
     uint32_t trainer_id;    /* the id its pushes carry (from its Clocks) */
@@ -214,6 +218,10 @@ static void reply_member(spw_coord_server_t *srv, struct member *m, enum reply_k
         if (is_trainer(&srv->members[i]) && srv->members[i].clock < min)
             min = srv->members[i].clock;
     cr.min_step = min == UINT64_MAX ? 0 : min;
+    if (srv->conf.recovery == SPW_COORD_RECOVERY_CONTINUE) {
+        cr.has_recovery_continue = true;
+        cr.recovery_continue = true;
+    }
     Sparrow__PartitionOffset *offs = NULL;
     Sparrow__PartitionOffset **ptrs = NULL;
     bool with_offsets = kind == REPLY_RESTORE || kind == REPLY_REGISTERED ||
@@ -548,10 +556,29 @@ static void remove_member(spw_coord_server_t *srv, struct member *m, const char 
     m->live = false;
     m->waiting = false;
     srv->stats.members_removed++;
-    if (m->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER) {
-        /* its pushes since LATEST are applied, its offsets are not recorded: roll back */
+    if (m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER)
+        return;
+    if (spw_coord_recovery_rolls_back(srv->conf.recovery, SPW_COORD_EVENT_TRAINER_REMOVED)) {
+        /* its pushes since LATEST are applied, its offsets are not recorded: roll back (its
+         * examples since LATEST are trained again with everyone's) */
+        srv->stats.examples_retrained += m->examples_since_latest;
+        m->examples_since_latest = 0;
         start_recovery(srv, "trainer removed");
+        return;
     }
+    /* continue: its pushes stay applied and its partitions resume from LATEST's offsets on
+     * their next owners (Kafka's rebalance hands them over), so the examples it trained since
+     * LATEST are trained twice. The barriers and an open epoch stop waiting for it (only live
+     * trainers count); its report to an open epoch is dropped with it (epoch_reports), so
+     * LATEST's offsets of its partitions stay where their new owners start. */
+    srv->stats.continued++;
+    srv->stats.examples_retrained += m->examples_since_latest;
+    SPW_WARN("trainer removed without rollback",
+             "member=%s retrained=%" PRIu64 " latest=%" PRIu64 " retrained_total=%" PRIu64
+             " recovery=continue",
+             m->id, m->examples_since_latest, srv->stats.latest_epoch,
+             srv->stats.examples_retrained);
+    m->examples_since_latest = 0;
 }
 
 static void copy_rid(struct member *m, const uint8_t *rid, size_t rid_len)
@@ -573,6 +600,18 @@ static void on_register(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_
     bool was_live = m->live;
     /* the same process rejoining (partitions moved) keeps its clock base: its steps go on */
     bool same_process = was_live && m->incarnation == r->incarnation;
+    bool is_trn = !r->has_role || r->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER;
+    bool rolls_back = spw_coord_recovery_rolls_back(srv->conf.recovery,
+                                                    was_live ? SPW_COORD_EVENT_TRAINER_REJOINED
+                                                             : SPW_COORD_EVENT_TRAINER_JOINED);
+    if (was_live && !same_process && is_trn && !rolls_back) {
+        /* a new process under an id still live: the old one died unseen, as if removed */
+        srv->stats.continued++;
+        srv->stats.examples_retrained += m->examples_since_latest;
+        SPW_WARN("trainer replaced without rollback",
+                 "member=%s retrained=%" PRIu64 " latest=%" PRIu64 " recovery=continue", m->id,
+                 m->examples_since_latest, srv->stats.latest_epoch);
+    }
     m->live = true;
     m->role = r->has_role ? (int)r->role : SPARROW__MEMBER_ROLE__ROLE_TRAINER;
     m->incarnation = r->incarnation;
@@ -581,7 +620,10 @@ static void on_register(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_
         m->based = false;
     m->waiting = false;
     m->reported = false;
-    m->examples_reported = m->examples_counted = 0;
+    /* continue: the same process goes on counting its examples since its last restore (no
+     * restore follows); its reports are cumulative */
+    if (!(same_process && !rolls_back))
+        m->examples_reported = m->examples_counted = m->examples_since_latest = 0;
     m->restored_gen = 0;
     m->told_gen = m->told_epoch = 0;
     if (!same_process) {
@@ -594,8 +636,17 @@ static void on_register(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_
     SPW_INFO("member registered", "member=%s role=%d incarnation=%" PRIu64 " rejoin=%d", m->id,
              m->role, m->incarnation, was_live);
     reply_member(srv, m, REPLY_REGISTERED);
-    if (m->role == SPARROW__MEMBER_ROLE__ROLE_TRAINER && srv->initial_recovery_done)
+    if (m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER || !srv->initial_recovery_done)
+        return;
+    if (rolls_back) {
         start_recovery(srv, was_live ? "trainer rejoined" : "trainer joined");
+        return;
+    }
+    /* continue: partitions it takes start from LATEST's offsets (at-least-once for what their
+     * previous owner trained since); the others keep training */
+    srv->stats.continued += !same_process;
+    SPW_INFO("trainer joined without rollback", "member=%s rejoin=%d recovery=continue", m->id,
+             was_live);
 }
 
 /* Heartbeats are answered with registered = whether the member is known, so that a member
@@ -700,7 +751,8 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
     if (eff > (int64_t)m->clock) {
         m->clock = (uint64_t)eff;
         m->step_examples = c->has_examples ? c->examples : 0;
-        m->step_tagged = m->in_barrier; /* before observe_step may move it back in */
+        m->examples_since_latest += m->step_examples; /* a Clock sent again is not counted */
+        m->step_tagged = m->in_barrier;               /* before observe_step may move it back in */
     }
     if (c->has_trainer_id)
         m->trainer_id = c->trainer_id;
@@ -748,7 +800,7 @@ static void on_restore_report(spw_coord_server_t *srv, const Sparrow__RestoreRep
     if (!m || !m->live || r->generation != srv->generation)
         return;
     m->restored_gen = r->generation;
-    m->examples_reported = m->examples_counted = 0;
+    m->examples_reported = m->examples_counted = m->examples_since_latest = 0;
     evaluate(srv);
 }
 
@@ -916,6 +968,7 @@ static void complete_epoch(spw_coord_server_t *srv, struct spw_coord_manifest *m
         if (!mb->live || !mb->reported)
             continue;
         mb->examples_counted = mb->examples_reported;
+        mb->examples_since_latest = 0; /* held since its report: no step after it */
         mb->pending_commit = true;
         mb->pending_offsets = true;
     }
@@ -968,6 +1021,13 @@ static void finish_epoch(spw_coord_server_t *srv, bool ok, bool recover, const c
 
 static void start_recovery(spw_coord_server_t *srv, const char *reason)
 {
+    /* the work a rollback throws away: every live trainer's examples since LATEST (by Clocks),
+     * trained again after the restore */
+    uint64_t lost = 0;
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
+        if (is_trainer(&srv->members[i]))
+            lost += srv->members[i].examples_since_latest;
+    srv->stats.examples_retrained += lost;
     srv->generation++;
     srv->stats.generation = srv->generation;
     srv->stats.recoveries++;
@@ -997,6 +1057,7 @@ static void start_recovery(spw_coord_server_t *srv, const char *reason)
         struct member *mb = &srv->members[i];
         mb->told_gen = 0;
         mb->reported = false;
+        mb->examples_since_latest = 0; /* everyone goes back to LATEST */
         mb->pending_commit = mb->pending_drop = false;
         /* everyone starts again in the barrier; the step times are kept */
         mb->in_barrier = true;
@@ -1004,8 +1065,10 @@ static void start_recovery(spw_coord_server_t *srv, const char *reason)
         mb->elastic.slow_run = mb->elastic.fast_run = 0;
     }
 
-    SPW_WARN("recovery started", "generation=%" PRIu64 " epoch=%" PRIu64 " reason=\"%s\"",
-             srv->generation, e, reason);
+    SPW_WARN("recovery started",
+             "generation=%" PRIu64 " epoch=%" PRIu64 " reason=\"%s\" retrained=%" PRIu64
+             " retrained_total=%" PRIu64,
+             srv->generation, e, reason, lost, srv->stats.examples_retrained);
 }
 
 /* ---- the state machine ---- */

@@ -127,17 +127,18 @@ start_serve() {
 }
 
 # start_coord_trainer SHARDS COORD_PORT [ARGS...]: an FM trainer (k 4, batch 256, CPU) of group g,
-# id 1, reading kafka://$BS/examples under the coordinator at COORD_PORT, ARGS last, logging to
-# $DIR/trainer.log; sets TR and returns once the trainer has partitions.
+# id ${TRAINER_ID:-1}, reading kafka://$BS/examples under the coordinator at COORD_PORT, ARGS
+# last, logging to ${TRAINER_LOG:-$DIR/trainer.log}; sets TR and returns once the trainer has
+# partitions.
 start_coord_trainer() {
-    local shards=$1 cport=$2
+    local shards=$1 cport=$2 log=${TRAINER_LOG:-$DIR/trainer.log}
     shift 2
     "$SPARROW" trainer --in "kafka://$BS/examples" --shards "$shards" --model fm --latent-dim 4 \
-        --batch 256 --backend cpu --group g --id 1 --http-port -1 \
-        --set trainer.coordinator="tcp://127.0.0.1:$cport" "$@" >"$DIR/trainer.log" 2>&1 &
+        --batch 256 --backend cpu --group g --id "${TRAINER_ID:-1}" --http-port -1 \
+        --set trainer.coordinator="tcp://127.0.0.1:$cport" "$@" >"$log" 2>&1 &
     TR=$!
     PIDS+=("$TR")
-    wait_for "the trainer's assignment" 30 grep -q "partition assigned" "$DIR/trainer.log"
+    wait_for "the trainer's assignment" 30 grep -q "partition assigned" "$log"
 }
 
 # start_gen N RATE: `sparrow gen` (seed 4; N 0: unending) producing RATE examples/s to

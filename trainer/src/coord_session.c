@@ -32,10 +32,28 @@ struct spw_trainer_coord {
     uint64_t step;                   /* two-phase tag of the step being computed (0: none) */
     uint64_t examples_base;          /* the loop's example count at the last restore */
     int64_t resume[COORD_MAX_PARTS]; /* offset a partition (re)started from; -1 unknown */
+    uint32_t resume_skip[COORD_MAX_PARTS];
+    /* coordinator.recovery=continue: where reading of a partition revoked by the rebalance in
+     * progress stood, so that one assigned back to this trainer resumes there (eager rebalances
+     * revoke everything and assign again) instead of at LATEST; cleared at every assignment */
+    bool kept[COORD_MAX_PARTS];
+    int64_t kept_offset[COORD_MAX_PARTS];
+    uint32_t kept_skip[COORD_MAX_PARTS];
+    /* continue: examples taken from a partition (the source's count since its assignment) at
+     * the last report, at the last report that completed (LATEST), and at its revoke: a
+     * partition moved to another trainer takes its examples since LATEST out of this trainer's
+     * count, since the next owner trains and reports them again */
+    int64_t taken_report[COORD_MAX_PARTS], taken_latest[COORD_MAX_PARTS];
+    uint64_t kept_taken[COORD_MAX_PARTS];
+    /* taken out of the count at the revoke (a report may come before the next assignment: the
+     * partition's offsets are not in it), given back if the partition comes back */
+    uint64_t moved[COORD_MAX_PARTS];
+    uint64_t generation; /* the one its pushes carry (set at a restore, or on proceed) */
     struct spw_trainer_position pos[COORD_MAX_PARTS];
     struct spw_coord_offset offs[COORD_MAX_PARTS];
     spw_gauge_t *m_clock;
     spw_histogram_t *m_wait, *m_pause;
+    spw_counter_t *m_taken_over, *m_moved;
 };
 
 static spw_err_t coord_resume(void *opaque, const char *topic, int32_t partition, int64_t *offset,
@@ -43,8 +61,10 @@ static spw_err_t coord_resume(void *opaque, const char *topic, int32_t partition
 {
     spw_trainer_coord_t *tc = opaque;
     spw_err_t err = spw_coord_client_offset(tc->client, topic, partition, offset, skip);
-    if (partition >= 0 && partition < COORD_MAX_PARTS)
+    if (partition >= 0 && partition < COORD_MAX_PARTS) {
         tc->resume[partition] = err == SPW_OK ? *offset : 0;
+        tc->resume_skip[partition] = err == SPW_OK ? *skip : 0;
+    }
     return err;
 }
 
@@ -75,6 +95,8 @@ static spw_err_t report_checkpoint(spw_trainer_coord_t *tc, uint64_t epoch)
         o->partition = tc->pos[i].partition;
         o->offset = tc->pos[i].offset;
         o->skip = tc->pos[i].skip;
+        if (tc->pos[i].partition >= 0 && tc->pos[i].partition < COORD_MAX_PARTS)
+            tc->taken_report[tc->pos[i].partition] = (int64_t)tc->pos[i].taken;
         if (tc->pos[i].offset < 0) { /* nothing stored yet: where it (re)started */
             int32_t p = tc->pos[i].partition;
             if (p < 0 || p >= COORD_MAX_PARTS) {
@@ -103,6 +125,7 @@ static spw_err_t restore(spw_trainer_coord_t *tc, const struct spw_coord_event *
         return err;
     /* pushes from now on are of the new generation; older ones still in flight get fenced */
     spw_ps_client_set_generation(spw_trainer_loop_client(tc->loop), ev->generation);
+    tc->generation = ev->generation;
     struct spw_trainer_loop_stats st;
     spw_trainer_loop_get_stats(tc->loop, &st);
     tc->examples_base = st.examples;
@@ -134,7 +157,15 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t exam
                 spw_trainer_loop_drop_rows(tc->loop);
             tc->step = ev.step;
             spw_trainer_loop_set_step(tc->loop, ev.step);
+            if (spw_coord_client_recovery_continue(tc->client) && ev.generation != tc->generation) {
+                /* continue: a trainer that joined after the last restore gets none; its pushes
+                 * must carry the shards' generation or they are fenced */
+                spw_ps_client_set_generation(spw_trainer_loop_client(tc->loop), ev.generation);
+                tc->generation = ev.generation;
+            }
             spw_err_t cerr;
+            if (ev.commit) /* the last report is LATEST now */
+                memcpy(tc->taken_latest, tc->taken_report, sizeof(tc->taken_latest));
             if (ev.commit && (cerr = spw_trainer_loop_commit(tc->loop, false)) != SPW_OK)
                 SPW_WARN("offset commit failed", "error=\"%s\"", spw_err_str(cerr));
             break;
@@ -180,10 +211,75 @@ static spw_err_t coord_idle(void *opaque, spw_trainer_loop_t *loop)
     return clock_at(tc, tc->clock + 1, 0);
 }
 
+/* coordinator.recovery=continue: a partition this trainer held just before the rebalance resumes
+ * where it was (no rollback of its own work); one taken over from another trainer (one removed,
+ * or a rebalance) resumes from LATEST's offsets, not the group's committed ones: commits happen
+ * at checkpoints only, and LATEST may be newer than the group's commits of a trainer that died
+ * before its commit. No rejoin: the coordinator starts no recovery for moved partitions. */
+static void assign_continue(spw_trainer_coord_t *tc, const char *topic,
+                            struct spw_trainer_position *parts, size_t n)
+{
+    for (size_t i = 0; topic && i < n; i++) {
+        int32_t p = parts[i].partition;
+        if (p >= 0 && p < COORD_MAX_PARTS && tc->kept[p]) {
+            parts[i].offset = tc->kept_offset[p];
+            parts[i].skip = tc->kept_skip[p];
+            tc->resume[p] = parts[i].offset;
+            tc->resume_skip[p] = parts[i].skip;
+            /* the source counts from 0 again; its examples since LATEST count again */
+            tc->examples_base -= tc->moved[p];
+            tc->moved[p] = 0;
+            tc->taken_report[p] -= (int64_t)tc->kept_taken[p];
+            tc->taken_latest[p] -= (int64_t)tc->kept_taken[p];
+            tc->kept[p] = false;
+            continue;
+        }
+        if (p >= 0 && p < COORD_MAX_PARTS)
+            tc->taken_report[p] = tc->taken_latest[p] = 0;
+        int64_t offset = 0;
+        uint32_t skip = 0;
+        spw_err_t err = coord_resume(tc, topic, p, &offset, &skip);
+        if (err == SPW_OK) {
+            parts[i].offset = offset;
+            parts[i].skip = skip;
+        } else { /* not in LATEST: from its first record (nothing of it was checkpointed) */
+            parts[i].offset = 0;
+            parts[i].skip = 0;
+        }
+        if (tc->m_taken_over)
+            spw_counter_inc(tc->m_taken_over);
+        SPW_INFO("partition taken over from LATEST",
+                 "partition=%d offset=%" PRId64 " skip=%u latest=%" PRIu64 " recovery=continue",
+                 (int)p, parts[i].offset, parts[i].skip, spw_coord_client_latest_epoch(tc->client));
+    }
+    /* revoked and not assigned back: moved to another trainer */
+    for (int32_t p = 0; p < COORD_MAX_PARTS; p++) {
+        if (!tc->kept[p])
+            continue;
+        tc->kept[p] = false;
+        uint64_t moved = tc->moved[p]; /* out of the count since the revoke */
+        tc->moved[p] = 0;
+        tc->taken_report[p] = tc->taken_latest[p] = 0;
+        if (moved == 0)
+            continue;
+        if (tc->m_moved)
+            spw_counter_add(tc->m_moved, (uint64_t)moved);
+        SPW_INFO("partition moved away",
+                 "partition=%d retrained=%" PRIu64 " recovery=continue "
+                 "detail=\"its examples since LATEST leave this trainer's count: the next owner "
+                 "trains them again\"",
+                 (int)p, moved);
+    }
+}
+
 static void coord_on_assign(void *opaque, struct spw_trainer_position *parts, size_t n)
 {
     spw_trainer_coord_t *tc = opaque;
     const char *topic = tc->loop ? spw_trainer_loop_topic(tc->loop) : NULL;
+    if (spw_coord_client_recovery_continue(tc->client)) {
+        assign_continue(tc, topic, parts, n);
+        return;
+    }
     for (size_t i = 0; topic && i < n; i++) {
         int64_t offset;
         uint32_t skip;
@@ -205,9 +301,32 @@ static void coord_on_assign(void *opaque, struct spw_trainer_position *parts, si
 static void coord_on_revoke(void *opaque, const struct spw_trainer_position *parts, size_t n)
 {
     spw_trainer_coord_t *tc = opaque;
-    (void)parts;
     if (n == 0)
         return;
+    if (spw_coord_client_recovery_continue(tc->client)) {
+        /* continue: no recovery follows; remember where reading stood in case the partitions
+         * come back in this rebalance (the example count keeps what they trained: their next
+         * owner, if another, trains it again from LATEST, at-least-once) */
+        for (size_t i = 0; i < n; i++) {
+            int32_t p = parts[i].partition;
+            if (p < 0 || p >= COORD_MAX_PARTS)
+                continue;
+            if (parts[i].read_valid) {
+                tc->kept[p] = true;
+                tc->kept_offset[p] = parts[i].read_offset;
+                tc->kept_skip[p] = parts[i].read_skip;
+            } else if (tc->resume[p] >= 0) { /* nothing read since it started there */
+                tc->kept[p] = true;
+                tc->kept_offset[p] = tc->resume[p];
+                tc->kept_skip[p] = tc->resume_skip[p];
+            }
+            tc->kept_taken[p] = parts[i].taken;
+            int64_t since = (int64_t)parts[i].taken - tc->taken_latest[p];
+            tc->moved[p] = tc->kept[p] && since > 0 ? (uint64_t)since : 0;
+            tc->examples_base += tc->moved[p];
+        }
+        return;
+    }
     spw_err_t err = spw_coord_client_rejoin(tc->client);
     if (err)
         SPW_WARN("rejoin failed", "error=\"%s\"", spw_err_str(err));
@@ -228,6 +347,16 @@ static void metrics_register(spw_trainer_coord_t *tc, spw_metrics_t *r)
         r, "sparrow_trainer_checkpoint_pause_seconds",
         "Time a trainer stood still for a checkpoint epoch (flush, report, wait for the shards).",
         NULL, secs, n);
+    tc->m_taken_over = spw_metrics_counter_new(
+        r, "sparrow_trainer_partitions_taken_over_total",
+        "coordinator.recovery=continue: partitions assigned that this trainer did not hold just "
+        "before (at its start, or from another trainer), resumed from LATEST's offsets.",
+        NULL);
+    tc->m_moved = spw_metrics_counter_new(
+        r, "sparrow_trainer_examples_moved_total",
+        "coordinator.recovery=continue: examples trained since LATEST from partitions moved to "
+        "another trainer (which trains them again), taken out of this trainer's reports.",
+        NULL);
 }
 
 spw_trainer_coord_t *spw_trainer_coord_new(const struct spw_trainer_loop_conf *conf,

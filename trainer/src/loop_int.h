@@ -28,6 +28,7 @@ struct spw_trn__part {
     bool stored_valid; /* stored_*: the last position handed to the consumer */
     int64_t stored_offset;
     uint32_t stored_skip;
+    uint64_t taken; /* valid examples handed out since the assignment */
 };
 
 /*

@@ -139,6 +139,7 @@ size_t spw_trn__source_positions(const struct spw_trn__source *src,
                 .partition = (int32_t)p,
                 .offset = pt->stored_valid ? pt->stored_offset : SPW_TRAINER_OFFSET_STORED,
                 .skip = pt->stored_valid ? pt->stored_skip : 0,
+                .taken = pt->taken,
             };
         n++;
     }
@@ -181,6 +182,10 @@ static void on_revoke(void *opaque, const struct spw_kafka_partition *parts, siz
                 .partition = parts[i].partition,
                 .offset = pt && pt->stored_valid ? pt->stored_offset : -1,
                 .skip = pt && pt->stored_valid ? pt->stored_skip : 0,
+                .read_valid = pt && pt->offset >= 0,
+                .read_offset = pt ? pt->offset : -1,
+                .read_skip = pt ? pt->skip : 0,
+                .taken = pt ? pt->taken : 0,
             };
         if (pt)
             *pt = (struct spw_trn__part){.offset = -1, .skip_at = -1};
@@ -288,6 +293,9 @@ static spw_err_t next_kafka(struct spw_trn__source *src, int timeout_ms, Sparrow
                     spw_reject_reason_name(e ? perr.reason : SPW_REJECT_UNDECODABLE));
                 return SPW_ERR_INVALID;
             }
+            struct spw_trn__part *tp = part_get(src, src->cur_part);
+            if (tp)
+                tp->taken++;
             *ex = e;
             return SPW_OK;
         }

@@ -118,6 +118,12 @@ spw_err_t spw_coord_client_offset(const spw_coord_client_t *client, const char *
 
 /* The latest checkpoint epoch and recovery generation the coordinator announced. */
 uint64_t spw_coord_client_latest_epoch(const spw_coord_client_t *client);
+
+/* Whether the coordinator's last reply said coordinator.recovery=continue: partitions moving
+ * between trainers are followed by no restore, so a newly assigned partition resumes from
+ * LATEST's offsets (spw_coord_client_offset) and one kept resumes where it was. Same thread as
+ * the clock calls. */
+bool spw_coord_client_recovery_continue(const spw_coord_client_t *client);
 uint64_t spw_coord_client_generation(const spw_coord_client_t *client);
 
 #endif

@@ -234,8 +234,37 @@ struct spw_coord_sync_conf {
     bool group_by_speed;    /* group:G: groups of similar step time, else by trainer order */
 };
 
+/* What a membership change does to the model (coordinator.recovery). */
+enum spw_coord_recovery {
+    /* every change rolls every shard and trainer back to LATEST: exactly-once */
+    SPW_COORD_RECOVERY_ROLLBACK = 0,
+    /* a trainer removed, joined or moving partitions changes nothing else: the shards keep their
+     * rows, the other trainers keep training, partitions that change owner resume from LATEST's
+     * offsets on the new one (at-least-once for their examples since LATEST, counted). A shard
+     * restart still rolls back (the shard lost rows the others' state depends on). */
+    SPW_COORD_RECOVERY_CONTINUE,
+};
+
+/* The membership events a recovery policy decides on. */
+enum spw_coord_member_event {
+    SPW_COORD_EVENT_TRAINER_REMOVED,  /* member timeout or Leave */
+    SPW_COORD_EVENT_TRAINER_JOINED,   /* a new process registered */
+    SPW_COORD_EVENT_TRAINER_REJOINED, /* a live trainer's partitions moved (it registered again) */
+    SPW_COORD_EVENT_SHARD_RESTARTED,  /* a shard came back with a new started_ms (rows lost) */
+};
+
+/* Whether `event` starts a global recovery (every shard restores LATEST, every trainer seeks to
+ * its offsets) under `policy`: always under rollback; under continue only a shard restart.
+ * Pure. */
+bool spw_coord_recovery_rolls_back(enum spw_coord_recovery policy,
+                                   enum spw_coord_member_event event);
+
+/* Parses "rollback" or "continue". SPW_ERR_INVALID otherwise. */
+spw_err_t spw_coord_recovery_parse(const char *s, enum spw_coord_recovery *out);
+
 struct spw_coord_server_conf {
-    const char *listen; /* ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:7100" */
+    const char *listen;               /* ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:7100" */
+    enum spw_coord_recovery recovery; /* what a trainer's removal does (coordinator.recovery) */
     struct spw_coord_mode mode;
     struct spw_coord_sync_conf sync;
     const char *shards;              /* comma-separated shard endpoints ("" or NULL: none) */
@@ -289,6 +318,12 @@ struct spw_coord_server_stats {
     uint32_t units;           /* synchronous units (groups) now */
     uint64_t auth_refused;    /* members refused by the CURVE allow-list (ZAP) */
     uint64_t malformed;       /* member messages refused: undecodable or another version */
+    /* coordinator.recovery=continue: membership changes that did not roll back. examples_retrained
+     * (both policies): examples trained since LATEST (by the trainers' Clocks) that will be
+     * trained again: a rollback's, every trainer's; a removal under continue, the removed
+     * trainer's (its partitions' new owners re-read them: at-least-once) */
+    uint64_t continued;
+    uint64_t examples_retrained;
 };
 
 /* A snapshot (for tests, from the running thread or after run returned). */

@@ -46,6 +46,13 @@ struct spw_trainer_position {
     int64_t offset; /* next offset; SPW_TRAINER_OFFSET_STORED: the group's committed one */
     int32_t partition;
     uint32_t skip; /* examples of record `offset` to skip when resuming from here */
+    /* on_revoke only: where reading stood (the record after the examples taken, and how many of
+     * it were taken), when anything was read since the assignment */
+    bool read_valid;
+    uint32_t read_skip;
+    int64_t read_offset;
+    uint64_t taken; /* on_revoke and checkpoint positions: examples trained from it since its
+                       assignment */
 };
 #define SPW_TRAINER_OFFSET_STORED (-1000)
 
@@ -82,7 +89,8 @@ struct spw_trainer_hooks {
     /* Partitions newly assigned: the callee may set parts[i].offset / .skip (they arrive as
      * SPW_TRAINER_OFFSET_STORED / 0) to resume from a checkpoint manifest. */
     void (*on_assign)(void *opaque, struct spw_trainer_position *parts, size_t n);
-    /* Partitions taken away (their positions as last stored; offset -1 when none). */
+    /* Partitions taken away (their positions as last stored, offset -1 when none; and where
+     * reading stood, read_*). */
     void (*on_revoke)(void *opaque, const struct spw_trainer_position *parts, size_t n);
 };
 
