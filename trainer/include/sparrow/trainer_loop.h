@@ -49,6 +49,15 @@ struct spw_trainer_position {
 };
 #define SPW_TRAINER_OFFSET_STORED (-1000)
 
+/* A source high-water mark (docs/ARCHITECTURE.md §5): of input partition `partition`, the highest
+ * offset of raw-event partition (source_topic, source_partition) trained. */
+struct spw_trainer_mark {
+    int32_t partition;
+    int32_t source_partition;
+    int64_t offset;
+    const char *source_topic; /* borrowed from the loop (valid until it is destroyed) */
+};
+
 /* What one finished step did (after_step). */
 struct spw_trainer_step_info {
     uint64_t step;         /* 0-based */
@@ -229,6 +238,15 @@ uint32_t spw_trainer_loop_trainer_id(const spw_trainer_loop_t *loop);
  * hook returns. SPW_OK for file input. */
 spw_err_t spw_trainer_loop_hold_input(spw_trainer_loop_t *loop, int timeout_ms);
 spw_err_t spw_trainer_loop_release_input(spw_trainer_loop_t *loop);
+
+/* After spw_trainer_loop_checkpoint: the source high-water marks matching the positions it
+ * returned (up to n_max into out; returns how many there are). */
+size_t spw_trainer_loop_marks(const spw_trainer_loop_t *loop, struct spw_trainer_mark *out,
+                              size_t n_max);
+
+/* After spw_trainer_loop_restore: restores one mark of an assigned partition (others are
+ * ignored). SPW_ERR_NOMEM or SPW_ERR_TOO_BIG beyond the mark limits. */
+spw_err_t spw_trainer_loop_set_mark(spw_trainer_loop_t *loop, const struct spw_trainer_mark *mark);
 
 /* The Kafka topic of the input (owned by the loop), NULL for file input. Positions name
  * partitions of it. */
