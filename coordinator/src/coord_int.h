@@ -55,10 +55,11 @@ struct spw_coord__report {
 /* The Kafka offsets of the new manifest into out: base (the previous manifest's, in order),
  * then each report's partitions in order, a partition already present overwritten in place
  * (offset and skip), a new one appended. Source high-water marks merge the same way, keyed by
- * (topic, partition, source topic, source partition), apart from the positions. So a partition nobody reported keeps its old offset,
- * one that moved to another trainer takes the new owner's report, and of two reports of one
- * partition the later in `reports` wins (the server aborts such an epoch before it merges).
- * out holds n_base + the sum of the reports' n. Returns how many out holds. */
+ * (topic, partition, source topic, source partition), apart from the positions. So a partition
+ * nobody reported keeps its old offset, one that moved to another trainer takes the new owner's
+ * report, and of two reports of one partition the later in `reports` wins (the server aborts such
+ * an epoch before it merges). out holds n_base + the sum of the reports' n. Returns how many out
+ * holds. */
 size_t spw_coord__offsets_merge(struct spw_coord_offset *out, const struct spw_coord_offset *base,
                                 size_t n_base, const struct spw_coord__report *reports,
                                 size_t n_reports);

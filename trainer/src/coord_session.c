@@ -112,9 +112,8 @@ static spw_err_t report_checkpoint(spw_trainer_coord_t *tc, uint64_t epoch)
     uint64_t examples = st.examples - tc->examples_base;
     if ((err = spw_coord_client_checkpoint_report(tc->client, epoch, tc->offs, n, examples)))
         return err;
-    SPW_INFO("checkpoint reported",
-             "epoch=%" PRIu64 " partitions=%zu marks=%zu examples=%" PRIu64, epoch, n - n_marks,
-             n_marks, examples);
+    SPW_INFO("checkpoint reported", "epoch=%" PRIu64 " partitions=%zu marks=%zu examples=%" PRIu64,
+             epoch, n - n_marks, n_marks, examples);
     return SPW_OK;
 }
 

@@ -121,12 +121,12 @@ void spw_trn__source_reject(struct spw_trn__source *src);
  * smark_fn for every source high-water mark moved since (value: the highest source offset
  * taken), and clears the marks. Returns the first non-zero return of a callback (the marks of
  * later partitions are kept then). */
-spw_err_t spw_trn__source_snapshot(
-    struct spw_trn__source *src,
-    spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset, uint32_t skip),
-    spw_err_t (*smark_fn)(void *opaque, int32_t part, uint32_t stopic, int32_t spart,
-                          int64_t value),
-    void *opaque);
+spw_err_t
+spw_trn__source_snapshot(struct spw_trn__source *src,
+                         spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset, uint32_t skip),
+                         spw_err_t (*smark_fn)(void *opaque, int32_t part, uint32_t stopic,
+                                               int32_t spart, int64_t value),
+                         void *opaque);
 
 /* The acknowledged value of a source high-water mark (from a snapshot): ignored for partitions
  * no longer assigned. */

@@ -97,11 +97,11 @@ static bool stopic_find(struct spw_trn__source *src, const char *topic, bool add
 }
 
 /* The mark of (part, stopic, spart), created (-1, -1) when add; NULL when absent or full. */
-static struct spw_trn__smark *smark_get(struct spw_trn__source *src, int32_t part,
-                                        uint32_t stopic, int32_t spart, bool add)
+static struct spw_trn__smark *smark_get(struct spw_trn__source *src, int32_t part, uint32_t stopic,
+                                        int32_t spart, bool add)
 {
-    struct spw_trn__smark *m = src->last_smark < src->n_smarks ? &src->smarks[src->last_smark]
-                                                                 : NULL;
+    struct spw_trn__smark *m =
+        src->last_smark < src->n_smarks ? &src->smarks[src->last_smark] : NULL;
     if (m && m->part == part && m->stopic == stopic && m->spart == spart)
         return m;
     for (size_t i = 0; i < src->n_smarks; i++) {
@@ -234,12 +234,12 @@ static void part_advance(struct spw_trn__source *src, int32_t p, int64_t offset,
     pt->touched = true;
 }
 
-spw_err_t spw_trn__source_snapshot(
-    struct spw_trn__source *src,
-    spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset, uint32_t skip),
-    spw_err_t (*smark_fn)(void *opaque, int32_t part, uint32_t stopic, int32_t spart,
-                          int64_t value),
-    void *opaque)
+spw_err_t
+spw_trn__source_snapshot(struct spw_trn__source *src,
+                         spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset, uint32_t skip),
+                         spw_err_t (*smark_fn)(void *opaque, int32_t part, uint32_t stopic,
+                                               int32_t spart, int64_t value),
+                         void *opaque)
 {
     for (size_t i = 0; i < src->n_smarks; i++) {
         struct spw_trn__smark *m = &src->smarks[i];
