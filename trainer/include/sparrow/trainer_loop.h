@@ -271,6 +271,7 @@ struct spw_trainer_loop_stats {
     uint64_t dropped_examples; /* read but not trained (a stop during their pull) */
     uint64_t steps;            /* pushes of steps */
     uint64_t offsets_stored;   /* partition offsets handed to the consumer */
+    uint64_t duplicates;       /* examples dropped at or below their source high-water mark */
     uint64_t bytes_pushed;     /* as the client counts them (resends included) */
     uint64_t bytes_flushed;    /* of which residual flushes (checkpoints, the end) */
     uint64_t rows_pushed;
