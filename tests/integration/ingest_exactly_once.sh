@@ -128,8 +128,15 @@ done
 wait "$PRODUCER" || fail "producing the events"
 
 # drain: a checkpoint counts every valid event
-wait_for "a checkpoint of all $VALID valid events" 60 \
-    grep -q "checkpoint completed epoch=[0-9]* examples=$VALID " "$DIR/coord.log"
+# (one counting more means duplicates were trained: fail at once)
+drained() {
+    local n
+    n=$(grep -o "checkpoint completed epoch=[0-9]* examples=[0-9]*" "$DIR/coord.log" | tail -1 |
+        sed 's/.*examples=//')
+    [ "${n:-0}" -le "$VALID" ] || fail "a checkpoint counts $n examples, more than the $VALID valid events"
+    [ "${n:-0}" -eq "$VALID" ]
+}
+wait_for "a checkpoint of all $VALID valid events" 60 drained
 line=$("$CKPT" "$DIR/ck" "$KEY") || fail "reading the counter from LATEST"
 echo "ingest_exactly_once: LATEST $line"
 counter=$(echo "$line" | sed -n 's/.*counter=\([0-9.]*\).*/\1/p')
