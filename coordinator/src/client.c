@@ -16,6 +16,7 @@
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
 #include "sparrow/wire.h"
+#include "coord_int.h"
 
 /* Fields other than the atomics are owned by the caller's thread; the heartbeat thread owns
  * hb_sock and reads only the immutable strings. */
@@ -137,11 +138,9 @@ static void take_offsets(spw_coord_client_t *c, const Sparrow__ClockReply *cr)
     if (!o)
         return;
     for (size_t i = 0; i < cr->n_offsets; i++) {
-        const Sparrow__PartitionOffset *p = cr->offsets[i];
-        snprintf(o[i].topic, sizeof(o[i].topic), "%s", p->topic ? p->topic : "");
-        o[i].partition = p->partition;
-        o[i].offset = p->offset < 0 ? 0 : p->offset;
-        o[i].skip = p->skip;
+        spw_coord__offset_from_pb(cr->offsets[i], &o[i]);
+        if (o[i].offset < 0)
+            o[i].offset = 0;
     }
     free(c->offsets);
     c->offsets = o;
@@ -399,12 +398,7 @@ spw_err_t spw_coord_client_checkpoint_report(spw_coord_client_t *c, uint64_t epo
         return SPW_ERR_NOMEM;
     }
     for (size_t i = 0; i < n; i++) {
-        sparrow__partition_offset__init(&offs[i]);
-        offs[i].topic = (char *)offsets[i].topic;
-        offs[i].has_partition = offs[i].has_offset = offs[i].has_skip = true;
-        offs[i].partition = offsets[i].partition;
-        offs[i].offset = offsets[i].offset;
-        offs[i].skip = offsets[i].skip;
+        spw_coord__offset_to_pb(&offsets[i], &offs[i]);
         ptrs[i] = &offs[i];
     }
     r.member_id = c->member_id;
@@ -444,7 +438,8 @@ spw_err_t spw_coord_client_offset(const spw_coord_client_t *c, const char *topic
                                   int64_t *offset, uint32_t *skip)
 {
     for (size_t i = 0; i < c->n_offsets; i++) {
-        if (c->offsets[i].partition == partition && strcmp(c->offsets[i].topic, topic) == 0) {
+        if (!c->offsets[i].mark && c->offsets[i].partition == partition &&
+            strcmp(c->offsets[i].topic, topic) == 0) {
             *offset = c->offsets[i].offset;
             *skip = c->offsets[i].skip;
             return SPW_OK;
@@ -456,6 +451,12 @@ spw_err_t spw_coord_client_offset(const spw_coord_client_t *c, const char *topic
 bool spw_coord_client_recovery_continue(const spw_coord_client_t *c)
 {
     return c->recovery_continue;
+}
+
+const struct spw_coord_offset *spw_coord_client_offsets(const spw_coord_client_t *c, size_t *n)
+{
+    *n = c->n_offsets;
+    return c->offsets;
 }
 
 uint64_t spw_coord_client_latest_epoch(const spw_coord_client_t *c)

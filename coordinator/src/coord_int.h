@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sparrow/coordinator.h"
+#include "sparrow/sparrow.pb-c.h"
 #include "sparrow/metrics.h"
 
 /* Handles into the registry (NULL when there is none) and the counters' last values. Owned by
@@ -36,6 +37,11 @@ void spw_coord__metrics_sync(struct spw_coord__metrics *m, const struct spw_coor
  * Pure functions: no server state, no I/O, no allocation; the caller owns every array. Safe
  * from any thread on arrays no other thread writes. */
 
+/* Converting one entry to and from its message: to_pb points pb's strings into o (borrowed for
+ * pb's life); from_pb copies (strings cut to fit). */
+void spw_coord__offset_to_pb(const struct spw_coord_offset *o, Sparrow__PartitionOffset *pb);
+void spw_coord__offset_from_pb(const Sparrow__PartitionOffset *pb, struct spw_coord_offset *o);
+
 /* A borrowed array of offsets (one trainer's report, one shard's update-stream offsets). */
 struct spw_coord__offsets {
     const struct spw_coord_offset *v;
@@ -51,10 +57,12 @@ struct spw_coord__report {
 
 /* The Kafka offsets of the new manifest into out: base (the previous manifest's, in order),
  * then each report's partitions in order, a partition already present overwritten in place
- * (offset and skip), a new one appended. So a partition nobody reported keeps its old offset,
- * one that moved to another trainer takes the new owner's report, and of two reports of one
- * partition the later in `reports` wins (the server aborts such an epoch before it merges).
- * out holds n_base + the sum of the reports' n. Returns how many out holds. */
+ * (offset and skip), a new one appended. Source high-water marks merge the same way, keyed by
+ * (topic, partition, source topic, source partition), apart from the positions. So a partition
+ * nobody reported keeps its old offset, one that moved to another trainer takes the new owner's
+ * report, and of two reports of one partition the later in `reports` wins (the server aborts such
+ * an epoch before it merges). out holds n_base + the sum of the reports' n. Returns how many out
+ * holds. */
 size_t spw_coord__offsets_merge(struct spw_coord_offset *out, const struct spw_coord_offset *base,
                                 size_t n_base, const struct spw_coord__report *reports,
                                 size_t n_reports);

@@ -19,6 +19,7 @@
 #include "sparrow/log.h"
 #include "sparrow/time.h"
 #include "sparrow/wire.h"
+#include "coord_int.h"
 
 /*
  * MANIFEST layout (little-endian):
@@ -146,12 +147,7 @@ spw_err_t spw_coord_manifest_write(const char *root, const struct spw_coord_mani
     pb.n_shards = m->shard_count;
     pb.shards = shard_ptrs;
     for (size_t i = 0; i < m->n_offsets; i++) {
-        sparrow__partition_offset__init(&offs[i]);
-        offs[i].topic = (char *)m->offsets[i].topic;
-        offs[i].has_partition = offs[i].has_offset = offs[i].has_skip = true;
-        offs[i].partition = m->offsets[i].partition;
-        offs[i].offset = m->offsets[i].offset;
-        offs[i].skip = m->offsets[i].skip;
+        spw_coord__offset_to_pb(&m->offsets[i], &offs[i]);
         off_ptrs[i] = &offs[i];
     }
     pb.n_offsets = m->n_offsets;
@@ -288,11 +284,7 @@ spw_err_t spw_coord_manifest_read(const char *root, uint64_t epoch, struct spw_c
         m->rows[s->shard] = s->rows;
     }
     for (size_t i = 0; i < pb->n_offsets; i++) {
-        const Sparrow__PartitionOffset *o = pb->offsets[i];
-        snprintf(m->offsets[i].topic, sizeof(m->offsets[i].topic), "%s", o->topic ? o->topic : "");
-        m->offsets[i].partition = o->partition;
-        m->offsets[i].offset = o->offset;
-        m->offsets[i].skip = o->skip;
+        spw_coord__offset_from_pb(pb->offsets[i], &m->offsets[i]);
     }
     m->n_offsets = pb->n_offsets;
     for (size_t i = 0; i < pb->n_update_offsets; i++) {

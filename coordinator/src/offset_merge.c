@@ -1,13 +1,50 @@
 /* The offsets a completed checkpoint epoch records: the trainers' Kafka offsets merged into the
  * previous manifest's, the examples counted, and the model-update stream's per-partition minima
  * over the shards. Pure functions over caller-owned arrays (no server state, no I/O). */
+#include <stdio.h>
 #include <string.h>
 
 #include "coord_int.h"
 
 static bool same_partition(const struct spw_coord_offset *a, const struct spw_coord_offset *b)
 {
-    return a->partition == b->partition && strcmp(a->topic, b->topic) == 0;
+    if (a->partition != b->partition || a->mark != b->mark || strcmp(a->topic, b->topic) != 0)
+        return false;
+    return !a->mark || (a->source_partition == b->source_partition &&
+                        strcmp(a->source_topic, b->source_topic) == 0);
+}
+
+void spw_coord__offset_to_pb(const struct spw_coord_offset *o, Sparrow__PartitionOffset *pb)
+{
+    sparrow__partition_offset__init(pb);
+    pb->topic = (char *)o->topic;
+    pb->has_partition = pb->has_offset = true;
+    pb->partition = o->partition;
+    pb->offset = o->offset;
+    if (o->mark) {
+        pb->has_source_partition = true;
+        pb->source_partition = o->source_partition;
+        pb->source_topic = (char *)o->source_topic;
+    } else {
+        pb->has_skip = true;
+        pb->skip = o->skip;
+    }
+}
+
+void spw_coord__offset_from_pb(const Sparrow__PartitionOffset *pb, struct spw_coord_offset *o)
+{
+    memset(o, 0, sizeof(*o));
+    snprintf(o->topic, sizeof(o->topic), "%s", pb->topic ? pb->topic : "");
+    o->partition = pb->partition;
+    o->offset = pb->offset;
+    o->skip = pb->skip;
+    if (pb->has_source_partition) {
+        o->mark = true;
+        o->skip = 0;
+        o->source_partition = pb->source_partition;
+        snprintf(o->source_topic, sizeof(o->source_topic), "%s",
+                 pb->source_topic ? pb->source_topic : "");
+    }
 }
 
 /* The index of o's partition in v[0..n), or n when absent. */

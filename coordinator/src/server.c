@@ -181,12 +181,7 @@ static void fill_offsets(spw_coord_server_t *srv, Sparrow__ClockReply *cr,
                          Sparrow__PartitionOffset *offs, Sparrow__PartitionOffset **ptrs)
 {
     for (size_t i = 0; i < srv->cur.n_offsets; i++) {
-        sparrow__partition_offset__init(&offs[i]);
-        offs[i].topic = srv->cur.offsets[i].topic;
-        offs[i].has_partition = offs[i].has_offset = offs[i].has_skip = true;
-        offs[i].partition = srv->cur.offsets[i].partition;
-        offs[i].offset = srv->cur.offsets[i].offset;
-        offs[i].skip = srv->cur.offsets[i].skip;
+        spw_coord__offset_to_pb(&srv->cur.offsets[i], &offs[i]);
         ptrs[i] = &offs[i];
     }
     cr->n_offsets = srv->cur.n_offsets;
@@ -777,11 +772,7 @@ static void on_checkpoint_report(spw_coord_server_t *srv, const Sparrow__Checkpo
     if (!offs)
         return;
     for (size_t i = 0; i < r->n_offsets; i++) {
-        const Sparrow__PartitionOffset *o = r->offsets[i];
-        snprintf(offs[i].topic, sizeof(offs[i].topic), "%s", o->topic ? o->topic : "");
-        offs[i].partition = o->partition;
-        offs[i].offset = o->offset;
-        offs[i].skip = o->skip;
+        spw_coord__offset_from_pb(r->offsets[i], &offs[i]);
     }
     free(m->offsets);
     m->offsets = offs;
@@ -828,8 +819,8 @@ static bool reports_overlap(const spw_coord_server_t *srv)
             if (!b->live || !b->reported)
                 continue;
             for (size_t x = 0; x < a->n_offsets; x++)
-                for (size_t y = 0; y < b->n_offsets; y++)
-                    if (a->offsets[x].partition == b->offsets[y].partition &&
+                for (size_t y = 0; y < b->n_offsets && !a->offsets[x].mark; y++)
+                    if (!b->offsets[y].mark && a->offsets[x].partition == b->offsets[y].partition &&
                         strcmp(a->offsets[x].topic, b->offsets[y].topic) == 0)
                         return true;
         }

@@ -53,7 +53,8 @@ static void process_msg(struct spw_ingest *in, const struct spw_kafka_msg *msg)
     }
     bool ok = err == SPW_OK && ex;
     if (ok)
-        spw_ingest__add_example(in, ex, in->format == SPW_FORMAT_PB ? data : NULL, msg->len);
+        spw_ingest__add_example(in, ex, in->format == SPW_FORMAT_PB ? data : NULL, msg->len,
+                                msg->partition, msg->offset);
     else if (err == SPW_ERR_INVALID)
         spw_ingest__dead_letter(in, msg->key, msg->key_len, data, msg->len, msg->partition,
                                 msg->offset, &perr);
@@ -179,7 +180,8 @@ spw_ingest_t *spw_ingest_new(const struct spw_ingest_conf *conf, char *errstr, s
     in->linger_ms = conf->linger_ms;
     const char *key_field = conf->key_field;
     in->keyed = key_field && key_field[0];
-    in->n_buckets = in->keyed ? conf->key_buckets : 1;
+    in->by_source = !in->keyed && !spw_ingest__is_file_url(conf->in);
+    in->n_buckets = in->keyed || in->by_source ? conf->key_buckets : 1;
     if (in->keyed &&
         spw_schema_field_id(in->schema, key_field, strlen(key_field), &in->key_field) != SPW_OK) {
         snprintf(errstr, errstr_size, "ingest.key.field is not in the schema field=%s", key_field);
@@ -292,7 +294,7 @@ static spw_err_t run_file(struct spw_ingest *in)
             size_t raw_len = 0;
             const void *raw =
                 in->format == SPW_FORMAT_PB ? spw_reader_raw(in->reader, &raw_len) : NULL;
-            spw_ingest__add_example(in, ex, raw, raw_len);
+            spw_ingest__add_example(in, ex, raw, raw_len, -1, 0);
         } else if (err == SPW_ERR_INVALID || err == SPW_ERR_TOO_BIG) {
             size_t len = 0;
             const void *raw = spw_reader_raw(in->reader, &len);

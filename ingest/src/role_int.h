@@ -109,6 +109,10 @@ struct spw_ingest {
     size_t batch_size, max_bytes;
     uint64_t linger_ms;
     bool keyed;
+    /* unkeyed Kafka input: a bucket per source partition (modulo the buckets), keyed by the
+     * bucket, so that a replayed event lands in the examples partition it went to before and
+     * the trainers' source high-water marks see it (docs/ARCHITECTURE.md §5) */
+    bool by_source;
     uint32_t key_field;
     size_t n_buckets;
     struct spw_ingest__bucket *buckets;
@@ -167,15 +171,17 @@ void spw_ingest__cycle_open(struct spw_ingest *in);
 /* Sends every non-empty bucket's record, seals the open cycle, opens the next. */
 void spw_ingest__flush_cycle(struct spw_ingest *in);
 
-/* The bucket ex goes to: the key field's first key mixed, modulo the buckets; 0 unkeyed or
- * without the field. */
-size_t spw_ingest__bucket_of(const struct spw_ingest *in, const Sparrow__Example *ex);
+/* The bucket ex goes to: the key field's first key mixed, modulo the buckets; by_source: the
+ * source partition modulo the buckets; 0 unkeyed or without the field. */
+size_t spw_ingest__bucket_of(const struct spw_ingest *in, const Sparrow__Example *ex,
+                             int32_t src_partition);
 
 /* Packs ex into its bucket (ex may be dropped after), flushing first when the record would pass
  * max_bytes, and after when the bucket holds batch_size. raw (pb input): the bytes ex was decoded
- * from, written as they came. */
-void spw_ingest__add_example(struct spw_ingest *in, const Sparrow__Example *ex, const void *raw,
-                             size_t raw_len);
+ * from, written as they came. src_partition >= 0 (Kafka input): the event's source position,
+ * written into the example (source_partition, source_offset; the record names in_topic). */
+void spw_ingest__add_example(struct spw_ingest *in, Sparrow__Example *ex, const void *raw,
+                             size_t raw_len, int32_t src_partition, int64_t src_offset);
 
 /* Notes that the open cycle covers partition/offset (sealing it first when its table is full). */
 void spw_ingest__note_offset(struct spw_ingest *in, int32_t partition, int64_t offset);

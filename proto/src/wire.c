@@ -169,13 +169,16 @@ static bool dim_ok(uint32_t dim)
 
 static bool example_ok(const Sparrow__Example *ex)
 {
-    return ex->n_fields == ex->n_keys && (ex->n_weights == 0 || ex->n_weights == ex->n_keys);
+    return ex->n_fields == ex->n_keys && (ex->n_weights == 0 || ex->n_weights == ex->n_keys) &&
+           (!ex->has_source_partition || ex->source_partition >= 0) &&
+           (!ex->has_source_offset || ex->source_offset >= 0);
 }
 
 static bool offsets_ok(Sparrow__PartitionOffset *const *offsets, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (offsets[i]->has_partition && offsets[i]->partition < 0)
+        if ((offsets[i]->has_partition && offsets[i]->partition < 0) ||
+            (offsets[i]->has_source_partition && offsets[i]->source_partition < 0))
             return false;
     return true;
 }

@@ -1,7 +1,9 @@
 /* For coord_exactly_once.sh: reads checkpoints/LATEST under ROOT, its MANIFEST and every shard
  * checkpoint (verified against the manifest), and prints the epoch, the manifest's example count,
  * the counter row's w[0] and the Kafka offsets (partition:offset+skip):
- *   epoch=E examples=N counter=V offsets=0:12+0,1:9+0,...   (exit 1 when the key is absent).
+ *   epoch=E examples=N counter=V offsets=0:12+0,1:9+0,... [marks=0/3:1200,...]
+ * (exit 1 when the key is absent; marks: the source high-water marks, partition/source
+ * partition:highest source offset trained).
  * With KEY "--dump" (sync_equivalence.sh) it prints every row instead, one per line:
  *   KEY VERSION W0 W1 ... (weights as %.9g, shards in order, keys ascending within a shard). */
 #include <inttypes.h>
@@ -73,9 +75,23 @@ int main(int argc, char **argv)
     } else if (rc == 0) {
         printf("epoch=%" PRIu64 " examples=%" PRIu64 " counter=%.1f offsets=", epoch,
                m.example_count, counter);
-        for (size_t i = 0; i < m.n_offsets; i++)
-            printf("%s%d:%" PRId64 "+%u", i ? "," : "", (int)m.offsets[i].partition,
-                   m.offsets[i].offset, m.offsets[i].skip);
+        const char *sep = "";
+        for (size_t i = 0; i < m.n_offsets; i++) {
+            if (m.offsets[i].mark)
+                continue;
+            printf("%s%d:%" PRId64 "+%u", sep, (int)m.offsets[i].partition, m.offsets[i].offset,
+                   m.offsets[i].skip);
+            sep = ",";
+        }
+        /* source high-water marks: partition/source partition:highest source offset */
+        sep = " marks=";
+        for (size_t i = 0; i < m.n_offsets; i++) {
+            if (!m.offsets[i].mark)
+                continue;
+            printf("%s%d/%d:%" PRId64, sep, (int)m.offsets[i].partition,
+                   (int)m.offsets[i].source_partition, m.offsets[i].offset);
+            sep = ",";
+        }
         printf("\n");
     } else {
         fprintf(stderr, "key %" PRIu64 " not in epoch %" PRIu64 "\n", key, epoch);

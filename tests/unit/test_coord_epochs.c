@@ -112,7 +112,8 @@ static spw_err_t train(spw_coord_client_t *c, struct trainer_state *t, int part,
                 continue;
             }
             if (ev.kind == SPW_COORD_EV_CHECKPOINT) {
-                struct spw_coord_offset o = {"examples", part, t->offset, 0};
+                struct spw_coord_offset o = {
+                    .topic = "examples", .partition = part, .offset = t->offset};
                 t->checkpoints++;
                 spw_coord_client_checkpoint_report(c, ev.epoch, &o, 1, t->examples);
                 continue;

@@ -49,7 +49,13 @@ static void mk_epoch(uint64_t e, uint64_t examples)
     struct spw_coord_manifest m = {0};
     char cs[2][17] = {"00000000000000a1", "00000000000000b2"};
     uint64_t rows[2] = {10, 20};
-    struct spw_coord_offset offs[1] = {{"examples", 0, (int64_t)e * 100, 3}};
+    struct spw_coord_offset offs[2] = {{.topic = "examples", .offset = (int64_t)e * 100, .skip = 3},
+                                       {.topic = "examples",
+                                        .partition = 0,
+                                        .offset = (int64_t)e * 1000 + 5,
+                                        .mark = true,
+                                        .source_partition = 2,
+                                        .source_topic = "events"}};
     mk_shard(e, 0, cs[0]);
     mk_shard(e, 1, cs[1]);
     m.epoch = e;
@@ -57,7 +63,7 @@ static void mk_epoch(uint64_t e, uint64_t examples)
     m.checksums = cs;
     m.rows = rows;
     m.offsets = offs;
-    m.n_offsets = 1;
+    m.n_offsets = 2;
     m.example_count = examples;
     char err[256];
     assert_int_equal(spw_coord_manifest_write(root, &m, err, sizeof(err)), SPW_OK);
@@ -77,10 +83,17 @@ static void test_coord_files_manifest_roundtrip(void **state)
     assert_int_equal(m.example_count, 1234);
     assert_string_equal(m.checksums[1], "00000000000000b2");
     assert_int_equal(m.rows[1], 20);
-    assert_int_equal(m.n_offsets, 1);
+    assert_int_equal(m.n_offsets, 2);
     assert_string_equal(m.offsets[0].topic, "examples");
     assert_int_equal(m.offsets[0].offset, 700);
     assert_int_equal(m.offsets[0].skip, 3);
+    assert_false(m.offsets[0].mark);
+    /* the source high-water mark of (examples 0, events 2) comes back as a mark */
+    assert_true(m.offsets[1].mark);
+    assert_int_equal(m.offsets[1].partition, 0);
+    assert_int_equal(m.offsets[1].offset, 7005);
+    assert_int_equal(m.offsets[1].source_partition, 2);
+    assert_string_equal(m.offsets[1].source_topic, "events");
     spw_coord_manifest_fini(&m);
     uint64_t latest = 0;
     assert_int_equal(spw_coord_latest_read(root, &latest), SPW_OK);

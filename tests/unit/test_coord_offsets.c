@@ -164,6 +164,66 @@ static void test_coord_offsets_update_minima(void **state)
     assert_int_equal(spw_coord__update_offsets_min(out, topics, 2), 0);
 }
 
+/* A source high-water mark of (topic, partition, source topic, source partition). */
+static struct spw_coord_offset smark(const char *topic, int32_t partition, const char *stopic,
+                                     int32_t spart, int64_t offset)
+{
+    struct spw_coord_offset o = off(topic, partition, offset, 0);
+    o.mark = true;
+    o.source_partition = spart;
+    snprintf(o.source_topic, sizeof(o.source_topic), "%s", stopic);
+    return o;
+}
+
+/* Marks merge beside the positions: a mark never overwrites the position of its partition nor
+ * one of another source partition or topic; a report's mark replaces the previous manifest's of
+ * the same pair; a mark nobody reported stays. */
+static void test_coord_offsets_marks_merge(void **state)
+{
+    (void)state;
+    const struct spw_coord_offset base[] = {off("ex", 0, 100, 2), smark("ex", 0, "ev", 0, 40),
+                                            smark("ex", 0, "ev", 1, 70),
+                                            smark("ex", 1, "ev", 0, 9)};
+    const struct spw_coord_offset a[] = {off("ex", 0, 130, 0), smark("ex", 0, "ev", 1, 95),
+                                         smark("ex", 0, "ev2", 1, 5)};
+    const struct spw_coord__report r[] = {{.offsets = {a, 3}}};
+    struct spw_coord_offset out[4 + 3];
+    size_t n = spw_coord__offsets_merge(out, base, 4, r, 1);
+    assert_int_equal(n, 5);
+    assert_offset(&out[0], "ex", 0, 130, 0);
+    assert_false(out[0].mark);
+    assert_true(out[1].mark);
+    assert_int_equal(out[1].source_partition, 0);
+    assert_int_equal(out[1].offset, 40); /* not reported: kept */
+    assert_int_equal(out[2].source_partition, 1);
+    assert_int_equal(out[2].offset, 95); /* reported: replaced */
+    assert_int_equal(out[3].partition, 1);
+    assert_int_equal(out[3].offset, 9);
+    assert_string_equal(out[4].source_topic, "ev2"); /* another source topic: its own mark */
+    assert_int_equal(out[4].offset, 5);
+}
+
+/* A mark and a position survive the message conversion both ways, and a position stays one. */
+static void test_coord_offsets_marks_pb(void **state)
+{
+    (void)state;
+    struct spw_coord_offset in[2] = {off("ex", 3, 77, 4), smark("ex", 3, "events", 2, 1234)};
+    for (int i = 0; i < 2; i++) {
+        Sparrow__PartitionOffset pb;
+        spw_coord__offset_to_pb(&in[i], &pb);
+        struct spw_coord_offset back;
+        spw_coord__offset_from_pb(&pb, &back);
+        assert_int_equal(back.mark, in[i].mark);
+        assert_string_equal(back.topic, "ex");
+        assert_int_equal(back.partition, 3);
+        assert_int_equal(back.offset, in[i].offset);
+        assert_int_equal(back.skip, in[i].skip);
+        assert_int_equal(back.source_partition, in[i].source_partition);
+        assert_string_equal(back.source_topic, in[i].source_topic);
+    }
+}
+
 SPW_TEST_MAIN(test_coord_offsets_several_trainers, test_coord_offsets_rebalance,
               test_coord_offsets_missing_partition, test_coord_offsets_examples,
-              test_coord_offsets_update_minima)
+              test_coord_offsets_update_minima, test_coord_offsets_marks_merge,
+              test_coord_offsets_marks_pb)

@@ -155,7 +155,8 @@ static void *trainer_main(void *arg)
                 continue;
             }
             if (ev.kind == SPW_COORD_EV_CHECKPOINT) {
-                struct spw_coord_offset o = {"examples", t->part, t->offset, 0};
+                struct spw_coord_offset o = {
+                    .topic = "examples", .partition = t->part, .offset = t->offset};
                 atomic_fetch_add(&t->checkpoints, 1);
                 spw_coord_client_checkpoint_report(c, ev.epoch, &o, 1, t->examples);
                 continue;

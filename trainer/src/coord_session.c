@@ -20,6 +20,8 @@
  * until it is answered. Shorter waits (every step of sync mode) leave the fetches alone: a hold
  * drops what was prefetched and the resume fetches it again. Well below any rebalance timeout. */
 #define COORD_HOLD_AFTER_MS 1000
+/* Entries of a checkpoint report: the positions and the source high-water marks after them. */
+#define COORD_MAX_ENTRIES 16384
 
 struct spw_trainer_coord {
     spw_coord_client_t *client;
@@ -50,7 +52,8 @@ struct spw_trainer_coord {
     uint64_t moved[COORD_MAX_PARTS];
     uint64_t generation; /* the one its pushes carry (set at a restore, or on proceed) */
     struct spw_trainer_position pos[COORD_MAX_PARTS];
-    struct spw_coord_offset offs[COORD_MAX_PARTS];
+    struct spw_coord_offset offs[COORD_MAX_ENTRIES];
+    struct spw_trainer_mark marks[COORD_MAX_ENTRIES];
     spw_gauge_t *m_clock;
     spw_histogram_t *m_wait, *m_pause;
     spw_counter_t *m_taken_over, *m_moved;
@@ -108,13 +111,31 @@ static spw_err_t report_checkpoint(spw_trainer_coord_t *tc, uint64_t epoch)
             o->skip = 0;
         }
     }
+    /* the source high-water marks that go with these positions (manifest: restored with them) */
+    size_t n_marks = spw_trainer_loop_marks(tc->loop, tc->marks, COORD_MAX_ENTRIES);
+    if (n + n_marks > COORD_MAX_ENTRIES) {
+        SPW_ERROR("too many source high-water marks for a checkpoint report",
+                  "partitions=%zu marks=%zu max=%d", n, n_marks, COORD_MAX_ENTRIES);
+        return SPW_ERR_TOO_BIG;
+    }
+    for (size_t i = 0; i < n_marks; i++) {
+        struct spw_coord_offset *o = &tc->offs[n + i];
+        memset(o, 0, sizeof(*o));
+        snprintf(o->topic, sizeof(o->topic), "%s", topic ? topic : "");
+        o->partition = tc->marks[i].partition;
+        o->offset = tc->marks[i].offset;
+        o->mark = true;
+        o->source_partition = tc->marks[i].source_partition;
+        snprintf(o->source_topic, sizeof(o->source_topic), "%s", tc->marks[i].source_topic);
+    }
+    n += n_marks;
     struct spw_trainer_loop_stats st;
     spw_trainer_loop_get_stats(tc->loop, &st);
     uint64_t examples = st.examples - tc->examples_base;
     if ((err = spw_coord_client_checkpoint_report(tc->client, epoch, tc->offs, n, examples)))
         return err;
-    SPW_INFO("checkpoint reported", "epoch=%" PRIu64 " partitions=%zu examples=%" PRIu64, epoch, n,
-             examples);
+    SPW_INFO("checkpoint reported", "epoch=%" PRIu64 " partitions=%zu marks=%zu examples=%" PRIu64,
+             epoch, n - n_marks, n_marks, examples);
     return SPW_OK;
 }
 
@@ -123,6 +144,21 @@ static spw_err_t restore(spw_trainer_coord_t *tc, const struct spw_coord_event *
     spw_err_t err = spw_trainer_loop_restore(tc->loop, coord_resume, tc);
     if (err)
         return err;
+    /* the manifest's source high-water marks of this trainer's partitions, with the offsets */
+    const char *topic = spw_trainer_loop_topic(tc->loop);
+    size_t n_offs = 0, n_marks = 0;
+    const struct spw_coord_offset *offs = spw_coord_client_offsets(tc->client, &n_offs);
+    for (size_t i = 0; topic && i < n_offs; i++) {
+        if (!offs[i].mark || strcmp(offs[i].topic, topic) != 0)
+            continue;
+        struct spw_trainer_mark mk = {.partition = offs[i].partition,
+                                      .source_partition = offs[i].source_partition,
+                                      .offset = offs[i].offset,
+                                      .source_topic = offs[i].source_topic};
+        if ((err = spw_trainer_loop_set_mark(tc->loop, &mk)))
+            return err;
+        n_marks++;
+    }
     /* pushes from now on are of the new generation; older ones still in flight get fenced */
     spw_ps_client_set_generation(spw_trainer_loop_client(tc->loop), ev->generation);
     tc->generation = ev->generation;
@@ -131,7 +167,8 @@ static spw_err_t restore(spw_trainer_coord_t *tc, const struct spw_coord_event *
     tc->examples_base = st.examples;
     if ((err = spw_coord_client_restore_report(tc->client, ev->generation)))
         return err;
-    SPW_INFO("restored", "generation=%" PRIu64 " epoch=%" PRIu64, ev->generation, ev->epoch);
+    SPW_INFO("restored", "generation=%" PRIu64 " epoch=%" PRIu64 " marks=%zu", ev->generation,
+             ev->epoch, n_marks);
     return SPW_OK;
 }
 

@@ -47,8 +47,11 @@ struct mark {
     uint64_t batch_id;
     uint64_t seq; /* SEQ_UNSET until the step holding the micro-batch is pushed */
     int32_t part;
-    int64_t offset;
+    int64_t offset; /* smark: the source high-water mark's value */
     uint32_t skip;
+    bool smark; /* a source high-water mark of (part, stopic, spart), not a position */
+    uint32_t stopic;
+    int32_t spart;
 };
 
 struct loop_metrics {
@@ -149,6 +152,16 @@ static void metrics_register(spw_trainer_loop_t *loop, spw_metrics_t *r)
                                          "Examples read but not trained (stopped during their "
                                          "pull; read again after a restart).",
                                          NULL);
+    loop->src.m_duplicates = spw_metrics_counter_new(
+        r, "sparrow_trainer_duplicates_dropped_total",
+        "Examples dropped as duplicates: their source position is at or below the high-water mark "
+        "already trained for their source partition in the same input partition.",
+        NULL);
+    loop->src.m_unchecked = spw_metrics_counter_new(
+        r, "sparrow_trainer_duplicates_unchecked_total",
+        "Examples with a source position trained without the duplicate check (no source topic, "
+        "or beyond the trainer's mark limits).",
+        NULL);
     loop->src.m_records = spw_metrics_counter_new(
         r, "sparrow_trainer_records_total",
         "Input records read (file: one example each; Kafka: one ExampleBatch each).", NULL);
@@ -332,9 +345,33 @@ void spw_trainer_loop_destroy(spw_trainer_loop_t *loop)
 
 /* ---- offsets ---- */
 
+static spw_err_t push_mark(spw_trainer_loop_t *loop, const struct mark *mk);
+
 static spw_err_t add_mark(void *opaque, int32_t part, int64_t offset, uint32_t skip)
 {
     spw_trainer_loop_t *loop = opaque;
+    return push_mark(loop, &(struct mark){.batch_id = loop->filling_id,
+                                          .seq = SEQ_UNSET,
+                                          .part = part,
+                                          .offset = offset,
+                                          .skip = skip});
+}
+
+static spw_err_t add_smark(void *opaque, int32_t part, uint32_t stopic, int32_t spart,
+                           int64_t value)
+{
+    spw_trainer_loop_t *loop = opaque;
+    return push_mark(loop, &(struct mark){.batch_id = loop->filling_id,
+                                          .seq = SEQ_UNSET,
+                                          .part = part,
+                                          .offset = value,
+                                          .smark = true,
+                                          .stopic = stopic,
+                                          .spart = spart});
+}
+
+static spw_err_t push_mark(spw_trainer_loop_t *loop, const struct mark *mk)
+{
     if (loop->marks_head > 0 && loop->marks_head * 2 >= loop->marks_n) {
         size_t live = loop->marks_n - loop->marks_head;
         memmove(loop->marks, loop->marks + loop->marks_head, live * sizeof(*loop->marks));
@@ -345,11 +382,7 @@ static spw_err_t add_mark(void *opaque, int32_t part, int64_t offset, uint32_t s
     if (spw_trn__grow((void **)&loop->marks, &loop->marks_cap, loop->marks_n + 1,
                       sizeof(*loop->marks)))
         return SPW_ERR_NOMEM;
-    loop->marks[loop->marks_n++] = (struct mark){.batch_id = loop->filling_id,
-                                                 .seq = SEQ_UNSET,
-                                                 .part = part,
-                                                 .offset = offset,
-                                                 .skip = skip};
+    loop->marks[loop->marks_n++] = *mk;
     return SPW_OK;
 }
 
@@ -367,6 +400,11 @@ static spw_err_t store_acked(spw_trainer_loop_t *loop)
     uint64_t acked = spw_ps_client_acked_through(loop->client);
     while (loop->marks_head < loop->marks_assigned && loop->marks[loop->marks_head].seq <= acked) {
         const struct mark *mk = &loop->marks[loop->marks_head];
+        if (mk->smark) {
+            spw_trn__source_store_smark(&loop->src, mk->part, mk->stopic, mk->spart, mk->offset);
+            loop->marks_head++;
+            continue;
+        }
         bool stored = false;
         spw_err_t err = spw_trn__source_store(&loop->src, mk->part, mk->offset, mk->skip, &stored);
         if (err)
@@ -437,7 +475,7 @@ static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
     mb->id = ++loop->next_mb_id;
     mb->filled = spw_batch_examples(mb->batch) > 0;
     loop->filling_id = mb->id;
-    return spw_trn__source_snapshot(&loop->src, add_mark, loop);
+    return spw_trn__source_snapshot(&loop->src, add_mark, add_smark, loop);
 }
 
 /* ---- pulls ---- */
@@ -905,6 +943,22 @@ spw_err_t spw_trainer_loop_checkpoint(spw_trainer_loop_t *loop, int64_t timeout_
     return SPW_OK;
 }
 
+size_t spw_trainer_loop_marks(const spw_trainer_loop_t *loop, struct spw_trainer_mark *out,
+                              size_t n_max)
+{
+    return spw_trn__source_smarks(&loop->src, out, n_max);
+}
+
+spw_err_t spw_trainer_loop_set_mark(spw_trainer_loop_t *loop, const struct spw_trainer_mark *mark)
+{
+    int32_t p = mark->partition;
+    if (!loop->src.kafka || p < 0 || (size_t)p >= loop->src.n_parts ||
+        !loop->src.parts[p].assigned || !mark->source_topic)
+        return SPW_OK;
+    return spw_trn__source_set_smark(&loop->src, p, mark->source_topic, mark->source_partition,
+                                     mark->offset);
+}
+
 void spw_trainer_loop_set_step(spw_trainer_loop_t *loop, uint64_t step)
 {
     loop->step_tag = step;
@@ -987,6 +1041,7 @@ void spw_trainer_loop_get_stats(const spw_trainer_loop_t *loop, struct spw_train
 {
     *out = loop->stats;
     out->records = loop->src.records;
+    out->duplicates = loop->src.duplicates;
     out->rejected = 0;
     for (unsigned i = 0; i < SPW_REJECT__COUNT; i++)
         out->rejected += loop->src.rejected[i];
@@ -1060,7 +1115,8 @@ static spw_err_t finish(spw_trainer_loop_t *loop, spw_err_t run_err)
              "bayes_cumulative_logloss=%.5f bytes_per_example=%.2f "
              "step_bytes_per_example=%.2f rows_pushed=%llu "
              "residual_flushed=%llu steps=%llu rejected=%llu records=%llu "
-             "dropped=%llu offsets_stored=%llu seconds=%.3f compute_s=%.3f pull_wait_s=%.3f "
+             "dropped=%llu duplicates=%llu offsets_stored=%llu seconds=%.3f compute_s=%.3f "
+             "pull_wait_s=%.3f "
              "slowed_s=%.3f status=\"%s\"",
              (unsigned long long)st.examples, secs > 0 ? (double)st.examples / secs : 0.0,
              r.window.logloss, r.window.auc, r.oracle_window.count ? r.oracle_window.logloss : NAN,
@@ -1071,9 +1127,9 @@ static spw_err_t finish(spw_trainer_loop_t *loop, spw_err_t run_err)
              (unsigned long long)st.rows_pushed, (unsigned long long)ts.rows_flushed,
              (unsigned long long)st.steps, (unsigned long long)st.rejected,
              (unsigned long long)st.records, (unsigned long long)st.dropped_examples,
-             (unsigned long long)st.offsets_stored, secs, (double)st.compute_ns * 1e-9,
-             (double)st.pull_wait_ns * 1e-9, (double)st.slowed_ns * 1e-9,
-             spw_err_str(run_err ? run_err : err));
+             (unsigned long long)st.duplicates, (unsigned long long)st.offsets_stored, secs,
+             (double)st.compute_ns * 1e-9, (double)st.pull_wait_ns * 1e-9,
+             (double)st.slowed_ns * 1e-9, spw_err_str(run_err ? run_err : err));
     return run_err ? run_err : err;
 }
 

@@ -31,6 +31,23 @@ struct spw_trn__part {
     uint64_t taken; /* valid examples handed out since the assignment */
 };
 
+/* Source high-water marks (docs/ARCHITECTURE.md §5) a trainer keeps, over every partition, and
+ * distinct raw-event topics it names; beyond them examples are trained without the check (and
+ * counted in sparrow_trainer_duplicates_unchecked_total). */
+#define SPW_TRN__MAX_SMARKS  65536u
+#define SPW_TRN__MAX_STOPICS 64u
+
+/* One source high-water mark: of (examples partition `part`, raw-event partition (stopic, spart))
+ * the highest source offset taken (live) and the one whose pushes are acknowledged (stored; -1
+ * none). Order is kept per such pair, so an example at or below `live` is a duplicate. */
+struct spw_trn__smark {
+    int32_t part;
+    uint32_t stopic; /* index into src->stopics */
+    int32_t spart;
+    int64_t live, stored;
+    bool dirty; /* live moved since the last snapshot */
+};
+
 /*
  * The loop's input: a file reader (one Example per record) or a Kafka group consumer (one
  * ExampleBatch per record). Owned by the loop's thread; Kafka callbacks run inside next().
@@ -62,6 +79,12 @@ struct spw_trn__source {
     struct spw_trn__part *parts;
     size_t n_parts; /* entries (highest partition seen + 1) */
     bool lost;      /* offsets lost to retention were reported */
+    struct spw_trn__smark *smarks;
+    size_t n_smarks, cap_smarks, last_smark; /* last_smark: the last hit (a lookup hint) */
+    char *stopics[SPW_TRN__MAX_STOPICS];
+    size_t n_stopics;
+    uint64_t duplicates, unchecked;
+    spw_counter_t *m_duplicates, *m_unchecked;
 };
 
 /* Opens a file source for "PATH" (after "file:"). SPW_OK or an error with errstr. */
@@ -95,13 +118,36 @@ spw_err_t spw_trn__source_release(struct spw_trn__source *src);
 /* Counts one example the batch refused (reason index 0). */
 void spw_trn__source_reject(struct spw_trn__source *src);
 
-/* Calls fn for every partition read from since the last call, with its position now, and
- * clears the marks. Returns the first non-zero return of fn (the marks of later partitions are
- * kept then). */
-spw_err_t spw_trn__source_snapshot(struct spw_trn__source *src,
-                                   spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset,
-                                                   uint32_t skip),
-                                   void *opaque);
+/* Calls fn for every partition read from since the last call, with its position now, then
+ * smark_fn for every source high-water mark moved since (value: the highest source offset
+ * taken), and clears the marks. Returns the first non-zero return of a callback (the marks of
+ * later partitions are kept then). */
+spw_err_t
+spw_trn__source_snapshot(struct spw_trn__source *src,
+                         spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset, uint32_t skip),
+                         spw_err_t (*smark_fn)(void *opaque, int32_t part, uint32_t stopic,
+                                               int32_t spart, int64_t value),
+                         void *opaque);
+
+/* The acknowledged value of a source high-water mark (from a snapshot): ignored for partitions
+ * no longer assigned. */
+void spw_trn__source_store_smark(struct spw_trn__source *src, int32_t part, uint32_t stopic,
+                                 int32_t spart, int64_t value);
+
+/* The filter on its own: true when (part, stopic, spart, offset) is at or below the live mark
+ * (a duplicate: counted); else the mark moves to offset. stopic NULL or beyond the limits:
+ * false (counted as unchecked). */
+bool spw_trn__source_duplicate(struct spw_trn__source *src, int32_t part, const char *stopic,
+                               int32_t spart, int64_t offset);
+
+/* Sets a mark's live and stored value (a recovery's manifest). SPW_ERR_NOMEM, SPW_ERR_TOO_BIG
+ * beyond the limits. */
+spw_err_t spw_trn__source_set_smark(struct spw_trn__source *src, int32_t part, const char *stopic,
+                                    int32_t spart, int64_t value);
+
+/* Stored marks of assigned partitions with a value (see spw_trainer_loop_marks). */
+size_t spw_trn__source_smarks(const struct spw_trn__source *src, struct spw_trainer_mark *out,
+                              size_t n_max);
 
 /* Hands a partition's position to the consumer (offset only; skip is kept for checkpoints).
  * *stored is set when the consumer was given a new offset. Ignored for partitions no longer

@@ -80,6 +80,131 @@ static spw_err_t next_file(struct spw_trn__source *src, Sparrow__Example **ex)
     return err;
 }
 
+/* ---- source high-water marks (Kafka) ---- */
+
+static bool stopic_find(struct spw_trn__source *src, const char *topic, bool add, uint32_t *idx)
+{
+    for (size_t i = 0; i < src->n_stopics; i++)
+        if (strcmp(src->stopics[i], topic) == 0) {
+            *idx = (uint32_t)i;
+            return true;
+        }
+    if (!add || src->n_stopics == SPW_TRN__MAX_STOPICS ||
+        !(src->stopics[src->n_stopics] = strdup(topic)))
+        return false;
+    *idx = (uint32_t)src->n_stopics++;
+    return true;
+}
+
+/* The mark of (part, stopic, spart), created (-1, -1) when add; NULL when absent or full. */
+static struct spw_trn__smark *smark_get(struct spw_trn__source *src, int32_t part, uint32_t stopic,
+                                        int32_t spart, bool add)
+{
+    struct spw_trn__smark *m =
+        src->last_smark < src->n_smarks ? &src->smarks[src->last_smark] : NULL;
+    if (m && m->part == part && m->stopic == stopic && m->spart == spart)
+        return m;
+    for (size_t i = 0; i < src->n_smarks; i++) {
+        m = &src->smarks[i];
+        if (m->part == part && m->stopic == stopic && m->spart == spart) {
+            src->last_smark = i;
+            return m;
+        }
+    }
+    if (!add || src->n_smarks == SPW_TRN__MAX_SMARKS)
+        return NULL;
+    if (src->n_smarks == src->cap_smarks) {
+        size_t cap = src->cap_smarks ? src->cap_smarks * 2 : 16;
+        struct spw_trn__smark *nm = realloc(src->smarks, cap * sizeof(*nm));
+        if (!nm)
+            return NULL;
+        src->smarks = nm;
+        src->cap_smarks = cap;
+    }
+    src->last_smark = src->n_smarks;
+    m = &src->smarks[src->n_smarks++];
+    *m = (struct spw_trn__smark){
+        .part = part, .stopic = stopic, .spart = spart, .live = -1, .stored = -1};
+    return m;
+}
+
+/* Forgets every mark of partition part (assigned anew, revoked, or seeked for a recovery). */
+static void smarks_clear(struct spw_trn__source *src, int32_t part)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < src->n_smarks; i++)
+        if (src->smarks[i].part != part)
+            src->smarks[k++] = src->smarks[i];
+    src->n_smarks = k;
+}
+
+bool spw_trn__source_duplicate(struct spw_trn__source *src, int32_t part, const char *stopic,
+                               int32_t spart, int64_t offset)
+{
+    uint32_t t;
+    struct spw_trn__smark *m = NULL;
+    if (stopic && stopic_find(src, stopic, true, &t))
+        m = smark_get(src, part, t, spart, true);
+    if (!m) {
+        src->unchecked++;
+        if (src->m_unchecked)
+            spw_counter_inc(src->m_unchecked);
+        return false;
+    }
+    if (offset <= m->live) {
+        src->duplicates++;
+        if (src->m_duplicates)
+            spw_counter_inc(src->m_duplicates);
+        return true;
+    }
+    m->live = offset;
+    m->dirty = true;
+    return false;
+}
+
+void spw_trn__source_store_smark(struct spw_trn__source *src, int32_t part, uint32_t stopic,
+                                 int32_t spart, int64_t value)
+{
+    if (part < 0 || (size_t)part >= src->n_parts || !src->parts[part].assigned)
+        return;
+    struct spw_trn__smark *m = smark_get(src, part, stopic, spart, false);
+    if (m && value > m->stored)
+        m->stored = value;
+}
+
+spw_err_t spw_trn__source_set_smark(struct spw_trn__source *src, int32_t part, const char *stopic,
+                                    int32_t spart, int64_t value)
+{
+    uint32_t t;
+    if (!stopic_find(src, stopic, true, &t))
+        return SPW_ERR_TOO_BIG;
+    struct spw_trn__smark *m = smark_get(src, part, t, spart, true);
+    if (!m)
+        return SPW_ERR_TOO_BIG;
+    m->live = m->stored = value;
+    m->dirty = false;
+    return SPW_OK;
+}
+
+size_t spw_trn__source_smarks(const struct spw_trn__source *src, struct spw_trainer_mark *out,
+                              size_t n_max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < src->n_smarks; i++) {
+        const struct spw_trn__smark *m = &src->smarks[i];
+        if (m->stored < 0 || m->part < 0 || (size_t)m->part >= src->n_parts ||
+            !src->parts[m->part].assigned)
+            continue;
+        if (n < n_max)
+            out[n] = (struct spw_trainer_mark){.partition = m->part,
+                                               .source_partition = m->spart,
+                                               .offset = m->stored,
+                                               .source_topic = src->stopics[m->stopic]};
+        n++;
+    }
+    return n;
+}
+
 /* ---- positions (Kafka) ---- */
 
 static struct spw_trn__part *part_get(struct spw_trn__source *src, int32_t p)
@@ -109,11 +234,22 @@ static void part_advance(struct spw_trn__source *src, int32_t p, int64_t offset,
     pt->touched = true;
 }
 
-spw_err_t spw_trn__source_snapshot(struct spw_trn__source *src,
-                                   spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset,
-                                                   uint32_t skip),
-                                   void *opaque)
+spw_err_t
+spw_trn__source_snapshot(struct spw_trn__source *src,
+                         spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset, uint32_t skip),
+                         spw_err_t (*smark_fn)(void *opaque, int32_t part, uint32_t stopic,
+                                               int32_t spart, int64_t value),
+                         void *opaque)
 {
+    for (size_t i = 0; i < src->n_smarks; i++) {
+        struct spw_trn__smark *m = &src->smarks[i];
+        if (!m->dirty)
+            continue;
+        spw_err_t err = smark_fn(opaque, m->part, m->stopic, m->spart, m->live);
+        if (err)
+            return err;
+        m->dirty = false;
+    }
     for (size_t p = 0; p < src->n_parts; p++) {
         struct spw_trn__part *pt = &src->parts[p];
         if (!pt->touched)
@@ -163,6 +299,7 @@ static void on_assign(void *opaque, struct spw_kafka_partition *parts, size_t n)
         if (!pt)
             continue;
         *pt = (struct spw_trn__part){.assigned = true, .offset = -1, .skip_at = -1};
+        smarks_clear(src, parts[i].partition);
         if (pos && pos[i].offset >= 0 && pos[i].skip > 0) {
             pt->skip_at = pos[i].offset;
             pt->skip_n = pos[i].skip;
@@ -189,6 +326,7 @@ static void on_revoke(void *opaque, const struct spw_kafka_partition *parts, siz
             };
         if (pt)
             *pt = (struct spw_trn__part){.offset = -1, .skip_at = -1};
+        smarks_clear(src, parts[i].partition);
         /* the rest of a current record of a revoked partition belongs to its new owner */
         if (src->eb && src->cur_part == parts[i].partition)
             src->next_ex = src->eb->n_examples;
@@ -293,6 +431,11 @@ static spw_err_t next_kafka(struct spw_trn__source *src, int timeout_ms, Sparrow
                     spw_reject_reason_name(e ? perr.reason : SPW_REJECT_UNDECODABLE));
                 return SPW_ERR_INVALID;
             }
+            /* a raw event trained before (ingest replayed it): counted, not trained again */
+            if (e->has_source_partition && e->has_source_offset &&
+                spw_trn__source_duplicate(src, src->cur_part, src->eb->source_topic,
+                                          e->source_partition, e->source_offset))
+                continue;
             struct spw_trn__part *tp = part_get(src, src->cur_part);
             if (tp)
                 tp->taken++;
@@ -386,6 +529,7 @@ spw_err_t spw_trn__source_seek(struct spw_trn__source *src, spw_trainer_resume_f
             offset = 0;
             skip = 0;
         }
+        smarks_clear(src, (int32_t)p); /* the recovery's manifest sets them again */
         *pt = (struct spw_trn__part){.assigned = true,
                                      .offset = -1,
                                      .skip_at = skip > 0 ? offset : -1,
@@ -444,5 +588,8 @@ void spw_trn__source_close(struct spw_trn__source *src)
     spw_arena_destroy(src->arena);
     free(src->topic);
     free(src->parts);
+    free(src->smarks);
+    for (size_t i = 0; i < src->n_stopics; i++)
+        free(src->stopics[i]);
     memset(src, 0, sizeof(*src));
 }

@@ -110,6 +110,11 @@ spw_err_t spw_coord_client_leave(spw_coord_client_t *client);
 /* Re-registers (after a partition assignment): the coordinator starts a recovery. */
 spw_err_t spw_coord_client_rejoin(spw_coord_client_t *client);
 
+/* Every entry of the latest manifest the coordinator sent, positions and source high-water
+ * marks (mark set) alike: *n entries, owned by the client, valid until its next clock call. */
+const struct spw_coord_offset *spw_coord_client_offsets(const spw_coord_client_t *client,
+                                                        size_t *n);
+
 /* The offset to resume partition from, per the latest manifest the coordinator sent: SPW_OK with
  * *offset and *skip, SPW_ERR_NOT_FOUND when the manifest does not name it (start from the
  * beginning). */

@@ -153,11 +153,18 @@ enum spw_coord_elastic_move spw_coord_elastic_observe(struct spw_coord_elastic *
 /* Largest MANIFEST or coordination message accepted. */
 #define SPW_COORD_MAX_FRAME (4u << 20)
 
+/* A consumer position of an `examples` partition, or (mark set) a source high-water mark of it:
+ * the highest offset of raw-event partition (source_topic, source_partition) trained from
+ * (topic, partition), kept in `offset` (docs/ARCHITECTURE.md §5). Both kinds share the
+ * manifest's and the messages' offset lists; a zeroed entry is a position. */
 struct spw_coord_offset {
     char topic[256];
     int32_t partition;
-    int64_t offset; /* next record */
-    uint32_t skip;  /* examples of that record already trained */
+    int64_t offset; /* next record; a mark: the highest source offset trained */
+    uint32_t skip;  /* examples of that record already trained (positions only) */
+    bool mark;
+    int32_t source_partition;
+    char source_topic[256];
 };
 
 /* A manifest in memory. offsets is owned (malloc) and freed by spw_coord_manifest_fini. */

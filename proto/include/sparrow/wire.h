@@ -25,7 +25,8 @@
  *   indices below n, and pulled either empty or as long as grads; a pull request
  *   keys n x 8; a pull reply versions n x 4 and values n x dim x 4; a model update either is a
  *   tombstone without weights or has dim x 4 bytes of weights; a manifest has shard_count >= 1
- *   entries naming each shard 0..shard_count-1 once; partitions are >= 0. A Request or
+ *   entries naming each shard 0..shard_count-1 once; partitions (source partitions and
+ *   source offsets of examples and marks too) are >= 0. A Request or
  *   CoordMessage without a body still decodes, so that the receiver can read its version and
  *   answer VERSION or MALFORMED itself. Key order, finiteness, versions and enum values are the
  *   receiver's to judge. Absent strings are NULL; a string holding a NUL byte reads as cut there.

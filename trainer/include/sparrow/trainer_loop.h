@@ -56,6 +56,15 @@ struct spw_trainer_position {
 };
 #define SPW_TRAINER_OFFSET_STORED (-1000)
 
+/* A source high-water mark (docs/ARCHITECTURE.md §5): of input partition `partition`, the highest
+ * offset of raw-event partition (source_topic, source_partition) trained. */
+struct spw_trainer_mark {
+    int32_t partition;
+    int32_t source_partition;
+    int64_t offset;
+    const char *source_topic; /* borrowed from the loop (valid until it is destroyed) */
+};
+
 /* What one finished step did (after_step). */
 struct spw_trainer_step_info {
     uint64_t step;         /* 0-based */
@@ -238,6 +247,15 @@ uint32_t spw_trainer_loop_trainer_id(const spw_trainer_loop_t *loop);
 spw_err_t spw_trainer_loop_hold_input(spw_trainer_loop_t *loop, int timeout_ms);
 spw_err_t spw_trainer_loop_release_input(spw_trainer_loop_t *loop);
 
+/* After spw_trainer_loop_checkpoint: the source high-water marks matching the positions it
+ * returned (up to n_max into out; returns how many there are). */
+size_t spw_trainer_loop_marks(const spw_trainer_loop_t *loop, struct spw_trainer_mark *out,
+                              size_t n_max);
+
+/* After spw_trainer_loop_restore: restores one mark of an assigned partition (others are
+ * ignored). SPW_ERR_NOMEM or SPW_ERR_TOO_BIG beyond the mark limits. */
+spw_err_t spw_trainer_loop_set_mark(spw_trainer_loop_t *loop, const struct spw_trainer_mark *mark);
+
 /* The Kafka topic of the input (owned by the loop), NULL for file input. Positions name
  * partitions of it. */
 const char *spw_trainer_loop_topic(const spw_trainer_loop_t *loop);
@@ -261,6 +279,7 @@ struct spw_trainer_loop_stats {
     uint64_t dropped_examples; /* read but not trained (a stop during their pull) */
     uint64_t steps;            /* pushes of steps */
     uint64_t offsets_stored;   /* partition offsets handed to the consumer */
+    uint64_t duplicates;       /* examples dropped at or below their source high-water mark */
     uint64_t bytes_pushed;     /* as the client counts them (resends included) */
     uint64_t bytes_flushed;    /* of which residual flushes (checkpoints, the end) */
     uint64_t rows_pushed;
