@@ -149,6 +149,34 @@ start_gen() {
     PIDS+=("$GEN")
 }
 
+# check_latest_counter CKPT_COUNTER ROOT KEY N WHAT: the checkpoint LATEST under ROOT counts N
+# examples in its manifest and N in the counter row KEY (tests/integration/ckpt_counter.c), exactly;
+# fails naming WHAT ("produced", "valid events") otherwise. Prints LATEST's line.
+check_latest_counter() {
+    local line examples counter
+    line=$("$1" "$2" "$3") || fail "reading the counter from LATEST under $2"
+    echo "LATEST $line"
+    examples=$(echo "$line" | sed -n 's/.*examples=\([0-9]*\).*/\1/p')
+    counter=$(echo "$line" | sed -n 's/.*counter=\([0-9.]*\).*/\1/p')
+    [ "$examples" = "$4" ] || fail "manifest example count $examples != $4 $5"
+    [ "$counter" = "$4.0" ] || fail "counter $counter != $4 $5"
+}
+
+# summary_check RUN_DIR [ARGS...] <<'PY' ... PY: runs the Python checks on stdin against a `sparrow
+# launch` run, with d (RUN_DIR), s (its summary.json), sys.argv[2:] (ARGS) and want(cond, what),
+# which fails the test printing what and the summary.
+summary_check() {
+    local prelude='import json, sys
+d = sys.argv[1]
+s = json.load(open(d + "/summary.json"))
+def want(cond, what):
+    if not cond:
+        print("summary.json:", what, json.dumps(s, indent=1)[:3000])
+        sys.exit(1)
+'
+    python3 -c "$prelude$(cat)" "$@" || fail "summary.json"
+}
+
 # kv KEY FILE: the value of KEY= in the last "finished" line of FILE.
 kv() {
     grep ' finished ' "$2" | tail -1 | grep -o " $1=[^ ]*" | head -1 | cut -d= -f2 | tr -d '"'

@@ -41,21 +41,11 @@ echo "coord_exactly_once: N=$N chaos seed $SEED mode $MODE ${7:-}"
     --set trainer:kafka.session.timeout.ms=6000 --set trainer:kafka.heartbeat.interval.ms=500 \
     >"$DIR/launch.out" 2>&1 || fail "sparrow launch (see $DIR/launch.out): $(tail -n 5 "$DIR/launch.out")"
 tail -n 3 "$DIR/launch.out"
-python3 - "$DIR/run/summary.json" "$N" <<'PY' || fail "summary"
-import json, sys
-s = json.load(open(sys.argv[1]))
+summary_check "$DIR/run" "$N" <<'PY'
 n = int(sys.argv[2])
-def want(cond, what):
-    if not cond:
-        print("summary.json:", what, json.dumps(s, indent=1)[:2000]); sys.exit(1)
 want(s["examples_produced"] == n, "examples_produced != %d" % n)
 kills = s.get("kills", s.get("chaos", {}).get("kills"))
 want(kills == 10, "kills != 10: %r" % kills)
 PY
-line=$("$CKPT_COUNTER" "$DIR/run" "$KEY") || fail "reading the counter from LATEST"
-echo "coord_exactly_once: LATEST $line"
-examples=$(echo "$line" | sed -n 's/.*examples=\([0-9]*\).*/\1/p')
-counter=$(echo "$line" | sed -n 's/.*counter=\([0-9.]*\).*/\1/p')
-[ "$examples" = "$N" ] || fail "manifest example count $examples != $N produced"
-[ "$counter" = "$N.0" ] || fail "counter $counter != $N produced"
+check_latest_counter "$CKPT_COUNTER" "$DIR/run" "$KEY" "$N" produced
 echo "coord_exactly_once: ok ($N examples produced, counted exactly once in the checkpoint after 10 kills)"

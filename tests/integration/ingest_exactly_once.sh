@@ -137,12 +137,7 @@ drained() {
     [ "${n:-0}" -eq "$VALID" ]
 }
 wait_for "a checkpoint of all $VALID valid events" 60 drained
-line=$("$CKPT" "$DIR/ck" "$KEY") || fail "reading the counter from LATEST"
-echo "ingest_exactly_once: LATEST $line"
-counter=$(echo "$line" | sed -n 's/.*counter=\([0-9.]*\).*/\1/p')
-examples=$(echo "$line" | sed -n 's/.*examples=\([0-9]*\).*/\1/p')
-[ "$examples" = "$VALID" ] || fail "manifest example count $examples != $VALID valid events"
-[ "$counter" = "$VALID.0" ] || fail "counter $counter != $VALID valid events"
+check_latest_counter "$CKPT" "$DIR/ck" "$KEY" "$VALID" "valid events"
 
 # every invalid event is in the dead-letter topic (replays may put one there twice)
 timeout 30 kcat -C -b "$BS" -t examples.dlq -e -q -f '%s\n' >"$DIR/dlq.txt" || fail "reading the dlq"

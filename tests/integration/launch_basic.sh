@@ -45,14 +45,7 @@ timeout 200 "$SPARROW" launch --examples 20000 --rate 20000 --mode async --durat
     --run-dir "$DIR/run" >"$DIR/out.txt" 2>&1 || fail "launch exit status"
 cat "$DIR/out.txt"
 grep -q "^launch summary: ok" "$DIR/out.txt" || fail "no ok summary line"
-python3 - "$DIR/run" <<'PY' || fail "summary.json"
-import json, sys
-d = sys.argv[1]
-s = json.load(open(d + "/summary.json"))
-def want(cond, what):
-    if not cond:
-        print("summary.json:", what, json.dumps(s, indent=1)[:3000])
-        sys.exit(1)
+summary_check "$DIR/run" <<'PY'
 want(s["ok"] and s["drained"], "not ok/drained")
 want(s["mode"] == "async" and s["trainers"] == 2 and s["shards"] == 2, "mode/trainers/shards")
 want(s["examples_produced"] == 20000, "examples_produced != 20000")

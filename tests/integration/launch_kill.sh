@@ -19,13 +19,7 @@ cat "$DIR/out.txt"
 grep -q "^chaos: t=.*kill -9 trainer-1 (pid [0-9]*), not restarted" "$DIR/out.txt" ||
     fail "the kill is not on stdout"
 grep -q "kill -9 trainer-1" "$DIR/run/chaos.log" || fail "the kill is not in chaos.log"
-python3 - "$DIR/run/summary.json" <<'PY' || fail "summary.json"
-import json, sys
-s = json.load(open(sys.argv[1]))
-def want(cond, what):
-    if not cond:
-        print("summary.json:", what, json.dumps(s, indent=1)[:3000])
-        sys.exit(1)
+summary_check "$DIR/run" <<'PY'
 want(s["ok"] and s["drained"], "not ok/drained")
 want(s["mode"] == "sync", "mode")
 want(s["examples_produced"] == 20000, "examples_produced != 20000")

@@ -17,14 +17,7 @@ timeout 250 "$SPARROW" launch --trainers 16 --shards 16 --partitions 16 --exampl
     --run-dir "$DIR/run" >"$DIR/out.txt" 2>&1 || fail "launch exit status"
 cat "$DIR/out.txt"
 grep -q "^launch summary: ok .* trainers=16 shards=16 " "$DIR/out.txt" || fail "no ok summary line"
-python3 - "$DIR/run" <<'PY' || fail "summary.json"
-import json, sys
-d = sys.argv[1]
-s = json.load(open(d + "/summary.json"))
-def want(cond, what):
-    if not cond:
-        print("summary.json:", what, json.dumps(s, indent=1)[:3000])
-        sys.exit(1)
+summary_check "$DIR/run" <<'PY'
 want(s["ok"] and s["drained"], "not ok/drained")
 want(s["trainers"] == 16 and s["shards"] == 16 and s["partitions"] == 16, "trainers/shards")
 want(s["examples_produced"] == 8000, "examples_produced != 8000")

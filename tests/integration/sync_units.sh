@@ -101,10 +101,7 @@ run_case() {
 # Waits until a checkpoint counts every example; checks the counter row of LATEST.
 drained() {
     wait_for "$name: a checkpoint of all $N examples" 120 grep -q "checkpoint completed epoch=[0-9]* examples=$N " "$D/coord.log"
-    local line counter
-    line=$("$CKPT" "$D/ck" "$KEY") || fail "$name: reading the counter from LATEST"
-    counter=$(echo "$line" | sed -n 's/.*counter=\([0-9.]*\).*/\1/p')
-    [ "$counter" = "$N.0" ] || fail "$name: counter $counter != $N examples"
+    check_latest_counter "$CKPT" "$D/ck" "$KEY" "$N" "examples ($name)" >/dev/null
 }
 
 stop_case() {

@@ -1,6 +1,7 @@
 /* Tests' fake parameter-server shard for the coordinator (a thread answering the PS protocol's
- * Checkpoint, Restore and Stats requests, writing checkpoints/<epoch>/shard-<i>), shared by the
- * coordinator's test programs. Include after test_main.h. */
+ * Checkpoint, Restore and Stats requests, writing checkpoints/<epoch>/shard-<i>), and a coordinator
+ * over two of them run in a thread (struct coord_env), shared by the coordinator's test programs.
+ * Include after test_main.h. */
 #ifndef SPARROW_TEST_COORD_FAKE_SHARD_H
 #define SPARROW_TEST_COORD_FAKE_SHARD_H
 
@@ -14,6 +15,8 @@
 #include <zmq.h>
 
 #include "sparrow/arena.h"
+#include "sparrow/coordinator.h"
+#include "sparrow/fs.h"
 #include "sparrow/time.h"
 #include "sparrow/wire.h"
 
@@ -135,6 +138,63 @@ static void shard_stop(struct fake_shard *fs)
     fs->stop = 1;
     pthread_join(fs->thread, NULL);
     zmq_close(fs->sock);
+}
+
+/* A coordinator over two fake shards under a fresh directory, its server in a thread. */
+struct coord_env {
+    char root[128];
+    void *ctx;
+    struct fake_shard shards[2];
+    spw_coord_server_t *srv;
+    pthread_t thread;
+    _Atomic int stop;
+};
+
+static void *coord_env_main(void *arg)
+{
+    struct coord_env *e = arg;
+    spw_coord_server_run(e->srv);
+    return NULL;
+}
+
+/* Starts the shards and the coordinator of conf (mode, timeouts, steps, keep, policy: the
+ * caller's), which gets the listen address, the shards, the directory and the stop flag. */
+static void coord_env_start(struct coord_env *e, struct spw_coord_server_conf *conf)
+{
+    memset(e, 0, sizeof(*e));
+    snprintf(e->root, sizeof(e->root), "/tmp/spw-test-coord.XXXXXX");
+    assert_non_null(mkdtemp(e->root));
+    e->ctx = zmq_ctx_new();
+    shard_start(&e->shards[0], 0, e->root, e->ctx);
+    shard_start(&e->shards[1], 1, e->root, e->ctx);
+    char list[300];
+    snprintf(list, sizeof(list), "%s,%s", e->shards[0].endpoint, e->shards[1].endpoint);
+    conf->listen = "tcp://127.0.0.1:*";
+    conf->shards = list;
+    conf->checkpoint_dir = e->root;
+    conf->stop = &e->stop;
+    char err[256];
+    e->srv = spw_coord_server_new(conf, err, sizeof(err));
+    assert_non_null(e->srv);
+    assert_int_equal(pthread_create(&e->thread, NULL, coord_env_main, e), 0);
+}
+
+/* Stops the coordinator (its stats into *st) and the shards; the directory stays until
+ * coord_env_clean, for the test to read. */
+static void coord_env_stop(struct coord_env *e, struct spw_coord_server_stats *st)
+{
+    e->stop = 1;
+    pthread_join(e->thread, NULL);
+    spw_coord_server_get_stats(e->srv, st);
+    spw_coord_server_destroy(e->srv);
+    shard_stop(&e->shards[0]);
+    shard_stop(&e->shards[1]);
+    zmq_ctx_term(e->ctx);
+}
+
+static void coord_env_clean(struct coord_env *e)
+{
+    assert_int_equal(spw_fs_remove_tree(e->root), SPW_OK);
 }
 
 #endif

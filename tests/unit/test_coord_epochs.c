@@ -22,64 +22,15 @@
 
 #include "coord_fake_shard.h"
 
-struct env {
-    char root[128];
-    void *ctx;
-    struct fake_shard shards[2];
-    spw_coord_server_t *srv;
-    pthread_t thread;
-    _Atomic int stop;
-};
-
-static void *server_main(void *arg)
+static void env_start(struct coord_env *e, const char *mode, uint64_t steps, uint32_t keep)
 {
-    struct env *e = arg;
-    spw_coord_server_run(e->srv);
-    return NULL;
-}
-
-static void env_start(struct env *e, const char *mode, uint64_t steps, uint32_t keep)
-{
-    memset(e, 0, sizeof(*e));
-    snprintf(e->root, sizeof(e->root), "/tmp/test_coord_epochs.XXXXXX");
-    assert_non_null(mkdtemp(e->root));
-    e->ctx = zmq_ctx_new();
-    shard_start(&e->shards[0], 0, e->root, e->ctx);
-    shard_start(&e->shards[1], 1, e->root, e->ctx);
-    char list[300];
-    snprintf(list, sizeof(list), "%s,%s", e->shards[0].endpoint, e->shards[1].endpoint);
     struct spw_coord_server_conf conf = {0};
-    conf.listen = "tcp://127.0.0.1:*";
     assert_int_equal(spw_coord_mode_parse(mode, &conf.mode), SPW_OK);
-    conf.shards = list;
-    conf.checkpoint_dir = e->root;
     conf.member_timeout_ms = 1000;
     conf.checkpoint_steps = steps;
     conf.checkpoint_timeout_ms = 3000;
     conf.keep = keep;
-    conf.stop = &e->stop;
-    char err[256];
-    e->srv = spw_coord_server_new(&conf, err, sizeof(err));
-    assert_non_null(e->srv);
-    assert_int_equal(pthread_create(&e->thread, NULL, server_main, e), 0);
-}
-
-static void env_stop(struct env *e, struct spw_coord_server_stats *st)
-{
-    e->stop = 1;
-    pthread_join(e->thread, NULL);
-    spw_coord_server_get_stats(e->srv, st);
-    spw_coord_server_destroy(e->srv);
-    shard_stop(&e->shards[0]);
-    shard_stop(&e->shards[1]);
-    zmq_ctx_term(e->ctx);
-}
-
-static void env_clean(struct env *e)
-{
-    char cmd[200];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", e->root);
-    assert_int_equal(system(cmd), 0);
+    coord_env_start(e, &conf);
 }
 
 /* One fake trainer: partition `part` of "examples", one record of 2 examples per step. */
@@ -125,7 +76,7 @@ static spw_err_t train(spw_coord_client_t *c, struct trainer_state *t, int part,
     return SPW_OK;
 }
 
-static spw_coord_client_t *connect_trainer(struct env *e, const char *id)
+static spw_coord_client_t *connect_trainer(struct coord_env *e, const char *id)
 {
     struct spw_coord_client_conf cc = {
         spw_coord_server_endpoint(e->srv), id, SPARROW__MEMBER_ROLE__ROLE_TRAINER, 50, 1000, NULL};
@@ -138,7 +89,7 @@ static spw_coord_client_t *connect_trainer(struct env *e, const char *id)
 static void test_coord_epochs_manifest_offsets_and_prune(void **state)
 {
     (void)state;
-    struct env e;
+    struct coord_env e;
     env_start(&e, "async", 10, 2);
     spw_coord_client_t *c = connect_trainer(&e, "trainer-0");
     struct trainer_state t = {0};
@@ -146,7 +97,7 @@ static void test_coord_epochs_manifest_offsets_and_prune(void **state)
     assert_int_equal(train(c, &t, 3, 45, &clock), SPW_OK);
     spw_coord_client_destroy(c);
     struct spw_coord_server_stats st;
-    env_stop(&e, &st);
+    coord_env_stop(&e, &st);
     assert_true(st.epochs_completed >= 3);
     assert_true(t.commits >= 3);
     uint64_t latest = 0;
@@ -166,13 +117,13 @@ static void test_coord_epochs_manifest_offsets_and_prune(void **state)
     spw_coord_manifest_fini(&m);
     uint64_t epochs[16];
     assert_int_equal(spw_coord_epochs_list(e.root, epochs, 16), 2); /* keep = 2 */
-    env_clean(&e);
+    coord_env_clean(&e);
 }
 
 static void test_coord_epochs_failed_shard_aborts_epoch(void **state)
 {
     (void)state;
-    struct env e;
+    struct coord_env e;
     env_start(&e, "async", 5, 3);
     atomic_store(&e.shards[1].fail_checkpoints, 1);
     spw_coord_client_t *c = connect_trainer(&e, "trainer-0");
@@ -181,18 +132,18 @@ static void test_coord_epochs_failed_shard_aborts_epoch(void **state)
     assert_int_equal(train(c, &t, 0, 20, &clock), SPW_OK);
     spw_coord_client_destroy(c);
     struct spw_coord_server_stats st;
-    env_stop(&e, &st);
+    coord_env_stop(&e, &st);
     assert_int_equal(st.epochs_completed, 0);
     assert_true(st.epochs_aborted >= 2);
     uint64_t latest;
     assert_int_equal(spw_coord_latest_read(e.root, &latest), SPW_ERR_NOT_FOUND);
-    env_clean(&e);
+    coord_env_clean(&e);
 }
 
 static void test_coord_epochs_shard_restart_restores_everyone(void **state)
 {
     (void)state;
-    struct env e;
+    struct coord_env e;
     env_start(&e, "async", 10, 3);
     spw_coord_client_t *c = connect_trainer(&e, "trainer-0");
     struct trainer_state t = {0};
@@ -210,7 +161,7 @@ static void test_coord_epochs_shard_restart_restores_everyone(void **state)
      * after the restore (the step during which the restore came is dropped with its record) */
     struct spw_coord_server_stats st;
     spw_coord_client_destroy(c);
-    env_stop(&e, &st);
+    coord_env_stop(&e, &st);
     assert_int_equal(atomic_load(&e.shards[0].last_restore_epoch), st.latest_epoch);
     struct spw_coord_manifest m;
     char err[256];
@@ -219,7 +170,7 @@ static void test_coord_epochs_shard_restart_restores_everyone(void **state)
     assert_int_equal(t.offset, m.offsets[0].offset + 2);
     assert_int_equal(m.example_count, 2 * (uint64_t)m.offsets[0].offset);
     spw_coord_manifest_fini(&m);
-    env_clean(&e);
+    coord_env_clean(&e);
 }
 
 SPW_TEST_MAIN(test_coord_epochs_manifest_offsets_and_prune,

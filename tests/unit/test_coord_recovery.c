@@ -48,68 +48,30 @@ static void test_coord_recovery_decision(void **state)
     assert_int_equal(spw_coord_recovery_parse("", &r), SPW_ERR_INVALID);
 }
 
-struct env {
-    char root[128];
-    void *ctx;
-    struct fake_shard shards[2];
-    spw_coord_server_t *srv;
-    pthread_t thread;
-    _Atomic int stop;
-};
-
-static void *server_main(void *arg)
-{
-    struct env *e = arg;
-    spw_coord_server_run(e->srv);
-    return NULL;
-}
-
-static void env_start(struct env *e, const char *mode, enum spw_coord_recovery policy,
+static void env_start(struct coord_env *e, const char *mode, enum spw_coord_recovery policy,
                       uint64_t steps)
 {
-    memset(e, 0, sizeof(*e));
-    snprintf(e->root, sizeof(e->root), "/tmp/test_coord_recovery.XXXXXX");
-    assert_non_null(mkdtemp(e->root));
-    e->ctx = zmq_ctx_new();
-    shard_start(&e->shards[0], 0, e->root, e->ctx);
-    shard_start(&e->shards[1], 1, e->root, e->ctx);
-    char list[300];
-    snprintf(list, sizeof(list), "%s,%s", e->shards[0].endpoint, e->shards[1].endpoint);
     struct spw_coord_server_conf conf = {0};
-    conf.listen = "tcp://127.0.0.1:*";
     assert_int_equal(spw_coord_mode_parse(mode, &conf.mode), SPW_OK);
     conf.recovery = policy;
-    conf.shards = list;
-    conf.checkpoint_dir = e->root;
     conf.member_timeout_ms = 600;
     conf.checkpoint_steps = steps;
     conf.checkpoint_timeout_ms = 3000;
     conf.keep = 3;
-    conf.stop = &e->stop;
-    char err[256];
-    e->srv = spw_coord_server_new(&conf, err, sizeof(err));
-    assert_non_null(e->srv);
-    assert_int_equal(pthread_create(&e->thread, NULL, server_main, e), 0);
+    coord_env_start(e, &conf);
 }
 
-static void env_stop(struct env *e, struct spw_coord_server_stats *st)
+/* Stops everything and removes the directory. */
+static void env_stop(struct coord_env *e, struct spw_coord_server_stats *st)
 {
-    e->stop = 1;
-    pthread_join(e->thread, NULL);
-    spw_coord_server_get_stats(e->srv, st);
-    spw_coord_server_destroy(e->srv);
-    shard_stop(&e->shards[0]);
-    shard_stop(&e->shards[1]);
-    zmq_ctx_term(e->ctx);
-    char cmd[200];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", e->root);
-    assert_int_equal(system(cmd), 0);
+    coord_env_stop(e, st);
+    coord_env_clean(e);
 }
 
 /* One fake trainer on partition `part`: one record of `per_step` examples per step, `steps`
  * steps (0: until stop), then it dies without a Leave (as under kill -9). */
 struct trainer {
-    struct env *env;
+    struct coord_env *env;
     char id[32];
     int part;
     uint64_t steps, per_step;
@@ -171,7 +133,7 @@ out:
     return NULL;
 }
 
-static void trainer_start(struct trainer *t, struct env *e, const char *id, int part,
+static void trainer_start(struct trainer *t, struct coord_env *e, const char *id, int part,
                           uint64_t steps, uint64_t per_step)
 {
     memset(t, 0, sizeof(*t));
@@ -191,7 +153,8 @@ static void wait_clock(struct trainer *t, uint64_t at_least)
 }
 
 /* trainer-0 runs; trainer-1 joins, trains `steps` steps of 3 examples and dies silently. */
-static void join_and_die(struct env *e, struct trainer *t0, struct trainer *t1, uint64_t steps)
+static void join_and_die(struct coord_env *e, struct trainer *t0, struct trainer *t1,
+                         uint64_t steps)
 {
     trainer_start(t0, e, "trainer-0", 0, 0, 2);
     wait_clock(t0, 5); /* the startup recovery is behind it */
@@ -208,7 +171,7 @@ static void join_and_die(struct env *e, struct trainer *t0, struct trainer *t1, 
 static void test_coord_recovery_rollback_restores_everyone(void **state)
 {
     (void)state;
-    struct env e;
+    struct coord_env e;
     struct trainer t0, t1;
     env_start(&e, "async", SPW_COORD_RECOVERY_ROLLBACK, 0);
     join_and_die(&e, &t0, &t1, 10);
@@ -227,7 +190,7 @@ static void test_coord_recovery_rollback_restores_everyone(void **state)
 static void test_coord_recovery_continue_keeps_training(void **state)
 {
     (void)state;
-    struct env e;
+    struct coord_env e;
     struct trainer t0, t1;
     env_start(&e, "async", SPW_COORD_RECOVERY_CONTINUE, 0);
     join_and_die(&e, &t0, &t1, 10);
@@ -250,7 +213,7 @@ static void test_coord_recovery_continue_keeps_training(void **state)
 static void test_coord_recovery_continue_ssp_checkpoints_go_on(void **state)
 {
     (void)state;
-    struct env e;
+    struct coord_env e;
     struct trainer t0, t1;
     env_start(&e, "ssp:1", SPW_COORD_RECOVERY_CONTINUE, 10);
     join_and_die(&e, &t0, &t1, 25);
