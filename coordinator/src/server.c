@@ -1342,12 +1342,11 @@ static void on_shard_reply(spw_coord_server_t *srv, struct shard *sh, const void
             nu && nu <= SPW_COORD_MAX_PARTITIONS ? realloc(sh->upd, nu * sizeof(*upd)) : NULL;
         if (upd) {
             sh->upd = upd;
+            /* the model-update stream's offsets: positions, never marks */
             for (size_t i = 0; i < nu; i++) {
-                const Sparrow__PartitionOffset *o = rep->checkpoint->update_offsets[i];
-                snprintf(upd[i].topic, sizeof(upd[i].topic), "%s", o->topic ? o->topic : "");
-                upd[i].partition = o->partition;
-                upd[i].offset = o->offset;
+                spw_coord__offset_from_pb(rep->checkpoint->update_offsets[i], &upd[i]);
                 upd[i].skip = 0;
+                upd[i].mark = false;
             }
             sh->n_upd = nu;
         }

@@ -94,6 +94,7 @@ static spw_err_t report_checkpoint(spw_trainer_coord_t *tc, uint64_t epoch)
     const char *topic = spw_trainer_loop_topic(tc->loop);
     for (size_t i = 0; i < n; i++) {
         struct spw_coord_offset *o = &tc->offs[i];
+        memset(o, 0, sizeof(*o)); /* a position (the slot may have held a mark last time) */
         snprintf(o->topic, sizeof(o->topic), "%s", topic ? topic : "");
         o->partition = tc->pos[i].partition;
         o->offset = tc->pos[i].offset;
