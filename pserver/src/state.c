@@ -298,6 +298,19 @@ static spw_err_t corrupt(char *errstr, size_t errstr_size, const char *path, con
     return SPW_ERR_CORRUPT;
 }
 
+/* Opens the state file name of dir into r (path receives its path, for messages). */
+static spw_err_t open_state(const char *dir, const char *name, char path[SPW_CKPT_PATH_MAX],
+                            struct reader *r, char *errstr, size_t errstr_size)
+{
+    if (!spw_ps__path(path, SPW_CKPT_PATH_MAX, "%s/%s", dir, name))
+        return SPW_ERR_INVALID;
+    spw_err_t err = r_open(r, path);
+    if (err)
+        snprintf(errstr, errstr_size, "%s: %s", path,
+                 err == SPW_ERR_NOT_FOUND ? "absent" : strerror(errno));
+    return err;
+}
+
 /* Reads the SKETCH file of dir: checks it, and with sk (may be NULL: check only) decodes it into
  * sk, whose width and depth it must have (SPW_ERR_INVALID otherwise, sk untouched). On
  * SPW_ERR_CORRUPT sk may hold part of the file: the caller clears it. */
@@ -305,15 +318,10 @@ static spw_err_t read_sketch(const char *dir, struct spw_ps_sketch *sk, char *er
                              size_t errstr_size)
 {
     char path[SPW_CKPT_PATH_MAX];
-    if (!spw_ps__path(path, sizeof(path), "%s/%s", dir, SPW_CKPT_SKETCH))
-        return SPW_ERR_INVALID;
     struct reader r;
-    spw_err_t err = r_open(&r, path);
-    if (err) {
-        snprintf(errstr, errstr_size, "%s: %s", path,
-                 err == SPW_ERR_NOT_FOUND ? "absent" : strerror(errno));
+    spw_err_t err = open_state(dir, SPW_CKPT_SKETCH, path, &r, errstr, errstr_size);
+    if (err)
         return err;
-    }
     uint8_t hdr[SKETCH_HDR];
     if (!r_get(&r, hdr, sizeof(hdr))) {
         err = corrupt(errstr, errstr_size, path, "shorter than its header");
@@ -385,15 +393,10 @@ static spw_err_t read_dedup(const char *dir, struct spw_ps__dedup *dd, char *err
                             size_t errstr_size)
 {
     char path[SPW_CKPT_PATH_MAX];
-    if (!spw_ps__path(path, sizeof(path), "%s/%s", dir, SPW_CKPT_DEDUP))
-        return SPW_ERR_INVALID;
     struct reader r;
-    spw_err_t err = r_open(&r, path);
-    if (err) {
-        snprintf(errstr, errstr_size, "%s: %s", path,
-                 err == SPW_ERR_NOT_FOUND ? "absent" : strerror(errno));
+    spw_err_t err = open_state(dir, SPW_CKPT_DEDUP, path, &r, errstr, errstr_size);
+    if (err)
         return err;
-    }
     uint8_t hdr[DEDUP_HDR];
     if (!r_get(&r, hdr, sizeof(hdr)) || memcmp(hdr, DEDUP_MAGIC, 8) != 0) {
         err = corrupt(errstr, errstr_size, path, "not a de-duplication file (magic)");
