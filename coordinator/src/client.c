@@ -26,6 +26,7 @@ struct spw_coord_client {
     struct spw_curve_client_keys curve; /* a copy; disabled: plaintext */
     uint64_t incarnation;
     void *ctx, *sock, *hb_sock;
+    void *query_sock; /* spw_coord_client_refresh_offsets (created on first use) */
     pthread_t hb_thread;
     bool hb_started;
     atomic_bool stop;
@@ -149,9 +150,10 @@ static void take_offsets(spw_coord_client_t *c, const Sparrow__ClockReply *cr)
 
 /* Receives one ClockReply within timeout_ms: 1 got one (*out valid until the next call), 0 none,
  * <0 stop. */
-static int recv_reply(spw_coord_client_t *c, int timeout_ms, const Sparrow__ClockReply **out)
+static int recv_reply_on(spw_coord_client_t *c, void *sock, int timeout_ms,
+                         const Sparrow__ClockReply **out)
 {
-    zmq_pollitem_t it = {c->sock, 0, ZMQ_POLLIN, 0};
+    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
     if (spw_signal_stop_requested())
         return -1;
     if (zmq_poll(&it, 1, timeout_ms) <= 0)
@@ -159,7 +161,7 @@ static int recv_reply(spw_coord_client_t *c, int timeout_ms, const Sparrow__Cloc
     zmq_msg_t m;
     zmq_msg_init(&m);
     int got = 0;
-    if (zmq_msg_recv(&m, c->sock, ZMQ_DONTWAIT) >= 0) {
+    if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) >= 0) {
         Sparrow__CoordMessage *rep = NULL;
         spw_arena_reset(c->arena);
         if (spw_wire_unpack_coord(zmq_msg_data(&m), zmq_msg_size(&m), SPW_COORD_MAX_FRAME, c->arena,
@@ -182,6 +184,11 @@ static int recv_reply(spw_coord_client_t *c, int timeout_ms, const Sparrow__Cloc
 out:
     zmq_msg_close(&m);
     return got;
+}
+
+static int recv_reply(spw_coord_client_t *c, int timeout_ms, const Sparrow__ClockReply **out)
+{
+    return recv_reply_on(c, c->sock, timeout_ms, out);
 }
 
 static spw_err_t do_register(spw_coord_client_t *c, int64_t wait_ms)
@@ -287,6 +294,8 @@ void spw_coord_client_destroy(spw_coord_client_t *c)
         zmq_close(c->sock);
     if (c->hb_sock)
         zmq_close(c->hb_sock);
+    if (c->query_sock)
+        zmq_close(c->query_sock);
     if (c->ctx)
         zmq_ctx_term(c->ctx);
     spw_arena_destroy(c->arena);
@@ -432,6 +441,39 @@ spw_err_t spw_coord_client_rejoin(spw_coord_client_t *c)
     /* the coordinator forgets a held Clock at a Register: a wait in progress sends it again */
     c->registrations++;
     return send_register(c);
+}
+
+spw_err_t spw_coord_client_refresh_offsets(spw_coord_client_t *c, int timeout_ms)
+{
+    if (!c->query_sock && !(c->query_sock = make_socket(c)))
+        return SPW_ERR_RPC;
+    Sparrow__CoordMessage msg = SPARROW__COORD_MESSAGE__INIT;
+    Sparrow__Heartbeat hb = SPARROW__HEARTBEAT__INIT;
+    hb.member_id = c->member_id;
+    hb.has_want_offsets = hb.want_offsets = true;
+    msg.body_case = SPARROW__COORD_MESSAGE__BODY_HEARTBEAT;
+    msg.heartbeat = &hb;
+    spw_err_t err = send_msg(c->query_sock, &c->out, &msg);
+    uint64_t until = spw_time_mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    while (err == SPW_OK) {
+        const Sparrow__ClockReply *cr = NULL;
+        int r = recv_reply_on(c, c->query_sock, 20, &cr);
+        if (r < 0)
+            return SPW_ERR_STOPPED;
+        if (r == 1) {
+            if (!cr->registered)
+                return SPW_ERR_NOT_FOUND;
+            if (cr->n_offsets > 0)
+                take_offsets(c, cr);
+            return SPW_OK;
+        }
+        if (spw_time_mono_ms() >= until)
+            err = SPW_ERR_TIMEOUT;
+    }
+    /* a late answer must not be taken for the next question's: a fresh socket next time */
+    zmq_close(c->query_sock);
+    c->query_sock = NULL;
+    return err;
 }
 
 spw_err_t spw_coord_client_offset(const spw_coord_client_t *c, const char *topic, int32_t partition,

@@ -665,7 +665,22 @@ static void on_heartbeat(spw_coord_server_t *srv, const uint8_t *rid, size_t rid
     cr.registered = known;
     cr.generation = srv->generation;
     cr.latest_epoch = srv->stats.latest_epoch;
+    Sparrow__PartitionOffset *offs = NULL;
+    Sparrow__PartitionOffset **ptrs = NULL;
+    if (known && hb->has_want_offsets && hb->want_offsets) {
+        /* a full answer (the asker takes it as one): LATEST's offsets as of now */
+        cr.has_recovery_continue = true;
+        cr.recovery_continue = srv->conf.recovery == SPW_COORD_RECOVERY_CONTINUE;
+        if (srv->cur.n_offsets > 0) {
+            offs = calloc(srv->cur.n_offsets, sizeof(*offs));
+            ptrs = calloc(srv->cur.n_offsets, sizeof(*ptrs));
+            if (offs && ptrs)
+                fill_offsets(srv, &cr, offs, ptrs);
+        }
+    }
     send_to(srv, rid, rid_len, &msg.base);
+    free(ptrs);
+    free(offs);
 }
 
 /* Elastic synchronisation: m's step took step_ms (from its release to this Clock); compared

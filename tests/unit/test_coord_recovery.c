@@ -229,6 +229,64 @@ static void test_coord_recovery_continue_ssp_checkpoints_go_on(void **state)
     assert_int_equal(st.examples_retrained % 3, 0);
 }
 
+/* A member that registered before checkpoints completed holds stale offsets;
+ * spw_coord_client_refresh_offsets hands it LATEST's (what a trainer taking a partition over
+ * resumes from under continue), and a member the coordinator does not know is told so. */
+static void test_coord_recovery_refresh_offsets_gives_latest(void **state)
+{
+    (void)state;
+    struct coord_env e;
+    struct trainer t0;
+    env_start(&e, "async", SPW_COORD_RECOVERY_CONTINUE, 10);
+    trainer_start(&t0, &e, "trainer-0", 0, 0, 2);
+    wait_clock(&t0, 2);
+    struct spw_coord_client_conf cc = {spw_coord_server_endpoint(e.srv),
+                                       "watcher",
+                                       SPARROW__MEMBER_ROLE__ROLE_SERVE,
+                                       50,
+                                       1000,
+                                       NULL};
+    char err[256];
+    spw_coord_client_t *w = spw_coord_client_new(&cc, 5000, err, sizeof(err));
+    assert_non_null(w);
+    int64_t before = -1, off = -1;
+    uint32_t skip = 0;
+    if (spw_coord_client_offset(w, "examples", 0, &off, &skip) == SPW_OK)
+        before = off;
+    for (int i = 0; i < 1000 && atomic_load(&t0.checkpoints) < 4; i++)
+        spw_time_sleep_ms(10);
+    atomic_store(&t0.stop, 1);
+    pthread_join(t0.thread, NULL);
+    spw_time_sleep_ms(200); /* a report in flight is taken */
+    assert_int_equal(spw_coord_client_refresh_offsets(w, 2000), SPW_OK);
+    uint64_t epoch = 0;
+    assert_int_equal(spw_coord_latest_read(e.root, &epoch), SPW_OK);
+    struct spw_coord_manifest m;
+    assert_int_equal(spw_coord_manifest_read(e.root, epoch, &m, err, sizeof(err)), SPW_OK);
+    int64_t want = -1;
+    for (size_t i = 0; i < m.n_offsets; i++)
+        if (!m.offsets[i].mark && m.offsets[i].partition == 0)
+            want = m.offsets[i].offset;
+    spw_coord_manifest_fini(&m);
+    assert_true(want > before);
+    assert_int_equal(spw_coord_client_offset(w, "examples", 0, &off, &skip), SPW_OK);
+    assert_int_equal(off, want);
+    assert_int_equal(spw_coord_client_latest_epoch(w), epoch);
+    spw_coord_client_destroy(w);
+
+    struct spw_coord_client_conf uc = cc;
+    uc.member_id = "stranger";
+    spw_coord_client_t *u = spw_coord_client_new(&uc, 5000, err, sizeof(err));
+    assert_non_null(u);
+    assert_int_equal(spw_coord_client_leave(u), SPW_OK);
+    spw_time_sleep_ms(100);
+    assert_int_equal(spw_coord_client_refresh_offsets(u, 2000), SPW_ERR_NOT_FOUND);
+    spw_coord_client_destroy(u);
+    struct spw_coord_server_stats st;
+    env_stop(&e, &st);
+}
+
 SPW_TEST_MAIN(test_coord_recovery_decision, test_coord_recovery_rollback_restores_everyone,
               test_coord_recovery_continue_keeps_training,
-              test_coord_recovery_continue_ssp_checkpoints_go_on)
+              test_coord_recovery_continue_ssp_checkpoints_go_on,
+              test_coord_recovery_refresh_offsets_gives_latest)

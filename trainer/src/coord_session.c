@@ -22,6 +22,8 @@
 #define COORD_HOLD_AFTER_MS 1000
 /* Entries of a checkpoint report: the positions and the source high-water marks after them. */
 #define COORD_MAX_ENTRIES 16384
+/* How long a takeover waits for LATEST's offsets (continue). */
+#define COORD_REFRESH_MS 2000
 
 struct spw_trainer_coord {
     spw_coord_client_t *client;
@@ -50,6 +52,16 @@ struct spw_trainer_coord {
     /* taken out of the count at the revoke (a report may come before the next assignment: the
      * partition's offsets are not in it), given back if the partition comes back */
     uint64_t moved[COORD_MAX_PARTS];
+    /* continue: a revoke while a report waits for its epoch: the part of moved[] that the report
+     * holds (its partition's examples between LATEST and the report). The revoke re-registers,
+     * which drops the report if its epoch is still open; if the epoch completed first instead,
+     * those examples are in LATEST (and the next owner resumes after them), so they count again
+     * here at the commit that says so. */
+    uint64_t moved_in_report[COORD_MAX_PARTS];
+    uint64_t moved_reported;     /* summed over partitions moved away */
+    uint64_t moved_report_epoch; /* the epoch of that report */
+    bool report_pending;         /* a report sent, neither committed nor replaced yet */
+    uint64_t report_epoch;
     uint64_t generation; /* the one its pushes carry (set at a restore, or on proceed) */
     struct spw_trainer_position pos[COORD_MAX_PARTS];
     struct spw_coord_offset offs[COORD_MAX_ENTRIES];
@@ -135,6 +147,9 @@ static spw_err_t report_checkpoint(spw_trainer_coord_t *tc, uint64_t epoch)
     uint64_t examples = st.examples - tc->examples_base;
     if ((err = spw_coord_client_checkpoint_report(tc->client, epoch, tc->offs, n, examples)))
         return err;
+    tc->report_pending = true;
+    tc->report_epoch = epoch;
+    tc->moved_reported = 0; /* this report leaves the moved examples out already */
     SPW_INFO("checkpoint reported", "epoch=%" PRIu64 " partitions=%zu marks=%zu examples=%" PRIu64,
              epoch, n - n_marks, n_marks, examples);
     return SPW_OK;
@@ -145,6 +160,8 @@ static spw_err_t restore(spw_trainer_coord_t *tc, const struct spw_coord_event *
     spw_err_t err = spw_trainer_loop_restore(tc->loop, coord_resume, tc);
     if (err)
         return err;
+    tc->report_pending = false; /* everyone is back at LATEST */
+    tc->moved_reported = 0;
     /* the manifest's source high-water marks of this trainer's partitions, with the offsets */
     const char *topic = spw_trainer_loop_topic(tc->loop);
     size_t n_offs = 0, n_marks = 0;
@@ -202,8 +219,14 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t exam
                 tc->generation = ev.generation;
             }
             spw_err_t cerr;
-            if (ev.commit) /* the last report is LATEST now */
+            if (ev.commit) { /* the last report is LATEST now */
                 memcpy(tc->taken_latest, tc->taken_report, sizeof(tc->taken_latest));
+                if (tc->moved_reported > 0 &&
+                    spw_coord_client_latest_epoch(tc->client) == tc->moved_report_epoch)
+                    tc->examples_base -= tc->moved_reported;
+                tc->moved_reported = 0;
+                tc->report_pending = false;
+            }
             if (ev.commit && (cerr = spw_trainer_loop_commit(tc->loop, false)) != SPW_OK)
                 SPW_WARN("offset commit failed", "error=\"%s\"", spw_err_str(cerr));
             break;
@@ -257,6 +280,18 @@ static spw_err_t coord_idle(void *opaque, spw_trainer_loop_t *loop)
 static void assign_continue(spw_trainer_coord_t *tc, const char *topic,
                             struct spw_trainer_position *parts, size_t n)
 {
+    bool takeover = false;
+    for (size_t i = 0; i < n; i++) {
+        int32_t p = parts[i].partition;
+        takeover |= !(p >= 0 && p < COORD_MAX_PARTS && tc->kept[p]);
+    }
+    /* the offsets of the last reply may predate LATEST: a partition taken over resumes from the
+     * newest checkpoint, or the examples between the two would be counted twice */
+    spw_err_t rerr =
+        takeover && topic ? spw_coord_client_refresh_offsets(tc->client, COORD_REFRESH_MS) : SPW_OK;
+    if (rerr != SPW_OK)
+        SPW_WARN("LATEST's offsets not refreshed before a takeover", "error=\"%s\" latest=%" PRIu64,
+                 spw_err_str(rerr), spw_coord_client_latest_epoch(tc->client));
     for (size_t i = 0; topic && i < n; i++) {
         int32_t p = parts[i].partition;
         if (p >= 0 && p < COORD_MAX_PARTS && tc->kept[p]) {
@@ -270,6 +305,7 @@ static void assign_continue(spw_trainer_coord_t *tc, const char *topic,
             tc->taken_report[p] -= (int64_t)tc->kept_taken[p];
             tc->taken_latest[p] -= (int64_t)tc->kept_taken[p];
             tc->kept[p] = false;
+            tc->moved_in_report[p] = 0;
             continue;
         }
         if (p >= 0 && p < COORD_MAX_PARTS)
@@ -297,6 +333,8 @@ static void assign_continue(spw_trainer_coord_t *tc, const char *topic,
         tc->kept[p] = false;
         uint64_t moved = tc->moved[p]; /* out of the count since the revoke */
         tc->moved[p] = 0;
+        tc->moved_reported += tc->moved_in_report[p];
+        tc->moved_in_report[p] = 0;
         tc->taken_report[p] = tc->taken_latest[p] = 0;
         if (moved == 0)
             continue;
@@ -362,6 +400,17 @@ static void coord_on_revoke(void *opaque, const struct spw_trainer_position *par
             int64_t since = (int64_t)parts[i].taken - tc->taken_latest[p];
             tc->moved[p] = tc->kept[p] && since > 0 ? (uint64_t)since : 0;
             tc->examples_base += tc->moved[p];
+            int64_t in_report = tc->taken_report[p] - tc->taken_latest[p];
+            tc->moved_in_report[p] =
+                tc->report_pending && tc->kept[p] && in_report > 0 ? (uint64_t)in_report : 0;
+        }
+        if (tc->report_pending) {
+            /* the report waiting for its epoch names these partitions: dropped if the epoch is
+             * still open when the Register arrives (this trainer reports again without them) */
+            tc->moved_report_epoch = tc->report_epoch;
+            spw_err_t err = spw_coord_client_rejoin(tc->client);
+            if (err)
+                SPW_WARN("rejoin failed", "error=\"%s\"", spw_err_str(err));
         }
         return;
     }

@@ -110,6 +110,15 @@ spw_err_t spw_coord_client_leave(spw_coord_client_t *client);
 /* Re-registers (after a partition assignment): the coordinator starts a recovery. */
 spw_err_t spw_coord_client_rejoin(spw_coord_client_t *client);
 
+/* Asks the coordinator for LATEST's offsets now and waits up to timeout_ms for them (on a socket
+ * of its own, so a Clock held on the main one is not disturbed): afterwards
+ * spw_coord_client_offset answers from the newest checkpoint. coordinator.recovery=continue calls
+ * it before resuming a partition taken over, since a checkpoint may have completed after the
+ * offsets of the last reply. SPW_ERR_TIMEOUT when no answer came (the offsets stay as they
+ * were), SPW_ERR_NOT_FOUND when the coordinator does not know this member. Same thread as the
+ * clock calls. */
+spw_err_t spw_coord_client_refresh_offsets(spw_coord_client_t *client, int timeout_ms);
+
 /* Every entry of the latest manifest the coordinator sent, positions and source high-water
  * marks (mark set) alike: *n entries, owned by the client, valid until its next clock call. */
 const struct spw_coord_offset *spw_coord_client_offsets(const spw_coord_client_t *client,
