@@ -743,6 +743,7 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
     }
     copy_rid(m, rid, rid_len);
     m->last_seen_ms = spw_time_mono_ms();
+    bool first = !m->based; /* this process's first Clock: counted even below the old clock */
     if (!m->based) {
         bool others = false;
         uint64_t omin = UINT64_MAX;
@@ -758,7 +759,7 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
         m->based = true;
     }
     int64_t eff = m->base + (int64_t)c->step;
-    if (eff > (int64_t)m->clock) {
+    if (eff > (int64_t)m->clock || first) {
         m->clock = (uint64_t)eff;
         m->step_examples = c->has_examples ? c->examples : 0;
         m->examples_since_latest += m->step_examples; /* a Clock sent again is not counted */
