@@ -24,6 +24,18 @@ for f in kafka-mock gen coordinator shard-0 shard-1 trainer-0 trainer-1; do
     [ -s "$DIR/run/$f.log" ] || fail "no log $f.log"
 done
 grep -q 'trainer finished' "$DIR/run/trainer-0.log" || fail "trainer-0 did not finish cleanly"
+# the end shows the product: the baselines beside the model, a prediction served, the freshness
+grep -q '^t=.*logloss=[0-9.-]* (const [0-9.-]*, bayes [0-9.-]*)' "$DIR/out.txt" ||
+    fail "the progress line lacks the constant predictor beside Bayes"
+grep -q '^  learning: ' "$DIR/out.txt" || fail "no learning verdict"
+grep -Eq '^  learning: (no full evaluation window yet|window logloss [0-9.]+, constant predictor [0-9.]+, Bayes [0-9.]+: [0-9.]+% (better|WORSE))' "$DIR/out.txt" ||
+    fail "the learning verdict is malformed"
+grep -q '^  prediction: curl -s -X POST http://127.0.0.1:[0-9]*/v1/predict' "$DIR/out.txt" ||
+    fail "no prediction request printed"
+grep -Eq '^ +-> HTTP 200 \{"predictions":\[0\.[0-9]+\]' "$DIR/out.txt" ||
+    fail "serve did not answer the prediction with a probability"
+grep -Eq '^  freshness (\(event time -> visible in serving\): p50 [0-9.]+ s, p99 [0-9.]+ s|: serve applied no update)' "$DIR/out.txt" ||
+    fail "no freshness line"
 
 # a component that dies makes the demo fail loudly
 "$SPARROW" demo --duration 60 --rate 2000 --run-dir "$DIR/run2" --no-serve >"$DIR/out2.txt" 2>&1 &

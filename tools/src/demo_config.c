@@ -4,7 +4,7 @@
 const struct spw_config_prop spw_demo_config_props[] = {
     {"demo.duration", SPW_CONFIG_DOUBLE, "60", 1, 86400, NULL,
      "Seconds the demo runs before it stops every process (--duration)."},
-    {"demo.rate", SPW_CONFIG_DOUBLE, "3000", 1, 1e7, NULL,
+    {"demo.rate", SPW_CONFIG_DOUBLE, "10000", 1, 1e7, NULL,
      "Examples per second the generator produces to Kafka (--rate)."},
     {"demo.trainers", SPW_CONFIG_INT, "2", 1, SPW_PIPELINE_MAX_TRAINERS, NULL,
      "CPU trainers reading Kafka (--trainers)."},

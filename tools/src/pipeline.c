@@ -412,8 +412,14 @@ static void start_serve(spw_pipeline_t *p)
         say(p, "serve did not start (%s), going on without it; read %s",
             spw_launch_status_str(st, sts, sizeof(sts)), spw_launch_log(p->launch, idx));
     } else {
+        p->serve_http = port;
         say(p, "serve on http://127.0.0.1:%d (/v1/predict)", port);
     }
+}
+
+int spw_pipeline_serve_port(const spw_pipeline_t *p)
+{
+    return p->serve_http;
 }
 
 spw_pipeline_t *spw_pipeline_start(const struct spw_pipeline_conf *conf, char *errstr,

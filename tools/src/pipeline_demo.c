@@ -10,6 +10,8 @@
 #include "sparrow/pipeline.h"
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
+#include "sparrow/tools.h"
+#include "sparrow/wire.h"
 
 #define DEMO_PROGRESS_MS 2000
 #define DEMO_GRACE_MS    35000 /* above trainer.shutdown.grace (30 s) */
@@ -53,6 +55,85 @@ static bool progress_loop(spw_pipeline_t *p, const struct spw_demo_conf *conf, u
     if (tty)
         printf("\n");
     return ok;
+}
+
+/* Asks serve for a prediction on an example of the demo's stream (the generator's first, as JSON
+ * features, hashed by serve as ingest hashes them) and prints the request, the answer and the
+ * planted model's true probability. */
+static void demo_predict(spw_pipeline_t *p, double drift)
+{
+    int port = spw_pipeline_serve_port(p);
+    if (!port) {
+        printf("  prediction: serve does not run\n");
+        return;
+    }
+    struct spw_gen_params gp;
+    spw_gen_params_default(&gp);
+    gp.seed = 7;
+    gp.fields = 39;
+    gp.latent_dim = 4;
+    gp.drift = drift;
+    char errstr[256];
+    spw_gen_t *gen = spw_gen_new(&gp, errstr, sizeof(errstr));
+    struct spw_wire_buf line = {0};
+    const struct spw_gen_example *ex = gen ? spw_gen_next(gen) : NULL;
+    if (!ex || spw_gen_encode(gen, ex, SPW_FORMAT_JSON, &line) != SPW_OK ||
+        spw_wire_buf_reserve(&line, 1) != SPW_OK) {
+        printf("  prediction: no example (%s)\n", gen ? "out of memory" : errstr);
+        spw_gen_destroy(gen);
+        free(line.data);
+        return;
+    }
+    line.data[line.len] = '\0';
+    /* {"id":..,"label":..,"ts":..,"features":{..},"oracle_p":..}: the features object */
+    char *features = strstr((char *)line.data, "\"features\":");
+    char *end = features ? strstr(features, "},\"oracle_p\":") : NULL;
+    char body[8192];
+    int status = 0;
+    char *answer = NULL;
+    if (end && (size_t)(end + 1 - features) + 2 < sizeof(body)) {
+        snprintf(body, sizeof(body), "{%.*s}", (int)(end + 1 - features), features);
+        answer = spw_pipeline_http(port, "POST", "/v1/predict", body, &status);
+    }
+    if (answer) {
+        for (char *c = answer; *c; c++)
+            if (*c == '\n')
+                *c = ' ';
+        printf("  prediction: curl -s -X POST http://127.0.0.1:%d/v1/predict -d '%.72s...}'\n"
+               "              -> HTTP %d %s (the planted model's p: %.4f, label %.0f)\n",
+               port, body, status, answer, ex->oracle_p, ex->label);
+    } else {
+        printf("  prediction: serve on port %d did not answer\n", port);
+    }
+    free(answer);
+    free(line.data);
+    spw_gen_destroy(gen);
+}
+
+/* The learning verdict: the model's window logloss against the constant predictor's and Bayes'. */
+static void demo_verdict(const struct spw_pipeline_snapshot *s)
+{
+    if (!isfinite(s->logloss) || !isfinite(s->const_logloss) || !isfinite(s->bayes_logloss)) {
+        printf("  learning: no full evaluation window yet\n");
+        return;
+    }
+    double gain = (s->const_logloss - s->logloss) / s->const_logloss * 100.0;
+    double span = s->const_logloss - s->bayes_logloss;
+    printf("  learning: window logloss %.4f, constant predictor %.4f, Bayes %.4f: %.1f%% %s than "
+           "the constant predictor, %.0f%% of the way to Bayes\n",
+           s->logloss, s->const_logloss, s->bayes_logloss, gain < 0 ? -gain : gain,
+           gain >= 0 ? "better" : "WORSE",
+           span > 0 ? 100.0 * (s->const_logloss - s->logloss) / span : NAN);
+}
+
+/* serve's measured freshness: event time to visible in serving. */
+static void demo_freshness(const struct spw_pipeline_snapshot *s)
+{
+    if (isfinite(s->fresh_p50))
+        printf("  freshness (event time -> visible in serving): p50 %.2f s, p99 %.2f s\n",
+               s->fresh_p50, s->fresh_p99);
+    else
+        printf("  freshness: serve applied no update\n");
 }
 
 int spw_demo_run(const struct spw_demo_conf *conf)
@@ -104,6 +185,11 @@ int spw_demo_run(const struct spw_demo_conf *conf)
                             : rate;
     }
 
+    if (ok && conf->serve) {
+        printf("demo: asking serve for a prediction\n");
+        demo_predict(p, pipeline_conf.drift);
+        fflush(stdout);
+    }
     /* clean stop: producer first, then trainers (drain), serve, coordinator, shards, Kafka */
     printf("demo: stopping (SIGTERM, SIGKILL after %d s)\n", DEMO_GRACE_MS / 1000);
     fflush(stdout);
@@ -113,6 +199,11 @@ int spw_demo_run(const struct spw_demo_conf *conf)
     spw_pipeline_format_line(&snap, elapsed, sl, sizeof(sl));
     printf("demo summary: %s\n", !ok ? "FAILED" : unclean ? "finished, unclean stop" : "ok");
     printf("  ran %.0f s (ex/s averaged over the run): %s\n", elapsed, sl);
+    if (ok) {
+        demo_verdict(&snap);
+        if (conf->serve)
+            demo_freshness(&snap);
+    }
     printf("  run directory: %s\n", run_dir);
     printf("  logs: %s/{kafka-mock,gen,coordinator,shard-*,trainer-*,serve}.log\n", run_dir);
     spw_pipeline_destroy(p);

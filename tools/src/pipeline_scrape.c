@@ -15,7 +15,9 @@
 /* The largest /metrics page read from a role. */
 #define PIPELINE_METRICS_MAX (1u << 20)
 
-char *spw_pipeline_metrics_get(int port)
+/* The whole response of one HTTP/1.0 exchange with 127.0.0.1:port (malloc'd, NUL-terminated), or
+ * NULL when unreachable. */
+static char *http_exchange(int port, const char *req, size_t req_len)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -29,8 +31,7 @@ char *spw_pipeline_metrics_get(int port)
     char *buf = NULL;
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
         goto out_close;
-    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(req) - 1))
+    if (send(fd, req, req_len, MSG_NOSIGNAL) != (ssize_t)req_len)
         goto out_close;
     size_t cap = 65536, len = 0;
     buf = malloc(cap);
@@ -52,13 +53,48 @@ char *spw_pipeline_metrics_get(int port)
         len += (size_t)n;
     }
     buf[len] = '\0';
-    if (strncmp(buf, "HTTP/1.", 7) != 0 || !strstr(buf, " 200")) {
-        free(buf);
-        buf = NULL;
-    }
 out_close:
     close(fd);
     return buf;
+}
+
+char *spw_pipeline_http(int port, const char *method, const char *path, const char *body,
+                        int *status)
+{
+    *status = 0;
+    size_t body_len = body ? strlen(body) : 0;
+    size_t cap = body_len + strlen(method) + strlen(path) + 128;
+    char *req = malloc(cap);
+    if (!req)
+        return NULL;
+    int n = snprintf(req, cap,
+                     "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     method, path, body_len, body ? body : "");
+    char *resp = n > 0 && (size_t)n < cap ? http_exchange(port, req, (size_t)n) : NULL;
+    free(req);
+    if (!resp)
+        return NULL;
+    int code = 0;
+    const char *start = strstr(resp, "\r\n\r\n");
+    if (strncmp(resp, "HTTP/1.", 7) != 0 || sscanf(resp + 8, " %d", &code) != 1 || !start) {
+        free(resp);
+        return NULL;
+    }
+    *status = code;
+    memmove(resp, start + 4, strlen(start + 4) + 1);
+    return resp;
+}
+
+char *spw_pipeline_metrics_get(int port)
+{
+    int status = 0;
+    char *page = spw_pipeline_http(port, "GET", "/metrics", NULL, &status);
+    if (page && status != 200) {
+        free(page);
+        page = NULL;
+    }
+    return page;
 }
 
 /* The value at the end of the line starting at line. */
@@ -247,8 +283,8 @@ double spw_pipeline_log_value(const char *log_path, const char *marker, const ch
 static void trainer_from_page(const char *page, struct spw_pipeline_trainer *tr,
                               struct spw_pipeline_hist *pause)
 {
-    *tr =
-        (struct spw_pipeline_trainer){false, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    *tr = (struct spw_pipeline_trainer){false, NAN, NAN, NAN, NAN, NAN, NAN,
+                                        NAN,   NAN, NAN, NAN, NAN, NAN};
     if (!page)
         return;
     tr->up = true;
@@ -265,9 +301,11 @@ static void trainer_from_page(const char *page, struct spw_pipeline_trainer *tr,
     /* 0 means "no window yet" for these gauges */
     static const char *const names[] = {
         "sparrow_trainer_window_logloss", "sparrow_trainer_window_auc",
-        "sparrow_trainer_bayes_window_logloss", "sparrow_trainer_bayes_window_auc"};
-    double *dst[] = {&tr->logloss, &tr->auc, &tr->bayes_logloss, &tr->bayes_auc};
-    for (size_t i = 0; i < 4; i++) {
+        "sparrow_trainer_bayes_window_logloss", "sparrow_trainer_bayes_window_auc",
+        "sparrow_trainer_const_window_logloss"};
+    double *dst[] = {&tr->logloss, &tr->auc, &tr->bayes_logloss, &tr->bayes_auc,
+                     &tr->const_logloss};
+    for (size_t i = 0; i < 5; i++) {
         double v = spw_pipeline_metric_sum(page, names[i]);
         *dst[i] = isfinite(v) && v > 0 ? v : NAN;
     }
@@ -322,6 +360,20 @@ void spw_pipeline_scrape(const spw_pipeline_t *p, struct spw_pipeline_snapshot *
     s->auc = mean(s, n, offsetof(struct spw_pipeline_trainer, auc));
     s->bayes_logloss = mean(s, n, offsetof(struct spw_pipeline_trainer, bayes_logloss));
     s->bayes_auc = mean(s, n, offsetof(struct spw_pipeline_trainer, bayes_auc));
+    s->const_logloss = mean(s, n, offsetof(struct spw_pipeline_trainer, const_logloss));
+    s->fresh_p50 = s->fresh_p99 = NAN;
+    char *serve_page = p->serve_http ? spw_pipeline_metrics_get(p->serve_http) : NULL;
+    if (serve_page) {
+        struct spw_pipeline_hist_by fresh = {0};
+        spw_pipeline_hist_add_by(&fresh, serve_page, "sparrow_serve_freshness_seconds", "stage");
+        for (size_t i = 0; i < fresh.n; i++)
+            if (strcmp(fresh.value[i], "event_to_visible") == 0 &&
+                spw_pipeline_hist_total(&fresh.h[i]) > 0) {
+                s->fresh_p50 = spw_pipeline_hist_quantile(&fresh.h[i], 0.5);
+                s->fresh_p99 = spw_pipeline_hist_quantile(&fresh.h[i], 0.99);
+            }
+        free(serve_page);
+    }
     for (long i = 0; i < p->conf->shards; i++) {
         char *page = spw_pipeline_metrics_get(p->shard_http[i]);
         if (!page)
@@ -350,19 +402,21 @@ static const char *fmt_num(char *buf, size_t size, int prec, double v)
 void spw_pipeline_format_line(const struct spw_pipeline_snapshot *s, double elapsed, char *line,
                               size_t size)
 {
-    char a[10][32];
-    char ep[32];
+    char a[13][32];
+    char ep[32], fresh[64] = "";
     if (s->epoch >= 0)
         snprintf(ep, sizeof(ep), "%ld", s->epoch);
     else
         snprintf(ep, sizeof(ep), "none");
-    snprintf(
-        line, size,
-        "t=%3.0fs examples=%s ex/s=%s logloss=%s (bayes %s) auc=%s (bayes %s) tau p50/p99=%s/%s "
-        "saved=%sMB ckpt=%s lag=%s",
-        elapsed, fmt_num(a[0], 32, 0, s->examples), fmt_num(a[1], 32, 0, s->ex_per_s),
-        fmt_num(a[2], 32, 4, s->logloss), fmt_num(a[3], 32, 4, s->bayes_logloss),
-        fmt_num(a[4], 32, 4, s->auc), fmt_num(a[5], 32, 4, s->bayes_auc),
-        fmt_num(a[6], 32, 0, s->tau_p50), fmt_num(a[7], 32, 0, s->tau_p99),
-        fmt_num(a[8], 32, 1, s->bytes_saved / 1e6), ep, fmt_num(a[9], 32, 0, s->lag));
+    if (isfinite(s->fresh_p99))
+        snprintf(fresh, sizeof(fresh), " fresh p99=%ss", fmt_num(a[12], 32, 2, s->fresh_p99));
+    snprintf(line, size,
+             "t=%3.0fs examples=%s ex/s=%s logloss=%s (const %s, bayes %s) auc=%s (bayes %s) "
+             "tau p50/p99=%s/%s saved=%sMB ckpt=%s lag=%s%s",
+             elapsed, fmt_num(a[0], 32, 0, s->examples), fmt_num(a[1], 32, 0, s->ex_per_s),
+             fmt_num(a[2], 32, 4, s->logloss), fmt_num(a[10], 32, 4, s->const_logloss),
+             fmt_num(a[3], 32, 4, s->bayes_logloss), fmt_num(a[4], 32, 4, s->auc),
+             fmt_num(a[5], 32, 4, s->bayes_auc), fmt_num(a[6], 32, 0, s->tau_p50),
+             fmt_num(a[7], 32, 0, s->tau_p99), fmt_num(a[8], 32, 1, s->bytes_saved / 1e6), ep,
+             fmt_num(a[9], 32, 0, s->lag), fresh);
 }

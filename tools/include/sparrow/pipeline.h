@@ -107,6 +107,15 @@ void spw_pipeline_report_death(spw_pipeline_t *p, int idx, int status);
  * frees; NULL when unreachable or not 200. */
 char *spw_pipeline_metrics_get(int port);
 
+/* One HTTP/1.0 request to 127.0.0.1:port (1 s timeouts): method and path, body (NULL: none) sent
+ * as application/json. Returns the response body (malloc'd, NUL-terminated, the caller frees) and
+ * sets *status to the HTTP status; NULL (and *status 0) when unreachable or malformed. */
+char *spw_pipeline_http(int port, const char *method, const char *path, const char *body,
+                        int *status);
+
+/* serve's HTTP port (/v1/predict, /metrics); 0 when serve does not run. */
+int spw_pipeline_serve_port(const spw_pipeline_t *p);
+
 /* Sum of the samples of metric name (any labels) in page; NAN when absent or not finite. */
 double spw_pipeline_metric_sum(const char *page, const char *name);
 
@@ -148,6 +157,7 @@ double spw_pipeline_hist_mean(const struct spw_pipeline_hist *h);
 struct spw_pipeline_trainer {
     bool up; /* the page was read */
     double examples, ex_per_s, logloss, auc, bayes_logloss, bayes_auc;
+    double const_logloss; /* of the window's mean click rate, the constant predictor */
     double step, clock, lag, bytes_saved;
     double coord_wait_s; /* sum of sparrow_trainer_coord_wait_seconds: waits for the coordinator */
 };
@@ -158,6 +168,10 @@ struct spw_pipeline_snapshot {
     double ex_per_s;     /* sum of the trainers' rates */
     double logloss, auc; /* window, mean over trainers that report one */
     double bayes_logloss, bayes_auc;
+    double const_logloss; /* the constant predictor on the same windows */
+    /* serve's event time -> visible in serving (stage event_to_visible), seconds; NAN without
+     * serve or before its first update */
+    double fresh_p50, fresh_p99;
     double bytes_saved; /* push bytes saved by top-k compression, estimated */
     double lag;         /* consumer lag, all trainers */
     double tau_p50, tau_p99;
@@ -175,8 +189,8 @@ void spw_pipeline_scrape_trainer(const spw_pipeline_t *p, long t, struct spw_pip
 /* Scrapes every trainer and shard and the coordinator's log into *s. */
 void spw_pipeline_scrape(const spw_pipeline_t *p, struct spw_pipeline_snapshot *s);
 
-/* The demo's one-line progress: t=, examples=, ex/s=, logloss (bayes), auc, tau, saved, ckpt, lag.
- */
+/* The demo's one-line progress: t=, examples=, ex/s=, logloss (const, bayes), auc, tau, saved,
+ * ckpt, lag, and serve's freshness p99 when known. */
 void spw_pipeline_format_line(const struct spw_pipeline_snapshot *s, double elapsed, char *line,
                               size_t size);
 
