@@ -9,6 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 
+// err.h has no C++ guard of its own
+extern "C" {
+#include "sparrow/err.h"
+}
 #include "sparrow/dense.h"
 
 #include "dense_int.h"
@@ -253,8 +257,8 @@ static spw_err_t linear_forward(spw_dense_cuda_t *cu, size_t n, size_t in, size_
                                 const float *x, const float *w, float *z)
 {
     const float one = 1.0f, zero = 0.0f;
-    BL(cublasSgemm(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, &one, w,
-                   (int)in, x, (int)in, &zero, z, (int)out));
+    BL(cublasSgemm(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, &one, w, (int)in,
+                   x, (int)in, &zero, z, (int)out));
     return SPW_OK;
 }
 
@@ -264,10 +268,10 @@ static spw_err_t linear_backward(spw_dense_cuda_t *cu, size_t n, size_t in, size
                                  float *db, float *dx, float beta)
 {
     const float one = 1.0f, zero = 0.0f;
-    BL(cublasSgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)n, &one, x,
-                   (int)in, dz, (int)out, &zero, dw, (int)in));
-    BL(cublasSgemv(cu->blas, CUBLAS_OP_N, (int)out, (int)n, &one, dz, (int)out, cu->ones, 1,
-                   &zero, db, 1));
+    BL(cublasSgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)n, &one, x, (int)in,
+                   dz, (int)out, &zero, dw, (int)in));
+    BL(cublasSgemv(cu->blas, CUBLAS_OP_N, (int)out, (int)n, &one, dz, (int)out, cu->ones, 1, &zero,
+                   db, 1));
     if (dx)
         BL(cublasSgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, (int)n, (int)out, &one, w,
                        (int)in, dz, (int)out, &beta, dx, (int)in));
@@ -318,11 +322,10 @@ extern "C" spw_err_t spw_dense_cuda_forward(spw_dense_cuda_t *cu, const float *p
     }
     spw_dense_spec_layer_at(s, s->cross_layers + s->n_hidden, &ly);
     TRY(linear_forward(cu, n, in, 1, hin, P + ly.w_off, cu->logits));
-    bias_act<<<blocks_for(n), kThreads, 0, cu->stream>>>(cu->logits, P + ly.b_off, n, 1, 0, 0, 0,
-                                                          0, 0, 0.0f, 1.0f);
+    bias_act<<<blocks_for(n), kThreads, 0, cu->stream>>>(cu->logits, P + ly.b_off, n, 1, 0, 0, 0, 0,
+                                                         0, 0.0f, 1.0f);
     CU(cudaGetLastError());
-    CU(cudaMemcpyAsync(logits, cu->logits, n * sizeof(float), cudaMemcpyDeviceToHost,
-                       cu->stream));
+    CU(cudaMemcpyAsync(logits, cu->logits, n * sizeof(float), cudaMemcpyDeviceToHost, cu->stream));
     CU(cudaStreamSynchronize(cu->stream));
     if (train)
         cu->t++;
@@ -343,21 +346,20 @@ extern "C" spw_err_t spw_dense_cuda_backward(spw_dense_cuda_t *cu, const float *
     struct spw_dense_layer ly;
     const float *P = cu->params;
     float *G = cu->grads;
-    CU(cudaMemcpyAsync(cu->dlogit, dlogit, n * sizeof(float), cudaMemcpyHostToDevice,
-                       cu->stream));
+    CU(cudaMemcpyAsync(cu->dlogit, dlogit, n * sizeof(float), cudaMemcpyHostToDevice, cu->stream));
     spw_dense_spec_layer_at(s, L + K, &ly);
     const float *hin = K ? cu->h[K - 1] : cu->x[L];
     float *g = cu->ga, *gnext = cu->gb;
-    TRY(linear_backward(cu, n, ly.in, 1, cu->dlogit, hin, P + ly.w_off, G + ly.w_off,
-                        G + ly.b_off, g, 0.0f));
+    TRY(linear_backward(cu, n, ly.in, 1, cu->dlogit, hin, P + ly.w_off, G + ly.w_off, G + ly.b_off,
+                        g, 0.0f));
     for (size_t k = K; k-- > 0;) {
         spw_dense_spec_layer_at(s, L + k, &ly);
         relu_bwd<<<blocks_for(n * ly.out), kThreads, 0, cu->stream>>>(g, cu->h[k], n * ly.out,
-                                                                       cu->drop_scale);
+                                                                      cu->drop_scale);
         CU(cudaGetLastError());
         hin = k ? cu->h[k - 1] : cu->x[L];
-        TRY(linear_backward(cu, n, ly.in, ly.out, g, hin, P + ly.w_off, G + ly.w_off,
-                            G + ly.b_off, gnext, 0.0f));
+        TRY(linear_backward(cu, n, ly.in, ly.out, g, hin, P + ly.w_off, G + ly.w_off, G + ly.b_off,
+                            gnext, 0.0f));
         float *tmp = g;
         g = gnext;
         gnext = tmp;
@@ -368,10 +370,10 @@ extern "C" spw_err_t spw_dense_cuda_backward(spw_dense_cuda_t *cu, const float *
         for (size_t l = L; l-- > 0;) {
             spw_dense_spec_layer_at(s, l, &ly);
             cross_bwd<<<blocks_for(n * d), kThreads, 0, cu->stream>>>(g, cu->x[0], cu->u[l], du,
-                                                                       cu->gx0, n * d);
+                                                                      cu->gx0, n * d);
             CU(cudaGetLastError());
-            TRY(linear_backward(cu, n, d, d, du, cu->x[l], P + ly.w_off, G + ly.w_off,
-                                G + ly.b_off, g, 1.0f));
+            TRY(linear_backward(cu, n, d, d, du, cu->x[l], P + ly.w_off, G + ly.w_off, G + ly.b_off,
+                                g, 1.0f));
         }
         if (dx) {
             add_to<<<blocks_for(n * d), kThreads, 0, cu->stream>>>(gnext, g, cu->gx0, n * d);
@@ -381,8 +383,7 @@ extern "C" spw_err_t spw_dense_cuda_backward(spw_dense_cuda_t *cu, const float *
     }
     if (dx)
         CU(cudaMemcpyAsync(dx, g, n * d * sizeof(float), cudaMemcpyDeviceToHost, cu->stream));
-    CU(cudaMemcpyAsync(grads, G, cu->n_params * sizeof(float), cudaMemcpyDeviceToHost,
-                       cu->stream));
+    CU(cudaMemcpyAsync(grads, G, cu->n_params * sizeof(float), cudaMemcpyDeviceToHost, cu->stream));
     CU(cudaStreamSynchronize(cu->stream));
     return SPW_OK;
 }
