@@ -589,8 +589,48 @@ static void test_dense_learns_xor(void **state)
     assert_true(dcn < 0.25);
 }
 
+/* ---- the planted deep model ---- */
+
+static void test_dense_planted(void **state)
+{
+    (void)state;
+    char errstr[256] = "";
+    assert_null(spw_dense_planted_new(0, 4, "8", 1.0f, 1, errstr, sizeof(errstr)));
+    assert_non_null(strstr(errstr, "fields 0"));
+    assert_null(spw_dense_planted_new(3, 4, "8", 0.0f, 1, errstr, sizeof(errstr)));
+    assert_non_null(strstr(errstr, "scale 0"));
+    assert_null(spw_dense_planted_new(3, 4, "8,x", 1.0f, 1, errstr, sizeof(errstr)));
+    assert_non_null(strstr(errstr, "\"x\""));
+    spw_dense_planted_t *a = spw_dense_planted_new(3, 4, "16,8", 2.0f, 42, errstr, sizeof(errstr));
+    spw_dense_planted_t *b = spw_dense_planted_new(3, 4, "16,8", 2.0f, 42, errstr, sizeof(errstr));
+    assert_non_null(a);
+    assert_non_null(b);
+    float x[50 * 12], la[50], lb[50], e1[4], e2[4];
+    spw_dense_planted_embedding(a, 1, 7, e1);
+    spw_dense_planted_embedding(b, 1, 7, e2);
+    assert_memory_equal(e1, e2, sizeof(e1));
+    spw_dense_planted_embedding(a, 2, 7, e2); /* another field, another embedding */
+    assert_memory_not_equal(e1, e2, sizeof(e1));
+    for (size_t i = 0; i < 50; i++)
+        for (uint32_t f = 0; f < 3; f++)
+            spw_dense_planted_embedding(a, f, i % 9 + f, x + i * 12 + f * 4);
+    assert_int_equal(spw_dense_planted_logits(a, x, 50, la), SPW_OK);
+    assert_int_equal(spw_dense_planted_logits(b, x, 50, lb), SPW_OK);
+    assert_memory_equal(la, lb, sizeof(la));
+    double mean = 0, var = 0;
+    for (size_t i = 0; i < 50; i++)
+        mean += la[i] / 50.0;
+    for (size_t i = 0; i < 50; i++)
+        var += (la[i] - mean) * (la[i] - mean) / 50.0;
+    print_message("planted deep logits: mean %.3f sd %.3f\n", mean, sqrt(var));
+    assert_true(sqrt(var) > 0.1); /* the logits vary with the fields */
+    spw_dense_planted_destroy(a);
+    spw_dense_planted_destroy(b);
+    spw_dense_planted_destroy(NULL);
+}
+
 SPW_TEST_MAIN(test_dense_spec_parse, test_dense_spec_check, test_dense_layout,
               test_dense_forward_reference, test_dense_grad_linear, test_dense_grad_relu_mlp,
               test_dense_grad_cross, test_dense_grad_dcnv2, test_dense_grad_dropout,
               test_dense_workspace_reuse, test_dense_opt_adagrad, test_dense_opt_adam,
-              test_dense_logloss, test_dense_learns_xor)
+              test_dense_logloss, test_dense_learns_xor, test_dense_planted)

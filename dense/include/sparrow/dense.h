@@ -171,6 +171,34 @@ void spw_dense_opt_init_state(const struct spw_dense_opt *opt, size_t n, float *
 void spw_dense_opt_step(const struct spw_dense_opt *opt, size_t n, float *params,
                         const float *grads, float *state, uint64_t step);
 
+/* ---- a planted nonlinear model (for `sparrow gen --set gen.model=deep`) ---- */
+
+/* A random MLP over planted field embeddings: example logit += scale * mlp(e_1 .. e_F), with
+ * e_f = spw_dense_planted_embedding(field f, its value). Gen adds it to the planted FM logit and
+ * keeps oracle_p = sigmoid(total logit), so the Bayes-optimal loss stays known. */
+typedef struct spw_dense_planted spw_dense_planted_t;
+
+/* fields × dim inputs, the MLP `hidden` ("32,16" style), head scaled by scale (> 0; the
+ * nonlinear part's logit spread), all drawn from seed. NULL with errstr on a bad argument.
+ * Free with spw_dense_planted_destroy. One owner thread (the forward keeps a workspace). */
+spw_dense_planted_t *spw_dense_planted_new(uint32_t fields, uint32_t dim, const char *hidden,
+                                           float scale, uint64_t seed, char *errstr,
+                                           size_t errstr_size);
+
+/* NULL does nothing. */
+void spw_dense_planted_destroy(spw_dense_planted_t *pl);
+
+/* The planted embedding (dim floats, uniform in ±sqrt(3), unit variance) of value `value` of
+ * field `field`: a pure function of (seed, field, value). Thread-safe. */
+void spw_dense_planted_embedding(const spw_dense_planted_t *pl, uint32_t field, uint64_t value,
+                                 float *out);
+
+/* The nonlinear logits of n examples: x is n × (fields × dim), field f's embedding at columns
+ * f*dim .. f*dim+dim-1 (a missing field: zeros; a multi-valued one: the mean of its values'
+ * embeddings). SPW_ERR_NOMEM when the workspace cannot grow. */
+spw_err_t spw_dense_planted_logits(spw_dense_planted_t *pl, const float *x, size_t n,
+                                   float *logits);
+
 /* ---- the CUDA network (cuBLAS); every function fails cleanly in builds without CUDA ---- */
 
 /* Whether the CUDA network was built in. */
