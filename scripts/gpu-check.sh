@@ -3,12 +3,14 @@
 # build dependencies (a bare CUDA image): build and bundle here, run there.
 #
 #   scripts/gpu-check.sh bundle BUILD_DIR BUNDLE_DIR
-#       copies the GPU tests, bench/backend_bench and sparrow from BUILD_DIR (configured with
-#       -DSPARROW_CUDA=on) into BUNDLE_DIR/bin, and every shared library they load except glibc's
-#       into BUNDLE_DIR/lib.
+#       copies the GPU tests, bench/backend_bench, bench/dense_bench and sparrow from BUILD_DIR
+#       (configured with -DSPARROW_CUDA=on) into BUNDLE_DIR/bin, and every shared library they
+#       load except glibc's and cuBLAS's (over 500 MB; the GPU machine's CUDA provides it, from
+#       /usr/local/cuda/lib64) into BUNDLE_DIR/lib.
 #   scripts/gpu-check.sh run BUNDLE_DIR OUT_DIR
 #       on the GPU machine: the device, the GPU tests (CUDA against the CPU oracle),
-#       bench/backend_bench (the compute step, CUDA vs CPU), `sparrow trainer` end to end on the
+#       bench/backend_bench (the compute step, CUDA vs CPU), bench/dense_bench (the dense
+#       towers' step, cuBLAS vs OpenBLAS, batch 4096 and 65536), `sparrow trainer` end to end on the
 #       CPU and the CUDA backend (in-process shard, GPU_CHECK_EXAMPLES examples, default 1M), then
 #       compute-sanitizer (memcheck, racecheck) where it works. Logs go to OUT_DIR; a summary is
 #       printed last. Exit status 1 when a test or a check failed. About 7 minutes on an H200.
@@ -17,14 +19,15 @@ set -uo pipefail
 bundle() {
     local build=${1:?build dir} dir=${2:?bundle dir}
     local bins=(sparrow tests/gpu/test_cuda_gather tests/gpu/test_cuda_model
-        tests/gpu/test_cuda_emulated bench/backend_bench)
+        tests/gpu/test_cuda_emulated tests/gpu/test_cuda_dense bench/backend_bench
+        bench/dense_bench)
     rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib" || return 1
     for b in "${bins[@]}"; do
         [ -x "$build/$b" ] || { echo "gpu-check: $build/$b not built" >&2; return 1; }
         cp "$build/$b" "$dir/bin/" || return 1
         # every resolved library but the C library's own (the machine's glibc must be used)
         ldd "$build/$b" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
-            grep -v -E '/(libc|libm|libpthread|libdl|librt|libresolv)\.so' |
+            grep -v -E '/(libc|libm|libpthread|libdl|librt|libresolv|libcublas|libcublasLt)\.so' |
             while read -r lib; do cp -L -n "$lib" "$dir/lib/"; done
     done
     strip --strip-debug "$dir/bin/"* "$dir/lib/"* 2>/dev/null
@@ -38,7 +41,8 @@ run() {
     dir=$(cd "$dir" && pwd) || return 1
     mkdir -p "$out" || return 1
     export PATH=$PATH:/usr/local/cuda/bin
-    export LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # cuBLAS from the machine's CUDA (not bundled)
+    export LD_LIBRARY_PATH=$dir/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     local bin=$dir/bin failed=0
     declare -a summary
     note() { summary+=("$1"); echo "gpu-check: $1"; }
@@ -61,12 +65,14 @@ run() {
             failed=1
         fi
     done
-    for t in test_cuda_gather test_cuda_model test_cuda_emulated; do
+    for t in test_cuda_gather test_cuda_model test_cuda_emulated test_cuda_dense; do
         step "$t" 300 "$bin/$t"
         grep -E 'skipping|PASSED|FAILED|worst relative' "$out/$t.log" | sort | uniq -c | head -20
     done
     step backend_bench 300 "$bin/backend_bench" 30
     cat "$out/backend_bench.log"
+    step dense_bench 300 "$bin/dense_bench" 5 4096,65536
+    cat "$out/dense_bench.log"
     # end to end: sparrow trainer on one generated file, in-process shard, so that the backend
     # is what differs
     local n=${GPU_CHECK_EXAMPLES:-1000000} data=$out/data.pb
@@ -108,6 +114,8 @@ run() {
         printf '%s\n' "${summary[@]}"
         echo
         cat "$out/backend_bench.log"
+        echo
+        cat "$out/dense_bench.log"
     } >"$out/summary.txt"
     echo
     echo "== gpu-check summary"
