@@ -71,7 +71,7 @@ bench: build
 # clang-tidy (.clang-tidy: the checks and why some are left out), warnings as errors, over every .c
 # file of the compile database under the modules, cmd/, tests/ and bench/: not the build tree's
 # protobuf-generated code, not CUDA. JOBS files at a time.
-TIDY_DIRS = common|ckpt|curve|proto|kafka|ingest|pserver|psclient|coordinator|trainer|serve|tools|cmd|tests|bench
+TIDY_DIRS = common|ckpt|curve|dense|proto|kafka|ingest|pserver|psclient|coordinator|trainer|serve|tools|cmd|tests|bench
 tidy: build
 	python3 -c 'import json, sys; print("\n".join(sorted({e["file"] for e in json.load(open(sys.argv[1]))})))' \
 	    $(BUILD)/compile_commands.json | grep -E '^$(CURDIR)/($(TIDY_DIRS))/.*\.c$$' | \
