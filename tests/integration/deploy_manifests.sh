@@ -96,6 +96,16 @@ mutate cpu rwo-checkpoints 'find("PersistentVolumeClaim", "sparrow-checkpoints")
     "the checkpoint PVC is not ReadWriteMany"
 mutate cpu service-port 'find("Service", "serve")["spec"]["ports"][0]["targetPort"] = 8081' \
     "Service serve port http targets no container port"
+mutate cpu no-instance-label 'del find("NetworkPolicy", "default-deny")["metadata"]["labels"]["app.kubernetes.io/instance"]' \
+    "NetworkPolicy/default-deny: no label app.kubernetes.io/instance"
+mutate cpu pod-labels 'del find("Deployment", "serve")["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/managed-by"]' \
+    "Deployment/serve pod template: no label app.kubernetes.io/managed-by"
+mutate cpu version-label 'find("ConfigMap", [d for d in docs if d["kind"] == "ConfigMap"][0]["metadata"]["name"])["metadata"]["labels"]["app.kubernetes.io/version"] = "0.0.9"' \
+    "app.kubernetes.io/version is '0.0.9', the binary is"
+mutate cpu image-tag 'ctr("Deployment", "ingest")["image"] = "registry.example.com/sparrow:0.0.9"' \
+    "Deployment/ingest: image registry.example.com/sparrow:0.0.9, but app.kubernetes.io/version"
+mutate cpu unexposed-port 'ctr("Deployment", "trainer")["ports"].append({"name": "debug", "containerPort": 9999})' \
+    "Deployment/trainer: container port debug (9999) is not EXPOSEd by"
 mutate gpu no-gpu 'del ctr("Deployment", "trainer")["resources"]["limits"]["nvidia.com/gpu"]' \
     "gpu overlay: trainers do not request nvidia.com/gpu: 1"
 mutate gpu cpu-backend 'ctr("Deployment", "trainer")["env"] = [e for e in ctr("Deployment", "trainer")["env"] if e["name"] != "SPARROW_TRAINER_BACKEND"]' \
