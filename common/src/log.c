@@ -52,8 +52,9 @@ void spw_log_set_format(enum spw_log_format format)
 }
 
 /* The JSON form of a line: the key=value text formatted first, then turned into members. */
-static void write_json(enum spw_log_level level, const char *stamp, const char *msg,
-                       const char *kv_fmt, va_list ap)
+__attribute__((format(printf, 4, 0))) static void write_json(enum spw_log_level level,
+                                                             const char *stamp, const char *msg,
+                                                             const char *kv_fmt, va_list ap)
 {
     char kv[SPW_LOG_JSON_MAX], line[SPW_LOG_JSON_MAX];
     bool cut = false;

@@ -15,7 +15,8 @@ struct jbuf {
 
 static bool put(struct jbuf *b, const char *s, size_t n)
 {
-    if (b->full || n > b->cap - b->reserve - b->len) {
+    size_t room = b->cap - b->reserve > b->len ? b->cap - b->reserve - b->len : 0;
+    if (b->full || n > room) {
         b->full = true;
         return false;
     }
@@ -64,9 +65,11 @@ static size_t utf8_len(const unsigned char *s, size_t n)
 static bool put_string(struct jbuf *b, const char *s, size_t n, bool *cut)
 {
     static const char hex[] = "0123456789abcdef";
-    if (!put(b, "\"", 1))
-        return false;
     b->reserve += 1; /* the closing quote always fits */
+    if (!put(b, "\"", 1)) {
+        b->reserve -= 1;
+        return false;
+    }
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
         char esc[8];
