@@ -84,7 +84,7 @@ static bool put_string(struct jbuf *b, const char *s, size_t n, bool *cut)
         } else if (c == '\r') {
             out = "\\r", out_len = 2;
         } else if (c < 0x20 || c == 0x7f) {
-            memcpy(esc, "\\u00", 4);
+            esc[0] = '\\', esc[1] = 'u', esc[2] = '0', esc[3] = '0';
             esc[4] = hex[c >> 4], esc[5] = hex[c & 15], out_len = 6;
         } else if (c < 0x80) {
             out = (const char *)&s[i], out_len = 1;
