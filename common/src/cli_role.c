@@ -65,6 +65,11 @@ spw_config_t *spw_cli_command_init(const struct spw_cli_command *cmd, int argc, 
     const char *text = spw_config_str(cfg, "log.level");
     if (text)
         spw_log_level_parse(text, &level);
+    enum spw_log_format format = SPW_LOG_TEXT;
+    text = spw_config_str(cfg, "log.format");
+    if (text)
+        spw_log_format_parse(text, &format);
+    spw_log_set_format(format);
     spw_log_init(cmd->name, level);
     spw_signal_install();
     return cfg;

@@ -756,6 +756,7 @@ spw_http_t *spw_http_start_limits(const char *addr, uint16_t port, spw_metrics_t
     atomic_init(&http->n_routes, 0);
     atomic_init(&http->ready, false);
     if (metrics) {
+        spw_metrics_add_process(metrics); /* process_* and sparrow_build_info on every /metrics */
         http->m_refused = spw_metrics_counter_new(
             metrics, "sparrow_http_connections_refused_total",
             "HTTP connections refused at accept: the per-address limit, or the connection limit "

@@ -1,5 +1,6 @@
-/* Logging: one line per event on stderr, `ts level role msg key=value ...`. */
+/* Logging: one line per event on stderr, `ts level role msg key=value ...` or its JSON object. */
 #include "sparrow/log.h"
+#include "log_int.h"
 #include "sparrow/err.h"
 #include "sparrow/time.h"
 
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 _Atomic int spw_log_threshold = SPW_LOG_INFO;
+static _Atomic int log_format = SPW_LOG_TEXT;
 static char log_role[32] = "sparrow";
 
 static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
@@ -33,16 +35,63 @@ int spw_log_level_parse(const char *text, enum spw_log_level *level)
     return SPW_ERR_INVALID;
 }
 
+int spw_log_format_parse(const char *text, enum spw_log_format *format)
+{
+    if (strcmp(text, "text") == 0)
+        *format = SPW_LOG_TEXT;
+    else if (strcmp(text, "json") == 0)
+        *format = SPW_LOG_JSON;
+    else
+        return SPW_ERR_INVALID;
+    return SPW_OK;
+}
+
+void spw_log_set_format(enum spw_log_format format)
+{
+    atomic_store_explicit(&log_format, (int)format, memory_order_relaxed);
+}
+
+/* The JSON form of a line: the key=value text formatted first, then turned into members. */
+__attribute__((format(printf, 4, 0))) static void write_json(enum spw_log_level level,
+                                                             const char *stamp, const char *msg,
+                                                             const char *kv_fmt, va_list ap)
+{
+    char kv[SPW_LOG_JSON_MAX], line[SPW_LOG_JSON_MAX];
+    bool cut = false;
+    kv[0] = '\0';
+    if (kv_fmt && kv_fmt[0]) {
+        int n = vsnprintf(kv, sizeof(kv), kv_fmt, ap);
+        if (n < 0) {
+            kv[0] = '\0';
+        } else if ((size_t)n >= sizeof(kv)) {
+            /* cut short: drop the last pair, which may be a piece of one */
+            char *space = strrchr(kv, ' ');
+            *(space ? space : kv) = '\0';
+            cut = true;
+        }
+    }
+    size_t n = spw_log__json_line(line, sizeof(line), stamp, level, log_role, msg, kv, cut);
+    ssize_t w = write(STDERR_FILENO, line, n);
+    (void)w;
+}
+
 void spw_log_write(enum spw_log_level level, const char *msg, const char *kv_fmt, ...)
 {
-    char line[2048];
+    char line[2048], stamp[64];
     struct timespec ts;
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s %s",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                     ts.tv_nsec / 1000000L, level_names[level], log_role, msg);
+    snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000L);
+    if (atomic_load_explicit(&log_format, memory_order_relaxed) == SPW_LOG_JSON) {
+        va_list ap;
+        va_start(ap, kv_fmt);
+        write_json(level, stamp, msg, kv_fmt, ap);
+        va_end(ap);
+        return;
+    }
+    int n = snprintf(line, sizeof(line), "%s %s %s %s", stamp, level_names[level], log_role, msg);
     if (n < 0)
         return;
     if ((size_t)n < sizeof(line) - 2 && kv_fmt && kv_fmt[0]) {

@@ -1,6 +1,7 @@
 /* Metrics registry: lock-free counters, gauges and histograms, rendered as Prometheus text 0.0.4.
  */
 #include "sparrow/metrics.h"
+#include "metrics_int.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -77,6 +78,7 @@ struct spw_metrics {
     pthread_mutex_t lock;
     struct family *first; /* guarded by lock */
     struct family *last;
+    _Atomic bool process; /* render the process collector's families last */
 };
 
 static uint64_t dbl_bits(double v)
@@ -387,6 +389,7 @@ spw_metrics_t *spw_metrics_new(void)
         free(reg);
         return NULL;
     }
+    atomic_init(&reg->process, false);
     return reg;
 }
 
@@ -697,6 +700,11 @@ static void render_histogram(struct sbuf *sb, const char *name, const struct ser
     sb_putc(sb, '\n');
 }
 
+void spw_metrics_add_process(spw_metrics_t *reg)
+{
+    atomic_store_explicit(&reg->process, true, memory_order_relaxed);
+}
+
 char *spw_metrics_render(spw_metrics_t *reg, size_t *len_out)
 {
     struct sbuf sb = {0};
@@ -734,6 +742,10 @@ char *spw_metrics_render(spw_metrics_t *reg, size_t *len_out)
         }
     }
     pthread_mutex_unlock(&reg->lock);
+    if (atomic_load_explicit(&reg->process, memory_order_relaxed)) {
+        char text[SPW_METRICS_PROCESS_TEXT_MAX];
+        sb_putn(&sb, text, spw_metrics__process_text(text, sizeof(text)));
+    }
 
     if (sb.oom) {
         free(sb.p);

@@ -109,6 +109,10 @@ static void metrics_register(spw_ps_client_t *c, spw_metrics_t *r)
     m->pull_wait = spw_metrics_histogram_new(
         r, "sparrow_trainer_ps_pull_wait_seconds",
         "Time the trainer blocked waiting for a pull (compute did not hide it).", NULL, bounds, nb);
+    m->push_latency = spw_metrics_histogram_new(
+        r, "sparrow_trainer_ps_push_latency_seconds",
+        "Time from the start of a push until every shard acknowledged it (resends included).", NULL,
+        bounds, nb);
 }
 
 /* ---- lifecycle ---- */
@@ -624,6 +628,9 @@ void spw_psc__push_part_done(spw_ps_client_t *c, struct spw_psc__push *slot, uin
     slot->busy = false;
     c->outstanding--;
     c->stats.pushes_acked++;
+    if (c->m.push_latency)
+        spw_histogram_observe(c->m.push_latency,
+                              (double)(spw_time_mono_ns() - slot->started_ns) / 1e9);
     update_window_gauge(c);
 }
 
@@ -828,6 +835,7 @@ spw_err_t spw_ps_client_push(spw_ps_client_t *c, const struct spw_ps_push *push,
     slot->echo_rows = push->echo_pos ? push->echo_rows : NULL;
     slot->echo_versions = push->echo_pos ? push->echo_versions : NULL;
     slot->pending = 0;
+    slot->started_ns = spw_time_mono_ns();
     for (uint32_t s = 0; s < c->n_shards; s++) {
         struct spw_psc__part *part = &slot->parts[s];
         uint32_t lo = seg[s], hi = seg[s + 1], n = hi - lo;

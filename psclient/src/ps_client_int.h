@@ -94,6 +94,7 @@ struct spw_psc__push {
     float *echo_rows; /* the caller's echo destination (NULL: none, or cancelled) */
     uint32_t *echo_versions;
     uint32_t pending;
+    uint64_t started_ns;         /* when the push was handed to the client */
     struct spw_psc__part *parts; /* n_shards */
 };
 
@@ -114,7 +115,7 @@ struct spw_psc__metrics {
     spw_counter_t *not_applied_nonfinite, *not_applied_stale;
     spw_counter_t *errors[8]; /* by Sparrow__ErrorCode (0 unused) */
     spw_gauge_t *window;
-    spw_histogram_t *pull_latency, *pull_wait;
+    spw_histogram_t *pull_latency, *pull_wait, *push_latency;
 };
 
 /* Owned by one thread (see the header). */

@@ -9,6 +9,9 @@ Prometheus annotations on its metrics port, a grace period longer than its SIGTE
 configuration: each container's real command line (config file from the ConfigMap, --set values,
 SPARROW_* environment) is run through `sparrow <role> --dump-config`, and the effective values are
 compared with the manifests (ports, shard count and names, shared checkpoint directory, backend).
+Every object, pod template and claim template: the app.kubernetes.io/* labels (name, instance,
+version = the binary's version = the image tag, component, part-of, managed-by). The image
+(deploy/docker/Dockerfile): EXPOSEs every container port of the manifests.
 Exits 1 with one line per violated rule.
 """
 import os
@@ -202,6 +205,44 @@ def mounted(c, path):
     return best
 
 
+# The recommended labels every object carries (a claim template: all but version, because a
+# StatefulSet's volumeClaimTemplates cannot change after creation).
+LABEL_KEYS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+              "app.kubernetes.io/component", "app.kubernetes.io/part-of",
+              "app.kubernetes.io/managed-by")
+DOCKERFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "docker",
+                          "Dockerfile")
+
+
+def check_labels(what, labels, version, with_version=True):
+    """The recommended labels on one object's (or template's) metadata."""
+    labels = labels or {}
+    for key in LABEL_KEYS:
+        if key == "app.kubernetes.io/version" and not with_version:
+            if key in labels:
+                problem("%s: carries %s (claim templates cannot change it)" % (what, key))
+            continue
+        if not labels.get(key):
+            problem("%s: no label %s" % (what, key))
+    for key, want in (("app.kubernetes.io/name", "sparrow"), ("app.kubernetes.io/part-of", "sparrow"),
+                      ("app.kubernetes.io/managed-by", "kustomize")):
+        if key in labels and labels[key] != want:
+            problem("%s: %s is %r, want %r" % (what, key, labels[key], want))
+    if with_version and labels.get("app.kubernetes.io/version") not in (None, version):
+        problem("%s: app.kubernetes.io/version is %r, the binary is %s"
+                % (what, labels.get("app.kubernetes.io/version"), version))
+
+
+def dockerfile_exposed():
+    """The ports deploy/docker/Dockerfile EXPOSEs."""
+    ports = set()
+    for line in open(DOCKERFILE).read().replace("\\\n", " ").splitlines():
+        words = line.split()
+        if words and words[0] == "EXPOSE":
+            ports.update(int(w.split("/")[0]) for w in words[1:])
+    return ports
+
+
 def main():
     if len(sys.argv) != 6:
         print(__doc__.splitlines()[2], file=sys.stderr)
@@ -213,6 +254,36 @@ def main():
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
+
+    # Labels: every object, its pod template and claim templates.
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                             check=True).stdout.split()[-1]
+    for d in docs:
+        what = "%s/%s" % (d["kind"], d["metadata"]["name"])
+        check_labels(what, d["metadata"].get("labels"), version)
+        spec = d.get("spec") or {}
+        if "template" in spec and d["kind"] in WORKLOAD_KINDS:
+            check_labels(what + " pod template", spec["template"]["metadata"].get("labels"), version)
+        for t in spec.get("volumeClaimTemplates") or []:
+            check_labels("%s claim template %s" % (what, t["metadata"]["name"]),
+                         t["metadata"].get("labels"), version, with_version=False)
+        if d["kind"] in WORKLOAD_KINDS:
+            for c in spec["template"]["spec"].get("containers") or []:
+                tag = c["image"].rsplit(":", 1)[-1] if ":" in c["image"] else None
+                if tag is not None and tag.replace("-cuda", "") != version:
+                    problem("%s: image %s, but app.kubernetes.io/version and the binary are %s"
+                            % (what, c["image"], version))
+    # The image exposes every port a container declares.
+    exposed = dockerfile_exposed()
+    for d in docs:
+        if d["kind"] not in WORKLOAD_KINDS:
+            continue
+        for c in d["spec"]["template"]["spec"].get("containers") or []:
+            for name, port in sorted(container_ports(c).items(), key=lambda x: str(x[0])):
+                if port not in exposed:
+                    problem("%s/%s: container port %s (%d) is not EXPOSEd by %s"
+                            % (d["kind"], d["metadata"]["name"], name, port,
+                               os.path.relpath(DOCKERFILE)))
 
     namespaces = by_kind.get("Namespace", [])
     if len(namespaces) != 1:

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # deploy/: renders every kustomize overlay, lints it, asserts the hardening and configuration rules
 # (deploy_check.py), runs every role's --dump-config on the ConfigMap's files, and proves that the
-# check catches broken manifests (each mutation below must be reported).
+# check catches broken manifests (each mutation below must be reported); deploy/monitoring: the
+# alert rules through promtool (check and unit tests), kept in step with OPERATIONS.md's table, the
+# dashboard's queries through promtool, the PodMonitor against the rendered workloads
+# (monitoring_check.py; deploy_metrics.sh checks that the metrics they name exist).
 # usage: deploy_manifests.sh PATH_TO_SPARROW SCRATCH_DIR
 set -euo pipefail
 sparrow=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -11,7 +14,7 @@ here="$root/tests/integration"
 conf="$root/deploy/k8s/base/config"
 rm -rf "$dir" && mkdir -p "$dir/scratch"
 
-for tool in kubectl yamllint python3; do
+for tool in kubectl yamllint python3 promtool; do
     command -v "$tool" >/dev/null || { echo "FAIL: $tool is missing (scripts/install-deps.sh)"; exit 1; }
 done
 python3 -c 'import yaml' || { echo "FAIL: PyYAML is missing (python3-yaml)"; exit 1; }
@@ -40,6 +43,18 @@ for overlay in cpu gpu; do
     # 3. The rules.
     python3 "$here/deploy_check.py" "$dir/$overlay.yaml" "$overlay" "$sparrow" "$conf" "$dir/scratch"
 done
+
+# 3b. Monitoring: the rules, their unit tests, the table, the dashboard, the PodMonitor.
+mon="$root/deploy/monitoring"
+promtool check rules "$mon/alerts.yaml" >"$dir/promtool-rules.out" 2>&1 ||
+    { cat "$dir/promtool-rules.out"; echo "FAIL: promtool check rules deploy/monitoring/alerts.yaml"; exit 1; }
+(cd "$mon" && promtool test rules alerts_test.yaml) >"$dir/promtool-test.out" 2>&1 ||
+    { cat "$dir/promtool-test.out"; echo "FAIL: promtool test rules deploy/monitoring/alerts_test.yaml"; exit 1; }
+if ! kubectl kustomize "$mon" >"$dir/monitoring.yaml" 2>"$dir/monitoring.err"; then
+    echo "FAIL: kubectl kustomize deploy/monitoring:"; cat "$dir/monitoring.err"; exit 1
+fi
+python3 "$here/monitoring_check.py" static "$dir/cpu.yaml" "$dir/monitoring.yaml" "$dir/scratch"
+echo "deploy_manifests: $(grep -c 'alert:' "$mon/alerts.yaml") alert rules pass promtool check and test"
 
 # 4. The check fails on broken manifests: each mutation of the cpu (or gpu) rendering must be
 # reported with the expected message.
@@ -96,6 +111,16 @@ mutate cpu rwo-checkpoints 'find("PersistentVolumeClaim", "sparrow-checkpoints")
     "the checkpoint PVC is not ReadWriteMany"
 mutate cpu service-port 'find("Service", "serve")["spec"]["ports"][0]["targetPort"] = 8081' \
     "Service serve port http targets no container port"
+mutate cpu no-instance-label 'del find("NetworkPolicy", "default-deny")["metadata"]["labels"]["app.kubernetes.io/instance"]' \
+    "NetworkPolicy/default-deny: no label app.kubernetes.io/instance"
+mutate cpu pod-labels 'del find("Deployment", "serve")["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/managed-by"]' \
+    "Deployment/serve pod template: no label app.kubernetes.io/managed-by"
+mutate cpu version-label 'find("ConfigMap", [d for d in docs if d["kind"] == "ConfigMap"][0]["metadata"]["name"])["metadata"]["labels"]["app.kubernetes.io/version"] = "0.0.9"' \
+    "app.kubernetes.io/version is '0.0.9', the binary is"
+mutate cpu image-tag 'ctr("Deployment", "ingest")["image"] = "registry.example.com/sparrow:0.0.9"' \
+    "Deployment/ingest: image registry.example.com/sparrow:0.0.9, but app.kubernetes.io/version"
+mutate cpu unexposed-port 'ctr("Deployment", "trainer")["ports"].append({"name": "debug", "containerPort": 9999})' \
+    "Deployment/trainer: container port debug (9999) is not EXPOSEd by"
 mutate gpu no-gpu 'del ctr("Deployment", "trainer")["resources"]["limits"]["nvidia.com/gpu"]' \
     "gpu overlay: trainers do not request nvidia.com/gpu: 1"
 mutate gpu cpu-backend 'ctr("Deployment", "trainer")["env"] = [e for e in ctr("Deployment", "trainer")["env"] if e["name"] != "SPARROW_TRAINER_BACKEND"]' \

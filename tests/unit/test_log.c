@@ -1,4 +1,5 @@
-/* Unit tests of logging: level names, the rate limiter and the shape of a written line. */
+/* Unit tests of logging: level and format names, the rate limiter, the shape of a written line in
+ * the text and the JSON format. */
 #include "test_main.h" /* cmocka and what it needs first */
 
 #include <regex.h>
@@ -7,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <json-c/json.h>
 
 #include "sparrow/err.h"
 #include "sparrow/log.h"
@@ -191,6 +194,216 @@ static void test_log_long_line_truncated(void **state)
     free(text);
 }
 
+static void test_log_format_parse(void **state)
+{
+    (void)state;
+    enum spw_log_format f = SPW_LOG_JSON;
+    assert_int_equal(spw_log_format_parse("text", &f), SPW_OK);
+    assert_int_equal(f, SPW_LOG_TEXT);
+    assert_int_equal(spw_log_format_parse("json", &f), SPW_OK);
+    assert_int_equal(f, SPW_LOG_JSON);
+    const char *bad[] = {"", "JSON", "jsonl", "text ", "logfmt"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        f = SPW_LOG_JSON;
+        assert_int_equal(spw_log_format_parse(bad[i], &f), SPW_ERR_INVALID);
+        assert_int_equal(f, SPW_LOG_JSON);
+    }
+}
+
+/* Parses text as exactly one JSON object line: one '\n', at the end. */
+static struct json_object *parse_json_line(const char *text)
+{
+    size_t len = strlen(text);
+    assert_true(len > 0 && text[len - 1] == '\n');
+    assert_null(memchr(text, '\n', len - 1));
+    struct json_tokener *tok = json_tokener_new();
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    struct json_object *obj = json_tokener_parse_ex(tok, text, (int)len - 1);
+    if (!obj || json_tokener_get_parse_end(tok) != len - 1)
+        fail_msg("not one JSON object: '%s'", text);
+    json_tokener_free(tok);
+    assert_true(json_object_is_type(obj, json_type_object));
+    return obj;
+}
+
+static struct json_object *member(struct json_object *obj, const char *name)
+{
+    struct json_object *v = NULL;
+    if (!json_object_object_get_ex(obj, name, &v))
+        fail_msg("no member \"%s\" in %s", name, json_object_to_json_string(obj));
+    return v;
+}
+
+static void assert_member_str(struct json_object *obj, const char *name, const char *want)
+{
+    struct json_object *v = member(obj, name);
+    assert_true(json_object_is_type(v, json_type_string));
+    assert_string_equal(json_object_get_string(v), want);
+}
+
+static void assert_member_int(struct json_object *obj, const char *name, int64_t want)
+{
+    struct json_object *v = member(obj, name);
+    assert_true(json_object_is_type(v, json_type_int));
+    assert_int_equal(json_object_get_int64(v), want);
+}
+
+static void write_json_lines(void)
+{
+    spw_log_init("tester", SPW_LOG_INFO);
+    spw_log_set_format(SPW_LOG_JSON);
+    SPW_WARN("disk almost full",
+             "free_mb=%d path=%s err=\"%s\" key=%llu small=%llu ratio=%.2f neg=%d lead=%s ts=%d "
+             "msg=%s stray words level=x",
+             12, "/data", "no space left", 18446744073709551615ull, 9007199254740992ull, 0.5, -3,
+             "007", 3, "again");
+    spw_log_write(SPW_LOG_ERROR, "ctl \x01 tab\t quote\" back\\ bad \xff ok \xc3\xa9", NULL);
+    SPW_DEBUG("not shown", "n=%d", 1);
+    spw_log_set_format(SPW_LOG_TEXT);
+}
+
+static void test_log_json_line(void **state)
+{
+    (void)state;
+    char *text = capture_stderr(write_json_lines);
+    const char *second = strchr(text, '\n');
+    assert_non_null(second);
+    second++;
+    assert_int_equal(strchr(second, '\n')[1], '\0'); /* two lines: DEBUG is below the threshold */
+    char *first = strndup(text, (size_t)(second - text));
+    assert_non_null(first);
+    struct json_object *a = parse_json_line(first);
+    free(first);
+
+    regex_t re;
+    assert_int_equal(regcomp(&re,
+                             "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$",
+                             REG_EXTENDED),
+                     0);
+    assert_int_equal(regexec(&re, json_object_get_string(member(a, "ts")), 0, NULL, 0), 0);
+    regfree(&re);
+    assert_member_str(a, "level", "warn");
+    assert_member_str(a, "role", "tester");
+    assert_member_str(a, "msg", "disk almost full");
+    assert_member_int(a, "free_mb", 12);
+    assert_member_str(a, "path", "/data");
+    assert_member_str(a, "err", "no space left");             /* quoted: a string */
+    assert_member_str(a, "key", "18446744073709551615");      /* beyond 2^53: a string */
+    assert_member_int(a, "small", INT64_C(9007199254740992)); /* 2^53: a number */
+    assert_true(json_object_get_double(member(a, "ratio")) == 0.5);
+    assert_member_int(a, "neg", -3);
+    assert_member_str(a, "lead", "007"); /* not a JSON number */
+    assert_member_int(a, "_ts", 3);      /* the line's names kept */
+    assert_member_str(a, "_msg", "again");
+    assert_member_str(a, "_level", "x");
+    assert_member_str(a, "text", "stray words");
+    assert_false(json_object_object_get_ex(a, "truncated", NULL));
+    /* members in the order of the text form */
+    const char *order[] = {"ts",    "level", "role", "msg",  "free_mb", "path", "err",    "key",
+                           "small", "ratio", "neg",  "lead", "_ts",     "_msg", "_level", "text"};
+    size_t i = 0;
+    json_object_object_foreach(a, name, val)
+    {
+        (void)val;
+        assert_true(i < sizeof(order) / sizeof(order[0]));
+        assert_string_equal(name, order[i++]);
+    }
+    assert_int_equal(i, sizeof(order) / sizeof(order[0]));
+    json_object_put(a);
+
+    struct json_object *b = parse_json_line(second);
+    assert_member_str(b, "level", "error");
+    /* control bytes escaped, a byte that is not UTF-8 becomes U+FFFD, valid UTF-8 kept */
+    assert_member_str(b, "msg", "ctl \x01 tab\t quote\" back\\ bad \xef\xbf\xbd ok \xc3\xa9");
+    assert_non_null(strstr(second, "\\u0001"));
+    assert_int_equal(json_object_object_length(b), 4); /* ts, level, role, msg */
+    json_object_put(b);
+    free(text);
+}
+
+/* key0="<ten control bytes>" key1=... : 3000 bytes of text, twice that as JSON (each byte is a
+ * six-byte escape there). */
+static char escaped_kv[3000];
+/* a=0 a=1 ...: more text than the JSON line's bound. */
+static char long_kv[6000];
+
+static void write_json_long(void)
+{
+    static char msg[5000];
+    memset(msg, 'm', sizeof(msg) - 1);
+    size_t n = 0;
+    for (int i = 0; n + 40 < sizeof(escaped_kv); i++)
+        n += (size_t)snprintf(escaped_kv + n, sizeof(escaped_kv) - n, "key%d=\"%s\" ", i,
+                              "\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0c");
+    n = 0;
+    for (int i = 0; n + 20 < sizeof(long_kv); i++)
+        n += (size_t)snprintf(long_kv + n, sizeof(long_kv) - n, "a%d=%d ", i, i);
+    spw_log_set_format(SPW_LOG_JSON);
+    spw_log_write(SPW_LOG_INFO, msg, "k=%s", "v");
+    spw_log_write(SPW_LOG_INFO, "short", "%s", escaped_kv);
+    spw_log_write(SPW_LOG_INFO, "long", "%s", long_kv);
+    spw_log_set_format(SPW_LOG_TEXT);
+}
+
+static void test_log_json_long_line_truncated(void **state)
+{
+    (void)state;
+    char *text = capture_stderr(write_json_long);
+    const char *second = strchr(text, '\n') + 1;
+    char *first = strndup(text, (size_t)(second - text));
+    assert_non_null(first);
+    assert_true(strlen(first) <= SPW_LOG_JSON_MAX && strlen(first) > 1000);
+    struct json_object *a = parse_json_line(first);
+    free(first);
+    assert_true(json_object_get_boolean(member(a, "truncated")));
+    const char *msg = json_object_get_string(member(a, "msg"));
+    assert_true(strlen(msg) > 1000 && strspn(msg, "m") == strlen(msg));
+    json_object_put(a);
+
+    /* a line of many members is cut before the first that does not fit whole */
+    const char *third = strchr(second, '\n') + 1;
+    char *line = strndup(second, (size_t)(third - second));
+    assert_non_null(line);
+    assert_true(strlen(line) <= SPW_LOG_JSON_MAX);
+    struct json_object *b = parse_json_line(line);
+    free(line);
+    assert_true(json_object_get_boolean(member(b, "truncated")));
+    assert_member_str(b, "msg", "short");
+    int i = 0;
+    json_object_object_foreach(b, name, val)
+    {
+        if (strncmp(name, "key", 3) != 0)
+            continue;
+        char want[16];
+        snprintf(want, sizeof(want), "key%d", i++);
+        assert_string_equal(name, want);
+        assert_string_equal(json_object_get_string(val),
+                            "\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0c");
+    }
+    assert_true(i > 20 && i < 100); /* some, not all (about 100) */
+
+    /* key=value text beyond the bound: cut at a pair, and said so */
+    assert_true(strlen(third) <= SPW_LOG_JSON_MAX);
+    struct json_object *c = parse_json_line(third);
+    assert_true(json_object_get_boolean(member(c, "truncated")));
+    i = 0;
+    json_object_object_foreach(c, name2, val2)
+    {
+        if (name2[0] != 'a')
+            continue;
+        char want[16];
+        snprintf(want, sizeof(want), "a%d", i);
+        assert_string_equal(name2, want);
+        assert_int_equal(json_object_get_int(val2), i);
+        i++;
+    }
+    assert_true(i > 100 && i < 700);
+    json_object_put(b);
+    json_object_put(c);
+    free(text);
+}
+
 SPW_TEST_MAIN(test_log_level_parse, test_log_ratelimit, test_log_line_format,
               test_log_threshold_skips_arguments, test_log_ratelimited_macro,
-              test_log_long_line_truncated)
+              test_log_long_line_truncated, test_log_format_parse, test_log_json_line,
+              test_log_json_long_line_truncated)

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "sparrow/metrics.h"
 
@@ -359,6 +361,79 @@ static void test_metrics_destroy_null(void **state)
     spw_metrics_destroy(NULL);
 }
 
+/* The value of the sample line that starts with prefix (name, labels and a space); -1 when none. */
+static double sample(const char *text, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, prefix, n) == 0)
+            return strtod(p + n, NULL);
+    return -1;
+}
+
+static void test_metrics_process_collector(void **state)
+{
+    (void)state;
+    spw_metrics_t *reg = spw_metrics_new();
+    assert_non_null(spw_metrics_counter_new(reg, "spw_x_total", "X.", NULL));
+    char *text = render(reg);
+    assert_null(strstr(text, "process_")); /* only when asked for */
+    assert_null(strstr(text, "sparrow_build_info"));
+    free(text);
+
+    spw_metrics_add_process(reg);
+    spw_metrics_add_process(reg); /* idempotent */
+    text = render(reg);
+    const char *families[] = {"process_cpu_seconds_total counter",
+                              "process_open_fds gauge",
+                              "process_max_fds gauge",
+                              "process_virtual_memory_bytes gauge",
+                              "process_resident_memory_bytes gauge",
+                              "process_start_time_seconds gauge",
+                              "sparrow_build_info gauge"};
+    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
+        char line[96];
+        snprintf(line, sizeof(line), "# TYPE %s\n", families[i]);
+        const char *at = strstr(text, line);
+        if (!at || strstr(at + 1, line))
+            fail_msg("want one '%s' in:\n%s", line, text);
+    }
+    /* the registry's own families come first */
+    assert_true(strstr(text, "spw_x_total") < strstr(text, "process_cpu_seconds_total"));
+
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    assert_true(sample(text, "process_max_fds ") == (double)rl.rlim_cur);
+    assert_true(sample(text, "process_cpu_seconds_total ") >= 0);
+    assert_true(sample(text, "process_resident_memory_bytes ") > 1e5);
+    assert_true(sample(text, "process_virtual_memory_bytes ") >=
+                sample(text, "process_resident_memory_bytes "));
+    double start = sample(text, "process_start_time_seconds ");
+    double now = (double)time(NULL);
+    assert_true(start > now - 3600 && start <= now + 1); /* this test started within the hour */
+    char build[160];
+    snprintf(build, sizeof(build), "sparrow_build_info{version=\"%s\",commit=\"", SPARROW_VERSION);
+    const char *b = strstr(text, build);
+    assert_non_null(b);
+    assert_non_null(strstr(b, "\",build_type=\""));
+    assert_non_null(strstr(b, "\",compiler=\""));
+    assert_true(strstr(b, "} 1\n") == strchr(b, '}'));
+
+    /* open descriptors are counted exactly: one more file open, one more */
+    double fds = sample(text, "process_open_fds ");
+    free(text);
+    FILE *f = fopen("/proc/self/stat", "r");
+    assert_non_null(f);
+    text = render(reg);
+    assert_true(sample(text, "process_open_fds ") == fds + 1);
+    free(text);
+    fclose(f);
+    text = render(reg);
+    assert_true(sample(text, "process_open_fds ") == fds);
+    free(text);
+    spw_metrics_destroy(reg);
+}
+
 /* A registry with every kind, labels, escapes and special values, for `promtool check metrics`. */
 static int render_sample(void)
 {
@@ -397,6 +472,7 @@ static int render_sample(void)
         spw_histogram_observe(h1, 0.0005 * i);
     spw_histogram_observe(h2, 20);
     spw_histogram_observe(h3, 512);
+    spw_metrics_add_process(reg); /* the process collector's families pass promtool too */
     size_t len = 0;
     char *text = spw_metrics_render(reg, &len);
     spw_metrics_destroy(reg);
@@ -423,6 +499,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_metrics_type_conflict),
         cmocka_unit_test(test_metrics_concurrent_updates),
         cmocka_unit_test(test_metrics_destroy_null),
+        cmocka_unit_test(test_metrics_process_collector),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,11 +48,11 @@ static void test_trn_config_defaults(void **state)
     assert_int_equal(d.optimizer, p.optimizer);
     assert_true(d.lr == p.lr && d.eps == p.eps && d.init_scale == p.init_scale);
     assert_int_equal(d.seed, p.seed);
-    /* every property is under trainer., but for the kafka.* pass-through and log.level */
+    /* every property is under trainer., but for the kafka.* pass-through and log.* */
     for (size_t i = 0; i < spw_trainer_config_n_props; i++) {
         const char *name = spw_trainer_config_props[i].name;
         assert_true(strncmp(name, "trainer.", 8) == 0 || strcmp(name, "kafka.*") == 0 ||
-                    strcmp(name, "log.level") == 0);
+                    strcmp(name, "log.level") == 0 || strcmp(name, "log.format") == 0);
     }
     spw_config_destroy(cfg);
 }

@@ -96,8 +96,8 @@ void spw_cli_command_usage(const struct spw_cli_command *cmd, FILE *out);
 /*
  * The start every subcommand shares: rewrites cmd's flags, creates a configuration of its table,
  * loads it with spw_cli_load (argv, environ), answers --help and --dump-config, then initialises
- * logging (cmd->name, the table's "log.level") and the SIGTERM/SIGINT handlers. Returns the
- * configuration (the caller destroys it) or NULL with *exit_code set: 0 after --help or
+ * logging (cmd->name, the table's "log.level" and "log.format") and the SIGTERM/SIGINT handlers.
+ * Returns the configuration (the caller destroys it) or NULL with *exit_code set: 0 after --help or
  * --dump-config, 2 for a bad argument or value (the message is on stderr), 1 when out of memory.
  */
 spw_config_t *spw_cli_command_init(const struct spw_cli_command *cmd, int argc, char **argv,

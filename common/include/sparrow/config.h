@@ -155,11 +155,21 @@ struct spw_cli_alias {
 
 /* The rows every role's table shares: one spelling, range and description each. */
 
-/* log.level: the lowest level of log line written to stderr ("info" for the roles). */
+/* The logging rows of every command's table (two rows: one table entry each): log.level, the
+ * lowest level of log line written to stderr (def: "info" for the roles), and log.format, text
+ * or JSON lines (sparrow/log.h). spw_cli_command_init applies both. */
 #define SPW_CONFIG_PROP_LOG_LEVEL(def)                                                             \
+    {"log.level",                                                                                  \
+     SPW_CONFIG_ENUM,                                                                              \
+     def,                                                                                          \
+     0,                                                                                            \
+     0,                                                                                            \
+     "error|warn|info|debug",                                                                      \
+     "Lowest level of log line written to stderr."},                                               \
     {                                                                                              \
-        "log.level", SPW_CONFIG_ENUM, def, 0, 0, "error|warn|info|debug",                          \
-            "Lowest level of log line written to stderr."                                          \
+        "log.format", SPW_CONFIG_ENUM, "text", 0, 0, "text|json",                                  \
+            "Log line format on stderr: text (`ts LEVEL role msg key=value ...`) or json (one "    \
+            "object per line: ts, level, role, msg, and each key=value as a member)."              \
     }
 
 /* ROLE.http.*: the role's HTTP endpoint (/metrics, /healthz, /readyz and its own routes), started

@@ -27,7 +27,8 @@ typedef void (*spw_http_handler_fn)(void *opaque, const char *method, const char
                                     struct spw_http_response *resp);
 
 /* Starts an HTTP server on addr:port (addr "0.0.0.0" or "127.0.0.1"; port 0 picks a free port,
- * see spw_http_port) serving /metrics from metrics (borrowed; must outlive the endpoint),
+ * see spw_http_port) serving /metrics from metrics (borrowed; must outlive the endpoint; the
+ * process collector is added to it, spw_metrics_add_process),
  * /healthz (200 while the process runs) and /readyz (200 once spw_http_set_ready(true)).
  * Bodies above max_body bytes get 413. Limits on slow clients: spw_http_limits_default (see
  * spw_http_start_limits). Returns NULL and fills errstr on failure. */

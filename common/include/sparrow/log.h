@@ -1,4 +1,5 @@
-/* Logging: one line per event on stderr, `ts level role msg key=value ...`. */
+/* Logging: one line per event on stderr, `ts level role msg key=value ...` (log.format=text) or
+ * one JSON object per line (log.format=json). */
 #ifndef SPARROW_LOG_H
 #define SPARROW_LOG_H
 
@@ -10,6 +11,16 @@ enum spw_log_level {
     SPW_LOG_WARN = 1,
     SPW_LOG_INFO = 2,
     SPW_LOG_DEBUG = 3,
+};
+
+/* Longest JSON line written, newline included (the text form's bound is 2048). */
+#define SPW_LOG_JSON_MAX 4096
+
+/* How a line is written (log.format). */
+enum spw_log_format {
+    SPW_LOG_TEXT = 0, /* `2026-11-29T13:29:32.123Z INFO role msg key=value...` */
+    SPW_LOG_JSON = 1, /* {"ts":"2026-11-29T13:29:32.123Z","level":"info","role":"role",
+                          "msg":"msg","key":value,...} */
 };
 
 /* The current threshold; messages above it are not formatted. Atomic, read with relaxed loads
@@ -28,10 +39,28 @@ void spw_log_init(const char *role, enum spw_log_level level);
 /* Parses "error|warn|info|debug" into *level. Returns 0 or SPW_ERR_INVALID. */
 int spw_log_level_parse(const char *text, enum spw_log_level *level);
 
-/* Writes one line: `2026-11-29T13:29:32.123Z INFO role msg key=value...`. kv_fmt formats the
- * key=value part (may be NULL). The line is written with one write(2), so lines from several
- * threads do not interleave. Thread-safe. Prefer the SPW_LOG_* macros, which check the level first.
+/* Parses "text|json" into *format. Returns 0 or SPW_ERR_INVALID. */
+int spw_log_format_parse(const char *text, enum spw_log_format *format);
+
+/* Sets the line format (text until called). Atomic: safe from any thread, though meant for the
+ * main thread at start, next to spw_log_init. */
+void spw_log_set_format(enum spw_log_format format);
+
+/*
+ * JSON lines: one object per line with "ts" (UTC, milliseconds), "level" (lower case), "role",
+ * "msg", then one member per key=value of the text form, in order: a value written "..." becomes
+ * a string (without the quotes), a bare one a number when it is a JSON number (integers only up
+ * to 2^53 in magnitude, so that readers holding doubles keep them exact), else a string. A key
+ * that is one of the four above gets a leading '_'; words that are not key=value are gathered in
+ * "text". Strings are escaped (control bytes as six-byte u00XX escapes, bytes that are not UTF-8
+ * as U+FFFD). A line longer than SPW_LOG_JSON_MAX bytes is cut before a member, its strings
+ * shortened as needed, and carries "truncated":true.
  */
+
+/* Writes one line in the current format: `2026-11-29T13:29:32.123Z INFO role msg key=value...`
+ * or its JSON object. kv_fmt formats the key=value part (may be NULL). The line is written with one
+ * write(2), so lines from several threads do not interleave. Thread-safe. Prefer the SPW_LOG_*
+ * macros, which check the level first. */
 void spw_log_write(enum spw_log_level level, const char *msg, const char *kv_fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

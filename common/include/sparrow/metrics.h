@@ -57,6 +57,16 @@ void spw_histogram_observe(spw_histogram_t *h, double v);
 uint64_t spw_histogram_count(const spw_histogram_t *h);
 double spw_histogram_sum(const spw_histogram_t *h);
 
+/*
+ * Adds the process collector to reg: every render then ends with the standard process metrics of
+ * the Prometheus client libraries, read from /proc/self at that moment (process_cpu_seconds_total,
+ * process_open_fds, process_max_fds, process_virtual_memory_bytes, process_resident_memory_bytes,
+ * process_start_time_seconds; one that cannot be read is left out) and
+ * sparrow_build_info{version,commit,build_type,compiler} 1. Idempotent. Every role's HTTP
+ * endpoint adds it to the registry its /metrics serves (spw_http_start*). Thread-safe.
+ */
+void spw_metrics_add_process(spw_metrics_t *reg);
+
 /* Renders every metric in the Prometheus text format (version 0.0.4) into a malloc'd,
  * NUL-terminated buffer that the caller frees; *len_out receives its length. NULL when out of
  * memory. Thread-safe. */
