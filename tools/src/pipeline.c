@@ -431,6 +431,10 @@ spw_pipeline_t *spw_pipeline_start(const struct spw_pipeline_conf *conf, char *e
         return NULL;
     }
     p->conf = conf;
+    /* the pipeline reads its children's logs as text lines: a log.format=json inherited from the
+     * environment would blind its scrapes and summaries (a --set ROLE:log.format=json still wins)
+     */
+    setenv("SPARROW_LOG_FORMAT", "text", 1);
     p->launch = spw_launch_new(conf->run_dir, NULL, errstr, errstr_size);
     if (!p->launch)
         goto out_free;
