@@ -64,7 +64,7 @@ wait_for "ingest's http port" 30 has_port "$DIR/ingest.log"
 kcat -P -b "$BS" -t events -l "$DIR/events.json" 2>"$DIR/kcat.log" || fail "kcat produce"
 
 mkdir -p "$DIR/checkpoints"
-"$SPARROW" serve --checkpoint-dir "$DIR/checkpoints" --brokers "$BS" --port 0 \
+"$SPARROW" serve --checkpoint-dir "$DIR/checkpoints" --allow-empty --brokers "$BS" --port 0 \
     --port-file "$DIR/serve.port" --set "serve.log.dir=$DIR" >"$DIR/serve.log" 2>&1 &
 SERVE=$!
 PIDS+=("$SERVE")
