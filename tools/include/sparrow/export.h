@@ -61,7 +61,7 @@ spw_err_t spw_export_conf_from_config(const spw_config_t *cfg, struct spw_export
                                       char *errstr, size_t errstr_size);
 
 /*
- * Runs the export. SPW_OK with *out filled; otherwise nothing of the export is left (the files it
+ * Runs the export. SPW_OK with *res filled; otherwise nothing of the export is left (the files it
  * wrote are removed, and the directory when it made it) and errstr names the cause:
  * SPW_ERR_NOT_FOUND (no such checkpoint or epoch; the epochs present are listed), SPW_ERR_EXISTS
  * (conf->to is not an empty directory), SPW_ERR_CORRUPT (a manifest or shard checkpoint that does
@@ -69,7 +69,7 @@ spw_err_t spw_export_conf_from_config(const spw_config_t *cfg, struct spw_export
  * widths differ), SPW_ERR_STOPPED (SIGTERM), I/O and RocksDB errors. Blocks; thread-safe for
  * distinct outputs.
  */
-spw_err_t spw_export_run(const struct spw_export_conf *conf, struct spw_export_result *out,
+spw_err_t spw_export_run(const struct spw_export_conf *conf, struct spw_export_result *res,
                          char *errstr, size_t errstr_size);
 
 #endif
