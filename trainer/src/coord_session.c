@@ -194,6 +194,8 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t exam
         if ((err = spw_coord_client_clock_step(tc->client, clock, examples, &ev)))
             break;
         if (ev.kind == SPW_COORD_EV_PROCEED) {
+            if (completed) /* an epoch reported to in this call completed */
+                *completed = checkpointed && ev.commit;
             /* two-phase: rows read before this commit are a step old; the next step's pushes
              * carry its tag */
             if (ev.drop_cache || ev.step || tc->step)
@@ -209,8 +211,6 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t exam
             spw_err_t cerr;
             if (ev.commit) /* the last report is LATEST now */
                 memcpy(tc->taken_latest, tc->taken_report, sizeof(tc->taken_latest));
-            if (completed)
-                *completed = checkpointed && ev.commit;
             if (ev.commit && (cerr = spw_trainer_loop_commit(tc->loop, false)) != SPW_OK)
                 SPW_WARN("offset commit failed", "error=\"%s\"", spw_err_str(cerr));
             break;
