@@ -23,6 +23,10 @@ extern const struct spw_cli_command spw_cmd_eval;
 extern const struct spw_cli_command spw_cmd_reshard;
 /* A configurable local cluster with fault injection (cmd/launch.c). */
 extern const struct spw_cli_command spw_cmd_launch;
+/* A checkpoint's rows as files (cmd/export.c). */
+extern const struct spw_cli_command spw_cmd_export;
+/* The feature keys of a field's values (cmd/hash.c). */
+extern const struct spw_cli_command spw_cmd_hash;
 
 /* The commands without a property table, which parse their own arguments. */
 int spw_curve_keygen_main(int argc, char **argv); /* CurveZMQ key pairs (cmd/curve_keygen.c) */

@@ -13,13 +13,22 @@ static const struct spw_cli_alias aliases[] = {
     {"--brokers", "kafka.bootstrap.servers"},     {"--log-level", "log.level"},
 };
 
+static const struct spw_cli_flag flags[] = {
+    {"--offline", "serve.offline", "true", 0, NULL},
+    {"--allow-empty", "serve.allow_empty", "true", 0, NULL},
+};
+
 static const char usage[] =
     "usage: sparrow serve [--checkpoint-dir DIR] [--brokers HOST:PORT,...] [--port N]\n"
-    "                     [--port-file FILE] [--topic T] [--log-level L]\n"
-    "                     [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
-    "Loads the LATEST checkpoint read-only, tails the model-update stream from the\n"
-    "checkpoint's offsets, and answers POST /v1/predict and GET /v1/rows/<key>\n"
-    "(plus /metrics, /healthz, /readyz). Stops cleanly on SIGTERM.\n";
+    "                     [--port-file FILE] [--topic T] [--offline] [--allow-empty]\n"
+    "                     [--log-level L] [--config FILE] [--set key=value]...\n"
+    "                     [--dump-config] [--help]\n\n"
+    "Loads the LATEST checkpoint under DIR read-only, tails the model-update stream from\n"
+    "the checkpoint's offsets, and answers POST /v1/predict and GET /v1/rows/<key>\n"
+    "(plus /metrics, /healthz, /readyz: ready once caught up with the stream). A DIR that\n"
+    "does not exist or holds no checkpoint is an error (--allow-empty: start empty).\n"
+    "Without --brokers (or with --offline) it serves the checkpoint alone, ready as soon\n"
+    "as it is loaded. Stops cleanly on SIGTERM.\n";
 
 static int run(const spw_config_t *cfg)
 {
@@ -46,8 +55,8 @@ const struct spw_cli_command spw_cmd_serve = {
     &spw_serve_config_n_props,
     aliases,
     SPW_CLI_COUNT(aliases),
-    NULL,
-    0,
+    flags,
+    SPW_CLI_COUNT(flags),
     usage,
     run,
     NULL};

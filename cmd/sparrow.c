@@ -7,6 +7,7 @@
 #include "sparrow/config.h"
 #include "sparrow/coordinator.h"
 #include "sparrow/evaluate.h"
+#include "sparrow/export.h"
 #include "sparrow/ingest.h"
 #include "sparrow/kafka.h"
 #include "sparrow/pipeline.h"
@@ -17,9 +18,9 @@
 #include "sparrow/tools.h"
 
 static const struct spw_cli_command *const commands[] = {
-    &spw_cmd_gen,     &spw_cmd_kafka_mock,  &spw_cmd_ingest, &spw_cmd_pserver,
-    &spw_cmd_trainer, &spw_cmd_coordinator, &spw_cmd_serve,  &spw_cmd_demo,
-    &spw_cmd_eval,    &spw_cmd_reshard,     &spw_cmd_launch,
+    &spw_cmd_gen,         &spw_cmd_kafka_mock, &spw_cmd_ingest, &spw_cmd_pserver, &spw_cmd_trainer,
+    &spw_cmd_coordinator, &spw_cmd_serve,      &spw_cmd_demo,   &spw_cmd_eval,    &spw_cmd_reshard,
+    &spw_cmd_launch,      &spw_cmd_export,     &spw_cmd_hash,
 };
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
 

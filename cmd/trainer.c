@@ -26,6 +26,7 @@ static const struct spw_cli_alias aliases[] = {
     {"--group", "trainer.group"},
     {"--id", "trainer.id"},
     {"--max-examples", "trainer.max_examples"},
+    {"--checkpoint-dir", "trainer.checkpoint.dir"},
     {"--http-port", "trainer.http.port"},
     {"--log-level", "log.level"},
 };
@@ -35,7 +36,8 @@ static const char usage[] =
     "                       [--shards tcp://H:P,...|inproc[:N]] [--model lr|fm]\n"
     "                       [--latent-dim K] [--batch B] [--acc-steps N] [--topk R]\n"
     "                       [--backend cpu|cuda|auto] [--group G] [--id I]\n"
-    "                       [--max-examples N] [--http-port P] [--log-level L]\n"
+    "                       [--max-examples N] [--checkpoint-dir DIR]\n"
+    "                       [--http-port P] [--log-level L]\n"
     "                       [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
     "Trains an LR or FM model on mini-batches of the input: pulls the rows of each batch's\n"
     "keys from the parameter-server shards (the next batch's pull overlaps the current\n"
@@ -43,7 +45,12 @@ static const char usage[] =
     "in /metrics), pushes top-k compressed gradients asynchronously, and stores Kafka\n"
     "offsets once their pushes are acknowledged. SIGTERM finishes the batch, pushes every\n"
     "residual, waits for acknowledgements and exits 0. trainer.shards=inproc[:N] runs\n"
-    "the shards inside this process (tests, benchmarks).\n";
+    "the shards inside this process (tests, benchmarks, one-box runs).\n\n"
+    "--checkpoint-dir DIR (no coordinator): checkpoints under DIR, periodic and at the end\n"
+    "of a file, that `sparrow serve --checkpoint-dir DIR`, `sparrow eval --checkpoint DIR`\n"
+    "and `sparrow export --checkpoint DIR` read; with pserver processes each needs\n"
+    "--set pserver.checkpoint.dir=DIR. Under a coordinator, the end of a file takes a\n"
+    "final checkpoint epoch before the trainer leaves.\n";
 
 static spw_err_t conf_from_config(const spw_config_t *cfg, void *conf, char *errstr,
                                   size_t errstr_size)

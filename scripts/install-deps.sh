@@ -16,6 +16,8 @@ packages=(
 # deploy/ checks: yamllint, PyYAML and a kubectl (Debian's kubernetes-client, unless a kubectl from
 # another package is present: the two conflict on /usr/bin/kubectl).
 packages+=(yamllint python3-yaml)
+# clients/python: numpy loads an export's .npy files (its tests)
+packages+=(python3-numpy)
 command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()

@@ -40,6 +40,7 @@ struct spw_coord_client {
     bool recovery_continue; /* the coordinator's last reply said coordinator.recovery=continue */
     uint64_t registrations; /* registrations so far (each makes a waiting Clock resend) */
     uint32_t trainer_id;    /* sent with every Clock (0: none) */
+    bool input_done;        /* every Clock says the input ended (Clock.input_done) */
     spw_coord_wait_fn wait;
     void *wait_opaque;
 };
@@ -318,6 +319,8 @@ static spw_err_t send_clock(spw_coord_client_t *c, uint64_t clock, uint64_t exam
     ck.examples = examples;
     ck.has_trainer_id = c->trainer_id != 0;
     ck.trainer_id = c->trainer_id;
+    ck.has_input_done = c->input_done;
+    ck.input_done = c->input_done;
     msg.body_case = SPARROW__COORD_MESSAGE__BODY_CLOCK;
     msg.clock = &ck;
     return send_msg(c->sock, &c->out, &msg);
@@ -383,6 +386,11 @@ spw_err_t spw_coord_client_clock_step(spw_coord_client_t *c, uint64_t clock, uin
 void spw_coord_client_set_trainer_id(spw_coord_client_t *c, uint32_t trainer_id)
 {
     c->trainer_id = trainer_id;
+}
+
+void spw_coord_client_set_input_done(spw_coord_client_t *c)
+{
+    c->input_done = true;
 }
 
 void spw_coord_client_set_wait(spw_coord_client_t *c, spw_coord_wait_fn wait, void *opaque)

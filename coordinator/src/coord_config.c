@@ -45,7 +45,8 @@ const struct spw_config_prop spw_coordinator_config_props[] = {
      "(the shards keep their rows and the other trainers keep training; the moved partitions "
      "resume from LATEST's offsets on their new owner: at-least-once for their examples since "
      "LATEST, counted in sparrow_coord_examples_retrained_total). A shard restart rolls back "
-     "under both."},
+     "under both; a trainer whose input ended (a file) and whose final checkpoint epoch "
+     "completed leaves without either."},
     {"coordinator.checkpoint.steps", SPW_CONFIG_INT, "0", 0, 1000000000, NULL,
      "Checkpoint every this many steps of the fastest trainer (hybrid: of barriers' steps); 0: "
      "off (hybrid: every barrier)."},

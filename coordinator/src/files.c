@@ -162,6 +162,10 @@ spw_err_t spw_coord_manifest_write(const char *root, const struct spw_coord_mani
     }
     pb.n_update_offsets = m->n_update_offsets;
     pb.update_offsets = uoff_ptrs;
+    if (m->model[0])
+        pb.model = (char *)m->model;
+    pb.has_dim = m->dim > 0;
+    pb.dim = m->dim;
     if (spw_wire_buf_reserve(&buf, 12) != SPW_OK)
         goto out_free;
     memcpy(buf.data, MANIFEST_MAGIC, 8);
@@ -295,6 +299,9 @@ spw_err_t spw_coord_manifest_read(const char *root, uint64_t epoch, struct spw_c
         m->update_offsets[i].offset = o->offset;
     }
     m->n_update_offsets = pb->n_update_offsets;
+    if (pb->model && strlen(pb->model) < sizeof(m->model))
+        snprintf(m->model, sizeof(m->model), "%s", pb->model);
+    m->dim = pb->has_dim ? pb->dim : 0;
     rc = SPW_OK;
 out_free:
     if (rc == SPW_ERR_CORRUPT)

@@ -56,7 +56,11 @@ struct member {
     uint64_t examples_since_latest;
     uint64_t restored_gen;
     bool pending_commit, pending_drop, pending_offsets;
-    uint32_t trainer_id;    /* the id its pushes carry (from its Clocks) */
+    uint32_t trainer_id; /* the id its pushes carry (from its Clocks) */
+    /* its input ended (Clock.input_done): it wants a checkpoint epoch; its report to the open
+     * epoch was made after that; that epoch completed, so everything it trained is in LATEST and
+     * its removal rolls nothing back */
+    bool wants_final, final_reported, finished;
     uint64_t step_examples; /* examples of the step its clock counts (two-phase weight) */
     /* two-phase modes: its synchronous unit, whether the unit's steps wait for it (elastic
      * moves a straggler out), its step times, and when it was last released */
@@ -553,6 +557,15 @@ static void remove_member(spw_coord_server_t *srv, struct member *m, const char 
     srv->stats.members_removed++;
     if (m->role != SPARROW__MEMBER_ROLE__ROLE_TRAINER)
         return;
+    if (m->finished) {
+        /* its input ended and its last report is in LATEST: nothing of it to roll back or
+         * train again (it has no partitions and pushes nothing after that epoch) */
+        SPW_INFO("finished trainer removed without recovery",
+                 "member=%s latest=%" PRIu64 " detail=\"everything it trained is in LATEST\"",
+                 m->id, srv->stats.latest_epoch);
+        m->finished = m->wants_final = false;
+        return;
+    }
     if (spw_coord_recovery_rolls_back(srv->conf.recovery, SPW_COORD_EVENT_TRAINER_REMOVED)) {
         /* its pushes since LATEST are applied, its offsets are not recorded: roll back (its
          * examples since LATEST are trained again with everyone's) */
@@ -621,6 +634,7 @@ static void on_register(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_
         m->examples_reported = m->examples_counted = m->examples_since_latest = 0;
     m->restored_gen = 0;
     m->told_gen = m->told_epoch = 0;
+    m->wants_final = m->final_reported = m->finished = false;
     if (!same_process) {
         memset(&m->elastic, 0, sizeof(m->elastic));
         m->in_barrier = true;
@@ -767,6 +781,13 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
     }
     if (c->has_trainer_id)
         m->trainer_id = c->trainer_id;
+    if (c->has_examples && c->examples > 0)
+        m->finished = false; /* it trained again: not all of it is in LATEST any more */
+    if (c->has_input_done && c->input_done && !m->finished && !m->wants_final) {
+        m->wants_final = true;
+        SPW_INFO("trainer input ended: final checkpoint wanted", "member=%s clock=%" PRIu64, m->id,
+                 m->clock);
+    }
     /* an idle tick (no examples) says nothing of the trainer's speed */
     if (two_phase(srv) && m->released_ms && !m->waiting && c->has_examples && c->examples > 0)
         observe_step(srv, m, (double)(spw_time_mono_ms() - m->released_ms));
@@ -795,6 +816,7 @@ static void on_checkpoint_report(spw_coord_server_t *srv, const Sparrow__Checkpo
     m->n_offsets = r->n_offsets;
     m->examples_reported = r->examples;
     m->reported = true;
+    m->final_reported = m->wants_final;
     m->last_seen_ms = spw_time_mono_ms();
     evaluate(srv);
 }
@@ -819,7 +841,7 @@ static void open_epoch(spw_coord_server_t *srv, const char *why)
     srv->phase = PHASE_CKPT_TRAINERS;
     srv->deadline_ms = spw_time_mono_ms() + srv->conf.checkpoint_timeout_ms;
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
-        srv->members[i].reported = false;
+        srv->members[i].reported = srv->members[i].final_reported = false;
     SPW_INFO("checkpoint epoch opened", "epoch=%" PRIu64 " trigger=%s", srv->epoch_open, why);
 }
 
@@ -978,6 +1000,10 @@ static void complete_epoch(spw_coord_server_t *srv, struct spw_coord_manifest *m
         mb->examples_since_latest = 0; /* held since its report: no step after it */
         mb->pending_commit = true;
         mb->pending_offsets = true;
+        if (mb->final_reported) {
+            mb->finished = true;
+            mb->wants_final = mb->final_reported = false;
+        }
     }
     spw_coord_manifest_fini(&srv->cur);
     srv->cur = *m;
@@ -1123,8 +1149,19 @@ static bool all_held_between_steps(const spw_coord_server_t *srv)
     return true;
 }
 
+/* A live trainer whose input ended waits for its final checkpoint epoch. */
+static bool final_wanted(const spw_coord_server_t *srv)
+{
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
+        if (is_trainer(&srv->members[i]) && srv->members[i].wants_final)
+            return true;
+    return false;
+}
+
 static bool checkpoint_due(spw_coord_server_t *srv, uint64_t max_clock)
 {
+    if (final_wanted(srv))
+        return true;
     uint64_t now = spw_time_mono_ms();
     if (srv->conf.checkpoint_interval_ms > 0 &&
         now - srv->last_ckpt_ms >= srv->conf.checkpoint_interval_ms)
@@ -1225,6 +1262,12 @@ static void evaluate(spw_coord_server_t *srv)
                 if (u != UINT32_MAX)
                     commit_step(srv, u, srv->unit_committed[u] + 1);
             }
+            if (srv->conf.mode.kind == SPW_COORD_HYBRID && final_wanted(srv)) {
+                /* a trainer's input ended: its last checkpoint need not wait for a barrier
+                 * (every trainer flushes and reports, as at any epoch) */
+                open_epoch(srv, "final");
+                break;
+            }
             if (srv->conf.mode.kind == SPW_COORD_HYBRID) {
                 /* a barrier every live trainer reached: checkpoint (when due) and release */
                 bool all_at = true;
@@ -1253,7 +1296,8 @@ static void evaluate(spw_coord_server_t *srv)
                  * released into the next step would report offsets of examples whose pushes
                  * wait for a commit the checkpoint comes before); while one is due nobody is
                  * released, so that the trainers gather */
-                open_epoch(srv, srv->conf.checkpoint_interval_ms > 0 &&
+                open_epoch(srv, final_wanted(srv) ? "final"
+                                : srv->conf.checkpoint_interval_ms > 0 &&
                                         spw_time_mono_ms() - srv->last_ckpt_ms >=
                                             srv->conf.checkpoint_interval_ms
                                     ? "interval"

@@ -81,7 +81,7 @@ spw_err_t spw_serve_bootstrap_load(const char *root, const char *log_dir, const 
     uint64_t epoch = 0;
     spw_err_t rc = spw_coord_latest_read(root, &epoch);
     if (rc == SPW_ERR_NOT_FOUND) {
-        SPW_INFO("no checkpoint: starting empty", "root=%s", root);
+        SPW_INFO("no checkpoint (no LATEST)", "root=%s", root);
         return SPW_OK;
     }
     if (rc != SPW_OK) {

@@ -1,12 +1,24 @@
 /* The property table of `sparrow serve` and its reading into struct spw_serve_conf. */
 #include <stdio.h>
+#include <string.h>
 
 #include "sparrow/serve.h"
 
 const struct spw_config_prop spw_serve_config_props[] = {
     {"serve.checkpoint.dir", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
-     "Root of checkpoints/ (the shards' pserver.checkpoint.dir), read only; unset: start empty "
-     "and tail the update stream from its beginning."},
+     "Root of checkpoints/ (the shards' pserver.checkpoint.dir), read only; its LATEST is "
+     "loaded. A directory that does not exist or holds no checkpoint is an error unless "
+     "serve.allow_empty is set. Unset: start empty and tail the update stream from its "
+     "beginning."},
+    {"serve.allow_empty", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
+     "Start with an empty model when serve.checkpoint.dir does not exist yet or holds no "
+     "checkpoint (a fresh deployment before the first epoch): rows then come from the update "
+     "stream only, and every key without one predicts from zero weights (0.5). false: that "
+     "start is an error naming the directory."},
+    {"serve.offline", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
+     "Serve the checkpoint only: no Kafka consumer, ready (/readyz) once serve.checkpoint.dir's "
+     "LATEST is loaded; the model stays as loaded. Implied when kafka.bootstrap.servers is unset "
+     "(logged at start); needs serve.checkpoint.dir."},
     {"serve.log.dir", SPW_CONFIG_STRING, "/tmp", 1, 4000, NULL,
      "Directory for RocksDB's info logs while checkpoints are read (never the checkpoint "
      "directory itself)."},
@@ -49,6 +61,13 @@ static const char *optional(const spw_config_t *cfg, const char *key)
     return s && *s ? s : NULL;
 }
 
+/* spw_config_foreach_passthrough: non-zero for a non-empty kafka.bootstrap.servers. */
+static int has_brokers(const char *key, const char *value, void *opaque)
+{
+    (void)opaque;
+    return strcmp(key, "bootstrap.servers") == 0 && value && value[0];
+}
+
 spw_err_t spw_serve_conf_from_config(const spw_config_t *cfg, struct spw_serve_conf *conf,
                                      char *errstr, size_t errstr_size)
 {
@@ -57,8 +76,21 @@ spw_err_t spw_serve_conf_from_config(const spw_config_t *cfg, struct spw_serve_c
         snprintf(errstr, errstr_size, "serve.http.port=-1: serve answers over HTTP only");
         return SPW_ERR_INVALID;
     }
+    const char *checkpoint_dir = optional(cfg, "serve.checkpoint.dir");
+    bool brokers = spw_config_foreach_passthrough(cfg, "kafka.", has_brokers, NULL) != 0;
+    bool offline = spw_config_bool(cfg, "serve.offline") || !brokers;
+    if (offline && !checkpoint_dir) {
+        snprintf(errstr, errstr_size,
+                 "%s: nothing to serve without serve.checkpoint.dir (--checkpoint-dir DIR, a "
+                 "checkpoint to serve) or kafka.bootstrap.servers (--brokers, the update stream)",
+                 brokers ? "serve.offline=true" : "no kafka.bootstrap.servers");
+        return SPW_ERR_INVALID;
+    }
     *conf = (struct spw_serve_conf){
-        .checkpoint_dir = optional(cfg, "serve.checkpoint.dir"),
+        .checkpoint_dir = checkpoint_dir,
+        .allow_empty = spw_config_bool(cfg, "serve.allow_empty"),
+        .offline = offline,
+        .offline_implied = offline && !spw_config_bool(cfg, "serve.offline"),
         .log_dir = spw_config_str(cfg, "serve.log.dir"),
         .topic = spw_config_str(cfg, "serve.topic"),
         .group = optional(cfg, "serve.group"),

@@ -8,8 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "sparrow/ckpt_layout.h"
+#include "sparrow/coordinator.h"
 #include "sparrow/http.h"
 #include "sparrow/kafka.h"
 #include "sparrow/log.h"
@@ -579,6 +583,13 @@ static void update_readiness(spw_serve_t *s)
 spw_err_t spw_serve_run(spw_serve_t *s)
 {
     spw_err_t ret = SPW_OK;
+    if (s->conf.offline) {
+        while (!spw_signal_stop_requested()) {
+            update_readiness(s); /* the gauges; ready already */
+            spw_time_sleep_ms(POLL_MS);
+        }
+        return SPW_OK;
+    }
     while (!spw_signal_stop_requested()) {
         struct spw_kafka_msg msg;
         spw_err_t rc = spw_kafka_consumer_poll(s->consumer, POLL_MS, &msg);
@@ -685,6 +696,64 @@ static spw_err_t load_bearer_token(spw_http_t *http, const char *path, char *err
     return err;
 }
 
+/* The update consumer of a server that tails the stream (conf->kafka_config's kafka.* and the
+ * topic): false with errstr on failure. */
+static bool start_consumer(spw_serve_t *s, const struct spw_serve_conf *conf, char *errstr,
+                           size_t errstr_size)
+{
+    s->props = spw_kafka_props_new();
+    if (!s->props || spw_kafka_props_from_config(s->props, conf->kafka_config) != SPW_OK) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return false;
+    }
+    if (conf->group)
+        snprintf(s->group, sizeof(s->group), "%s", conf->group);
+    else
+        snprintf(s->group, sizeof(s->group), "sparrow-serve-%ld-%" PRId64, (long)getpid(),
+                 spw_time_wall_ms());
+    const char *topics[1] = {s->topic};
+    struct spw_kafka_consumer_opts copts = {
+        .group_id = s->group,
+        .topics = topics,
+        .n_topics = 1,
+        .start_latest = false,
+        .lost = s->strict ? SPW_KAFKA_LOST_FAIL : SPW_KAFKA_LOST_EARLIEST,
+        .on_assign = on_assign,
+        .opaque = s,
+        .metrics = s->metrics,
+    };
+    s->consumer = spw_kafka_consumer_new(s->props, &copts, errstr, errstr_size);
+    return s->consumer != NULL;
+}
+
+/* serve.checkpoint.dir must exist (a typo would otherwise serve 0.5 to every request) unless an
+ * empty start is allowed; the hint names the usual mistake of giving checkpoints/ itself. */
+static spw_err_t check_checkpoint_dir(const struct spw_serve_conf *conf, char *errstr,
+                                      size_t errstr_size)
+{
+    struct stat st;
+    const char *dir = conf->checkpoint_dir;
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+        char latest[PATH_MAX];
+        if (snprintf(latest, sizeof(latest), "%s/%s", dir, SPW_CKPT_LATEST) < (int)sizeof(latest) &&
+            access(latest, F_OK) == 0 && spw_coord_latest_read(dir, &(uint64_t){0}) != SPW_OK) {
+            snprintf(errstr, errstr_size,
+                     "serve.checkpoint.dir=%s is a %s/ directory: give the directory above it", dir,
+                     SPW_CKPT_DIR);
+            return SPW_ERR_INVALID;
+        }
+        return SPW_OK;
+    }
+    int e = errno;
+    if (conf->allow_empty) {
+        SPW_WARN("checkpoint directory missing: starting empty (serve.allow_empty)", "dir=%s", dir);
+        return SPW_OK;
+    }
+    snprintf(errstr, errstr_size, "serve.checkpoint.dir=%s: %s", dir,
+             stat(dir, &st) == 0 ? "not a directory" : strerror(e));
+    return SPW_ERR_NOT_FOUND;
+}
+
 spw_serve_t *spw_serve_new(const struct spw_serve_conf *conf, char *errstr, size_t errstr_size)
 {
     spw_serve_t *s = calloc(1, sizeof(*s));
@@ -720,10 +789,23 @@ spw_serve_t *spw_serve_new(const struct spw_serve_conf *conf, char *errstr, size
 
     /* Bootstrap before HTTP starts, so that the first answer already reflects the checkpoint. */
     if (conf->checkpoint_dir) {
+        if (check_checkpoint_dir(conf, errstr, errstr_size) != SPW_OK)
+            goto out_destroy;
         spw_serve_table_t *table = NULL;
         if (spw_serve_bootstrap_load(conf->checkpoint_dir, conf->log_dir, s->topic, s->max_rows,
                                      &table, &s->boot, errstr, errstr_size) != SPW_OK)
             goto out_destroy;
+        if (s->boot.epoch == 0 && !conf->allow_empty) {
+            snprintf(errstr, errstr_size,
+                     "serve.checkpoint.dir=%s holds no checkpoint (no %s/LATEST): train into it "
+                     "first (sparrow trainer --checkpoint-dir, or a coordinator), or set "
+                     "serve.allow_empty=true to start empty",
+                     conf->checkpoint_dir, SPW_CKPT_DIR);
+            goto out_destroy;
+        }
+        if (s->boot.epoch == 0)
+            SPW_WARN("no checkpoint: serving an empty model (serve.allow_empty)", "dir=%s",
+                     conf->checkpoint_dir);
         atomic_store(&s->table, table);
         atomic_store(&s->epoch, s->boot.epoch);
         for (size_t i = 0; i < s->boot.n_offsets; i++)
@@ -751,31 +833,17 @@ spw_serve_t *spw_serve_new(const struct spw_serve_conf *conf, char *errstr, size
         goto out_destroy;
     }
 
-    s->props = spw_kafka_props_new();
-    if (!s->props || spw_kafka_props_from_config(s->props, conf->kafka_config) != SPW_OK) {
-        snprintf(errstr, errstr_size, "out of memory");
+    if (conf->offline) {
+        /* nothing to catch up with: the checkpoint loaded is the model */
+        s->ready = true;
+        spw_gauge_set(s->m_ready, 1);
+        spw_http_set_ready(s->http, true, NULL);
+        SPW_INFO("offline: serving the checkpoint only, ready",
+                 "epoch=%" PRIu64 " rows=%" PRIu64 " reason=%s", s->boot.epoch, s->boot.rows,
+                 conf->offline_implied ? "no_kafka.bootstrap.servers" : "serve.offline");
+    } else if (!start_consumer(s, conf, errstr, errstr_size)) {
         goto out_destroy;
     }
-    if (conf->group)
-        snprintf(s->group, sizeof(s->group), "%s", conf->group);
-    else
-        snprintf(s->group, sizeof(s->group), "sparrow-serve-%ld-%" PRId64, (long)getpid(),
-                 spw_time_wall_ms());
-    const char *topics[1] = {s->topic};
-    struct spw_kafka_consumer_opts copts = {
-        .group_id = s->group,
-        .topics = topics,
-        .n_topics = 1,
-        .start_latest = false,
-        .lost = s->strict ? SPW_KAFKA_LOST_FAIL : SPW_KAFKA_LOST_EARLIEST,
-        .on_assign = on_assign,
-        .opaque = s,
-        .metrics = s->metrics,
-    };
-    s->consumer = spw_kafka_consumer_new(s->props, &copts, errstr, errstr_size);
-    if (!s->consumer)
-        goto out_destroy;
-
     const char *port_file = conf->http_port_file;
     if (port_file) {
         char tmp[4096];

@@ -21,7 +21,7 @@ PUB=(--set pserver.checkpoint.dir="$CK" --set pserver.publish.brokers="$BS"
 start_shards 2 5 "${PUB[@]}"
 start_coordinator hybrid:10 "$CK" --set coordinator.checkpoint.steps=40 \
     --set coordinator.http.port=0
-start_serve "$CK"
+start_serve "$CK" --allow-empty # before the first epoch
 start_coord_trainer "$SHARDS" "$COORD_PORT" --set trainer.debug.delay_ms=20 \
     --set trainer.shutdown.grace=3s
 # the stream outlasts epoch 2 (40 steps = 10240 examples, 2.5 s at this rate) several times over, so

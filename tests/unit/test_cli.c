@@ -217,6 +217,36 @@ static void test_cli_command_main_role(void **state)
     assert_int_equal(spw_cli_command_main(&role_cmd, SPW_CLI_COUNT(refused), refused), 2);
 }
 
-SPW_TEST_MAIN(test_cli_rewrite_valueless_and_lists, test_cli_rewrite_refusals,
-              test_cli_command_init, test_cli_command_usage, test_cli_command_main_runs,
-              test_cli_command_main_role)
+/* Positional arguments: bare ones (not an option's value), "-", and all after "--", encoded so
+ * that any byte survives the configuration, and decoded again in order. */
+static void test_cli_rewrite_positional(void **state)
+{
+    (void)state;
+    static const struct spw_cli_flag pflags[] = {
+        {"--quiet", "t.quiet", "true", 0, NULL},
+        {"FIELD VALUE", "t.args", NULL, ' ', NULL},
+    };
+    char *argv[] = {"t", "user",  "--count",       "3",  "a b", "--quiet", "50%,x", "",
+                    "-", "--set", "t.serve=false", "--", "-5",  "--quiet"};
+    struct spw_cli_args a;
+    assert_int_equal(
+        spw_cli_args_rewrite("t", SPW_CLI_COUNT(argv), argv, pflags, SPW_CLI_COUNT(pflags), &a), 0);
+    char text[512];
+    joined(&a, text, sizeof(text));
+    assert_string_equal(text, "--set t.args=user a%20b 50%25%2Cx %00 - -5 --quiet --count 3 "
+                              "--set t.quiet=true --set t.serve=false");
+    size_t n = 0;
+    char **v = spw_cli_positional_split(a.argv[2] + strlen("t.args="), &n);
+    assert_non_null(v);
+    assert_int_equal(n, 7);
+    const char *want[] = {"user", "a b", "50%,x", "", "-", "-5", "--quiet"};
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(v[i], want[i]);
+    assert_null(v[n]);
+    spw_cli_positional_free(v);
+    spw_cli_args_fini(&a);
+}
+
+SPW_TEST_MAIN(test_cli_rewrite_valueless_and_lists, test_cli_rewrite_positional,
+              test_cli_rewrite_refusals, test_cli_command_init, test_cli_command_usage,
+              test_cli_command_main_runs, test_cli_command_main_role)

@@ -173,6 +173,81 @@ static void test_coord_epochs_shard_restart_restores_everyone(void **state)
     coord_env_clean(&e);
 }
 
+/* A trainer trains, leaves (with or without a final epoch first), then another joins: the stats
+ * after the stop say whether the first one's Leave rolled the model back. Returns the trainers'
+ * state; *st receives the coordinator's stats. */
+static void leave_then_join(bool final, struct trainer_state *t, struct spw_coord_server_stats *st)
+{
+    struct coord_env e;
+    env_start(&e, "async", 0, 3); /* no step or time trigger: only a final epoch checkpoints */
+    spw_coord_client_t *a = connect_trainer(&e, "trainer-a");
+    uint64_t clock = 0;
+    assert_int_equal(train(a, t, 0, 5, &clock), SPW_OK);
+    if (final) {
+        spw_coord_client_set_input_done(a);
+        int commits = t->commits, checkpoints = t->checkpoints;
+        for (int i = 0; i < 10 && t->commits == commits; i++) {
+            struct spw_coord_event ev;
+            assert_int_equal(spw_coord_client_clock(a, ++clock, &ev), SPW_OK);
+            while (ev.kind == SPW_COORD_EV_CHECKPOINT) {
+                struct spw_coord_offset o = {
+                    .topic = "examples", .partition = 0, .offset = t->offset};
+                t->checkpoints++;
+                spw_coord_client_checkpoint_report(a, ev.epoch, &o, 1, t->examples);
+                assert_int_equal(spw_coord_client_clock(a, clock, &ev), SPW_OK);
+            }
+            assert_int_equal(ev.kind, SPW_COORD_EV_PROCEED);
+            t->commits += ev.commit;
+        }
+        /* the first clock after input_done got the epoch at once, which completed */
+        assert_int_equal(t->checkpoints, checkpoints + 1);
+        assert_int_equal(t->commits, commits + 1);
+    }
+    spw_coord_client_leave(a);
+    spw_coord_client_destroy(a); /* waits for the Leave to go out */
+    spw_coord_client_t *b = connect_trainer(&e, "trainer-b");
+    struct trainer_state tb = {0};
+    uint64_t cb = 0;
+    assert_int_equal(train(b, &tb, 1, 2, &cb), SPW_OK);
+    coord_env_stop(&e, st);
+    spw_coord_client_destroy(b);
+    if (final) { /* everything a trained is in LATEST */
+        struct spw_coord_manifest m;
+        char err[256];
+        assert_int_equal(spw_coord_manifest_read(e.root, st->latest_epoch, &m, err, sizeof(err)),
+                         SPW_OK);
+        assert_int_equal(m.example_count, t->examples);
+        assert_int_equal(m.offsets[0].offset, t->offset);
+        spw_coord_manifest_fini(&m);
+    }
+    coord_env_clean(&e);
+}
+
+static void test_coord_epochs_final_epoch_then_leave_without_rollback(void **state)
+{
+    (void)state;
+    struct trainer_state t = {0};
+    struct spw_coord_server_stats st;
+    leave_then_join(true, &t, &st);
+    assert_int_equal(st.members_removed, 1); /* a's Leave was processed */
+    assert_int_equal(st.epochs_completed, 1);
+    /* the coordinator's start and b's join; a's Leave after its final epoch rolled nothing back */
+    assert_int_equal(st.recoveries, 2);
+}
+
+static void test_coord_epochs_leave_without_final_rolls_back(void **state)
+{
+    (void)state;
+    struct trainer_state t = {0};
+    struct spw_coord_server_stats st;
+    leave_then_join(false, &t, &st);
+    assert_int_equal(st.members_removed, 1);
+    assert_int_equal(st.epochs_completed, 0);
+    assert_int_equal(st.recoveries, 3); /* start, a's Leave, b's join */
+}
+
 SPW_TEST_MAIN(test_coord_epochs_manifest_offsets_and_prune,
+              test_coord_epochs_final_epoch_then_leave_without_rollback,
+              test_coord_epochs_leave_without_final_rolls_back,
               test_coord_epochs_failed_shard_aborts_epoch,
               test_coord_epochs_shard_restart_restores_everyone)

@@ -17,11 +17,10 @@
 #include "sparrow/eval.h"
 #include "sparrow/ps_ckpt.h"
 #include "sparrow/serve.h"
+#include "ckpt_find_int.h"
 
 /* The reader's arena: as the trainer's file input sizes it (trainer/src/loop_source.c). */
 #define ARENA_MIN (64u << 20)
-/* Most epochs named in a "not found" message. */
-#define EPOCHS_LISTED 16u
 
 /*
  * A model source. Checkpoint rows live in serve's lookup table (sparrow/serve.h), whose
@@ -37,63 +36,6 @@ struct spw_evaluate_model {
     int64_t timeout_ms;       /* per lookup, shards */
     char shards[256];         /* for messages */
 };
-
-static bool is_dir(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* The checkpoint root of dir: dir itself when it holds checkpoints/, its parent when dir is a
- * directory named "checkpoints". */
-static spw_err_t find_root(const char *dir, char *root, size_t root_size, char *errstr,
-                           size_t errstr_size)
-{
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return spw_errf(errno == ENOENT ? SPW_ERR_NOT_FOUND : SPW_ERR_IO, errstr, errstr_size,
-                        "checkpoint directory %s: %s", dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return spw_errf(SPW_ERR_NOT_FOUND, errstr, errstr_size,
-                        "checkpoint directory %s is not a directory", dir);
-    char sub[PATH_MAX];
-    if (spw_ckpt_dir_path(sub, sizeof(sub), dir) != SPW_OK)
-        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", dir);
-    if (is_dir(sub)) {
-        snprintf(root, root_size, "%s", dir);
-        return SPW_OK;
-    }
-    enum spw_ckpt_path_kind kind;
-    uint64_t epoch;
-    if (spw_ckpt_path_split(dir, &kind, root, root_size, &epoch) != SPW_OK)
-        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s: path too long", dir);
-    if (kind != SPW_CKPT_PATH_DIR)
-        return spw_errf(SPW_ERR_NOT_FOUND, errstr, errstr_size,
-                        "%s holds no " SPW_CKPT_DIR
-                        "/ directory (give the coordinator's checkpoint "
-                        "root, pserver.checkpoint.dir, or its " SPW_CKPT_DIR "/ directory)",
-                        dir);
-    return SPW_OK;
-}
-
-/* Appends " (epochs present: 7 6 5)" or " (no epoch present)" to msg. */
-static void list_epochs(const char *root, char *msg, size_t size)
-{
-    uint64_t epochs[EPOCHS_LISTED];
-    long n = spw_ckpt_epochs_list(root, epochs, EPOCHS_LISTED);
-    size_t len = strlen(msg);
-    if (len + 1 >= size)
-        return;
-    if (n <= 0) {
-        snprintf(msg + len, size - len, " (no epoch present)");
-        return;
-    }
-    len += (size_t)snprintf(msg + len, size - len, " (epochs present:");
-    for (long i = 0; i < n && i < (long)EPOCHS_LISTED && len < size; i++)
-        len += (size_t)snprintf(msg + len, size - len, " %" PRIu64, epochs[i]);
-    if (len < size)
-        snprintf(msg + len, size - len, "%s)", n > (long)EPOCHS_LISTED ? " ..." : "");
-}
 
 /* Loads one verified shard checkpoint into em->table (created at the first shard). */
 static spw_err_t load_shard(spw_evaluate_model_t *em, const char *dir, const char *checksum,
@@ -163,7 +105,7 @@ spw_evaluate_model_t *spw_evaluate_model_open_checkpoint(const char *dir, uint64
     if (!err)
         err = &dummy;
     char root[PATH_MAX];
-    if ((rc = find_root(dir, root, sizeof(root), errstr, errstr_size)) != SPW_OK) {
+    if ((rc = spw_tools__ckpt_root(dir, root, sizeof(root), errstr, errstr_size)) != SPW_OK) {
         *err = rc;
         return NULL;
     }
@@ -176,7 +118,7 @@ spw_evaluate_model_t *spw_evaluate_model_open_checkpoint(const char *dir, uint64
                      rc == SPW_ERR_NOT_FOUND ? "missing (no complete checkpoint; give --epoch)"
                                              : spw_err_str(rc));
             if (rc == SPW_ERR_NOT_FOUND)
-                list_epochs(root, errstr, errstr_size);
+                spw_tools__ckpt_list_epochs(root, errstr, errstr_size);
             *err = rc;
             return NULL;
         }
@@ -189,7 +131,7 @@ spw_evaluate_model_t *spw_evaluate_model_open_checkpoint(const char *dir, uint64
             char base[PATH_MAX];
             spw_ckpt_dir_path(base, sizeof(base), root);
             snprintf(errstr, errstr_size, "epoch %" PRIu64 " not found under %s", epoch, base);
-            list_epochs(root, errstr, errstr_size);
+            spw_tools__ckpt_list_epochs(root, errstr, errstr_size);
         } else {
             snprintf(errstr, errstr_size, "epoch %" PRIu64 " MANIFEST: %s", epoch, merr);
         }

@@ -391,6 +391,7 @@ static void start_serve(spw_pipeline_t *p)
     args_addf(&a, "serve");
     args_addf(&a, "--checkpoint-dir");
     args_addf(&a, "%s", c->run_dir);
+    args_addf(&a, "--allow-empty"); /* it starts before the first checkpoint epoch */
     args_addf(&a, "--port");
     args_addf(&a, "%d", port);
     args_addf(&a, "--topic");

@@ -63,6 +63,7 @@ struct spw_trainer_coord {
     bool report_pending;         /* a report sent, neither committed nor replaced yet */
     uint64_t report_epoch;
     uint64_t generation; /* the one its pushes carry (set at a restore, or on proceed) */
+    bool reported_final; /* spw_trainer_coord_finish: a report was made since its last tick */
     struct spw_trainer_position pos[COORD_MAX_PARTS];
     struct spw_coord_offset offs[COORD_MAX_ENTRIES];
     struct spw_trainer_mark marks[COORD_MAX_ENTRIES];
@@ -191,9 +192,13 @@ static spw_err_t restore(spw_trainer_coord_t *tc, const struct spw_coord_event *
 }
 
 /* Clocks `clock` (a step of `examples`; 0 for an idle tick) and acts on the answers until the
- * coordinator says proceed. */
-static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t examples)
+ * coordinator says proceed. *completed (may be NULL): whether this trainer reported to an epoch
+ * during the call and that epoch completed (the proceed carries its commit). */
+static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t examples,
+                          bool *completed)
 {
+    if (completed)
+        *completed = false;
     uint64_t t0 = spw_time_mono_ns();
     bool checkpointed = false;
     spw_err_t err = SPW_OK;
@@ -206,6 +211,8 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t exam
         if ((err = spw_coord_client_clock_step(tc->client, clock, examples, &ev)))
             break;
         if (ev.kind == SPW_COORD_EV_PROCEED) {
+            if (completed) /* an epoch reported to in this call completed */
+                *completed = checkpointed && ev.commit;
             /* two-phase: rows read before this commit are a step old; the next step's pushes
              * carry its tag */
             if (ev.drop_cache || ev.step || tc->step)
@@ -233,6 +240,7 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t exam
         }
         if (ev.kind == SPW_COORD_EV_CHECKPOINT) {
             checkpointed = true;
+            tc->reported_final = true;
             err = report_checkpoint(tc, ev.epoch);
         } else {
             err = restore(tc, &ev);
@@ -262,14 +270,14 @@ static spw_err_t coord_after_step(void *opaque, spw_trainer_loop_t *loop,
         if (err)
             return err;
     }
-    return clock_at(tc, tc->clock + 1, info->examples);
+    return clock_at(tc, tc->clock + 1, info->examples, NULL);
 }
 
 static spw_err_t coord_idle(void *opaque, spw_trainer_loop_t *loop)
 {
     (void)loop;
     spw_trainer_coord_t *tc = opaque;
-    return clock_at(tc, tc->clock + 1, 0);
+    return clock_at(tc, tc->clock + 1, 0, NULL);
 }
 
 /* coordinator.recovery=continue: a partition this trainer held just before the rebalance resumes
@@ -504,7 +512,41 @@ spw_err_t spw_trainer_coord_start(spw_trainer_coord_t *tc, spw_trainer_loop_t *l
 {
     tc->loop = loop;
     spw_coord_client_set_trainer_id(tc->client, spw_trainer_loop_trainer_id(loop));
-    return clock_at(tc, 0, 0);
+    return clock_at(tc, 0, 0, NULL);
+}
+
+/* Epochs a final checkpoint may see aborted, and idle ticks it sends without being asked for a
+ * report (a coordinator that ignores Clock.input_done answers each at once), before it fails. */
+#define FINAL_ABORTS 3
+#define FINAL_TICKS  50
+
+spw_err_t spw_trainer_coord_finish(spw_trainer_coord_t *tc)
+{
+    spw_coord_client_set_input_done(tc->client);
+    tc->reported_final = false;
+    int aborts = 0;
+    for (int tick = 0; tick < FINAL_TICKS && aborts < FINAL_ABORTS; tick++) {
+        bool completed = false;
+        spw_err_t err = clock_at(tc, tc->clock + 1, 0, &completed);
+        if (err)
+            return err;
+        if (completed) {
+            SPW_INFO("final checkpoint completed", "epoch=%" PRIu64,
+                     spw_coord_client_latest_epoch(tc->client));
+            return SPW_OK;
+        }
+        if (tc->reported_final) { /* reported, and the epoch was aborted */
+            aborts++;
+            SPW_WARN("final checkpoint aborted: trying again", "attempt=%d of=%d", aborts,
+                     FINAL_ABORTS);
+        }
+        tc->reported_final = false;
+    }
+    SPW_ERROR("final checkpoint failed: the model trained since LATEST is not in a checkpoint",
+              "latest=%" PRIu64 " aborted=%d hint=\"see the coordinator's log (a shard failing its "
+              "checkpoint, or a coordinator that takes no final epoch)\"",
+              spw_coord_client_latest_epoch(tc->client), aborts);
+    return SPW_ERR_TIMEOUT;
 }
 
 void spw_trainer_coord_destroy(spw_trainer_coord_t *tc)

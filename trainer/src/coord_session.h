@@ -26,6 +26,13 @@ spw_trainer_coord_t *spw_trainer_coord_new(const struct spw_trainer_loop_conf *c
  * SPW_ERR_STOPPED on a stop request. */
 spw_err_t spw_trainer_coord_start(spw_trainer_coord_t *tc, spw_trainer_loop_t *loop);
 
+/* After the loop ran to the end of a file: tells the coordinator the input ended
+ * (Clock.input_done) and clocks until a checkpoint epoch this trainer reported completes, so that
+ * everything it trained is in LATEST and its Leave rolls nothing back. Retried over up to three
+ * aborted epochs. SPW_OK; SPW_ERR_TIMEOUT (logged) when no epoch completed; SPW_ERR_STOPPED on a
+ * stop request; a report's error. */
+spw_err_t spw_trainer_coord_finish(spw_trainer_coord_t *tc);
+
 /* Tells the coordinator this trainer leaves (spw_coord_client_leave), stops the heartbeat,
  * frees. NULL is a no-op. */
 void spw_trainer_coord_destroy(spw_trainer_coord_t *tc);

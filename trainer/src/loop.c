@@ -976,6 +976,26 @@ void spw_trainer_loop_drop_rows(spw_trainer_loop_t *loop)
             forget_pull(loop, &loop->mbs[i]);
 }
 
+spw_err_t spw_trainer_loop_inproc_checkpoint(spw_trainer_loop_t *loop, const char *root,
+                                             uint64_t epoch, struct spw_ps_checkpoint_info *infos,
+                                             size_t n_max, size_t *n, char *errstr,
+                                             size_t errstr_size)
+{
+    *n = loop->inproc.n;
+    if (loop->inproc.n == 0 || n_max < loop->inproc.n) {
+        snprintf(errstr, errstr_size, "%s",
+                 loop->inproc.n ? "too many shards" : "no in-process shards");
+        return SPW_ERR_INVALID;
+    }
+    for (uint32_t s = 0; s < loop->inproc.n; s++) {
+        spw_err_t err = spw_ps_store_checkpoint(loop->inproc.stores[s], root, epoch, &infos[s],
+                                                errstr, errstr_size);
+        if (err)
+            return err;
+    }
+    return SPW_OK;
+}
+
 spw_err_t spw_trainer_loop_restore(spw_trainer_loop_t *loop, spw_trainer_resume_fn resume,
                                    void *opaque)
 {

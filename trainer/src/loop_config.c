@@ -139,5 +139,20 @@ spw_err_t spw_trainer_loop_conf_from_config(const spw_config_t *cfg,
     }
     if (!coord_curve) /* the client key alone is the shards' business */
         conf->coordinator_curve_client_key_file = NULL;
+    conf->checkpoint_dir = spw_config_str(cfg, "trainer.checkpoint.dir");
+    if (conf->checkpoint_dir && !conf->checkpoint_dir[0])
+        conf->checkpoint_dir = NULL;
+    conf->checkpoint_interval_ms =
+        (uint64_t)spw_config_duration_ms(cfg, "trainer.checkpoint.interval");
+    conf->checkpoint_timeout_ms =
+        (uint64_t)spw_config_duration_ms(cfg, "trainer.checkpoint.timeout");
+    conf->checkpoint_keep = (uint32_t)spw_config_int(cfg, "trainer.checkpoint.keep");
+    if (conf->checkpoint_dir && conf->coordinator && conf->coordinator[0]) {
+        snprintf(errstr, errstr_size,
+                 "trainer.checkpoint.dir is for a trainer without a coordinator: with "
+                 "trainer.coordinator set, the coordinator takes the checkpoints "
+                 "(coordinator.checkpoint.dir, the shards' pserver.checkpoint.dir)");
+        return SPW_ERR_INVALID;
+    }
     return SPW_OK;
 }

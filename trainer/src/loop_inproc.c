@@ -50,6 +50,11 @@ spw_err_t spw_trn__inproc_open(struct spw_trn__inproc *ip, const struct spw_trai
         sc.seed = p->seed;
         sc.memory_bytes = conf->inproc_memory_bytes;
         sc.db_path = path;
+        if (conf->inproc_restore_epoch > 0 &&
+            spw_ps_checkpoint_restore_epoch(conf->inproc_restore_root, s,
+                                            conf->inproc_restore_epoch, path, errstr,
+                                            errstr_size) != SPW_OK)
+            return SPW_ERR_STORE;
         ip->stores[s] = spw_ps_store_open(&sc, errstr, errstr_size);
         if (!ip->stores[s])
             return SPW_ERR_STORE;

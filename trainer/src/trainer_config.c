@@ -116,6 +116,21 @@ const struct spw_config_prop spw_trainer_config_props[] = {
      "File with the coordinator's Z85 CURVE public key (the pair of its "
      "coordinator.curve.secret_key_file): CurveZMQ to the coordinator with this trainer's "
      "trainer.curve.client_key_file, which it then requires. Empty: plaintext."},
+    {"trainer.checkpoint.dir", SPW_CONFIG_STRING, "", 0, 4000, NULL,
+     "Without trainer.coordinator: root of checkpoints/<epoch>/ (MANIFEST, LATEST and the "
+     "shards' checkpoints, the coordinator's layout, which sparrow serve, eval and export read), "
+     "taken every trainer.checkpoint.interval and at the end of a file; the shards start from its "
+     "LATEST (empty without one). In-process shards: the trainer writes them itself; ZeroMQ "
+     "shards: a coordinator runs inside the trainer and every pserver needs "
+     "pserver.checkpoint.dir set to this same directory. Empty: no checkpoints."},
+    {"trainer.checkpoint.interval", SPW_CONFIG_DURATION_MS, "30s", 0, 86400000, NULL,
+     "With trainer.checkpoint.dir: a checkpoint at least this often; 0: only the final one at "
+     "the end of a file."},
+    {"trainer.checkpoint.keep", SPW_CONFIG_INT, "3", 1, 1000, NULL,
+     "With trainer.checkpoint.dir: checkpoint epochs kept; older ones are removed."},
+    {"trainer.checkpoint.timeout", SPW_CONFIG_DURATION_MS, "60s", 100, 3600000, NULL,
+     "With trainer.checkpoint.dir and ZeroMQ shards: longest wait for the shards' checkpoints of "
+     "one epoch."},
     SPW_CONFIG_PROPS_HTTP("trainer", "0.0.0.0", "9200"),
     SPW_PS_CLIENT_CONFIG_PROPS,
     {"kafka.*", SPW_CONFIG_PASSTHROUGH, NULL, 0, 0, NULL,

@@ -24,6 +24,14 @@
  * `--set key=...` still wins over it, as for any alias); a value holding sep is refused. accept
  * (may be NULL) narrows which values of a repeatable flag are taken; the others are left for
  * spw_cli_load (launch's `--set ROLE:key=value` against the shared `--set key=value`).
+ *
+ * At most one entry whose flag does not start with '-' (its name in messages: "VALUE") takes the
+ * positional arguments, as a repeatable flag of its key takes values: every argument that does not
+ * start with '-' (or is "-") and is not the value of the option before it (every option but the
+ * valueless ones, --help, -h, --dump-config and --dump-config-secrets, given without '=' takes
+ * the next argument), and every argument after a "--". Any byte may appear in them: each is
+ * encoded (spaces, control bytes, '%' and ',' as %XX; the empty argument as %00) and they are
+ * joined by ' ' (its sep must be ' '); spw_cli_positional_split gives them back.
  */
 struct spw_cli_flag {
     const char *flag;
@@ -55,6 +63,12 @@ int spw_cli_args_rewrite(const char *command, int argc, char **argv,
 
 /* Frees what spw_cli_args_rewrite made. Safe on a zeroed struct. */
 void spw_cli_args_fini(struct spw_cli_args *args);
+
+/* The positional arguments of a command (the value of its positional flag's key, NULL: none),
+ * decoded, in order: a NULL-terminated array of *n strings (free with spw_cli_positional_free),
+ * NULL when out of memory. */
+char **spw_cli_positional_split(const char *list, size_t *n);
+void spw_cli_positional_free(char **values);
 
 struct spw_metrics;
 struct spw_http;

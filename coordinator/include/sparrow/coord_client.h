@@ -82,6 +82,12 @@ spw_err_t spw_coord_client_clock(spw_coord_client_t *client, uint64_t clock,
  * their contributors by it). Same thread as the clock calls. */
 void spw_coord_client_set_trainer_id(spw_coord_client_t *client, uint32_t trainer_id);
 
+/* The trainer's input ended (a file was read to its end): every Clock from now on carries
+ * Clock.input_done, which makes the coordinator open a checkpoint epoch ("final"). Once an epoch
+ * this trainer reported after the call completes (a PROCEED with commit), everything it trained is
+ * in LATEST, and its Leave starts no recovery. Same thread as the clock calls. */
+void spw_coord_client_set_input_done(spw_coord_client_t *client);
+
 /* spw_coord_client_clock for a trainer's step: examples is how many the step trained (the weight
  * of its gradients in a two-phase commit; 0 for an idle tick). Same thread rules. */
 spw_err_t spw_coord_client_clock_step(spw_coord_client_t *client, uint64_t clock, uint64_t examples,

@@ -50,6 +50,10 @@
  * trainers resume with commit=true (they commit the offsets they reported to the consumer group:
  * a coordinator is not a group member, and Kafka refuses commits from non-members of an active
  * group). A shard that fails a checkpoint aborts the epoch (no manifest; the trainers resume).
+ * A trainer whose input ended (a file; Clock.input_done) gets an epoch at once (trigger "final";
+ * in two-phase modes between steps, in hybrid mode without waiting for a barrier); once an epoch
+ * it reported after that completes, everything it trained is in LATEST and its removal (Leave,
+ * timeout) starts no recovery.
  *
  * Recovery (generation G): whenever state may have been lost or duplicated - a trainer removed
  * or (re)registered, a shard restarted or unreachable, the coordinator itself started - every
@@ -181,6 +185,11 @@ struct spw_coord_manifest {
      * (malloc) like offsets; skip is unused. A reader starting there replays every later update. */
     struct spw_coord_offset *update_offsets;
     size_t n_update_offsets;
+    /* The model, when the writer knows it (a trainer's own checkpoints): "lr" or "fm" and the
+     * row width; "" and 0 otherwise (the coordinator's: readers take the width from the shards'
+     * checkpoints, and dim 1 for LR, 1 + k for FM). */
+    char model[8];
+    uint32_t dim;
 };
 
 void spw_coord_manifest_fini(struct spw_coord_manifest *m);

@@ -151,6 +151,12 @@ typedef struct spw_serve spw_serve_t;
  * kafka_config, must outlive the server made from this conf. */
 struct spw_serve_conf {
     const char *checkpoint_dir; /* root of checkpoints/, read only; NULL: start empty */
+    /* a checkpoint_dir that does not exist or holds no LATEST starts empty (else spw_serve_new
+     * fails naming it) */
+    bool allow_empty;
+    /* no Kafka consumer: ready once the checkpoint is loaded (needs checkpoint_dir); set by
+     * serve.offline or implied (offline_implied) by an unset kafka.bootstrap.servers */
+    bool offline, offline_implied;
     const char *log_dir;        /* RocksDB's info logs while checkpoints are read */
     const char *topic;          /* the model-update stream */
     const char *group;          /* consumer group; NULL: a unique one per process */
@@ -172,18 +178,20 @@ struct spw_serve_conf {
 
 /* Fills conf from a configuration of spw_serve_config_props (strings borrowed from cfg, which must
  * outlive conf and the server). Every check of values happens here: SPW_ERR_INVALID with errstr
- * for values the table accepts but serve does not (serve.http.port=-1). Empty strings of optional
- * paths become NULL. Pure; thread-safe on a cfg no one changes. */
+ * for values the table accepts but serve does not (serve.http.port=-1; offline, explicit or by an
+ * unset kafka.bootstrap.servers, without serve.checkpoint.dir). Empty strings of optional paths
+ * become NULL. Pure; thread-safe on a cfg no one changes. */
 spw_err_t spw_serve_conf_from_config(const spw_config_t *cfg, struct spw_serve_conf *conf,
                                      char *errstr, size_t errstr_size);
 
-/* Loads the checkpoint, starts HTTP and the update consumer from conf (copied; its strings and
- * kafka_config are borrowed for the server's life). NULL with errstr on failure. Call from the
- * thread that will run it. */
+/* Loads the checkpoint, starts HTTP and the update consumer (not when offline) from conf (copied;
+ * its strings and kafka_config are borrowed for the server's life). NULL with errstr on failure,
+ * among them a checkpoint_dir that does not exist or holds no checkpoint without allow_empty.
+ * Call from the thread that will run it. */
 spw_serve_t *spw_serve_new(const struct spw_serve_conf *conf, char *errstr, size_t errstr_size);
 
-/* Tails model-updates until a stop request (signal). SPW_OK then; SPW_ERR_CORRUPT when updates
- * were lost to retention under serve.strict. */
+/* Tails model-updates (offline: only waits) until a stop request (signal). SPW_OK then;
+ * SPW_ERR_CORRUPT when updates were lost to retention under serve.strict. */
 spw_err_t spw_serve_run(spw_serve_t *serve);
 
 /* Stops HTTP and Kafka and frees. NULL is a no-op. */

@@ -157,6 +157,21 @@ struct spw_trainer_loop_conf {
      * gives the shards (trainer.curve.client_key_file) */
     const char *coordinator_curve_server_key_file;
     const char *coordinator_curve_client_key_file;
+    /* the role without a coordinator: checkpoints under this root (trainer.checkpoint.dir; NULL
+     * or "": none), in the coordinator's layout (sparrow/ckpt_layout.h), every
+     * checkpoint_interval_ms (0: only the final one) and at the end of a file; the shards start
+     * from its LATEST. ZeroMQ shards: a coordinator runs inside the trainer (its checkpoint
+     * epochs; the shards' pserver.checkpoint.dir must be this directory); in-process shards:
+     * the trainer checkpoints them itself. keep: epochs kept; timeout: longest wait for the
+     * shards' checkpoints of one epoch. */
+    const char *checkpoint_dir;
+    uint64_t checkpoint_interval_ms;
+    uint64_t checkpoint_timeout_ms;
+    uint32_t checkpoint_keep;
+    /* in-process shards: restore each from epoch inproc_restore_epoch (> 0) under
+     * inproc_restore_root before it opens (set by the role from the checkpoint's LATEST) */
+    const char *inproc_restore_root;
+    uint64_t inproc_restore_epoch;
 };
 
 /* Defaults: the trainer.* table's values with trainer.in unset. */
@@ -264,6 +279,17 @@ const char *spw_trainer_loop_topic(const spw_trainer_loop_t *loop);
  * without Kafka input. */
 spw_err_t spw_trainer_loop_commit(spw_trainer_loop_t *loop, bool sync);
 
+/* In-process shards (trainer.shards=inproc[:N]) only, from a hook or before/after run, after
+ * spw_trainer_loop_checkpoint (every push acknowledged): writes every in-process shard's
+ * checkpoint of epoch under root (<root>/checkpoints/<epoch>/shard-<i>, the pserver's own format,
+ * sparrow/ps_ckpt.h) and its info into infos[i] (n_max entries; *n gets the shard count).
+ * SPW_ERR_INVALID without in-process shards or with n_max too small, the store's error
+ * (SPW_ERR_EXISTS, SPW_ERR_IO, SPW_ERR_STORE) with errstr. */
+spw_err_t spw_trainer_loop_inproc_checkpoint(spw_trainer_loop_t *loop, const char *root,
+                                             uint64_t epoch, struct spw_ps_checkpoint_info *infos,
+                                             size_t n_max, size_t *n, char *errstr,
+                                             size_t errstr_size);
+
 /* From a hook: the PS client (for spw_ps_client_set_epoch after a checkpoint, stats). Owned by
  * the loop. */
 spw_ps_client_t *spw_trainer_loop_client(spw_trainer_loop_t *loop);
@@ -300,14 +326,20 @@ typedef struct spw_trainer spw_trainer_t;
 /*
  * Registers with the coordinator when conf->coordinator is set (waiting up to a minute; offsets
  * are then committed on its signal only, whatever conf->commit_interval_ms says) and creates the
- * loop (spw_trainer_loop_new). conf is copied; its strings and borrowed objects must outlive the
- * trainer. NULL with errstr on failure.
+ * loop (spw_trainer_loop_new). Without a coordinator and with conf->checkpoint_dir, starts the
+ * checkpoints there (see the conf): a coordinator thread over ZeroMQ shards (on an ipc:// socket
+ * in a private temporary directory), or the trainer's own epochs over in-process shards, which
+ * it first restores from the directory's LATEST. conf is copied; its strings and borrowed
+ * objects must outlive the trainer. NULL with errstr on failure.
  */
 spw_trainer_t *spw_trainer_new(const struct spw_trainer_loop_conf *conf, char *errstr,
                                size_t errstr_size);
 
-/* Clock 0 with the coordinator (when there is one), then spw_trainer_loop_run. SPW_ERR_STOPPED
- * when a stop came before the first clock; otherwise as spw_trainer_loop_run. Call once. */
+/* Clock 0 with the coordinator (when there is one), then spw_trainer_loop_run; after a file's
+ * end (not a stop request) a final checkpoint: the coordinator's ("final" epoch; the trainer's
+ * Leave then rolls nothing back) or, with in-process shards and a checkpoint_dir, its own.
+ * SPW_ERR_STOPPED when a stop came before the first clock; a failed final checkpoint's error;
+ * otherwise as spw_trainer_loop_run. Call once. */
 spw_err_t spw_trainer_run(spw_trainer_t *trainer);
 
 /* Destroys the loop, then leaves the coordinator. NULL is a no-op. */
