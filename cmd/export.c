@@ -1,5 +1,5 @@
 /* `sparrow export`: a checkpoint's rows, or the rows changed between two epochs, as TSV or .npy
- * files with a metadata.json (sparrow/export.h, docs/FORMATS-export.md). */
+ * files with a metadata.json (sparrow/export.h, docs/FORMATS.md). */
 #include <inttypes.h>
 #include <stdio.h>
 
@@ -26,7 +26,7 @@ static const char usage[] =
     "count). --since E0: only the rows new or changed since epoch E0, and the keys E0 held\n"
     "that E does not (removed.tsv / removed.npy). Every shard checkpoint is verified against\n"
     "its manifest and read in key order, so memory stays small for any model size.\n"
-    "docs/FORMATS-export.md describes the files. Exit status: 0 done, 1 failed (nothing\n"
+    "docs/FORMATS.md describes the files. Exit status: 0 done, 1 failed (nothing\n"
     "left in PATH), 2 usage.\n";
 
 static int run(const spw_config_t *cfg)

@@ -28,7 +28,7 @@ static const char usage[] =
     "                    [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
     "Prints the feature key (u64, decimal) of each VALUE of field FIELD, one line per\n"
     "value in order, exactly as the trainer's file readers, ingest and serve hash them\n"
-    "(xxHash64 of the value's bytes seeded with the field id; docs/FORMATS-export.md): the\n"
+    "(xxHash64 of the value's bytes seeded with the field id; docs/FORMATS.md): the\n"
     "keys of `sparrow export`'s rows and of GET /v1/rows/KEY. --shards N adds a second\n"
     "column, the shard (0..N-1) that holds the key. A value of JSON input is hashed as its\n"
     "text (the number 13 as \"13\"); --format criteo takes FIELD as a column I1..I13 or\n"

@@ -18,7 +18,7 @@ const struct spw_config_prop spw_export_config_props[] = {
      "Output directory (required); it must not exist or be empty."},
     {"export.format", SPW_CONFIG_ENUM, "tsv", 0, 0, "tsv|npy",
      "Files written: tsv (rows.tsv: key and weights per line) or npy (keys.npy uint64, "
-     "weights.npy float32 n x dim), each with metadata.json (docs/FORMATS-export.md)."},
+     "weights.npy float32 n x dim), each with metadata.json (docs/FORMATS.md)."},
     {"export.log.dir", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
      "Directory for RocksDB's info logs while the checkpoints are read (never the checkpoint "
      "itself); unset: a temporary directory, removed after."},

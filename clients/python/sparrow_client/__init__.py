@@ -4,7 +4,7 @@
 - read_export: the files of `sparrow export` (numpy arrays when numpy is installed);
 - feature_key, field_id, shard_of: the feature-key hash, equal to `sparrow hash`.
 
-docs/FORMATS-export.md describes the export files and the hash.
+docs/FORMATS.md describes the export files and the hash.
 """
 
 from .export import Export, read_export, read_npy

@@ -1,4 +1,4 @@
-"""A reader of `sparrow export`'s output directory (docs/FORMATS-export.md): metadata.json, and
+"""A reader of `sparrow export`'s output directory (docs/FORMATS.md): metadata.json, and
 rows.tsv (tsv) or keys.npy + weights.npy (npy), plus removed.tsv / removed.npy after --since.
 
 numpy is optional: with it (use_numpy True, or None when it is importable) keys, removed and

@@ -1,4 +1,4 @@
-"""Sparrow's feature-key hash in pure Python, equal to `sparrow hash` (docs/FORMATS-export.md).
+"""Sparrow's feature-key hash in pure Python, equal to `sparrow hash` (docs/FORMATS.md).
 
 key = XXH64(value bytes, seed = field id); the field id of a name is the name itself when it is a
 decimal number up to 2**31 - 1 (no leading zero), else the low 31 bits of XXH64(name, seed 0),

@@ -1,5 +1,5 @@
 /* tools: `sparrow export`, a checkpoint epoch's rows (or the rows changed since an older epoch) as
- * files another stack reads: TSV or NumPy .npy, with a JSON metadata file (docs/FORMATS-export.md).
+ * files another stack reads: TSV or NumPy .npy, with a JSON metadata file (docs/FORMATS.md).
  */
 #ifndef SPARROW_EXPORT_H
 #define SPARROW_EXPORT_H

@@ -1,5 +1,5 @@
 /* tools: `sparrow hash`, the feature key (and shard) of a field's raw values, computed as the
- * trainer's file readers, ingest and serve compute them (docs/FORMATS-export.md, "Key hash"). */
+ * trainer's file readers, ingest and serve compute them (docs/FORMATS.md, "Key hash"). */
 #ifndef SPARROW_FEATURE_HASH_H
 #define SPARROW_FEATURE_HASH_H
 
