@@ -86,8 +86,9 @@ struct spw_trainer_loop {
     uint64_t next_mb_id;
     uint64_t filling_id; /* the micro-batch whose marks snapshot() adds */
     uint64_t read_examples;
-    bool eof;     /* the input ended (or max_examples) */
-    bool stopped; /* a stop request or a hook's SPW_ERR_STOPPED */
+    bool eof;            /* the input ended (or max_examples) */
+    bool reject_checked; /* Kafka: max_reject_ratio judged over the first records */
+    bool stopped;        /* a stop request or a hook's SPW_ERR_STOPPED */
     bool ran;
     bool ready; /* reported to http */
 
@@ -421,6 +422,47 @@ static spw_err_t store_acked(spw_trainer_loop_t *loop)
 
 /* ---- input ---- */
 
+static uint64_t rejected_total(const spw_trainer_loop_t *loop)
+{
+    uint64_t n = 0;
+    for (unsigned i = 0; i < SPW_REJECT__COUNT; i++)
+        n += loop->src.rejected[i];
+    return n;
+}
+
+/* max_reject_ratio: SPW_ERR_INVALID (logged, the likely cause named) when the input yielded no
+ * example or rejected too much. File input: its records at its end. Kafka: examples and rejected
+ * records once SPW_TRAINER_REJECT_CHECK_RECORDS were seen (the format is not in question there:
+ * ExampleBatch records come from ingest). */
+static spw_err_t check_rejects(spw_trainer_loop_t *loop)
+{
+    uint64_t rejected = rejected_total(loop);
+    uint64_t records = loop->src.kafka ? loop->read_examples + rejected : loop->src.records;
+    char explain[384] = "", errstr[1024];
+    if (loop->src.reader)
+        spw_reader_explain(loop->src.reader, "trainer.format", explain, sizeof(explain));
+    else
+        snprintf(explain, sizeof(explain),
+                 "its records should be sparrow.ExampleBatch, as `sparrow ingest` writes them "
+                 "(judged over the first %u)",
+                 SPW_TRAINER_REJECT_CHECK_RECORDS);
+    if (spw_ingest_reject_check(loop->conf.in, records, rejected, loop->src.rejected,
+                                loop->conf.max_reject_ratio, "trainer.max_reject_ratio", explain,
+                                errstr, sizeof(errstr)) == SPW_OK)
+        return SPW_OK;
+    SPW_ERROR("input rejected", "error=\"%s\"", errstr);
+    return SPW_ERR_INVALID;
+}
+
+/* Logs a failure of the input itself (a read error, a damaged gzip file, an unknown format). */
+static void log_input_error(spw_trainer_loop_t *loop, spw_err_t err)
+{
+    if (loop->src.kafka || err == SPW_ERR_STOPPED)
+        return; /* the consumer logs its own failures */
+    SPW_ERROR("input failed", "in=%s error=\"%s\" detail=\"%s\"", loop->conf.in, spw_err_str(err),
+              loop->src.fail[0] ? loop->src.fail : "-");
+}
+
 static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
 {
     const struct spw_trainer_loop_conf *conf = &loop->conf;
@@ -455,10 +497,18 @@ static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
         }
         if (err == SPW_ERR_INVALID) {
             err = SPW_OK;
+            if (loop->src.kafka && !loop->reject_checked &&
+                loop->read_examples + rejected_total(loop) >= SPW_TRAINER_REJECT_CHECK_RECORDS) {
+                loop->reject_checked = true;
+                if ((err = check_rejects(loop)))
+                    break;
+            }
             continue;
         }
-        if (err)
+        if (err) {
+            log_input_error(loop, err);
             break;
+        }
         err = spw_batch_add_example(mb->batch, ex);
         if (err == SPW_ERR_INVALID) {
             spw_trn__source_reject(&loop->src);
@@ -468,6 +518,12 @@ static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
         if (err)
             break;
         loop->read_examples++;
+        if (loop->src.kafka && !loop->reject_checked &&
+            loop->read_examples + rejected_total(loop) >= SPW_TRAINER_REJECT_CHECK_RECORDS) {
+            loop->reject_checked = true;
+            if ((err = check_rejects(loop)))
+                break;
+        }
     }
     loop->stats.records = loop->src.records;
     if (err)
@@ -1202,6 +1258,9 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
         if (!loop->cur->filled)
             err = fill(loop, loop->cur);
     }
+    /* the end of a file (or max_examples) is where its records are judged */
+    if (!err && loop->eof && !loop->src.kafka && !spw_signal_stop_requested())
+        err = check_rejects(loop);
     if (err)
         SPW_ERROR("trainer loop failed", "error=\"%s\" detail=\"%s\"", spw_err_str(err),
                   spw_ps_client_errstr(loop->client));
