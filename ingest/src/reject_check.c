@@ -27,7 +27,7 @@ spw_err_t spw_ingest_reject_check(const char *in, uint64_t records, uint64_t rej
         snprintf(most, sizeof(most), ", most as %s",
                  spw_reject_reason_name((enum spw_reject_reason)top));
     snprintf(errstr, errstr_size,
-             "%s: %" PRIu64 " of %" PRIu64 " records rejected (%.0f%%, above %s=%g)%s%s%s", in,
+             "%s: %" PRIu64 " of %" PRIu64 " records rejected (%.3g%%, above %s=%g)%s%s%s", in,
              rejected, records, 100.0 * (double)rejected / (double)records, ratio_prop, max_ratio,
              most, sep, explain ? explain : "");
     return SPW_ERR_INVALID;
