@@ -74,4 +74,23 @@ SPARROW_TRAINER_BACTH=64 SPARROW_PSERVER_DIM=9 expect_rc 0 env.log \
     "$SPARROW" "${TRAIN[@]}" --in file:c.tsv
 expect_line env.log 'WARN trainer unknown environment variable ignored var=SPARROW_TRAINER_BACTH command=trainer hint="did you mean trainer.batch (SPARROW_TRAINER_BATCH)?"'
 if grep -q "SPARROW_PSERVER_DIM" env.log; then fail "a pserver property was warned about"; fi
+# A trainer and a shard that disagree on the dim fail at connect, naming both settings.
+PP=$(free_port)
+"$SPARROW" pserver --listen "tcp://127.0.0.1:$PP" --dim 16 --data-dir ps16 --http-port -1 \
+    2>ps16.log &
+PIDS+=("$!")
+expect_rc 1 dim.log timeout 60 "$SPARROW" trainer --in file:c.tsv --shards "tcp://127.0.0.1:$PP" \
+    --http-port -1
+expect_line dim.log "trainer.model=fm needs dim 9 (trainer.latent_dim=8 + 1) but shard 0 (tcp://127.0.0.1:$PP) serves pserver.dim=16"
+# pserver.dim=auto takes the first trainer's dim and keeps it for the next.
+PA=$(free_port)
+"$SPARROW" pserver --listen "tcp://127.0.0.1:$PA" --dim auto --data-dir psauto --http-port -1 \
+    2>psauto.log &
+PIDS+=("$!")
+expect_rc 0 auto_fm.log timeout 60 "$SPARROW" trainer --in file:c.tsv --shards "tcp://127.0.0.1:$PA" \
+    --http-port -1 --latent-dim 4
+expect_line psauto.log "pserver dim taken from its first client dim=5"
+expect_rc 1 auto_lr.log timeout 60 "$SPARROW" trainer --in file:c.tsv --shards "tcp://127.0.0.1:$PA" \
+    --http-port -1 --model lr
+expect_line auto_lr.log "trainer.model=lr needs dim 1 but shard 0 (tcp://127.0.0.1:$PA) serves pserver.dim=5"
 echo PASS

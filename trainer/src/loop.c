@@ -420,6 +420,60 @@ static spw_err_t store_acked(spw_trainer_loop_t *loop)
     return SPW_OK;
 }
 
+/* ---- the shards' hello ---- */
+
+/* Before the first pull: every shard's dim against the model's (a shard of pserver.dim=auto takes
+ * it), so that a mismatch fails at connect as the configuration error it is, naming both sides.
+ * Waits for shards that are not up yet as a pull does. SPW_ERR_INVALID (logged) on a mismatch. */
+static spw_err_t hello_shards(spw_trainer_loop_t *loop)
+{
+    if (loop->conf.inproc_shards)
+        return SPW_OK; /* made with the model's dim */
+    uint32_t n = spw_ps_client_shards(loop->client), bad = 0;
+    uint32_t *dims = calloc(n, sizeof(*dims));
+    if (!dims)
+        return SPW_ERR_NOMEM;
+    uint64_t t0 = spw_time_mono_ms();
+    spw_err_t err;
+    while ((err = spw_ps_client_hello(loop->client, PULL_WAIT_SLICE_MS, dims, &bad)) ==
+           SPW_ERR_TIMEOUT) {
+        if (spw_time_mono_ms() - t0 >= PULL_NOT_READY_MS)
+            set_ready(loop, false, "waiting for parameter-server shards");
+    }
+    if (err == SPW_ERR_INVALID) {
+        const struct spw_model *m = &loop->conf.params.model;
+        char need[96], fix[160];
+        if (m->kind == SPW_MODEL_FM)
+            snprintf(need, sizeof(need), "dim %u (trainer.latent_dim=%u + 1)", m->dim,
+                     m->latent_dim);
+        else
+            snprintf(need, sizeof(need), "dim %u", m->dim);
+        if (dims[bad] == 0)
+            snprintf(fix, sizeof(fix), "start the shards with pserver.dim=%u", m->dim);
+        else if (dims[bad] >= 2)
+            snprintf(
+                fix, sizeof(fix),
+                "start the shards with pserver.dim=%u (or pserver.dim=auto on an empty shard), "
+                "or train trainer.model=fm with trainer.latent_dim=%u",
+                m->dim, dims[bad] - 1);
+        else
+            snprintf(
+                fix, sizeof(fix),
+                "start the shards with pserver.dim=%u (or pserver.dim=auto on an empty shard), "
+                "or train trainer.model=lr",
+                m->dim);
+        SPW_ERROR("configuration mismatch with the shards",
+                  "error=\"trainer.model=%s needs %s but shard %u (%s) serves pserver.dim=%u: "
+                  "%s\"",
+                  spw_model_kind_name(m->kind), need, bad,
+                  spw_ps_client_endpoint(loop->client, bad), dims[bad], fix);
+    } else if (err == SPW_OK) {
+        SPW_INFO("shards agree on the dim", "shards=%u dim=%u", n, loop->dim);
+    }
+    free(dims);
+    return err == SPW_ERR_STOPPED ? SPW_OK : err; /* a stop: the loop sees it and ends */
+}
+
 /* ---- input ---- */
 
 static uint64_t rejected_total(const spw_trainer_loop_t *loop)
@@ -1198,7 +1252,10 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
     loop->slow_mark_ns = loop->start_ns;
     step_reset(loop);
     const uint32_t acc_steps = loop->conf.params.acc_steps;
-    spw_err_t err = fill(loop, loop->cur);
+    spw_err_t err = hello_shards(loop);
+    if (err)
+        return finish(loop, err);
+    err = fill(loop, loop->cur);
     while (!err) {
         if (loop->stopped || spw_signal_stop_requested())
             break;
