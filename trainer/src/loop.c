@@ -1152,6 +1152,7 @@ void spw_trainer_loop_get_stats(const spw_trainer_loop_t *loop, struct spw_train
     *out = loop->stats;
     out->records = loop->src.records;
     out->duplicates = loop->src.duplicates;
+    out->lost = loop->src.consumer ? spw_kafka_consumer_lost(loop->src.consumer) : 0;
     out->rejected = 0;
     for (unsigned i = 0; i < SPW_REJECT__COUNT; i++)
         out->rejected += loop->src.rejected[i];
@@ -1225,7 +1226,8 @@ static spw_err_t finish(spw_trainer_loop_t *loop, spw_err_t run_err)
              "bayes_cumulative_logloss=%.5f bytes_per_example=%.2f "
              "step_bytes_per_example=%.2f rows_pushed=%llu "
              "residual_flushed=%llu steps=%llu rejected=%llu records=%llu "
-             "dropped=%llu duplicates=%llu offsets_stored=%llu seconds=%.3f compute_s=%.3f "
+             "dropped=%llu duplicates=%llu lost_to_retention=%llu offsets_stored=%llu "
+             "seconds=%.3f compute_s=%.3f "
              "pull_wait_s=%.3f "
              "slowed_s=%.3f status=\"%s\"",
              (unsigned long long)st.examples, secs > 0 ? (double)st.examples / secs : 0.0,
@@ -1237,9 +1239,10 @@ static spw_err_t finish(spw_trainer_loop_t *loop, spw_err_t run_err)
              (unsigned long long)st.rows_pushed, (unsigned long long)ts.rows_flushed,
              (unsigned long long)st.steps, (unsigned long long)st.rejected,
              (unsigned long long)st.records, (unsigned long long)st.dropped_examples,
-             (unsigned long long)st.duplicates, (unsigned long long)st.offsets_stored, secs,
-             (double)st.compute_ns * 1e-9, (double)st.pull_wait_ns * 1e-9,
-             (double)st.slowed_ns * 1e-9, spw_err_str(run_err ? run_err : err));
+             (unsigned long long)st.duplicates, (unsigned long long)st.lost,
+             (unsigned long long)st.offsets_stored, secs, (double)st.compute_ns * 1e-9,
+             (double)st.pull_wait_ns * 1e-9, (double)st.slowed_ns * 1e-9,
+             spw_err_str(run_err ? run_err : err));
     return run_err ? run_err : err;
 }
 

@@ -287,6 +287,8 @@ struct spw_trainer_loop_stats {
     uint64_t examples;         /* trained on */
     uint64_t rejected;         /* malformed records and invalid examples skipped */
     uint64_t records;          /* input records read (file: examples; Kafka: ExampleBatch) */
+    uint64_t lost;             /* Kafka records deleted by retention before they were read (the
+                                  consumer's sparrow_kafka_offsets_lost_total) */
     uint64_t micro_batches;    /* computed */
     uint64_t dropped_examples; /* read but not trained (a stop during their pull) */
     uint64_t steps;            /* pushes of steps */
