@@ -378,6 +378,9 @@ static void dedup_mark(spw_ps_server_t *srv, struct spw_ps__dedup_entry *e, uint
 
 /* ---- handlers ---- */
 
+static spw_err_t open_model(spw_ps_server_t *srv, bool restore_state_now, char *errstr,
+                            size_t errstr_size);
+
 static bool keys_in_shard(const spw_ps_server_t *srv, const uint64_t *keys, size_t n)
 {
     if (srv->conf.shards <= 1)
@@ -940,11 +943,23 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
     if (req->restore->has_generation)
         srv->fence = req->restore->generation;
     /* the open steps postdate the epoch restored: discarded whole */
-    size_t dropped = spw_ps__steps_pending(srv->steps);
-    spw_ps__steps_clear(srv->steps);
+    size_t dropped = srv->steps ? spw_ps__steps_pending(srv->steps) : 0;
+    if (srv->steps)
+        spw_ps__steps_clear(srv->steps);
     if (dropped)
         spw_counter_add(srv->m.steps_restore_dropped, dropped);
     char err[1024] = "";
+    if (srv->dim_pending && epoch == 0) {
+        /* pserver.dim=auto, no dim yet: already the empty model; the dim still comes later */
+        srv->epoch = 0;
+        Sparrow__RestoreReply rr0 = SPARROW__RESTORE_REPLY__INIT;
+        rr0.has_epoch = rr0.has_rows = true;
+        Sparrow__Reply reply0 = reply_for(req->request_id);
+        reply0.body_case = SPARROW__REPLY__BODY_RESTORE;
+        reply0.restore = &rr0;
+        send_reply(srv, peer, &reply0);
+        return;
+    }
     if (epoch > 0) {
         /* verify before closing the live store, so that a bad epoch changes nothing */
         char dir[4096];
@@ -967,10 +982,30 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
     else
         rc = spw_ps_checkpoint_restore_epoch(srv->ckpt_dir, srv->conf.store.shard, epoch,
                                              srv->db_path, err, sizeof(err));
+    char oerr[512] = "";
+    if (srv->dim_pending) {
+        /* pserver.dim=auto: the restored checkpoint's dim, from now on */
+        enum spw_ps_optimizer opt;
+        uint32_t dim = 0;
+        if (rc == SPW_OK &&
+            (rc = spw_ps_store_peek_dim(srv->db_path, &dim, &opt, err, sizeof(err))) == SPW_OK) {
+            srv->conf.store.dim = dim;
+            if ((rc = open_model(srv, false, oerr, sizeof(oerr))) != SPW_OK)
+                snprintf(err, sizeof(err), "%s", oerr);
+        }
+        if (rc != SPW_OK) {
+            SPW_ERROR("restore failed", "epoch=%" PRIu64 " err=\"%s\"", epoch, err);
+            send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_UNAVAILABLE, err);
+            return;
+        }
+        srv->dim_pending = false;
+        SPW_INFO("pserver dim taken from the restored checkpoint",
+                 "dim=%u epoch=%" PRIu64 " (pserver.dim=auto)", dim, epoch);
+    }
     struct spw_ps_store_conf sc = srv->conf.store;
     sc.db_path = srv->db_path;
-    char oerr[512] = "";
-    srv->store = spw_ps_store_open(&sc, oerr, sizeof(oerr));
+    if (!srv->store)
+        srv->store = spw_ps_store_open(&sc, oerr, sizeof(oerr));
     if (!srv->store) {
         /* no store to serve from: exit loudly, the restarted shard restores at startup */
         SPW_ERROR("reopening the store after a restore failed", "epoch=%" PRIu64 " err=\"%s\"",
@@ -1017,10 +1052,10 @@ static void handle_health(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     send_reply(srv, peer, &reply);
 }
 
-static spw_err_t open_model(spw_ps_server_t *srv, char *errstr, size_t errstr_size);
 
 /* pserver.dim=auto before any dim: a pull or push that carries one fixes it (the model is opened
- * with it); stats and health are served without it; anything else waits (UNAVAILABLE, which
+ * with it); stats and health are served without it, and a restore takes the checkpoint's (the
+ * coordinator's recovery may come before any trainer); anything else waits (UNAVAILABLE, which
  * clients resend). false when req was answered here. */
 static bool take_dim(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
 {
@@ -1031,7 +1066,8 @@ static bool take_dim(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Req
         dim = req->push->dim;
     if (dim == 0 || dim > SPW_PS_MAX_DIM) {
         if (req->body_case == SPARROW__REQUEST__BODY_STATS ||
-            req->body_case == SPARROW__REQUEST__BODY_HEALTH)
+            req->body_case == SPARROW__REQUEST__BODY_HEALTH ||
+            req->body_case == SPARROW__REQUEST__BODY_RESTORE) /* a checkpoint holds its dim */
             return true;
         send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_UNAVAILABLE,
                    "pserver.dim=auto: no client has told the row dimension yet (a trainer's "
@@ -1041,7 +1077,7 @@ static bool take_dim(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Req
     }
     srv->conf.store.dim = dim;
     char errstr[512];
-    spw_err_t err = open_model(srv, errstr, sizeof(errstr));
+    spw_err_t err = open_model(srv, srv->conf.restore, errstr, sizeof(errstr));
     if (err) {
         SPW_ERROR("pserver failed to open its model", "dim=%u error=\"%s\"", dim, errstr);
         srv->fatal = err;
@@ -1272,7 +1308,7 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
     }
     if (srv->conf.store.dim == 0)
         srv->dim_pending = true;
-    else if (open_model(srv, errstr, errstr_size) != SPW_OK)
+    else if (open_model(srv, srv->conf.restore, errstr, errstr_size) != SPW_OK)
         goto out_destroy;
     srv->arena = spw_arena_new(1u << 20, srv->conf.max_frame * 6 + (1u << 20));
     srv->zctx = zmq_ctx_new();
@@ -1336,9 +1372,10 @@ out_destroy:
 }
 
 /* What needs the row dim (srv->conf.store.dim, set): the two-phase table, the publisher's row
- * buffer, the store (and the state of a restored checkpoint). At start, or on the first client's
- * dim under pserver.dim=auto. */
-static spw_err_t open_model(spw_ps_server_t *srv, char *errstr, size_t errstr_size)
+ * buffer, the store (and, with restore_state_now, the state of the checkpoint restored at start).
+ * At start, or once pserver.dim=auto learnt the dim (a first client, a restore). */
+static spw_err_t open_model(spw_ps_server_t *srv, bool restore_state_now, char *errstr,
+                            size_t errstr_size)
 {
     uint32_t dim = srv->conf.store.dim;
     srv->steps = spw_ps__steps_new(dim, srv->conf.steps_max_bytes ? srv->conf.steps_max_bytes
@@ -1354,7 +1391,7 @@ static spw_err_t open_model(spw_ps_server_t *srv, char *errstr, size_t errstr_si
     if (!srv->store)
         return SPW_ERR_STORE;
     spw_ps_store_set_now(srv->store, (uint32_t)(spw_time_wall_ms() / 1000));
-    if (srv->conf.restore)
+    if (restore_state_now)
         restore_state(srv, srv->epoch);
     return SPW_OK;
 }
