@@ -1052,7 +1052,6 @@ static void handle_health(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     send_reply(srv, peer, &reply);
 }
 
-
 /* pserver.dim=auto before any dim: a pull or push that carries one fixes it (the model is opened
  * with it); stats and health are served without it, and a restore takes the checkpoint's (the
  * coordinator's recovery may come before any trainer); anything else waits (UNAVAILABLE, which
