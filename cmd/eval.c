@@ -33,10 +33,10 @@ static const struct spw_cli_flag flags[] = {
 
 static const char usage[] =
     "usage: sparrow eval --checkpoint DIR [--epoch E] --in file:PATH [--format "
-    "pb|json|criteo]\n"
+    "auto|pb|json|criteo]\n"
     "                    [--json]\n"
     "       sparrow eval --shards tcp://H:P,... [--model lr|fm] [--latent-dim K]\n"
-    "                    --in file:PATH [--format pb|json|criteo] [--json] [--timeout T]\n"
+    "                    --in file:PATH [--format auto|pb|json|criteo] [--json] [--timeout T]\n"
     "       [--schema FILE] [--batch B] [--log-level L] [--config FILE] [--set key=value]...\n"
     "       [--dump-config] [--help]\n\n"
     "Scores a held-out file with a trained model, without training (docs/ARCHITECTURE.md "

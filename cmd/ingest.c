@@ -30,7 +30,7 @@ static const struct spw_cli_alias aliases[] = {
 static const char usage[] =
     "usage: sparrow ingest --in kafka://HOST:PORT/TOPIC|file:PATH\n"
     "                      --out kafka://HOST:PORT/TOPIC|file:PATH [--dlq URL]\n"
-    "                      [--format pb|json|criteo] [--group G] [--key-field NAME]\n"
+    "                      [--format auto|pb|json|criteo] [--group G] [--key-field NAME]\n"
     "                      [--batch-size N] [--linger 50ms] [--strict true]\n"
     "                      [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
     "Reads raw events, validates them into ExampleBatch records (batched per key bucket)\n"

@@ -1,5 +1,6 @@
 /* `sparrow kafka-mock`: librdkafka's mock cluster as its own process, for tests and demos. */
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +126,17 @@ static int run(const spw_config_t *cfg)
     fflush(stdout);
     SPW_INFO("mock cluster up", "bootstrap=%s brokers=%d topics=%zu", bootstraps, conf.brokers,
              conf.n_topics);
+    SPW_INFO("mock retention",
+             "bytes_per_partition=%u msgsets_per_partition=%u hint=\"older "
+             "records are deleted past either, read or not (librdkafka's mock, fixed); "
+             "partitions nearing or past it are logged\"",
+             SPW_KAFKA_MOCK_RETENTION_BYTES, SPW_KAFKA_MOCK_RETENTION_MSGSETS);
+    spw_kafka_mock_watch_t *watch =
+        conf.watch_ms
+            ? spw_kafka_mock_watch_start(bootstraps, conf.watch_ms, errstr, sizeof(errstr))
+            : NULL;
+    if (conf.watch_ms && !watch)
+        SPW_WARN("retention watch not started", "error=\"%s\"", errstr);
 
     char line[KM_LINE_MAX];
     size_t used = 0;
@@ -138,8 +150,9 @@ static int run(const spw_config_t *cfg)
                 break;
         }
     }
-    SPW_INFO("mock cluster stopping", "reason=%s",
-             spw_signal_stop_requested() ? "signal" : "stdin-eof");
+    uint64_t deleted = spw_kafka_mock_watch_stop(watch);
+    SPW_INFO("mock cluster stopping", "reason=%s deleted_to_retention=%" PRIu64,
+             spw_signal_stop_requested() ? "signal" : "stdin-eof", deleted);
     rc = 0;
 out_destroy_mock:
     spw_kafka_mock_destroy(mock);

@@ -20,7 +20,7 @@ static const struct spw_cli_alias aliases[] = {
 
 static const char usage[] =
     "usage: sparrow pserver [--listen tcp://HOST:PORT] [--shard I] [--shards N]\n"
-    "                       [--dim D] [--optimizer sgd|adagrad|adam|ftrl]\n"
+    "                       [--dim D|auto] [--optimizer sgd|adagrad|adam|ftrl]\n"
     "                       [--data-dir DIR] [--memory-mb MB] [--http-port P]\n"
     "                       [--log-level L] [--config FILE] [--set key=value]...\n"
     "                       [--dump-config] [--help]\n\n"

@@ -111,6 +111,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(plain_commands) / sizeof(plain_commands[0]); i++)
         if (strcmp(plain_commands[i].name, name) == 0)
             return plain_commands[i].main(argc - 1, argv + 1);
+    static struct spw_config_table tables[sizeof(commands) / sizeof(commands[0])];
+    for (size_t i = 0; i < n_commands; i++)
+        tables[i] = (struct spw_config_table){commands[i]->props, *commands[i]->n_props};
+    spw_cli_set_all_tables(tables, n_commands);
     for (size_t i = 0; i < n_commands; i++)
         if (strcmp(commands[i]->name, name) == 0)
             return spw_cli_command_main(commands[i], argc - 1, argv + 1);

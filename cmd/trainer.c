@@ -32,7 +32,7 @@ static const struct spw_cli_alias aliases[] = {
 };
 
 static const char usage[] =
-    "usage: sparrow trainer --in file:PATH|kafka://HOST:PORT/TOPIC [--format pb|json|criteo]\n"
+    "usage: sparrow trainer --in file:PATH|kafka://HOST:PORT/TOPIC [--format auto|pb|json|criteo]\n"
     "                       [--shards tcp://H:P,...|inproc[:N]] [--model lr|fm]\n"
     "                       [--latent-dim K] [--batch B] [--acc-steps N] [--topk R]\n"
     "                       [--backend cpu|cuda|auto] [--group G] [--id I]\n"

@@ -9,7 +9,7 @@ packages=(
     librdkafka-dev librocksdb-dev
     libprotobuf-c-dev protobuf-c-compiler
     libcmocka-dev libzmq3-dev libmicrohttpd-dev
-    libxxhash-dev libjson-c-dev libopenblas-dev
+    libxxhash-dev libjson-c-dev libopenblas-dev zlib1g-dev
     kcat prometheus wrk
     gnuplot-nox time procps curl python3
 )

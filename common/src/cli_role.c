@@ -41,6 +41,47 @@ static int load(const struct spw_cli_command *cmd, spw_config_t *cfg, int argc, 
     return 0;
 }
 
+static const struct spw_config_table *all_tables;
+static size_t n_all_tables;
+
+void spw_cli_set_all_tables(const struct spw_config_table *tables, size_t n_tables)
+{
+    all_tables = tables;
+    n_all_tables = n_tables;
+}
+
+const char *const spw_cli_tool_env[] = {
+    "SPARROW_SKIP_DEPS",     "SPARROW_SANITIZE",
+    "SPARROW_CUDA",          "SPARROW_WERROR",
+    "SPARROW_NVCC",          "SPARROW_BENCH",
+    "SPARROW_TESTS",         "SPARROW_FUZZ",
+    "SPARROW_SCALING_MODES", "SPARROW_SCALING_CANDIDATES",
+};
+const size_t spw_cli_tool_env_n = sizeof(spw_cli_tool_env) / sizeof(spw_cli_tool_env[0]);
+
+static void warn_env(void *opaque, const char *var, const char *hint)
+{
+    const struct spw_cli_command *cmd = opaque;
+    if (hint)
+        SPW_WARN("unknown environment variable ignored", "var=%s command=%s hint=\"%s\"", var,
+                 cmd->name, hint);
+    else
+        SPW_WARN("unknown environment variable ignored",
+                 "var=%s command=%s hint=\"no property has this name (sparrow %s --help lists "
+                 "them)\"",
+                 var, cmd->name, cmd->name);
+}
+
+/* Warns about the SPARROW_* variables no command knows. */
+static void check_env(const struct spw_cli_command *cmd)
+{
+    struct spw_config_table own = {cmd->props, *cmd->n_props};
+    const struct spw_config_table *tables = all_tables ? all_tables : &own;
+    size_t n = all_tables ? n_all_tables : 1;
+    spw_config_env_unknown(environ, tables, n, spw_cli_tool_env, spw_cli_tool_env_n, warn_env,
+                           (void *)cmd);
+}
+
 spw_config_t *spw_cli_command_init(const struct spw_cli_command *cmd, int argc, char **argv,
                                    int *exit_code)
 {
@@ -71,6 +112,7 @@ spw_config_t *spw_cli_command_init(const struct spw_cli_command *cmd, int argc, 
         spw_log_format_parse(text, &format);
     spw_log_set_format(format);
     spw_log_init(cmd->name, level);
+    check_env(cmd);
     spw_signal_install();
     return cfg;
 }

@@ -133,8 +133,7 @@ static const char *type_name(enum spw_config_type type)
     return "?";
 }
 
-/* SPARROW_ + the name upper-cased, '.' and '-' as '_'. */
-static void env_name(const char *name, char *buf, size_t size)
+void spw_config_env_name(const char *name, char *buf, size_t size)
 {
     size_t n = (size_t)snprintf(buf, size, "SPARROW_");
     for (const char *p = name; *p && n + 1 < size; p++)
@@ -279,8 +278,18 @@ spw_err_t spw_parse_double(const char *text, double *out)
     return SPW_OK;
 }
 
-/* "250ms", "5s", "2m", "1h" or plain milliseconds; digits only, no sign, no fraction. */
-static spw_err_t parse_duration(const char *text, int64_t *ms)
+/* A duration's text carries its unit, so that `trainer.log.interval=5` cannot silently mean 5 ms:
+ * a bare number is taken only when it is 0 (the same in every unit) or when the property's own
+ * name says milliseconds (ends in "_ms": trainer.debug.delay_ms=2). */
+static bool bare_ms_allowed(const char *name)
+{
+    size_t n = strlen(name);
+    return n >= 3 && strcmp(name + n - 3, "_ms") == 0;
+}
+
+/* "250ms", "5s", "2m", "1h" (or a bare number: *bare set, milliseconds); digits only, no sign, no
+ * fraction. */
+static spw_err_t parse_duration(const char *text, int64_t *ms, bool *bare)
 {
     size_t digits = 0;
     while (text[digits] >= '0' && text[digits] <= '9')
@@ -295,6 +304,7 @@ static spw_err_t parse_duration(const char *text, int64_t *ms)
         return SPW_ERR_INVALID;
     const char *unit = text + digits;
     int64_t mul;
+    *bare = unit[0] == '\0';
     if (strcmp(unit, "") == 0 || strcmp(unit, "ms") == 0)
         mul = 1;
     else if (strcmp(unit, "s") == 0)
@@ -388,11 +398,19 @@ static spw_err_t parse_value(const struct spw_config_prop *prop, const char *tex
         return SPW_OK;
     case SPW_CONFIG_DURATION_MS:
         fmt_range(prop, range, sizeof(range));
-        if (parse_duration(text, &v->i) != SPW_OK) {
+        bool bare = false;
+        if (parse_duration(text, &v->i, &bare) != SPW_OK) {
             errf(msg, msize,
-                 "%s: '%.80s' is not a duration (250ms, 5s, 2m, 1h, or plain milliseconds; "
+                 "%s: '%.80s' is not a duration (a number and a unit: 250ms, 5s, 2m, 1h; "
                  "expected one in %s)",
                  prop->name, text, range);
+            return SPW_ERR_INVALID;
+        }
+        if (bare && v->i != 0 && !bare_ms_allowed(prop->name)) {
+            errf(msg, msize,
+                 "%s: '%.80s' has no unit (write %.40sms, %.40ss, %.40sm or %.40sh; the accepted "
+                 "units are ms, s, m and h)",
+                 prop->name, text, text, text, text, text);
             return SPW_ERR_INVALID;
         }
         if ((double)v->i < prop->min || (double)v->i > prop->max) {
@@ -611,13 +629,13 @@ static spw_err_t check_table(const struct spw_config_prop *props, size_t n, char
                 return SPW_ERR_INVALID;
             }
         }
-        env_name(p->name, env_i, sizeof(env_i));
+        spw_config_env_name(p->name, env_i, sizeof(env_i));
         for (size_t j = 0; j < i; j++) {
             if (strcmp(props[j].name, p->name) == 0) {
                 errf(errstr, size, "%s: property listed twice", p->name);
                 return SPW_ERR_INVALID;
             }
-            env_name(props[j].name, env_j, sizeof(env_j));
+            spw_config_env_name(props[j].name, env_j, sizeof(env_j));
             if (!pass && props[j].type != SPW_CONFIG_PASSTHROUGH && strcmp(env_i, env_j) == 0) {
                 errf(errstr, size, "%s and %s share the environment variable %s", props[j].name,
                      p->name, env_i);
@@ -886,7 +904,7 @@ static spw_err_t apply_env(spw_config_t *cfg, char *const *envp, char *errstr, s
             const struct spw_config_prop *p = &cfg->props[i];
             if (p->type == SPW_CONFIG_PASSTHROUGH)
                 continue;
-            env_name(p->name, var, sizeof(var));
+            spw_config_env_name(p->name, var, sizeof(var));
             if (strlen(var) != nlen || memcmp(var, *e, nlen) != 0)
                 continue;
             char msg[MSG_MAX];
@@ -1150,7 +1168,7 @@ void spw_config_doc_markdown(const struct spw_config_prop *props, size_t n_props
         if (p->type == SPW_CONFIG_PASSTHROUGH) {
             fputs(" | (file or `--set` only) | ", out);
         } else {
-            env_name(p->name, var, sizeof(var));
+            spw_config_env_name(p->name, var, sizeof(var));
             fprintf(out, " | `%s` | ", var);
         }
         md_text(p->desc ? p->desc : "", out);

@@ -42,7 +42,7 @@ const char *spw_err_str(spw_err_t err)
     case SPW_ERR_STOPPED:
         return "stopped";
     case SPW_ERR_UNSUPPORTED:
-        return "not supported in this build";
+        return "not supported";
     default:
         return "unknown error";
     }

@@ -24,6 +24,8 @@ void spw_ingest__dead_letter(struct spw_ingest *in, const void *key, size_t key_
         {"detail", perr->message, strnlen(perr->message, sizeof(perr->message))},
     };
     in->n_rejected++;
+    if ((unsigned)perr->reason < SPW_REJECT__COUNT)
+        in->rejected_by[perr->reason]++;
     if (in->m_rejected[perr->reason])
         spw_counter_inc(in->m_rejected[perr->reason]);
     SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "event dead-lettered",

@@ -11,8 +11,15 @@ const struct spw_config_prop spw_ingest_config_props[] = {
      "Output: kafka://HOST:PORT/TOPIC or file:PATH (length-delimited ExampleBatch records)."},
     {"ingest.dlq", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
      "Dead-letter output (kafka://... or file:...); unset: the output topic or path plus .dlq."},
-    {"ingest.format", SPW_CONFIG_ENUM, "json", 0, 0, "pb|json|criteo",
-     "Raw event format: one sparrow.Example per record (pb), JSON lines, or Criteo TSV."},
+    {"ingest.format", SPW_CONFIG_ENUM, "auto", 0, 0, "auto|pb|json|criteo",
+     "Raw event format: one sparrow.Example per record (pb), JSON lines, or Criteo TSV; auto "
+     "tells it from the first bytes of a file (or the first record of a Kafka input) and logs "
+     "it. gzip files are read as they are, whatever the format."},
+    {"ingest.max_reject_ratio", SPW_CONFIG_DOUBLE, "0.5", 0, 1, NULL,
+     "Largest share of events that may be dead-lettered: a file input above it (or yielding no "
+     "example) ends the run with exit 1 and a message naming the likely cause (the format); a "
+     "Kafka input is judged once, over its first 1000 events, and then only counts (1: never "
+     "fail)."},
     {"ingest.group", SPW_CONFIG_STRING, "sparrow-ingest", 0, 249, NULL,
      "Consumer group of the Kafka input."},
     {"ingest.start", SPW_CONFIG_ENUM, "earliest", 0, 0, "earliest|latest",
@@ -85,6 +92,7 @@ spw_err_t spw_ingest_conf_from_config(const spw_config_t *cfg, struct spw_ingest
         snprintf(errstr, errstr_size, "ingest.format: unknown format");
         return SPW_ERR_INVALID;
     }
+    conf->max_reject_ratio = spw_config_double(cfg, "ingest.max_reject_ratio");
     conf->group = spw_config_str(cfg, "ingest.group");
     conf->start_latest = strcmp(spw_config_str(cfg, "ingest.start"), "latest") == 0;
     conf->strict = spw_config_bool(cfg, "ingest.strict");

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ingest_int.h"
 #include "role_int.h"
 #include "sparrow/http.h"
 #include "sparrow/log.h"
@@ -12,6 +13,30 @@
 #include "sparrow/time.h"
 
 /* ---- events ---- */
+
+/* The format of a Kafka input under auto, from its first non-empty record (logged). SPW_OK,
+ * or SPW_ERR_UNSUPPORTED (the run fails) when it looks like none. */
+static spw_err_t detect_format(struct spw_ingest *in, const void *data, size_t len)
+{
+    enum spw_format looks;
+    char why[128];
+    spw_err_t err = spw_format_sniff(data, len, &looks, why, sizeof(why));
+    if (err == SPW_ERR_EOF)
+        return SPW_OK; /* a blank record tells nothing: it is judged as the next will be */
+    const char *comp = spw_format_compression(data, len);
+    if (err != SPW_OK || comp) {
+        SPW_ERROR("input format unknown",
+                  "in=%s offset=0 error=\"cannot tell the format of the first record: %s; set "
+                  "ingest.format\"",
+                  in->in_label, comp ? "it is compressed" : why);
+        spw_ingest__fail_run(in, SPW_ERR_UNSUPPORTED);
+        return SPW_ERR_UNSUPPORTED;
+    }
+    in->format = looks;
+    SPW_INFO("input format detected", "in=%s format=%s (from the first record)", in->in_label,
+             spw_format_name(looks));
+    return SPW_OK;
+}
 
 static spw_err_t parse_event(struct spw_ingest *in, const void *data, size_t len,
                              Sparrow__Example **ex, struct spw_parse_error *perr)
@@ -49,7 +74,11 @@ static void process_msg(struct spw_ingest *in, const struct spw_kafka_msg *msg)
                  in->limits.max_record_bytes);
         err = SPW_ERR_INVALID;
     } else {
-        err = parse_event(in, data, msg->len, &ex, &perr);
+        if (in->format == SPW_FORMAT_AUTO && detect_format(in, data, msg->len) != SPW_OK)
+            return;
+        err = in->format == SPW_FORMAT_AUTO
+                  ? spw_ingest__fail(&perr, SPW_REJECT_UNDECODABLE, "blank record")
+                  : parse_event(in, data, msg->len, &ex, &perr);
     }
     bool ok = err == SPW_OK && ex;
     if (ok)
@@ -162,6 +191,7 @@ spw_ingest_t *spw_ingest_new(const struct spw_ingest_conf *conf, char *errstr, s
         return NULL;
     }
     in->format = conf->format;
+    in->max_reject_ratio = conf->max_reject_ratio;
     in->limits = conf->limits;
     in->metrics = conf->metrics;
     in->http = conf->http;
@@ -237,6 +267,37 @@ static bool cycle_pending(struct spw_ingest *in)
     return in->cycle_events > 0 || spw_ingest__ring_cur(&in->ring)->n_parts > 0;
 }
 
+/* The cause of a bad share of rejects, for the message: the format read against the format the
+ * dead letters look like is not known for Kafka input; what was read is. */
+static void kafka_explain(const struct spw_ingest *in, char *buf, size_t size)
+{
+    snprintf(buf, size, "the events were read as ingest.format=%s; check the topic's format",
+             spw_format_name(in->format));
+}
+
+/* A Kafka input is judged once, when SPW_INGEST_REJECT_CHECK_EVENTS events were read: a wrong
+ * format shows at once, while later bad events of a healthy stream must not stop it. */
+static void check_kafka_rejects(struct spw_ingest *in)
+{
+    if (in->reject_checked || in->n_events < SPW_INGEST_REJECT_CHECK_EVENTS)
+        return;
+    in->reject_checked = true;
+    char explain[256], errstr[768];
+    kafka_explain(in, explain, sizeof(explain));
+    if (spw_ingest_reject_check(in->in_label, in->n_events, in->n_rejected, in->rejected_by,
+                                in->max_reject_ratio, "ingest.max_reject_ratio", explain, errstr,
+                                sizeof(errstr)) != SPW_OK) {
+        SPW_ERROR("input rejected", "error=\"%s (judged over the first %u events)\"", errstr,
+                  SPW_INGEST_REJECT_CHECK_EVENTS);
+        spw_ingest__fail_run(in, SPW_ERR_INVALID);
+    } else {
+        SPW_INFO("input reject share checked",
+                 "events=%" PRIu64 " rejected=%" PRIu64
+                 " max_reject_ratio=%g (from now on rejects are only counted)",
+                 in->n_events, in->n_rejected, in->max_reject_ratio);
+    }
+}
+
 static spw_err_t run_kafka(struct spw_ingest *in)
 {
     uint64_t next_commit = spw_time_mono_ms() + in->commit_interval_ms;
@@ -258,6 +319,7 @@ static spw_err_t run_kafka(struct spw_ingest *in)
             if (err == SPW_OK) {
                 process_msg(in, &msg);
                 spw_kafka_msg_release(&msg);
+                check_kafka_rejects(in);
             }
         }
         uint64_t now_ns = spw_time_mono_ns(), now = now_ns / 1000000u;
@@ -292,8 +354,9 @@ static spw_err_t run_file(struct spw_ingest *in)
         int64_t index = (int64_t)spw_reader_records(in->reader) - 1;
         if (err == SPW_OK && ex) {
             size_t raw_len = 0;
-            const void *raw =
-                in->format == SPW_FORMAT_PB ? spw_reader_raw(in->reader, &raw_len) : NULL;
+            const void *raw = spw_reader_format(in->reader) == SPW_FORMAT_PB
+                                  ? spw_reader_raw(in->reader, &raw_len)
+                                  : NULL;
             spw_ingest__add_example(in, ex, raw, raw_len, -1, 0);
         } else if (err == SPW_ERR_INVALID || err == SPW_ERR_TOO_BIG) {
             size_t len = 0;
@@ -302,13 +365,28 @@ static spw_err_t run_file(struct spw_ingest *in)
                 perr.reason = SPW_REJECT_OVERSIZED;
             spw_ingest__dead_letter(in, NULL, 0, raw ? raw : "", len, -1, index, &perr);
         } else {
-            SPW_ERROR("input read failed", "error=%s position=\"%s\"", spw_err_str(err),
-                      spw_reader_position(in->reader));
+            SPW_ERROR("input read failed", "in=%s error=%s position=\"%s\" detail=\"%s\"",
+                      in->in_label, spw_err_str(err), spw_reader_position(in->reader),
+                      perr.message);
             return err == SPW_OK ? SPW_ERR_STATE : err;
         }
         spw_ingest__poll_sinks(in, 0);
         spw_ingest__advance(in);
     }
+}
+
+/* At the end of a file: no example, or too many rejects, is a failed run, the likely cause named
+ * (the output is still drained: the dead letters show what was refused). */
+static spw_err_t check_file_rejects(struct spw_ingest *in)
+{
+    char explain[384], errstr[1024];
+    spw_reader_explain(in->reader, "ingest.format", explain, sizeof(explain));
+    if (spw_ingest_reject_check(in->in_label, in->n_events, in->n_rejected, in->rejected_by,
+                                in->max_reject_ratio, "ingest.max_reject_ratio", explain, errstr,
+                                sizeof(errstr)) == SPW_OK)
+        return SPW_OK;
+    SPW_ERROR("input rejected", "error=\"%s\"", errstr);
+    return SPW_ERR_INVALID;
 }
 
 /* Flush, deliver, store, commit: what SIGTERM and the end of a file input both do. SPW_OK when
@@ -346,6 +424,8 @@ spw_err_t spw_ingest_run(spw_ingest_t *in)
     if (in->reader) {
         err = run_file(in);
         in->last_event_ns = spw_time_mono_ns(); /* the file's end (or the stop) */
+        if (err == SPW_OK && !spw_signal_stop_requested())
+            err = check_file_rejects(in);
     } else {
         err = run_kafka(in);
     }

@@ -12,12 +12,17 @@
 #include <unistd.h>
 
 #include <json-c/json.h>
+#include <zlib.h>
 
+#include "sparrow/log.h"
 #include "sparrow/wire.h"
 
 #define READER_CHUNK     (64u << 10) /* the first buffer, for limits above 16 KiB */
 #define READER_MIN_CHUNK 1024u       /* the least buffer, whatever the limit */
 #define PB_MAX_PREFIX    10          /* bytes of a varint length prefix */
+#define SNIFF_BYTES      512u        /* enough of the first line to tell the format */
+#define MAGIC_BYTES      10u         /* the longest compression magic (spw_format_compression) */
+#define GZIP_CHUNK       (64u << 10) /* compressed bytes read at a time */
 
 /*
  * Buffer:  buf[0 .. start)    consumed
@@ -28,10 +33,20 @@
  * through the buffer without being kept.
  */
 struct spw_reader {
-    int fd;        /* >= 0: read(2) from it, else fread from stream */
-    FILE *stream;  /* borrowed */
-    bool close_fd; /* the reader opened fd */
-    enum spw_format format;
+    int fd;                    /* >= 0: read(2) from it, else fread from stream */
+    FILE *stream;              /* borrowed */
+    bool close_fd;             /* the reader opened fd */
+    enum spw_format format;    /* what records are read as (AUTO until started) */
+    enum spw_format requested; /* what the caller asked for */
+    bool started;              /* compression and format looked at (the first next) */
+    bool looks_known;          /* looks_like holds what the first bytes look like */
+    enum spw_format looks_like;
+    const char *compression; /* "gzip" when the input is inflated, else NULL */
+    z_stream *z;             /* gzip: the inflater of the raw bytes */
+    unsigned char *zin;      /* gzip: compressed bytes read, z->next_in into them */
+    bool raw_eof;            /* gzip: the compressed input has no more bytes */
+    bool member_end;         /* gzip: a member ended (another may follow: concatenated .gz) */
+    char fail[160];          /* why a sticky io_err other than a read error happened */
     struct spw_ingest_limits limits;
     const spw_schema_t *schema; /* borrowed */
     struct json_tokener *tok;   /* JSON only */
@@ -53,33 +68,84 @@ struct spw_reader {
     char pos[64];
 };
 
-/* Reads more bytes into buf[end .. cap) (end < cap). Sets eof at the end of the input. */
-static spw_err_t fill(spw_reader_t *reader)
+/* Reads up to room bytes of the raw input into dst: *n of them, 0 at its end. */
+static spw_err_t raw_read(spw_reader_t *reader, void *dst, size_t room, size_t *n)
 {
-    size_t room = reader->cap - reader->end;
-    assert(room > 0);
     if (reader->fd >= 0) {
         for (;;) {
-            ssize_t n = read(reader->fd, reader->buf + reader->end, room);
-            if (n > 0) {
-                reader->end += (size_t)n;
-                return SPW_OK;
-            }
-            if (n == 0) {
-                reader->eof = true;
+            ssize_t k = read(reader->fd, dst, room);
+            if (k >= 0) {
+                *n = (size_t)k;
                 return SPW_OK;
             }
             if (errno != EINTR)
                 return SPW_ERR_IO;
         }
     }
-    size_t n = fread(reader->buf + reader->end, 1, room, reader->stream);
-    reader->end += n;
-    if (n == 0) {
-        if (ferror(reader->stream))
-            return SPW_ERR_IO;
-        reader->eof = true;
+    *n = fread(dst, 1, room, reader->stream);
+    return *n == 0 && ferror(reader->stream) ? SPW_ERR_IO : SPW_OK;
+}
+
+/* Inflates into buf[end .. cap): at least one byte, or eof at the end of the last member.
+ * SPW_ERR_CORRUPT (fail says why) for a damaged or truncated gzip stream. */
+static spw_err_t fill_gzip(spw_reader_t *reader)
+{
+    z_stream *z = reader->z;
+    for (;;) {
+        if (z->avail_in == 0 && !reader->raw_eof) {
+            size_t n;
+            spw_err_t rc = raw_read(reader, reader->zin, GZIP_CHUNK, &n);
+            if (rc != SPW_OK)
+                return rc;
+            reader->raw_eof = n == 0;
+            z->next_in = reader->zin;
+            z->avail_in = (uInt)n;
+        }
+        if (reader->member_end) {
+            if (z->avail_in == 0) {
+                if (reader->raw_eof) {
+                    reader->eof = true;
+                    return SPW_OK;
+                }
+                continue;
+            }
+            inflateReset(z); /* concatenated members read as one stream, as gzip -d does */
+            reader->member_end = false;
+        }
+        if (z->avail_in == 0 && reader->raw_eof) {
+            snprintf(reader->fail, sizeof(reader->fail), "gzip stream truncated");
+            return SPW_ERR_CORRUPT;
+        }
+        size_t room = reader->cap - reader->end;
+        z->next_out = (Bytef *)reader->buf + reader->end;
+        z->avail_out = (uInt)(room > UINT32_MAX ? UINT32_MAX : room);
+        uInt before = z->avail_out;
+        int zrc = inflate(z, Z_NO_FLUSH);
+        reader->end += before - z->avail_out;
+        if (zrc == Z_STREAM_END) {
+            reader->member_end = true;
+        } else if (zrc != Z_OK && zrc != Z_BUF_ERROR) {
+            snprintf(reader->fail, sizeof(reader->fail), "gzip: %s", z->msg ? z->msg : zError(zrc));
+            return SPW_ERR_CORRUPT;
+        }
+        if (before != z->avail_out)
+            return SPW_OK;
     }
+}
+
+/* Reads more bytes into buf[end .. cap) (end < cap). Sets eof at the end of the input. */
+static spw_err_t fill(spw_reader_t *reader)
+{
+    size_t room = reader->cap - reader->end;
+    assert(room > 0);
+    if (reader->z)
+        return fill_gzip(reader);
+    size_t n;
+    spw_err_t rc = raw_read(reader, reader->buf + reader->end, room, &n);
+    if (rc != SPW_OK)
+        return rc;
+    reader->end += n;
+    reader->eof = n == 0;
     return SPW_OK;
 }
 
@@ -299,6 +365,101 @@ static spw_err_t next_pb(spw_reader_t *reader, spw_arena_t *arena, Sparrow__Exam
     return rc;
 }
 
+/* From here on the raw bytes are inflated: the bytes buffered so far are the first compressed
+ * ones. */
+static spw_err_t start_gzip(spw_reader_t *reader)
+{
+    reader->z = calloc(1, sizeof(*reader->z));
+    reader->zin = malloc(GZIP_CHUNK);
+    if (!reader->z || !reader->zin)
+        return SPW_ERR_NOMEM;
+    if (inflateInit2(reader->z, 15 + 16) != Z_OK) { /* 15 + 16: a gzip wrapper, 32 KiB window */
+        free(reader->z);
+        reader->z = NULL;
+        return SPW_ERR_NOMEM;
+    }
+    size_t avail = reader->end - reader->start;
+    memcpy(reader->zin, reader->buf + reader->start, avail);
+    reader->z->next_in = reader->zin;
+    reader->z->avail_in = (uInt)avail;
+    reader->raw_eof = reader->eof;
+    reader->eof = false;
+    reader->start = reader->end = reader->scan = 0;
+    reader->compression = "gzip";
+    return SPW_OK;
+}
+
+/* Buffers the first line, or SNIFF_BYTES of it, or the whole input when it is shorter. */
+static spw_err_t buffer_first_line(spw_reader_t *reader)
+{
+    for (;;) {
+        size_t avail = reader->end - reader->start;
+        if (reader->eof || avail >= SNIFF_BYTES || memchr(reader->buf + reader->start, '\n', avail))
+            return SPW_OK;
+        spw_err_t rc = make_room(reader, avail + 1);
+        if (rc == SPW_OK)
+            rc = fill(reader);
+        if (rc != SPW_OK)
+            return rc;
+    }
+}
+
+/*
+ * The first call's look at the input: its compression by magic number (gzip is inflated from
+ * here on; another is an error, as the parsers would refuse every record), then what its first
+ * bytes look like (spw_format_sniff): the format of SPW_FORMAT_AUTO (logged), or a warning when
+ * an explicit format is not what the data looks like (the roles' reject check explains it).
+ */
+static spw_err_t start(spw_reader_t *reader)
+{
+    reader->started = true;
+    spw_err_t rc = ensure(reader, MAGIC_BYTES);
+    if (rc != SPW_OK)
+        return rc;
+    const char *comp =
+        spw_format_compression(reader->buf + reader->start, reader->end - reader->start);
+    if (comp && strcmp(comp, "gzip") == 0) {
+        if ((rc = start_gzip(reader)) != SPW_OK)
+            return rc;
+    } else if (comp) {
+        snprintf(reader->fail, sizeof(reader->fail),
+                 "the input is compressed with %s; only gzip is read as it is (decompress it "
+                 "first)",
+                 comp);
+        return SPW_ERR_UNSUPPORTED;
+    }
+    if ((rc = buffer_first_line(reader)) != SPW_OK)
+        return rc;
+    char why[128];
+    enum spw_format looks;
+    spw_err_t sniffed = spw_format_sniff(reader->buf + reader->start, reader->end - reader->start,
+                                         &looks, why, sizeof(why));
+    if (sniffed == SPW_OK) {
+        reader->looks_known = true;
+        reader->looks_like = looks;
+    }
+    if (reader->requested != SPW_FORMAT_AUTO) {
+        if (sniffed == SPW_OK && looks != reader->requested)
+            SPW_WARN("input does not look like its format",
+                     "format=%s looks_like=%s compression=%s", spw_format_name(reader->requested),
+                     spw_format_name(looks), reader->compression ? reader->compression : "none");
+        return SPW_OK;
+    }
+    if (sniffed == SPW_ERR_INVALID) {
+        snprintf(reader->fail, sizeof(reader->fail), "cannot tell the input's format: %s", why);
+        return SPW_ERR_UNSUPPORTED;
+    }
+    /* nothing but blanks: no record whatever the format; the text reader says EOF */
+    reader->format = sniffed == SPW_OK ? looks : SPW_FORMAT_JSON;
+    if (reader->format == SPW_FORMAT_JSON && !(reader->tok = spw_ingest__json_tokener_new()))
+        return SPW_ERR_NOMEM;
+    if (sniffed == SPW_OK)
+        SPW_INFO("input format detected", "format=%s compression=%s",
+                 spw_format_name(reader->format),
+                 reader->compression ? reader->compression : "none");
+    return SPW_OK;
+}
+
 spw_err_t spw_reader_next(spw_reader_t *reader, spw_arena_t *arena, Sparrow__Example **out,
                           struct spw_parse_error *err)
 {
@@ -308,15 +469,24 @@ spw_err_t spw_reader_next(spw_reader_t *reader, spw_arena_t *arena, Sparrow__Exa
     reader->raw_len = 0;
     err->reason = SPW_REJECT_NONE;
     err->message[0] = '\0';
-    if (reader->io_err)
+    if (reader->io_err) {
+        snprintf(err->message, sizeof(err->message), "%s", reader->fail);
         return reader->io_err;
+    }
     if (reader->broken)
         return SPW_ERR_EOF;
-    spw_err_t rc = reader->format == SPW_FORMAT_PB ? next_pb(reader, arena, out, err)
-                                                   : next_text(reader, arena, out, err);
-    if (rc == SPW_ERR_IO) {
+    spw_err_t rc = reader->started ? SPW_OK : start(reader);
+    bool start_failed = rc != SPW_OK; /* sticky too: the reader is not set up to read */
+    if (rc == SPW_ERR_NOMEM)
+        snprintf(reader->fail, sizeof(reader->fail), "out of memory");
+    if (rc == SPW_OK)
+        rc = reader->format == SPW_FORMAT_PB ? next_pb(reader, arena, out, err)
+                                             : next_text(reader, arena, out, err);
+    if (start_failed || rc == SPW_ERR_IO || rc == SPW_ERR_CORRUPT || rc == SPW_ERR_UNSUPPORTED) {
         reader->io_err = rc;
-        snprintf(err->message, sizeof(err->message), "read error: %s", strerror(errno));
+        if (rc == SPW_ERR_IO)
+            snprintf(reader->fail, sizeof(reader->fail), "read error: %s", strerror(errno));
+        snprintf(err->message, sizeof(err->message), "%s", reader->fail);
     }
     return rc;
 }
@@ -330,10 +500,10 @@ static spw_reader_t *reader_new(enum spw_format format, const struct spw_ingest_
     if (!reader)
         goto out_nomem;
     reader->fd = -1;
-    reader->format = format;
+    reader->format = reader->requested = format;
     reader->limits = *limits;
     reader->schema = schema;
-    size_t slack = format == SPW_FORMAT_PB ? PB_MAX_PREFIX : 1;
+    size_t slack = format == SPW_FORMAT_PB || format == SPW_FORMAT_AUTO ? PB_MAX_PREFIX : 1;
     if (reader->limits.max_record_bytes > SIZE_MAX / 2)
         reader->limits.max_record_bytes = SIZE_MAX / 2;
     /* The first buffer holds a few records (so that a small limit still reads in blocks) and
@@ -415,8 +585,44 @@ void spw_reader_close(spw_reader_t *reader)
         close(reader->fd);
     if (reader->tok)
         json_tokener_free(reader->tok);
+    if (reader->z) {
+        inflateEnd(reader->z);
+        free(reader->z);
+    }
+    free(reader->zin);
     free(reader->buf);
     free(reader);
+}
+
+enum spw_format spw_reader_format(const spw_reader_t *reader)
+{
+    return reader->format;
+}
+
+const char *spw_reader_compression(const spw_reader_t *reader)
+{
+    return reader->compression;
+}
+
+void spw_reader_explain(const spw_reader_t *reader, const char *format_prop, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (!reader->started || reader->io_err)
+        return;
+    const char *comp = reader->compression ? " (gzip, inflated)" : "";
+    if (!reader->looks_known && reader->requested == SPW_FORMAT_AUTO)
+        return; /* nothing was told from the input (it holds no data) */
+    if (reader->looks_known && reader->looks_like != reader->format)
+        snprintf(buf, size,
+                 "the input%s was read as %s=%s but looks like %s: set %s=%s, or %s=auto to "
+                 "detect it",
+                 comp, format_prop, spw_format_name(reader->format),
+                 spw_format_title(reader->looks_like), format_prop,
+                 spw_format_name(reader->looks_like), format_prop);
+    else
+        snprintf(buf, size, "the input%s was read as %s=%s%s", comp, format_prop,
+                 spw_format_name(reader->format),
+                 reader->requested == SPW_FORMAT_AUTO ? " (detected)" : "");
 }
 
 const char *spw_reader_position(const spw_reader_t *reader)

@@ -131,6 +131,9 @@ struct spw_ingest {
     spw_counter_t *m_events, *m_examples, *m_batches, *m_rejected[SPW_REJECT__COUNT];
     spw_counter_t *m_delivery_failed;
     uint64_t n_events, n_examples, n_rejected;
+    uint64_t rejected_by[SPW_REJECT__COUNT];
+    double max_reject_ratio;
+    bool reject_checked; /* Kafka input: the first SPW_INGEST_REJECT_CHECK_EVENTS were judged */
     /* monotonic: the first event taken, and the end of the burst (or file) that held the last;
      * events_seconds in the stop line */
     uint64_t first_event_ns, last_event_ns;

@@ -458,9 +458,15 @@ static spw_err_t handle_offset_reset(spw_kafka_consumer_t *c, rd_kafka_message_t
         inc(c->m_lost_events, 1);
         SPW_ERROR("kafka offsets lost to retention",
                   "topic=%s partition=%" PRId32 " requested=%" PRId64 " earliest=%" PRId64
-                  " latest=%" PRId64 " lost=%" PRId64 " policy=%s detail=\"%s\"",
+                  " latest=%" PRId64 " lost=%" PRId64 " policy=%s detail=\"%s\" what=\"records "
+                  "%" PRId64 "..%" PRId64 " were deleted by the broker's retention before they "
+                  "were read: %s (counted in sparrow_kafka_offsets_lost_total)\"",
                   topic, partition, rkm->offset, lo, hi, lost,
-                  c->lost_policy == SPW_KAFKA_LOST_FAIL ? "fail" : "earliest", why);
+                  c->lost_policy == SPW_KAFKA_LOST_FAIL ? "fail" : "earliest", why, rkm->offset,
+                  lo - 1,
+                  c->lost_policy == SPW_KAFKA_LOST_FAIL
+                      ? "the run ends (strict)"
+                      : "they are skipped and reading goes on from the earliest record held");
         if (c->lost_policy == SPW_KAFKA_LOST_FAIL) {
             c->sticky = SPW_ERR_CORRUPT;
             return SPW_ERR_CORRUPT;

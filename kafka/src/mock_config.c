@@ -15,6 +15,10 @@ const struct spw_config_prop spw_kafka_mock_config_props[] = {
      "up, and removed at a clean exit (--port-file)."},
     {"kafka_mock.stdin_eof_exits", SPW_CONFIG_BOOL, "false", 0, 0, NULL,
      "Exit at the end of stdin, not only on SIGTERM/SIGINT (--stdin-eof-exits)."},
+    {"kafka_mock.retention.watch", SPW_CONFIG_DURATION_MS, "1s", 0, 60000, NULL,
+     "How often every partition is checked against the mock's fixed retention (5 MiB or 100000 "
+     "message sets per partition, printed at start): a WARN line when one nears it (estimated) "
+     "and when records were deleted; 0: not watched."},
     SPW_CONFIG_PROP_LOG_LEVEL("info"),
 };
 const size_t spw_kafka_mock_config_n_props =
@@ -39,6 +43,7 @@ spw_err_t spw_kafka_mock_conf_from_config(const spw_config_t *cfg, struct spw_ka
     const char *port_file = spw_config_str(cfg, "kafka_mock.port_file");
     conf->port_file = port_file && *port_file ? port_file : NULL;
     conf->stdin_eof_exits = spw_config_bool(cfg, "kafka_mock.stdin_eof_exits");
+    conf->watch_ms = (uint32_t)spw_config_duration_ms(cfg, "kafka_mock.retention.watch");
     const char *s = spw_config_str(cfg, "kafka_mock.topics");
     while (s && *s) {
         size_t len = strcspn(s, ",");

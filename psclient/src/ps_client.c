@@ -437,6 +437,8 @@ static void pull_release(spw_ps_client_t *c, struct spw_psc__pull *p)
     }
     p->busy = false;
     p->failed = false;
+    p->hello = false;
+    p->dims = NULL;
     p->pending = 0;
     p->rows = NULL;
     p->versions = NULL;
@@ -578,6 +580,63 @@ spw_err_t spw_ps_client_pull_start(spw_ps_client_t *c, const uint64_t *keys, siz
     }
     *token = p->token;
     return SPW_OK;
+}
+
+const char *spw_ps_client_endpoint(const spw_ps_client_t *c, uint32_t shard)
+{
+    return c->inproc || shard >= c->n_shards ? "inproc" : c->shards[shard].endpoint;
+}
+
+spw_err_t spw_ps_client_hello(spw_ps_client_t *c, int64_t timeout_ms, uint32_t *dims, uint32_t *bad)
+{
+    if (c->sticky)
+        return c->sticky;
+    if (c->inproc)
+        return SPW_OK; /* the stores were opened with the client's dim */
+    uint32_t idx = 0;
+    while (idx < SPW_PS_CLIENT_MAX_PULLS && c->pulls[idx].busy)
+        idx++;
+    if (idx == SPW_PS_CLIENT_MAX_PULLS)
+        return SPW_ERR_STATE;
+    uint32_t *got = calloc(c->n_shards, sizeof(*got));
+    if (!got)
+        return SPW_ERR_NOMEM;
+    struct spw_psc__pull *p = &c->pulls[idx];
+    p->busy = p->hello = true;
+    p->failed = false;
+    p->dims = got;
+    p->n = 0;
+    p->rows = NULL;
+    p->versions = NULL;
+    p->pending = 0;
+    p->started_ns = spw_time_mono_ns();
+    p->token = (++c->pull_gen << 8) | idx;
+    for (uint32_t s = 0; s < c->n_shards; s++) {
+        struct spw_psc__part *part = &p->parts[s];
+        part->n = 0;
+        part->blocks.len = 0;
+        part->request_id = spw_psc__request_id(c, false, idx);
+        part->state = PSC_PART_PENDING;
+        part->attempts = 0;
+        p->pending++;
+        c->shards[s].pending++;
+        spw_psc__send(c, s, false, idx, part);
+    }
+    spw_err_t err = wait_for(c, WAIT_PULL, idx, timeout_ms, true);
+    if (err == SPW_OK) {
+        for (uint32_t s = 0; s < c->n_shards && err == SPW_OK; s++) {
+            if (got[s] != c->conf.dim) {
+                err = SPW_ERR_INVALID;
+                if (bad)
+                    *bad = s;
+            }
+        }
+        if (dims)
+            memcpy(dims, got, c->n_shards * sizeof(*got));
+    }
+    pull_release(c, p);
+    free(got);
+    return err;
 }
 
 static struct spw_psc__pull *pull_of(spw_ps_client_t *c, uint64_t token)

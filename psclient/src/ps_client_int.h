@@ -67,6 +67,8 @@ struct spw_psc__map {
 struct spw_psc__pull {
     bool busy;
     bool failed; /* a permanent error: released by wait with the sticky error */
+    bool hello;  /* an empty pull to every shard: each reply's dim goes to dims[shard] */
+    uint32_t *dims;
     uint64_t token;
     uint64_t started_ns;
     size_t n;

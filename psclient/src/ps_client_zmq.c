@@ -167,9 +167,11 @@ void spw_psc__send(spw_ps_client_t *c, uint32_t s, bool push, uint32_t idx,
     Sparrow__PushRequest ps = SPARROW__PUSH_REQUEST__INIT;
     size_t n = part->n;
     if (!push) {
-        pr.has_keys = true;
+        pr.has_keys = n > 0;
         pr.keys.data = part->blocks.data;
         pr.keys.len = n * 8;
+        pr.has_dim = true; /* a shard of pserver.dim=auto takes it (hello or first pull) */
+        pr.dim = c->conf.dim;
         req.body_case = SPARROW__REQUEST__BODY_PULL;
         req.pull = &pr;
     } else {
@@ -303,6 +305,12 @@ static void on_pull_reply(spw_ps_client_t *c, uint32_t s, const Sparrow__Reply *
     uint32_t dim = c->conf.dim;
     const float *vals = NULL;
     const uint32_t *vers = NULL;
+    if (p->hello) { /* the shard's dim is the answer; the caller compares */
+        if (p->dims)
+            p->dims[s] = pr->has_dim ? pr->dim : 0;
+        spw_psc__pull_part_done(c, p, s);
+        return;
+    }
     if (!pr->has_dim || pr->dim != dim) {
         spw_psc__set_sticky(c, SPW_ERR_RPC,
                             "shard %u (%s) serves rows of dim %u, this trainer uses dim %u", s,

@@ -12,8 +12,11 @@ const struct spw_config_prop spw_pserver_config_props[] = {
      "This shard's index in 0..pserver.shards-1 (pserver-<i>)."},
     {"pserver.shards", SPW_CONFIG_INT, "1", 1, 65536, NULL,
      "Number of shards; keys of other shards are refused (jump hash of mix64(key))."},
-    {"pserver.dim", SPW_CONFIG_INT, "16", 1, SPW_PS_MAX_DIM, NULL,
-     "Floats per row (LR: 1, FM: 1 + k)."},
+    {"pserver.dim", SPW_CONFIG_STRING, "9", 1, 16, NULL,
+     "Floats per row (LR: 1, FM: 1 + k; the default 9 is the default trainer's, FM with k = "
+     "8), 1.." SPW_PS_MAX_DIM_STR ", or auto: the dim of the shard's database (a restored "
+     "checkpoint's), else the first client's (a trainer says its dim before its first pull), "
+     "fixed from then on. A trainer of another dim fails at connect, naming both."},
     {"pserver.optimizer", SPW_CONFIG_ENUM, "adagrad", 0, 0, "sgd|adagrad|adam|ftrl",
      "Optimizer applied on the shard."},
     {"pserver.lr", SPW_CONFIG_DOUBLE, "0.05", 1e-9, 100, NULL,
@@ -101,7 +104,17 @@ spw_err_t spw_ps_server_conf_from_config(const spw_config_t *cfg, struct spw_ps_
                  conf->shards);
         return SPW_ERR_INVALID;
     }
-    sc->dim = (uint32_t)spw_config_int(cfg, "pserver.dim");
+    const char *dim = spw_config_str(cfg, "pserver.dim");
+    int64_t d = 0;
+    if (strcmp(dim, "auto") == 0) {
+        sc->dim = 0; /* from the database or the first client (server.c) */
+    } else if (spw_parse_int64(dim, &d) == SPW_OK && d >= 1 && d <= SPW_PS_MAX_DIM) {
+        sc->dim = (uint32_t)d;
+    } else {
+        snprintf(errstr, errstr_size, "pserver.dim: '%.40s' is neither auto nor a dim in 1..%u",
+                 dim, SPW_PS_MAX_DIM);
+        return SPW_ERR_INVALID;
+    }
     spw_ps_optim_conf_default(&sc->optim);
     if (spw_ps_optimizer_parse(spw_config_str(cfg, "pserver.optimizer"), &sc->optim.kind) !=
         SPW_OK) {

@@ -90,6 +90,10 @@ void spw_ps__publisher_touch(spw_ps__publisher_t *pub, const uint64_t *keys, siz
                              int64_t event_ms);
 /* spw_ps_evict_fn for the store: records a tombstone for key. opaque is the publisher. */
 void spw_ps__publisher_on_evict(void *opaque, uint64_t key, uint32_t version);
+/* The row dim (and the optimizer's slots) of the rows it copies: at start, or once a shard of
+ * pserver.dim=auto learnt it. SPW_ERR_NOMEM (nothing changed). Loop thread. */
+spw_err_t spw_ps__publisher_set_dim(spw_ps__publisher_t *pub, uint32_t dim,
+                                    enum spw_ps_optimizer kind);
 /* When the interval has passed and the thread is free, copies the changed rows and hands them
  * to the publisher thread (never waits for it). */
 void spw_ps__publisher_tick(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch);

@@ -721,10 +721,9 @@ spw_ps__publisher_t *spw_ps__publisher_new(const struct spw_ps_server_conf *conf
     pub->next_ms = spw_time_mono_ms() + pub->interval_ms;
     pub->topic = strdup(conf->publish_topic && conf->publish_topic[0] ? conf->publish_topic
                                                                       : "model-updates");
-    pub->row_floats = pub->dim + spw_ps_slot_floats(conf->store.optim.kind, pub->dim);
-    pub->row = malloc(sizeof(*pub->row) + pub->row_floats * sizeof(float));
     pub->marks = calloc(SPW_PS_PUBLISH_MAX_PARTITIONS, sizeof(*pub->marks));
-    if (!pub->topic || !pub->row || !pub->marks || !set_grow(&pub->set)) {
+    if (!pub->topic || !pub->marks || !set_grow(&pub->set) ||
+        spw_ps__publisher_set_dim(pub, conf->store.dim, conf->store.optim.kind) != SPW_OK) {
         snprintf(errstr, errstr_size, "out of memory");
         goto out_free_pub;
     }
@@ -781,6 +780,20 @@ out_free_pub:
 out_destroy_props:
     spw_kafka_props_destroy(props);
     return NULL;
+}
+
+spw_err_t spw_ps__publisher_set_dim(spw_ps__publisher_t *pub, uint32_t dim,
+                                    enum spw_ps_optimizer kind)
+{
+    size_t floats = dim + spw_ps_slot_floats(kind, dim);
+    struct spw_ps_row_copy *row = malloc(sizeof(*row) + floats * sizeof(float));
+    if (!row)
+        return SPW_ERR_NOMEM;
+    free(pub->row);
+    pub->row = row;
+    pub->row_floats = floats;
+    pub->dim = dim;
+    return SPW_OK;
 }
 
 void spw_ps__publisher_destroy(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch)

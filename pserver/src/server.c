@@ -73,6 +73,10 @@ struct spw_ps_server {
     size_t tau_cap;
     spw_ps__publisher_t *pub; /* update-stream publisher; NULL when not publishing */
     spw_ps__steps_t *steps;   /* two-phase pending table */
+    /* pserver.dim=auto before a client told its dim: store and steps are NULL, every request
+     * but stats and health is answered UNAVAILABLE until a pull or push carries a dim */
+    bool dim_pending;
+    spw_err_t fatal; /* opening the model once the dim came failed: the run ends with it */
 };
 
 static const char *const error_names[ERRS] = {"none",     "malformed",   "version",
@@ -212,6 +216,8 @@ static void counter_add(spw_counter_t *c, uint64_t now, uint64_t before)
 
 static void metrics_sync(spw_ps_server_t *srv)
 {
+    if (!srv->store)
+        return; /* pserver.dim=auto, no dim yet */
     struct spw_ps_store_stats st;
     spw_ps_store_get_stats(srv->store, &st);
     struct ps_metrics *m = &srv->m;
@@ -371,6 +377,9 @@ static void dedup_mark(spw_ps_server_t *srv, struct spw_ps__dedup_entry *e, uint
 }
 
 /* ---- handlers ---- */
+
+static spw_err_t open_model(spw_ps_server_t *srv, bool restore_state_now, char *errstr,
+                            size_t errstr_size);
 
 static bool keys_in_shard(const spw_ps_server_t *srv, const uint64_t *keys, size_t n)
 {
@@ -723,14 +732,15 @@ static void handle_push(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
 
 static void handle_stats(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
 {
-    struct spw_ps_store_stats st;
-    spw_ps_store_get_stats(srv->store, &st);
+    struct spw_ps_store_stats st = {0};
+    if (srv->store) /* else pserver.dim=auto and no dim yet: an empty shard */
+        spw_ps_store_get_stats(srv->store, &st);
     Sparrow__StatsReply sr = SPARROW__STATS_REPLY__INIT;
     sr.has_shard = sr.has_rows_dram = sr.has_rows_total = sr.has_pulls = sr.has_pushes = true;
     sr.has_bytes_dram = sr.has_epoch = true;
     sr.shard = srv->conf.store.shard;
     sr.rows_dram = st.rows_dram;
-    sr.rows_total = spw_ps_store_rows_on_disk(srv->store) + st.rows_dram;
+    sr.rows_total = (srv->store ? spw_ps_store_rows_on_disk(srv->store) : 0) + st.rows_dram;
     sr.pulls = st.rows_pulled;
     sr.pushes = st.rows_pushed;
     sr.bytes_dram = st.bytes_dram;
@@ -933,11 +943,23 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
     if (req->restore->has_generation)
         srv->fence = req->restore->generation;
     /* the open steps postdate the epoch restored: discarded whole */
-    size_t dropped = spw_ps__steps_pending(srv->steps);
-    spw_ps__steps_clear(srv->steps);
+    size_t dropped = srv->steps ? spw_ps__steps_pending(srv->steps) : 0;
+    if (srv->steps)
+        spw_ps__steps_clear(srv->steps);
     if (dropped)
         spw_counter_add(srv->m.steps_restore_dropped, dropped);
     char err[1024] = "";
+    if (srv->dim_pending && epoch == 0) {
+        /* pserver.dim=auto, no dim yet: already the empty model; the dim still comes later */
+        srv->epoch = 0;
+        Sparrow__RestoreReply rr0 = SPARROW__RESTORE_REPLY__INIT;
+        rr0.has_epoch = rr0.has_rows = true;
+        Sparrow__Reply reply0 = reply_for(req->request_id);
+        reply0.body_case = SPARROW__REPLY__BODY_RESTORE;
+        reply0.restore = &rr0;
+        send_reply(srv, peer, &reply0);
+        return;
+    }
     if (epoch > 0) {
         /* verify before closing the live store, so that a bad epoch changes nothing */
         char dir[4096];
@@ -960,10 +982,30 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
     else
         rc = spw_ps_checkpoint_restore_epoch(srv->ckpt_dir, srv->conf.store.shard, epoch,
                                              srv->db_path, err, sizeof(err));
+    char oerr[512] = "";
+    if (srv->dim_pending) {
+        /* pserver.dim=auto: the restored checkpoint's dim, from now on */
+        enum spw_ps_optimizer opt;
+        uint32_t dim = 0;
+        if (rc == SPW_OK &&
+            (rc = spw_ps_store_peek_dim(srv->db_path, &dim, &opt, err, sizeof(err))) == SPW_OK) {
+            srv->conf.store.dim = dim;
+            if ((rc = open_model(srv, false, oerr, sizeof(oerr))) != SPW_OK)
+                snprintf(err, sizeof(err), "%s", oerr);
+        }
+        if (rc != SPW_OK) {
+            SPW_ERROR("restore failed", "epoch=%" PRIu64 " err=\"%s\"", epoch, err);
+            send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_UNAVAILABLE, err);
+            return;
+        }
+        srv->dim_pending = false;
+        SPW_INFO("pserver dim taken from the restored checkpoint",
+                 "dim=%u epoch=%" PRIu64 " (pserver.dim=auto)", dim, epoch);
+    }
     struct spw_ps_store_conf sc = srv->conf.store;
     sc.db_path = srv->db_path;
-    char oerr[512] = "";
-    srv->store = spw_ps_store_open(&sc, oerr, sizeof(oerr));
+    if (!srv->store)
+        srv->store = spw_ps_store_open(&sc, oerr, sizeof(oerr));
     if (!srv->store) {
         /* no store to serve from: exit loudly, the restarted shard restores at startup */
         SPW_ERROR("reopening the store after a restore failed", "epoch=%" PRIu64 " err=\"%s\"",
@@ -1002,12 +1044,51 @@ static void handle_health(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     Sparrow__HealthReply hr = SPARROW__HEALTH_REPLY__INIT;
     hr.has_ready = true;
     hr.ready = !srv->disk_full;
-    hr.state = srv->disk_full ? "disk_full" : "serving";
+    hr.state = srv->disk_full ? "disk_full" : srv->dim_pending ? "waiting_for_dim" : "serving";
     Sparrow__Reply reply = reply_for(req->request_id);
     reply.body_case = SPARROW__REPLY__BODY_HEALTH;
     reply.health = &hr;
     spw_counter_inc(srv->m.req[4]);
     send_reply(srv, peer, &reply);
+}
+
+/* pserver.dim=auto before any dim: a pull or push that carries one fixes it (the model is opened
+ * with it); stats and health are served without it, and a restore takes the checkpoint's (the
+ * coordinator's recovery may come before any trainer); anything else waits (UNAVAILABLE, which
+ * clients resend). false when req was answered here. */
+static bool take_dim(spw_ps_server_t *srv, struct peer *peer, const Sparrow__Request *req)
+{
+    uint32_t dim = 0;
+    if (req->body_case == SPARROW__REQUEST__BODY_PULL && req->pull->has_dim)
+        dim = req->pull->dim;
+    else if (req->body_case == SPARROW__REQUEST__BODY_PUSH && req->push->has_dim)
+        dim = req->push->dim;
+    if (dim == 0 || dim > SPW_PS_MAX_DIM) {
+        if (req->body_case == SPARROW__REQUEST__BODY_STATS ||
+            req->body_case == SPARROW__REQUEST__BODY_HEALTH ||
+            req->body_case == SPARROW__REQUEST__BODY_RESTORE) /* a checkpoint holds its dim */
+            return true;
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_UNAVAILABLE,
+                   "pserver.dim=auto: no client has told the row dimension yet (a trainer's "
+                   "first request does; clients older than PullRequest.dim never do: set "
+                   "pserver.dim)");
+        return false;
+    }
+    srv->conf.store.dim = dim;
+    char errstr[512];
+    spw_err_t err = open_model(srv, srv->conf.restore, errstr, sizeof(errstr));
+    if (err) {
+        SPW_ERROR("pserver failed to open its model", "dim=%u error=\"%s\"", dim, errstr);
+        srv->fatal = err;
+        send_error(srv, peer, req->request_id, SPARROW__ERROR_CODE__ERROR_INTERNAL, errstr);
+        return false;
+    }
+    srv->dim_pending = false;
+    SPW_INFO("pserver dim taken from its first client",
+             "dim=%u (pserver.dim=auto; fixed from "
+             "now on, and kept by its checkpoints)",
+             dim);
+    return true;
 }
 
 static void handle_body(spw_ps_server_t *srv, struct peer *peer, zmq_msg_t *body)
@@ -1035,6 +1116,8 @@ static void handle_body(spw_ps_server_t *srv, struct peer *peer, zmq_msg_t *body
                    "unsupported protocol version (this shard speaks 1)");
         return;
     }
+    if (srv->dim_pending && !take_dim(srv, peer, req))
+        return;
     switch (req->body_case) {
     case SPARROW__REQUEST__BODY_PULL:
         handle_pull(srv, peer, req);
@@ -1154,10 +1237,7 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
                                                                            : conf->data_dir);
     srv->db_path = malloc(strlen(conf->data_dir) + 4);
     srv->dedup.e = calloc(SPW_PS_DEDUP_TRAINERS, sizeof(*srv->dedup.e));
-    srv->steps =
-        spw_ps__steps_new(srv->conf.store.dim,
-                          srv->conf.steps_max_bytes ? srv->conf.steps_max_bytes : (size_t)1 << 30);
-    if (!srv->data_dir || !srv->ckpt_dir || !srv->db_path || !srv->dedup.e || !srv->steps) {
+    if (!srv->data_dir || !srv->ckpt_dir || !srv->db_path || !srv->dedup.e) {
         snprintf(errstr, errstr_size, "out of memory");
         goto out_destroy;
     }
@@ -1201,23 +1281,34 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
     }
     if (srv->m.epoch)
         spw_gauge_set(srv->m.epoch, (double)srv->epoch);
-    struct spw_ps_store_conf sc = conf->store;
-    sc.db_path = srv->db_path;
     srv->pub = spw_ps__publisher_new(conf, srv->metrics, errstr, errstr_size);
     if (!srv->pub && errstr[0])
         goto out_destroy;
     if (srv->pub && conf->restore) /* what a previous process published after the epoch is gone */
         spw_ps__publisher_restored(srv->pub, srv->epoch);
     if (srv->pub) { /* TTL evictions become tombstones (also for stores reopened later) */
-        sc.on_evict = srv->conf.store.on_evict = spw_ps__publisher_on_evict;
-        sc.evict_opaque = srv->conf.store.evict_opaque = srv->pub;
+        srv->conf.store.on_evict = spw_ps__publisher_on_evict;
+        srv->conf.store.evict_opaque = srv->pub;
     }
-    srv->store = spw_ps_store_open(&sc, errstr, errstr_size);
-    if (!srv->store)
+    if (srv->conf.store.dim == 0) {
+        /* pserver.dim=auto: the dim of the database (a restored checkpoint's, or the one left
+         * by the last run), else the first client's */
+        uint32_t dim = 0;
+        enum spw_ps_optimizer opt;
+        spw_err_t perr = spw_ps_store_peek_dim(srv->db_path, &dim, &opt, errstr, errstr_size);
+        if (perr == SPW_OK) {
+            srv->conf.store.dim = dim;
+            SPW_INFO("pserver dim taken from its database", "dim=%u db=%s (pserver.dim=auto)", dim,
+                     srv->db_path);
+        } else if (perr != SPW_ERR_NOT_FOUND) {
+            goto out_destroy;
+        }
+        errstr[0] = '\0';
+    }
+    if (srv->conf.store.dim == 0)
+        srv->dim_pending = true;
+    else if (open_model(srv, srv->conf.restore, errstr, errstr_size) != SPW_OK)
         goto out_destroy;
-    spw_ps_store_set_now(srv->store, (uint32_t)(spw_time_wall_ms() / 1000));
-    if (conf->restore)
-        restore_state(srv, srv->epoch);
     srv->arena = spw_arena_new(1u << 20, srv->conf.max_frame * 6 + (1u << 20));
     srv->zctx = zmq_ctx_new();
     if (!srv->arena || !srv->zctx) {
@@ -1263,15 +1354,45 @@ spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *
         snprintf(srv->endpoint, sizeof(srv->endpoint), "%s", conf->listen);
     metrics_sync(srv);
     set_ready(srv, true, NULL);
+    char dim_text[48];
+    if (srv->dim_pending)
+        snprintf(dim_text, sizeof(dim_text), "auto (from the first client)");
+    else
+        snprintf(dim_text, sizeof(dim_text), "%u", srv->conf.store.dim);
     SPW_INFO("pserver listening",
-             "endpoint=%s shard=%u shards=%u dim=%u optimizer=%s epoch=%" PRIu64, srv->endpoint,
-             conf->store.shard, srv->conf.shards, conf->store.dim,
+             "endpoint=%s shard=%u shards=%u dim=%s optimizer=%s epoch=%" PRIu64, srv->endpoint,
+             conf->store.shard, srv->conf.shards, dim_text,
              spw_ps_optimizer_name(conf->store.optim.kind), srv->epoch);
     return srv;
 
 out_destroy:
     spw_ps_server_destroy(srv);
     return NULL;
+}
+
+/* What needs the row dim (srv->conf.store.dim, set): the two-phase table, the publisher's row
+ * buffer, the store (and, with restore_state_now, the state of the checkpoint restored at start).
+ * At start, or once pserver.dim=auto learnt the dim (a first client, a restore). */
+static spw_err_t open_model(spw_ps_server_t *srv, bool restore_state_now, char *errstr,
+                            size_t errstr_size)
+{
+    uint32_t dim = srv->conf.store.dim;
+    srv->steps = spw_ps__steps_new(dim, srv->conf.steps_max_bytes ? srv->conf.steps_max_bytes
+                                                                  : (size_t)1 << 30);
+    if (!srv->steps ||
+        (srv->pub && spw_ps__publisher_set_dim(srv->pub, dim, srv->conf.store.optim.kind))) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return SPW_ERR_NOMEM;
+    }
+    struct spw_ps_store_conf sc = srv->conf.store;
+    sc.db_path = srv->db_path;
+    srv->store = spw_ps_store_open(&sc, errstr, errstr_size);
+    if (!srv->store)
+        return SPW_ERR_STORE;
+    spw_ps_store_set_now(srv->store, (uint32_t)(spw_time_wall_ms() / 1000));
+    if (restore_state_now)
+        restore_state(srv, srv->epoch);
+    return SPW_OK;
 }
 
 const char *spw_ps_server_endpoint(const spw_ps_server_t *server)
@@ -1281,6 +1402,8 @@ const char *spw_ps_server_endpoint(const spw_ps_server_t *server)
 
 static void housekeeping(spw_ps_server_t *srv)
 {
+    if (!srv->store)
+        return; /* pserver.dim=auto, no dim yet: nothing to keep */
     spw_ps_store_set_now(srv->store, (uint32_t)(spw_time_wall_ms() / 1000));
     if (srv->conf.store.ttl_s > 0) {
         size_t n = 0;
@@ -1335,6 +1458,8 @@ spw_err_t spw_ps_server_run(spw_ps_server_t *srv)
                 serve_one(srv);
             }
         }
+        if (srv->fatal)
+            return srv->fatal;
         uint64_t now = spw_time_mono_ms();
         if (now >= next_housekeeping) {
             housekeeping(srv);

@@ -1,5 +1,6 @@
-/* libFuzzer target: the input as a file read through the reader until EOF, as a pb stream and
- * (with a small line limit, to reach the oversized-line paths) as JSON and Criteo lines. */
+/* libFuzzer target: the input as a file read through the reader until EOF, as a pb stream,
+ * (with a small line limit, to reach the oversized-line paths) as JSON and Criteo lines, and as
+ * whatever its first bytes look like (auto); input that starts like gzip is inflated. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,19 +24,29 @@ static void read_stream(const uint8_t *data, size_t size, enum spw_format format
     spw_arena_t *arena = spw_arena_new(4096, 16u << 20);
     if (!reader || !arena)
         goto out;
-    /* Every call that is not the end consumes at least one byte. */
+    /* Every call that is not the end consumes at least one byte (of the inflated input, when it
+     * is gzip: deflate expands at most 1032 times). */
     for (size_t calls = 0;; calls++) {
-        if (calls > size + 1)
+        size_t bound = spw_reader_compression(reader) ? size * 1032 : size;
+        if (calls > bound + 1)
             abort();
         Sparrow__Example *ex;
         struct spw_parse_error err;
         spw_arena_reset(arena);
         spw_err_t rc = spw_reader_next(reader, arena, &ex, &err);
-        if (rc == SPW_ERR_EOF || rc == SPW_ERR_IO || rc == SPW_ERR_NOMEM)
+        if (rc == SPW_ERR_EOF || rc == SPW_ERR_IO || rc == SPW_ERR_NOMEM || rc == SPW_ERR_CORRUPT ||
+            rc == SPW_ERR_UNSUPPORTED) {
+            /* a failure is sticky, and says why */
+            if (rc != SPW_ERR_EOF &&
+                (!err.message[0] || spw_reader_next(reader, arena, &ex, &err) != rc))
+                abort();
             break;
+        }
+        if (spw_reader_format(reader) == SPW_FORMAT_AUTO)
+            abort(); /* the first record decided it */
         size_t raw_len;
         const uint8_t *raw = spw_reader_raw(reader, &raw_len);
-        if (raw_len > size || raw_len > max_record_bytes + 10 || (raw_len && !raw))
+        if (raw_len > bound || raw_len > max_record_bytes + 10 || (raw_len && !raw))
             abort();
         if (rc == SPW_OK && (!ex || ex->n_keys > limits.max_features))
             abort();
@@ -58,5 +69,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     read_stream(data, size, SPW_FORMAT_PB, 300); /* a 1 KiB buffer: records straddle refills */
     read_stream(data, size, SPW_FORMAT_JSON, 256);
     read_stream(data, size, SPW_FORMAT_CRITEO, 256);
+    read_stream(data, size, SPW_FORMAT_AUTO, 300);
     return 0;
 }

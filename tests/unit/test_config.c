@@ -343,8 +343,8 @@ static void test_config_duration(void **state)
     static const struct {
         const char *text;
         int64_t ms;
-    } good[] = {{"250ms", 250},  {"5s", 5000},   {"2m", 120000},
-                {"1h", 3600000}, {"1500", 1500}, {"0", 0}};
+    } good[] = {{"250ms", 250},  {"5s", 5000},     {"2m", 120000},
+                {"1h", 3600000}, {"1500ms", 1500}, {"0", 0}};
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         assert_int_equal(set(cfg, "t.timeout", good[i].text), SPW_OK);
         assert_int_equal(spw_config_duration_ms(cfg, "t.timeout"), good[i].ms);
@@ -372,6 +372,87 @@ static void test_config_duration(void **state)
     }
     assert_int_equal(spw_config_duration_ms(cfg, "t.timeout"), 0);
     spw_config_destroy(cfg);
+}
+
+/* A bare number is refused (it used to mean milliseconds: trainer.log.interval=5 was 5 ms), with
+ * the property and the units named; 0 and a property named *_ms still take one. */
+static void test_config_duration_bare(void **state)
+{
+    (void)state;
+    static const struct spw_config_prop bare_props[] = {
+        {"t.interval", SPW_CONFIG_DURATION_MS, "5s", 0, 3600000, NULL, "A duration."},
+        {"t.delay_ms", SPW_CONFIG_DURATION_MS, "0", 0, 3600000, NULL, "Milliseconds by name."},
+    };
+    spw_config_t *cfg = spw_config_new(bare_props, 2, err, sizeof(err));
+    assert_non_null(cfg);
+    assert_int_equal(set(cfg, "t.interval", "5"), SPW_ERR_INVALID);
+    assert_string_equal(err, "t.interval: '5' has no unit (write 5ms, 5s, 5m or 5h; the accepted "
+                             "units are ms, s, m and h)");
+    assert_int_equal(spw_config_duration_ms(cfg, "t.interval"), 5000); /* unchanged */
+    assert_int_equal(set(cfg, "t.interval", "0"), SPW_OK);
+    assert_int_equal(spw_config_duration_ms(cfg, "t.interval"), 0);
+    assert_int_equal(set(cfg, "t.delay_ms", "40"), SPW_OK);
+    assert_int_equal(spw_config_duration_ms(cfg, "t.delay_ms"), 40);
+    assert_int_equal(set(cfg, "t.delay_ms", "2s"), SPW_OK);
+    assert_int_equal(spw_config_duration_ms(cfg, "t.delay_ms"), 2000);
+    /* every layer: a file line and an environment variable are refused alike */
+    static const char file[] = "t.interval = 30\n";
+    assert_int_equal(
+        spw_config_load_buffer(cfg, "f.conf", file, sizeof(file) - 1, err, sizeof(err)),
+        SPW_ERR_INVALID);
+    assert_err_has("f.conf:1: t.interval: '30' has no unit");
+    char *envp[] = {"SPARROW_T_INTERVAL=7", NULL};
+    assert_int_equal(spw_config_load_env(cfg, envp, err, sizeof(err)), SPW_ERR_INVALID);
+    assert_err_has("SPARROW_T_INTERVAL: t.interval: '7' has no unit");
+    spw_config_destroy(cfg);
+}
+
+struct env_seen {
+    char vars[4][64];
+    char hints[4][256];
+    size_t n;
+};
+
+static void env_collect(void *opaque, const char *var, const char *hint)
+{
+    struct env_seen *seen = opaque;
+    assert_true(seen->n < 4);
+    snprintf(seen->vars[seen->n], sizeof(seen->vars[0]), "%s", var);
+    snprintf(seen->hints[seen->n], sizeof(seen->hints[0]), "%s", hint ? hint : "-");
+    seen->n++;
+}
+
+/* SPARROW_* variables of no table are found, with the nearest property for a typo (a swap of
+ * neighbours is one edit), a note for pass-through keys, nothing for far-off names; variables of
+ * any table and the listed tool variables are not reported. */
+static void test_config_env_unknown(void **state)
+{
+    (void)state;
+    static const struct spw_config_prop other[] = {
+        {"trainer.batch", SPW_CONFIG_INT, "1024", 1, 1 << 20, NULL, "Examples per batch."},
+        {"trainer.batch.linger", SPW_CONFIG_DURATION_MS, "100ms", 0, 60000, NULL, "Linger."},
+    };
+    const struct spw_config_table tables[] = {{props, n_props}, {other, 2}};
+    const char *const ignore[] = {"SPARROW_SKIP_DEPS"};
+    char *envp[] = {"SPARROW_TRAINER_BACTH=4",
+                    "SPARROW_T_COUNT=3",
+                    "SPARROW_TRAINER_BATCH_LINGER=1s",
+                    "SPARROW_SKIP_DEPS=1",
+                    "SPARROW_KAFKA_BOOTSTRAP_SERVERS=h:1",
+                    "SPARROW_COMPLETELY_DIFFERENT=1",
+                    "PATH=/bin",
+                    "SPARROW_T_CONT",
+                    NULL};
+    struct env_seen seen = {0};
+    assert_int_equal(spw_config_env_unknown(envp, tables, 2, ignore, 1, env_collect, &seen), 4);
+    assert_string_equal(seen.vars[0], "SPARROW_TRAINER_BACTH");
+    assert_string_equal(seen.hints[0], "did you mean trainer.batch (SPARROW_TRAINER_BATCH)?");
+    assert_string_equal(seen.vars[1], "SPARROW_KAFKA_BOOTSTRAP_SERVERS");
+    assert_non_null(strstr(seen.hints[1], "kafka.* keys cannot be set from the environment"));
+    assert_string_equal(seen.vars[2], "SPARROW_COMPLETELY_DIFFERENT");
+    assert_string_equal(seen.hints[2], "-");
+    assert_string_equal(seen.vars[3], "SPARROW_T_CONT");
+    assert_string_equal(seen.hints[3], "did you mean t.count (SPARROW_T_COUNT)?");
 }
 
 static void test_config_unknown_key(void **state)
@@ -916,7 +997,8 @@ static void test_config_getters_assert(void **state)
 SPW_TEST_MAIN(test_config_defaults, test_config_bad_tables, test_config_bool,
               test_config_parse_int64, test_config_parse_double, test_config_int_range,
               test_config_double_range, test_config_string, test_config_enum, test_config_duration,
-              test_config_unknown_key, test_config_passthrough, test_config_env,
-              test_config_precedence, test_config_file_format, test_config_file_errors,
-              test_config_dump_roundtrip, test_config_dump_secrets, test_config_cli,
-              test_config_doc_markdown, test_config_doc_help, test_config_getters_assert)
+              test_config_duration_bare, test_config_env_unknown, test_config_unknown_key,
+              test_config_passthrough, test_config_env, test_config_precedence,
+              test_config_file_format, test_config_file_errors, test_config_dump_roundtrip,
+              test_config_dump_secrets, test_config_cli, test_config_doc_markdown,
+              test_config_doc_help, test_config_getters_assert)

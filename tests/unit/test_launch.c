@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pipeline_int.h"
+#include "sparrow/kafka.h"
 #include "sparrow/launch.h"
 #include "sparrow/pipeline.h"
 #include "sparrow/time.h"
@@ -256,8 +258,53 @@ static void test_pipeline_hist_by_label(void **state)
     assert_int_equal(none.n, 0);
 }
 
+/* The examples topic is sized for a backlog that must fit the mock's retention; the records lost
+ * to it are read from the trainers' lines and, for a backlog, from the mock's deletions. */
+static void test_pipeline_retention(void **state)
+{
+    (void)state;
+    struct spw_pipeline_conf c = {.partitions = 4, .trainers = 2, .gen_n = 20000};
+    assert_int_equal(spw_pipeline__examples_partitions(&c), 4); /* consumed as produced */
+    c.gen_first = true;
+    assert_int_equal(spw_pipeline__examples_partitions(&c), 4); /* 12 MB fit in 4 x 4 MiB */
+    c.gen_n = 200000;                                           /* 120 MB: 29 partitions of 4 MiB */
+    long parts = spw_pipeline__examples_partitions(&c);
+    assert_int_equal(parts, 29);
+    assert_true(spw_pipeline__examples_held(parts) >= 200000);
+    assert_true(spw_pipeline__examples_held(4) < 30000);
+
+    struct spw_pipeline p = {.conf = &c, .launch = new_launch("retention")};
+    char err[256];
+    const char *t0[] = {"-c",
+                        "echo 'x ERROR trainer kafka offsets lost to retention topic=examples "
+                        "partition=0 requested=10 earliest=22 latest=60 lost=12 policy=earliest'; "
+                        "echo 'x ERROR trainer kafka offsets lost to retention topic=examples "
+                        "partition=1 requested=3 earliest=8 latest=9 lost=5 policy=earliest'",
+                        NULL};
+    const char *t1[] = {"-c", "echo 'x INFO trainer finished examples=5 lost_to_retention=0'",
+                        NULL};
+    const char *mock[] = {"-c",
+                          "echo 'x WARN kafka-mock kafka-mock deleted records to its retention "
+                          "topic=examples partition=0 deleted=20 held=4'; "
+                          "echo 'x WARN kafka-mock kafka-mock deleted records to its retention "
+                          "topic=examples partition=0 deleted=30 held=4'; "
+                          "echo 'x WARN kafka-mock kafka-mock deleted records to its retention "
+                          "topic=model-updates partition=0 deleted=99 held=4'",
+                          NULL};
+    assert_true(spw_launch_start(p.launch, "trainer-0", t0, err, sizeof(err)) >= 0);
+    assert_true(spw_launch_start(p.launch, "trainer-1", t1, err, sizeof(err)) >= 0);
+    assert_true(spw_launch_start(p.launch, "kafka-mock", mock, err, sizeof(err)) >= 0);
+    int status;
+    for (int n = 0; n < 3;)
+        n += wait_check(p.launch, &status) >= 0;
+    assert_int_equal(spw_pipeline_lost_records(&p), 30); /* the backlog's deletions, latest */
+    c.gen_first = false;
+    assert_int_equal(spw_pipeline_lost_records(&p), 17); /* what the trainers said */
+    spw_launch_destroy(p.launch);
+}
+
 SPW_TEST_MAIN_GROUP(test_dir_setup, test_dir_teardown, test_launch_logs_and_reports_unexpected_exit,
                     test_launch_rejects_bad_and_duplicate_names, test_launch_kill9_and_restart,
                     test_launch_stop_escalates_to_sigkill, test_launch_stop_group_signals_together,
                     test_launch_holds_the_largest_pipeline, test_launch_free_port_and_wait_file,
-                    test_pipeline_hist_by_label)
+                    test_pipeline_hist_by_label, test_pipeline_retention)

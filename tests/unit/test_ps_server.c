@@ -743,6 +743,51 @@ static void test_ps_server_checkpoint_keeps_dedup_and_sketch(void **state)
     stop(e);
 }
 
+/* pserver.dim=auto: the dim of a checkpoint restored at start; with no database, requests wait
+ * (UNAVAILABLE) but stats, an empty restore and a checkpoint's restore (its dim) are served. */
+static void test_ps_server_auto_dim(void **state)
+{
+    struct env *e = *state;
+    struct spw_ps_server_conf c = server_conf(e, e->dir);
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    spw_arena_t *arena = spw_arena_new(0, 0);
+    const uint64_t key = 10;
+    float g[DIM] = {1, 1, 1, 1};
+    uint32_t v = 0;
+    Sparrow__Reply *r = push(e->client, arena, 1, 1, 1, &key, 1, g, &v);
+    assert_int_equal(r->push->applied, 1);
+    checkpoint_rpc(e->client, arena, 1);
+    stop(e);
+
+    /* restarted with auto: the checkpoint's dim */
+    c.store.dim = 0;
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    assert_float_equal(pull_one(e->client, arena, key, NULL), -1.0, 1e-6);
+    stop(e);
+
+    /* no database (not restored): waiting for a dim */
+    char db[128];
+    snprintf(db, sizeof(db), "%s/db", e->dir);
+    spw_fs_remove_tree(db);
+    c.restore = false;
+    start(e, &c);
+    e->client = connect_dealer(e, NULL, NULL, NULL);
+    r = pull(e->client, arena, &key, 1, 7);
+    assert_int_equal(r->error, SPARROW__ERROR_CODE__ERROR_UNAVAILABLE);
+    assert_non_null(strstr(r->error_message, "pserver.dim=auto"));
+    r = restore(e->client, arena, 0, 0);
+    assert_int_equal(r->body_case, SPARROW__REPLY__BODY_RESTORE);
+    r = pull(e->client, arena, &key, 1, 8);
+    assert_int_equal(r->error, SPARROW__ERROR_CODE__ERROR_UNAVAILABLE); /* still no dim */
+    r = restore(e->client, arena, 1, 0); /* the coordinator's recovery: the checkpoint's dim */
+    assert_int_equal(r->body_case, SPARROW__REPLY__BODY_RESTORE);
+    assert_float_equal(pull_one(e->client, arena, key, NULL), -1.0, 1e-6);
+    spw_arena_destroy(arena);
+    stop(e);
+}
+
 static void test_ps_server_wrong_shard_and_rpc_checkpoint(void **state)
 {
     struct env *e = *state;
@@ -892,4 +937,5 @@ SPW_TEST_MAIN_EACH(setup, teardown, test_ps_server_pull_push_dedup,
                    test_ps_server_wrong_shard_and_rpc_checkpoint,
                    test_ps_server_curve_rejects_unknown_clients, test_ps_server_req_socket_envelope,
                    test_ps_server_two_phase_steps, test_ps_server_push_echo,
-                   test_ps_server_push_pulled_dc, test_ps_server_commit_after_larger_commit)
+                   test_ps_server_push_pulled_dc, test_ps_server_commit_after_larger_commit,
+                   test_ps_server_auto_dim)

@@ -39,6 +39,7 @@ struct env {
     char root[64];
     struct srv srv[SHARDS];
     bool curve;
+    bool auto_dim; /* the shards start with pserver.dim=auto */
     char server_secret_file[160], allowed_file[160];
     char curve_server_file[160], curve_client_file[160];
     pthread_mutex_t mu;
@@ -54,7 +55,7 @@ static struct spw_ps_server_conf server_conf(struct srv *sv)
     c.data_dir = sv->dir;
     c.restore = false; /* keep the live DB across a restart */
     c.store.shard = sv->index;
-    c.store.dim = DIM;
+    c.store.dim = sv->e->auto_dim ? 0 : DIM;
     spw_ps_optim_conf_default(&c.store.optim);
     c.store.optim.kind = SPW_PS_SGD;
     c.store.optim.lr = 1.0f;
@@ -447,6 +448,60 @@ static void test_psc_zmq_wrong_dim_is_sticky(void **state)
     spw_ps_client_destroy(c);
 }
 
+/* The hello: every shard's dim before the first pull, a mismatch named by shard (not sticky);
+ * shards of pserver.dim=auto take the first client's dim, keep it for a client of another, and
+ * restart with the dim of their database. */
+static void test_psc_zmq_hello_dims(void **state)
+{
+    struct env *e = *state;
+    start_servers(e, 0, true);
+    uint32_t dims[SHARDS] = {0}, bad = 99;
+    spw_ps_client_t *c = new_client_dim(e, DIM, 4, 2000, 1, 1, false, NULL);
+    assert_int_equal(spw_ps_client_hello(c, 20000, dims, &bad), SPW_OK);
+    assert_int_equal(dims[0], DIM);
+    assert_int_equal(dims[1], DIM);
+    assert_int_equal(bad, 99);
+    spw_ps_client_destroy(c);
+    c = new_client_dim(e, DIM + 2, 4, 2000, 1, 2, true, NULL);
+    assert_int_equal(spw_ps_client_hello(c, 20000, dims, &bad), SPW_ERR_INVALID);
+    assert_int_equal(bad, 0);
+    assert_int_equal(dims[0], DIM);
+    assert_string_equal(spw_ps_client_endpoint(c, 0), e->srv[1].listen); /* swapped order */
+    assert_string_equal(spw_ps_client_errstr(c), "");                    /* not sticky */
+    spw_ps_client_destroy(c);
+    stop_servers(e);
+
+    /* auto over the databases just written: their dim */
+    e->auto_dim = true;
+    start_servers(e, 0, true);
+    c = new_client_dim(e, DIM + 2, 4, 2000, 1, 3, false, NULL);
+    assert_int_equal(spw_ps_client_hello(c, 20000, dims, &bad), SPW_ERR_INVALID);
+    assert_int_equal(dims[0], DIM);
+    assert_int_equal(dims[1], DIM);
+    spw_ps_client_destroy(c);
+    stop_servers(e);
+
+    /* auto over empty shards: the first client's dim, then fixed */
+    nftw(e->root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    assert_int_equal(mkdir(e->root, 0700), 0);
+    start_servers(e, 0, true);
+    c = new_client_dim(e, DIM + 2, 4, 2000, 1, 4, false, NULL);
+    assert_int_equal(spw_ps_client_hello(c, 20000, dims, &bad), SPW_OK);
+    assert_int_equal(dims[0], DIM + 2);
+    assert_int_equal(dims[1], DIM + 2);
+    uint64_t k = key_of(1);
+    float rows[DIM + 2];
+    uint64_t token;
+    assert_int_equal(spw_ps_client_pull_start(c, &k, 1, rows, NULL, &token), SPW_OK);
+    assert_int_equal(spw_ps_client_pull_wait(c, token, 20000), SPW_OK);
+    spw_ps_client_destroy(c);
+    c = new_client_dim(e, DIM, 4, 2000, 1, 5, false, NULL);
+    assert_int_equal(spw_ps_client_hello(c, 20000, dims, &bad), SPW_ERR_INVALID);
+    assert_int_equal(dims[1], DIM + 2);
+    spw_ps_client_destroy(c);
+    e->auto_dim = false;
+}
+
 static void test_psc_zmq_wrong_shard_order_is_sticky(void **state)
 {
     struct env *e = *state;
@@ -836,7 +891,7 @@ static void test_psc_zmq_error_replies(void **state)
 SPW_TEST_MAIN_EACH(setup, teardown, test_psc_zmq_sliced_in_caller_order,
                    test_psc_zmq_window_bound_and_flush, test_psc_zmq_lost_ack_applied_once,
                    test_psc_zmq_restart_recovers, test_psc_zmq_fp16_rounded,
-                   test_psc_zmq_wrong_dim_is_sticky, test_psc_zmq_wrong_shard_order_is_sticky,
-                   test_psc_zmq_reused_identity_detected, test_psc_zmq_curve,
-                   test_psc_zmq_stop_interrupts_waits, test_psc_zmq_metrics,
+                   test_psc_zmq_wrong_dim_is_sticky, test_psc_zmq_hello_dims,
+                   test_psc_zmq_wrong_shard_order_is_sticky, test_psc_zmq_reused_identity_detected,
+                   test_psc_zmq_curve, test_psc_zmq_stop_interrupts_waits, test_psc_zmq_metrics,
                    test_psc_zmq_error_replies)

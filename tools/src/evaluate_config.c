@@ -23,7 +23,7 @@ const struct spw_config_prop spw_evaluate_config_props[] = {
      "Latent dimension k of an FM on live shards (ignored by lr and for checkpoints)."},
     {"trainer.in", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
      "Held-out input: file:PATH (file:- is stdin)."},
-    {"trainer.format", SPW_CONFIG_ENUM, "pb", 0, 0, "pb|json|criteo",
+    {"trainer.format", SPW_CONFIG_ENUM, "auto", 0, 0, "auto|pb|json|criteo",
      "Format of the input: length-delimited sparrow.Example, JSON lines, or Criteo TSV."},
     {"trainer.schema", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
      "Schema file (`name = id` lines) for JSON field names; unset: names are hashed."},

@@ -121,6 +121,8 @@ spw_err_t spw_gen_encode(const spw_gen_t *gen, const struct spw_gen_example *ex,
         return encode_json(gen, ex, buf);
     case SPW_FORMAT_CRITEO:
         return encode_criteo(ex, buf);
+    case SPW_FORMAT_AUTO: /* a reader's choice, not a format to write */
+        break;
     }
     return SPW_ERR_INVALID;
 }

@@ -127,11 +127,12 @@ static bool duration(const char *s, double *ms)
     double v = strtod(s, &end);
     if (errno || end == s || !(v >= 0))
         return false;
-    double unit = strcmp(end, "ms") == 0 || !*end ? 1
-                  : strcmp(end, "s") == 0         ? 1e3
-                  : strcmp(end, "m") == 0         ? 6e4
-                  : strcmp(end, "h") == 0         ? 3.6e6
-                                                  : -1;
+    /* a bare number is refused unless it is 0, as in every duration property (config.h) */
+    double unit = strcmp(end, "ms") == 0 || (!*end && v == 0) ? 1
+                  : strcmp(end, "s") == 0                     ? 1e3
+                  : strcmp(end, "m") == 0                     ? 6e4
+                  : strcmp(end, "h") == 0                     ? 3.6e6
+                                                              : -1;
     *ms = v * unit;
     return unit > 0;
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "pipeline_int.h"
+#include "sparrow/kafka.h"
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
 
@@ -116,8 +117,10 @@ static int start_kafka(spw_pipeline_t *p, char *errstr, size_t errstr_size)
     args_addf(&a, "kafka-mock");
     args_addf(&a, "--brokers");
     args_addf(&a, "1");
+    long parts = spw_pipeline__examples_partitions(c);
+    p->examples_partitions = parts;
     args_addf(&a, "--topic");
-    args_addf(&a, "examples:%ld", c->partitions);
+    args_addf(&a, "examples:%ld", parts);
     args_addf(&a, "--topic");
     args_addf(&a, "model-updates:1");
     args_addf(&a, "--port-file");
@@ -132,7 +135,20 @@ static int start_kafka(spw_pipeline_t *p, char *errstr, size_t errstr_size)
         return -1;
     }
     snprintf(p->examples_url, sizeof(p->examples_url), "kafka://%s/examples", p->bootstrap);
-    say(p, "kafka-mock at %s (topics examples:%ld, model-updates:1)", p->bootstrap, c->partitions);
+    say(p, "kafka-mock at %s (topics examples:%ld, model-updates:1)", p->bootstrap, parts);
+    long held = spw_pipeline__examples_held(parts);
+    if (parts > c->partitions)
+        say(p,
+            "examples has %ld partitions, not %ld: the backlog of %llu examples (~%.0f MB) must "
+            "fit the mock's retention of %u MiB per partition",
+            parts, c->partitions, (unsigned long long)c->gen_n,
+            (double)c->gen_n * SPW_PIPELINE_EXAMPLE_BYTES / 1e6,
+            SPW_KAFKA_MOCK_RETENTION_BYTES >> 20);
+    else
+        say(p,
+            "the mock keeps %u MiB per partition: examples holds ~%ld examples before the oldest "
+            "are deleted (a trainer further behind loses records; kafka-mock.log warns)",
+            SPW_KAFKA_MOCK_RETENTION_BYTES >> 20, held);
     return 0;
 }
 
@@ -339,7 +355,7 @@ static void wait_assigned(spw_pipeline_t *p)
                 return; /* the caller's check reports it */
             const char *log = spw_launch_log(p->launch, idx);
             long assigned = log_count(log, "kafka partition assigned");
-            all = all && (assigned > 0 || t >= p->conf->partitions);
+            all = all && (assigned > 0 || t >= p->examples_partitions);
             n += assigned + log_count(log, "kafka partitions revoked");
         }
         if (n != events) {

@@ -204,6 +204,11 @@ int spw_demo_run(const struct spw_demo_conf *conf)
         if (conf->serve)
             demo_freshness(&snap);
     }
+    uint64_t lost = spw_pipeline_lost_records(p);
+    if (lost)
+        printf("  lost: %llu records of examples deleted by the Kafka mock's retention before "
+               "the trainers read them (a lower --rate keeps them; trainer-*.log)\n",
+               (unsigned long long)lost);
     printf("  run directory: %s\n", run_dir);
     printf("  logs: %s/{kafka-mock,gen,coordinator,shard-*,trainer-*,serve}.log\n", run_dir);
     spw_pipeline_destroy(p);

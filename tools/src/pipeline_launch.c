@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sparrow/kafka.h"
 #include "sparrow/pipeline.h"
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
@@ -350,7 +351,16 @@ int spw_launch_run(const struct spw_launch_run_conf *conf)
     collect(p, conf, &ty, &r);
     r.kills = spw_chaos_kills(chaos);
     r.restarts = spw_chaos_restarts(chaos);
-    r.ok = !st.failed && !st.timed_out && !st.interrupted && unclean == 0;
+    r.lost_to_retention = spw_pipeline_lost_records(p);
+    bool lost = conf->examples && r.lost_to_retention > 0;
+    if (lost) /* a finite stream must be trained whole */
+        fprintf(stderr,
+                "sparrow launch: FAILED: %llu records of the examples topic were deleted by the "
+                "Kafka mock's retention (%u MiB per partition) before the trainers read them; "
+                "use more --partitions, a lower --rate or fewer --examples (trainer-*.log, "
+                "kafka-mock.log)\n",
+                (unsigned long long)r.lost_to_retention, SPW_KAFKA_MOCK_RETENTION_BYTES >> 20);
+    r.ok = !st.failed && !st.timed_out && !st.interrupted && unclean == 0 && !lost;
     if (spw_pipeline_summary_write(p, &r, summary) != SPW_OK) {
         fprintf(stderr, "sparrow launch: cannot write %s\n", summary);
         r.ok = false;

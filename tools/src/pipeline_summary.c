@@ -151,8 +151,10 @@ spw_err_t spw_pipeline_summary_write(const spw_pipeline_t *p, const struct spw_p
     jnum(f, spw_pipeline_hist_quantile(&s->pause, 0.99));
     fputs(", \"pause\": ", f);
     jhist(f, &s->pause);
-    fprintf(f, "},\n  \"chaos\": {\"kills\": %ld, \"restarts\": %ld},\n  \"processes\": [",
-            r->kills, r->restarts);
+    fprintf(f,
+            "},\n  \"chaos\": {\"kills\": %ld, \"restarts\": %ld},\n  \"lost_to_retention\": "
+            "%llu,\n  \"processes\": [",
+            r->kills, r->restarts, (unsigned long long)r->lost_to_retention);
     const spw_launch_t *l = p->launch;
     for (int i = 0; i < spw_launch_count(l); i++) {
         char st[32];

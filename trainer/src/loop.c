@@ -86,8 +86,9 @@ struct spw_trainer_loop {
     uint64_t next_mb_id;
     uint64_t filling_id; /* the micro-batch whose marks snapshot() adds */
     uint64_t read_examples;
-    bool eof;     /* the input ended (or max_examples) */
-    bool stopped; /* a stop request or a hook's SPW_ERR_STOPPED */
+    bool eof;            /* the input ended (or max_examples) */
+    bool reject_checked; /* Kafka: max_reject_ratio judged over the first records */
+    bool stopped;        /* a stop request or a hook's SPW_ERR_STOPPED */
     bool ran;
     bool ready; /* reported to http */
 
@@ -419,7 +420,102 @@ static spw_err_t store_acked(spw_trainer_loop_t *loop)
     return SPW_OK;
 }
 
+/* ---- the shards' hello ---- */
+
+/* Before the first pull: every shard's dim against the model's (a shard of pserver.dim=auto takes
+ * it), so that a mismatch fails at connect as the configuration error it is, naming both sides.
+ * Waits for shards that are not up yet as a pull does. SPW_ERR_INVALID (logged) on a mismatch. */
+static spw_err_t hello_shards(spw_trainer_loop_t *loop)
+{
+    if (loop->conf.inproc_shards)
+        return SPW_OK; /* made with the model's dim */
+    uint32_t n = spw_ps_client_shards(loop->client), bad = 0;
+    uint32_t *dims = calloc(n, sizeof(*dims));
+    if (!dims)
+        return SPW_ERR_NOMEM;
+    uint64_t t0 = spw_time_mono_ms();
+    spw_err_t err;
+    while ((err = spw_ps_client_hello(loop->client, PULL_WAIT_SLICE_MS, dims, &bad)) ==
+           SPW_ERR_TIMEOUT) {
+        if (spw_time_mono_ms() - t0 >= PULL_NOT_READY_MS)
+            set_ready(loop, false, "waiting for parameter-server shards");
+    }
+    if (err == SPW_ERR_INVALID) {
+        const struct spw_model *m = &loop->conf.params.model;
+        char need[96], fix[160];
+        if (m->kind == SPW_MODEL_FM)
+            snprintf(need, sizeof(need), "dim %u (trainer.latent_dim=%u + 1)", m->dim,
+                     m->latent_dim);
+        else
+            snprintf(need, sizeof(need), "dim %u", m->dim);
+        if (dims[bad] == 0)
+            snprintf(fix, sizeof(fix), "start the shards with pserver.dim=%u", m->dim);
+        else if (dims[bad] >= 2)
+            snprintf(
+                fix, sizeof(fix),
+                "start the shards with pserver.dim=%u (or pserver.dim=auto on an empty shard), "
+                "or train trainer.model=fm with trainer.latent_dim=%u",
+                m->dim, dims[bad] - 1);
+        else
+            snprintf(
+                fix, sizeof(fix),
+                "start the shards with pserver.dim=%u (or pserver.dim=auto on an empty shard), "
+                "or train trainer.model=lr",
+                m->dim);
+        SPW_ERROR("configuration mismatch with the shards",
+                  "error=\"trainer.model=%s needs %s but shard %u (%s) serves pserver.dim=%u: "
+                  "%s\"",
+                  spw_model_kind_name(m->kind), need, bad,
+                  spw_ps_client_endpoint(loop->client, bad), dims[bad], fix);
+    } else if (err == SPW_OK) {
+        SPW_INFO("shards agree on the dim", "shards=%u dim=%u", n, loop->dim);
+    }
+    free(dims);
+    return err == SPW_ERR_STOPPED ? SPW_OK : err; /* a stop: the loop sees it and ends */
+}
+
 /* ---- input ---- */
+
+static uint64_t rejected_total(const spw_trainer_loop_t *loop)
+{
+    uint64_t n = 0;
+    for (unsigned i = 0; i < SPW_REJECT__COUNT; i++)
+        n += loop->src.rejected[i];
+    return n;
+}
+
+/* max_reject_ratio: SPW_ERR_INVALID (logged, the likely cause named) when the input yielded no
+ * example or rejected too much. File input: its records at its end. Kafka: examples and rejected
+ * records once SPW_TRAINER_REJECT_CHECK_RECORDS were seen (the format is not in question there:
+ * ExampleBatch records come from ingest). */
+static spw_err_t check_rejects(spw_trainer_loop_t *loop)
+{
+    uint64_t rejected = rejected_total(loop);
+    uint64_t records = loop->src.kafka ? loop->read_examples + rejected : loop->src.records;
+    char explain[384] = "", errstr[1024];
+    if (loop->src.reader)
+        spw_reader_explain(loop->src.reader, "trainer.format", explain, sizeof(explain));
+    else
+        snprintf(explain, sizeof(explain),
+                 "its records should be sparrow.ExampleBatch, as `sparrow ingest` writes them "
+                 "(judged over the first %u)",
+                 SPW_TRAINER_REJECT_CHECK_RECORDS);
+    if (spw_ingest_reject_check(loop->conf.in, records, rejected, loop->src.rejected,
+                                loop->conf.max_reject_ratio, "trainer.max_reject_ratio", explain,
+                                errstr, sizeof(errstr)) == SPW_OK)
+        return SPW_OK;
+    SPW_ERROR("input rejected", "error=\"%s\"", errstr);
+    return SPW_ERR_INVALID;
+}
+
+/* Logs a failure of the input itself (a read error, a damaged gzip file, an unknown format). */
+static void log_input_error(spw_trainer_loop_t *loop, spw_err_t err)
+{
+    if (loop->src.kafka || err == SPW_ERR_STOPPED)
+        return; /* the consumer logs its own failures */
+    SPW_ERROR("input failed", "in=%s error=\"%s\" detail=\"%s\"", loop->conf.in, spw_err_str(err),
+              loop->src.fail[0] ? loop->src.fail : "-");
+}
 
 static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
 {
@@ -455,10 +551,18 @@ static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
         }
         if (err == SPW_ERR_INVALID) {
             err = SPW_OK;
+            if (loop->src.kafka && !loop->reject_checked &&
+                loop->read_examples + rejected_total(loop) >= SPW_TRAINER_REJECT_CHECK_RECORDS) {
+                loop->reject_checked = true;
+                if ((err = check_rejects(loop)))
+                    break;
+            }
             continue;
         }
-        if (err)
+        if (err) {
+            log_input_error(loop, err);
             break;
+        }
         err = spw_batch_add_example(mb->batch, ex);
         if (err == SPW_ERR_INVALID) {
             spw_trn__source_reject(&loop->src);
@@ -468,6 +572,12 @@ static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
         if (err)
             break;
         loop->read_examples++;
+        if (loop->src.kafka && !loop->reject_checked &&
+            loop->read_examples + rejected_total(loop) >= SPW_TRAINER_REJECT_CHECK_RECORDS) {
+            loop->reject_checked = true;
+            if ((err = check_rejects(loop)))
+                break;
+        }
     }
     loop->stats.records = loop->src.records;
     if (err)
@@ -1062,6 +1172,7 @@ void spw_trainer_loop_get_stats(const spw_trainer_loop_t *loop, struct spw_train
     *out = loop->stats;
     out->records = loop->src.records;
     out->duplicates = loop->src.duplicates;
+    out->lost = loop->src.consumer ? spw_kafka_consumer_lost(loop->src.consumer) : 0;
     out->rejected = 0;
     for (unsigned i = 0; i < SPW_REJECT__COUNT; i++)
         out->rejected += loop->src.rejected[i];
@@ -1135,7 +1246,8 @@ static spw_err_t finish(spw_trainer_loop_t *loop, spw_err_t run_err)
              "bayes_cumulative_logloss=%.5f bytes_per_example=%.2f "
              "step_bytes_per_example=%.2f rows_pushed=%llu "
              "residual_flushed=%llu steps=%llu rejected=%llu records=%llu "
-             "dropped=%llu duplicates=%llu offsets_stored=%llu seconds=%.3f compute_s=%.3f "
+             "dropped=%llu duplicates=%llu lost_to_retention=%llu offsets_stored=%llu "
+             "seconds=%.3f compute_s=%.3f "
              "pull_wait_s=%.3f "
              "slowed_s=%.3f status=\"%s\"",
              (unsigned long long)st.examples, secs > 0 ? (double)st.examples / secs : 0.0,
@@ -1147,9 +1259,10 @@ static spw_err_t finish(spw_trainer_loop_t *loop, spw_err_t run_err)
              (unsigned long long)st.rows_pushed, (unsigned long long)ts.rows_flushed,
              (unsigned long long)st.steps, (unsigned long long)st.rejected,
              (unsigned long long)st.records, (unsigned long long)st.dropped_examples,
-             (unsigned long long)st.duplicates, (unsigned long long)st.offsets_stored, secs,
-             (double)st.compute_ns * 1e-9, (double)st.pull_wait_ns * 1e-9,
-             (double)st.slowed_ns * 1e-9, spw_err_str(run_err ? run_err : err));
+             (unsigned long long)st.duplicates, (unsigned long long)st.lost,
+             (unsigned long long)st.offsets_stored, secs, (double)st.compute_ns * 1e-9,
+             (double)st.pull_wait_ns * 1e-9, (double)st.slowed_ns * 1e-9,
+             spw_err_str(run_err ? run_err : err));
     return run_err ? run_err : err;
 }
 
@@ -1162,7 +1275,10 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
     loop->slow_mark_ns = loop->start_ns;
     step_reset(loop);
     const uint32_t acc_steps = loop->conf.params.acc_steps;
-    spw_err_t err = fill(loop, loop->cur);
+    spw_err_t err = hello_shards(loop);
+    if (err)
+        return finish(loop, err);
+    err = fill(loop, loop->cur);
     while (!err) {
         if (loop->stopped || spw_signal_stop_requested())
             break;
@@ -1222,6 +1338,9 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
         if (!loop->cur->filled)
             err = fill(loop, loop->cur);
     }
+    /* the end of a file (or max_examples) is where its records are judged */
+    if (!err && loop->eof && !loop->src.kafka && !spw_signal_stop_requested())
+        err = check_rejects(loop);
     if (err)
         SPW_ERROR("trainer loop failed", "error=\"%s\" detail=\"%s\"", spw_err_str(err),
                   spw_ps_client_errstr(loop->client));

@@ -10,7 +10,8 @@ void spw_trainer_loop_conf_default(struct spw_trainer_loop_conf *conf)
 {
     memset(conf, 0, sizeof(*conf));
     spw_trainer_params_default(&conf->params);
-    conf->format = SPW_FORMAT_PB;
+    conf->format = SPW_FORMAT_AUTO;
+    conf->max_reject_ratio = 0.5;
     spw_ingest_limits_default(&conf->limits);
     conf->limits.max_record_bytes = 16u << 20;
     conf->group = "sparrow-trainers";
@@ -71,6 +72,7 @@ spw_err_t spw_trainer_loop_conf_from_config(const spw_config_t *cfg,
         snprintf(errstr, errstr_size, "trainer.format: unknown format");
         return SPW_ERR_INVALID;
     }
+    conf->max_reject_ratio = spw_config_double(cfg, "trainer.max_reject_ratio");
     conf->schema_path = spw_config_str(cfg, "trainer.schema");
     spw_ingest_limits_from_config(cfg, "trainer", &conf->limits);
     conf->max_record_bytes = conf->limits.max_record_bytes;

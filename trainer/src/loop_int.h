@@ -63,6 +63,7 @@ struct spw_trn__source {
     /* file */
     spw_reader_t *reader;
     spw_schema_t *schema;
+    char fail[160]; /* why the reader failed (a read error, a damaged gzip file) */
     /* Kafka */
     const struct spw_trainer_hooks *hooks; /* the loop's (borrowed) */
     spw_trainer_loop_t *loop;

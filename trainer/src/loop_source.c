@@ -68,6 +68,10 @@ static spw_err_t next_file(struct spw_trn__source *src, Sparrow__Example **ex)
     spw_err_t err = spw_reader_next(src->reader, src->arena, ex, &perr);
     if (err == SPW_ERR_EOF)
         return err;
+    if (err != SPW_OK && err != SPW_ERR_INVALID && err != SPW_ERR_TOO_BIG) {
+        snprintf(src->fail, sizeof(src->fail), "%s", perr.message);
+        return err;
+    }
     count_record(src);
     if (err == SPW_ERR_INVALID || err == SPW_ERR_TOO_BIG) {
         count_reject(src, perr.reason);

@@ -52,8 +52,15 @@ const struct spw_config_prop spw_trainer_config_props[] = {
     {"trainer.in", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
      "Input: file:PATH (file:- is stdin) or kafka://HOST:PORT[,HOST:PORT...]/TOPIC (records are "
      "sparrow.ExampleBatch)."},
-    {"trainer.format", SPW_CONFIG_ENUM, "pb", 0, 0, "pb|json|criteo",
-     "Format of file input: length-delimited sparrow.Example, JSON lines, or Criteo TSV."},
+    {"trainer.format", SPW_CONFIG_ENUM, "auto", 0, 0, "auto|pb|json|criteo",
+     "Format of file input: length-delimited sparrow.Example, JSON lines, or Criteo TSV; auto "
+     "tells it from the file's first bytes and logs it (as ingest.format). gzip files are read "
+     "as they are, whatever the format."},
+    {"trainer.max_reject_ratio", SPW_CONFIG_DOUBLE, "0.5", 0, 1, NULL,
+     "Largest share of input records that may be rejected: a file input above it (or yielding "
+     "no example) ends the run with exit 1 and a message naming the likely cause (the format); "
+     "a Kafka input is judged once, over its first 1000 examples and rejected records, and then "
+     "only counts (1: never fail)."},
     {"trainer.schema", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
      "Schema file (`name = id` lines) for JSON field names; unset: names are hashed."},
     SPW_INGEST_LIMIT_CONFIG_PROPS("trainer", "16777216", 268435456),

@@ -107,11 +107,23 @@ struct spw_cli_command {
 /* Writes cmd's --help: its usage text, "properties:" and the table (spw_config_doc_help). */
 void spw_cli_command_usage(const struct spw_cli_command *cmd, FILE *out);
 
+/* Every command's property table (borrowed; static), so that spw_cli_command_init can tell a
+ * misspelt SPARROW_* variable from one meant for another command. Call once from main, before
+ * any command starts; without it only the command's own table is known. */
+void spw_cli_set_all_tables(const struct spw_config_table *tables, size_t n_tables);
+
+/* SPARROW_* variables that are no property but belong to the build, test and benchmark tools
+ * (SPARROW_SKIP_DEPS, SPARROW_SANITIZE, ...): never warned about. */
+extern const char *const spw_cli_tool_env[];
+extern const size_t spw_cli_tool_env_n;
+
 /*
  * The start every subcommand shares: rewrites cmd's flags, creates a configuration of its table,
  * loads it with spw_cli_load (argv, environ), answers --help and --dump-config, then initialises
- * logging (cmd->name, the table's "log.level" and "log.format") and the SIGTERM/SIGINT handlers.
- * Returns the configuration (the caller destroys it) or NULL with *exit_code set: 0 after --help or
+ * logging (cmd->name, the table's "log.level" and "log.format") and the SIGTERM/SIGINT handlers,
+ * and warns (one WARN line each, with the nearest property when there is an obvious one) about
+ * every SPARROW_* variable that names no property of any command (spw_cli_set_all_tables). Returns
+ * the configuration (the caller destroys it) or NULL with *exit_code set: 0 after --help or
  * --dump-config, 2 for a bad argument or value (the message is on stderr), 1 when out of memory.
  */
 spw_config_t *spw_cli_command_init(const struct spw_cli_command *cmd, int argc, char **argv,

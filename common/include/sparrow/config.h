@@ -41,7 +41,8 @@ enum spw_config_type {
     SPW_CONFIG_DOUBLE, /* finite double within [min, max] */
     SPW_CONFIG_STRING, /* any text (max = maximum length when > 0) */
     SPW_CONFIG_ENUM,   /* one of `choices` ("a|b|c"); a choice "name:" takes a suffix, "ssp:4" */
-    SPW_CONFIG_DURATION_MS, /* "250ms", "5s", "2m", "1h" or plain milliseconds, within [min, max] */
+    SPW_CONFIG_DURATION_MS, /* "250ms", "5s", "2m", "1h", within [min, max]; a bare number only
+                             * when 0 or when the name ends in "_ms" (milliseconds) */
     SPW_CONFIG_PASSTHROUGH, /* name ends in ".*": any key under the prefix, as a string */
 };
 
@@ -88,6 +89,31 @@ spw_err_t spw_config_load_buffer(spw_config_t *cfg, const char *name, const void
  * that name a property of this table; others are ignored. */
 spw_err_t spw_config_load_env(spw_config_t *cfg, char *const *envp, char *errstr,
                               size_t errstr_size);
+
+/* The environment variable of property name into buf (size bytes, truncated): SPARROW_ and the
+ * name upper-cased with '.' and '-' as '_' (pserver.memory.mb -> SPARROW_PSERVER_MEMORY_MB). */
+void spw_config_env_name(const char *name, char *buf, size_t size);
+
+/* One property table, for checks across every command's table. */
+struct spw_config_table {
+    const struct spw_config_prop *props;
+    size_t n_props;
+};
+
+/*
+ * The SPARROW_* variables of envp (NULL-terminated "NAME=value" strings) that name no property of
+ * any of the n_tables tables and are not listed in ignore[0..n_ignore) (variables of the build
+ * and test tools): fn is called for each with the variable's name (NUL-terminated, without the
+ * value) and a hint, or NULL when none: "did you mean trainer.batch (SPARROW_TRAINER_BATCH)?"
+ * for the property whose variable is nearest (at most 2 edits, a swap of neighbours counting as
+ * one; ties: the first in table order), or a note that pass-through keys ("kafka.*") cannot be
+ * set from the environment. Returns how many there were. envp, tables and ignore are borrowed;
+ * pure apart from fn; thread-safe.
+ */
+size_t spw_config_env_unknown(char *const *envp, const struct spw_config_table *tables,
+                              size_t n_tables, const char *const *ignore, size_t n_ignore,
+                              void (*fn)(void *opaque, const char *var, const char *hint),
+                              void *opaque);
 
 /* Applies the layers in precedence order: file (may be NULL) < envp (may be NULL) < sets (n
  * "key=value" strings). */

@@ -18,11 +18,31 @@ enum spw_format {
     SPW_FORMAT_PB,     /* length-delimited sparrow.Example */
     SPW_FORMAT_JSON,   /* JSON lines (docs/ARCHITECTURE.md §2) */
     SPW_FORMAT_CRITEO, /* label \t I1..I13 \t C1..C26 */
+    SPW_FORMAT_AUTO,   /* one of the three, told from the first bytes (spw_format_sniff) */
 };
 
-/* "pb" | "json" | "criteo" -> format. SPW_ERR_INVALID for anything else. */
+/* "pb" | "json" | "criteo" | "auto" -> format. SPW_ERR_INVALID for anything else. */
 spw_err_t spw_format_parse(const char *name, enum spw_format *out);
+/* "pb", "json", "criteo", "auto". Static strings. */
 const char *spw_format_name(enum spw_format format);
+/* For messages: "length-delimited protobuf (pb)", "JSON lines (json)", "Criteo TSV (criteo)". */
+const char *spw_format_title(enum spw_format format);
+
+/* The compression len bytes at data (an input's first bytes) start with, by magic number:
+ * "gzip", "zstd", "xz", "bzip2", "lz4", "zip"; NULL for none of them. Pure. */
+const char *spw_format_compression(const void *data, size_t len);
+
+/*
+ * The format an input's first bytes (len of them at data: the first line whole, or as much as
+ * the caller has, 512 bytes are plenty) look like, by these rules: a first line that is not
+ * text (a byte below 0x20 other than tab and CR, or invalid UTF-8) is pb (a varint length then
+ * protobuf); text whose first non-blank byte is '{' is JSON lines; text with a tab is Criteo TSV.
+ * A UTF-8 byte-order mark and blank lines before are skipped. SPW_OK with *out; SPW_ERR_EOF when
+ * there is nothing but blanks; SPW_ERR_INVALID when the first line is text of none of the formats
+ * (a CSV, say), with why (quoting the line's start). Pure; thread-safe.
+ */
+spw_err_t spw_format_sniff(const void *data, size_t len, enum spw_format *out, char *why,
+                           size_t why_size);
 
 /* Why a record was refused; each has a name for dead-letter headers and metric labels. */
 enum spw_reject_reason {
@@ -203,7 +223,12 @@ uint32_t spw_criteo_field_id(unsigned col);
 typedef struct spw_reader spw_reader_t;
 
 /* Opens path ("-" for stdin) in format. schema may be NULL (borrowed; must outlive the reader).
- * NULL with errstr on failure. */
+ * NULL with errstr on failure. Nothing is read before the first spw_reader_next, which looks at
+ * the first bytes: a gzip input (by its magic number, whatever the name) is inflated as it is
+ * read (concatenated members as one stream); another compression (zstd, xz, bzip2, lz4, zip) is
+ * SPW_ERR_UNSUPPORTED; SPW_FORMAT_AUTO becomes the format the first line looks like
+ * (spw_format_sniff; logged), SPW_ERR_UNSUPPORTED when it looks like none; an explicit format the
+ * data does not look like is read as asked, with a warning (spw_reader_explain says it). */
 spw_reader_t *spw_reader_open(const char *path, enum spw_format format,
                               const struct spw_ingest_limits *limits, const spw_schema_t *schema,
                               char *errstr, size_t errstr_size);
@@ -245,6 +270,34 @@ const void *spw_reader_raw(const spw_reader_t *reader, size_t *len);
 uint64_t spw_reader_records(const spw_reader_t *reader);
 uint64_t spw_reader_rejected(const spw_reader_t *reader);
 
+/* The format records are read in: the one asked for, or SPW_FORMAT_AUTO's detected one once the
+ * first spw_reader_next has run. */
+enum spw_format spw_reader_format(const spw_reader_t *reader);
+
+/* "gzip" when the input is being inflated, else NULL (also before the first spw_reader_next). */
+const char *spw_reader_compression(const spw_reader_t *reader);
+
+/* For a role's message about rejected records, into buf (size bytes; empty before the first
+ * record or after a read error): "the input was read as PROP=pb but looks like Criteo TSV
+ * (criteo): set PROP=criteo, or PROP=auto to detect it", or, when the data looks like its
+ * format, "the input was read as PROP=json (detected)". format_prop names the role's property
+ * ("trainer.format"). */
+void spw_reader_explain(const spw_reader_t *reader, const char *format_prop, char *buf,
+                        size_t size);
+
+/*
+ * The end-of-input check of a role that reads examples (the trainer, ingest): records read, of
+ * them rejected ones, against max_ratio (the role's *.max_reject_ratio). SPW_OK when at least one
+ * record was accepted and rejected <= max_ratio x records; else SPW_ERR_INVALID with errstr: "in:
+ * no record in the input (it is empty)" or "in: 9042 of 9042 records rejected (100%, above
+ * ratio_prop=0.5), most as undecodable; " followed by explain (spw_reader_explain, may be empty).
+ * by_reason (SPW_REJECT__COUNT counts, may be NULL) names the most common reason. Pure.
+ */
+spw_err_t spw_ingest_reject_check(const char *in, uint64_t records, uint64_t rejected,
+                                  const uint64_t *by_reason, double max_ratio,
+                                  const char *ratio_prop, const char *explain, char *errstr,
+                                  size_t errstr_size);
+
 /* ---- the role: `sparrow ingest` as a library object ----
  *
  * Raw events from a Kafka topic or a file are parsed and validated into ExampleBatch records,
@@ -259,6 +312,9 @@ uint64_t spw_reader_rejected(const spw_reader_t *reader);
 struct spw_metrics;
 struct spw_http;
 
+/* Events of a Kafka input over which ingest.max_reject_ratio is judged, once. */
+#define SPW_INGEST_REJECT_CHECK_EVENTS 1000u
+
 /* The property table of `sparrow ingest`. */
 extern const struct spw_config_prop spw_ingest_config_props[];
 extern const size_t spw_ingest_config_n_props;
@@ -266,18 +322,20 @@ extern const size_t spw_ingest_config_n_props;
 /* What an ingest is made from. Strings are borrowed for the duration of spw_ingest_new only
  * (nothing in conf is kept but metrics and http). */
 struct spw_ingest_conf {
-    const char *in;  /* kafka://HOST:PORT/TOPIC or file:PATH ("-": stdin); required */
-    const char *out; /* kafka://HOST:PORT/TOPIC or file:PATH ("-": stdout); required */
-    const char *dlq; /* dead-letter output URL; NULL: out with ".dlq" appended */
-    enum spw_format format;
-    const char *group;     /* consumer group of a Kafka input */
-    bool start_latest;     /* a partition without a committed offset starts at its end */
-    bool strict;           /* offsets lost to retention end the run (SPW_ERR_CORRUPT) */
-    size_t batch_size;     /* examples per ExampleBatch record (per bucket), >= 1 */
-    size_t max_bytes;      /* largest ExampleBatch record */
-    uint64_t linger_ms;    /* longest wait of an event for its batch (Kafka input) */
-    const char *key_field; /* field name keying the output records; NULL or "": not keyed */
-    size_t key_buckets;    /* buckets when keyed, >= 1 */
+    const char *in;          /* kafka://HOST:PORT/TOPIC or file:PATH ("-": stdin); required */
+    const char *out;         /* kafka://HOST:PORT/TOPIC or file:PATH ("-": stdout); required */
+    const char *dlq;         /* dead-letter output URL; NULL: out with ".dlq" appended */
+    enum spw_format format;  /* SPW_FORMAT_AUTO: from the file's first bytes or the first record */
+    double max_reject_ratio; /* above it (file: at its end; Kafka: over the first
+                                SPW_INGEST_REJECT_CHECK_EVENTS) the run fails */
+    const char *group;       /* consumer group of a Kafka input */
+    bool start_latest;       /* a partition without a committed offset starts at its end */
+    bool strict;             /* offsets lost to retention end the run (SPW_ERR_CORRUPT) */
+    size_t batch_size;       /* examples per ExampleBatch record (per bucket), >= 1 */
+    size_t max_bytes;        /* largest ExampleBatch record */
+    uint64_t linger_ms;      /* longest wait of an event for its batch (Kafka input) */
+    const char *key_field;   /* field name keying the output records; NULL or "": not keyed */
+    size_t key_buckets;      /* buckets when keyed, >= 1 */
     struct spw_ingest_limits limits;
     const char *schema; /* schema file; NULL: names hashed */
     bool schema_strict; /* names absent from the schema are dead-lettered */
@@ -308,8 +366,12 @@ spw_ingest_t *spw_ingest_new(const struct spw_ingest_conf *conf, char *errstr, s
  * Runs until a file input ends, or spw_signal_stop_requested() turns true (a Kafka input runs
  * until then), then drains: flushes, waits (at most shutdown_timeout_ms) for delivery, stores and
  * commits the delivered offsets. Reports ready to conf->http while running. Returns SPW_OK;
- * SPW_ERR_CORRUPT when strict and offsets were lost to retention; another error (logged) when
- * an output failed, the input failed, or output was left undelivered. Call once.
+ * SPW_ERR_CORRUPT when strict and offsets were lost to retention; SPW_ERR_INVALID (logged as
+ * "input rejected", naming the likely cause) when a file input yielded no example or more than
+ * max_reject_ratio of its events were dead-lettered, or a Kafka input did over its first
+ * SPW_INGEST_REJECT_CHECK_EVENTS events; SPW_ERR_UNSUPPORTED when the format of a Kafka input
+ * (auto) cannot be told from its first record; another error (logged) when an output failed, the
+ * input failed, or output was left undelivered. Call once.
  */
 spw_err_t spw_ingest_run(spw_ingest_t *ingest);
 

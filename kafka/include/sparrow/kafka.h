@@ -284,6 +284,27 @@ const char *spw_kafka_mock_bootstraps(const spw_kafka_mock_t *mock);
 spw_err_t spw_kafka_mock_topic_create(spw_kafka_mock_t *mock, const char *topic, int partitions,
                                       char *errstr, size_t errstr_size);
 
+/* The mock's retention, per partition: librdkafka 2.0.2's mock deletes a partition's oldest
+ * message sets (produce batches) once it holds more than 5 MiB of them or more than 100000 of
+ * them (rdkafka_mock.c; fixed, no API sets it). Deleted records are gone whether or not a
+ * consumer read them: a finite stream larger than partitions x this, produced before it is
+ * consumed, loses its start. */
+#define SPW_KAFKA_MOCK_RETENTION_BYTES   (5u << 20)
+#define SPW_KAFKA_MOCK_RETENTION_MSGSETS 100000u
+
+/* A thread that watches a mock cluster's partitions (a client of its own, bootstrapped to
+ * bootstraps) every interval_ms (0: 1 s): it logs WARN "kafka-mock partition nears its
+ * retention" when a partition's estimated bytes (records held x its newest record's size) pass
+ * 80% of SPW_KAFKA_MOCK_RETENTION_BYTES before anything was deleted, and WARN "kafka-mock deleted
+ * records to its retention" (at most every 10 s per partition) once its low watermark is above 0.
+ * At most 1024 partitions are watched. NULL with errstr on failure. Owned by the caller. */
+typedef struct spw_kafka_mock_watch spw_kafka_mock_watch_t;
+spw_kafka_mock_watch_t *spw_kafka_mock_watch_start(const char *bootstraps, uint32_t interval_ms,
+                                                   char *errstr, size_t errstr_size);
+/* Stops and frees the watcher; returns the records it saw deleted, every partition together.
+ * NULL: 0. */
+uint64_t spw_kafka_mock_watch_stop(spw_kafka_mock_watch_t *watch);
+
 /* ---- the `sparrow kafka-mock` process ---- */
 
 /* The property table of `sparrow kafka-mock` (kafka_mock.*). */
@@ -307,6 +328,7 @@ struct spw_kafka_mock_conf {
     size_t n_topics;
     const char *port_file; /* borrowed from the configuration; NULL: none */
     bool stdin_eof_exits;  /* exit at the end of stdin (else only on a signal) */
+    uint32_t watch_ms;     /* retention watch period (spw_kafka_mock_watch_start); 0: off */
 };
 
 /* Fills conf from a configuration of spw_kafka_mock_config_props (port_file borrowed from cfg).

@@ -178,6 +178,23 @@ spw_err_t spw_ps_client_pull_start(spw_ps_client_t *client, const uint64_t *keys
  */
 spw_err_t spw_ps_client_pull_wait(spw_ps_client_t *client, uint64_t token, int64_t timeout_ms);
 
+/*
+ * The hello a client says before its first pull: an empty pull to every shard at once, carrying
+ * this client's dim (PullRequest.dim; a shard started with pserver.dim=auto that has no dim yet
+ * takes it), each reply telling the shard's dim. Waits for every shard as a pull does (down
+ * shards are waited for and resent to; timeout_ms < 0: no limit). dims (n_shards entries, may be
+ * NULL) receives each shard's dim (0 when a reply has none). SPW_OK when every shard's equals
+ * conf.dim; SPW_ERR_INVALID (not sticky) with *bad (may be NULL) the first shard that differs;
+ * SPW_ERR_TIMEOUT (nothing left in flight: call again) or SPW_ERR_STOPPED; SPW_ERR_STATE when
+ * every pull slot is busy; the sticky error. In-process: SPW_OK at once. A shard before
+ * PullRequest.dim answers it too (an empty pull), it only cannot take its dim from it.
+ */
+spw_err_t spw_ps_client_hello(spw_ps_client_t *client, int64_t timeout_ms, uint32_t *dims,
+                              uint32_t *bad);
+
+/* Shard's endpoint as configured ("inproc" for the in-process transport). Owned by client. */
+const char *spw_ps_client_endpoint(const spw_ps_client_t *client, uint32_t shard);
+
 /* Abandons the pull of token: its buffers are never written again. Unknown tokens are ignored. */
 void spw_ps_client_pull_cancel(spw_ps_client_t *client, uint64_t token);
 

@@ -18,7 +18,8 @@
  */
 
 /* Largest row dimension a shard accepts (weights per key). */
-#define SPW_PS_MAX_DIM 1024
+#define SPW_PS_MAX_DIM     1024
+#define SPW_PS_MAX_DIM_STR "1024" /* the same, for property texts */
 
 enum spw_ps_optimizer {
     SPW_PS_SGD = 0,
@@ -126,7 +127,7 @@ typedef void (*spw_ps_evict_fn)(void *opaque, uint64_t key, uint32_t version);
 
 struct spw_ps_store_conf {
     uint32_t shard;
-    uint32_t dim; /* 1..SPW_PS_MAX_DIM */
+    uint32_t dim; /* 1..SPW_PS_MAX_DIM (a server's conf: 0 for pserver.dim=auto) */
     struct spw_ps_optim_conf optim;
     struct spw_ps_penalty penalty;
     uint64_t seed;               /* initialisation seed */
@@ -147,6 +148,13 @@ struct spw_ps_store_conf {
  * is refused. Strings in conf are copied. NULL with errstr on failure. */
 spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *errstr,
                                   size_t errstr_size);
+
+/* The dim and optimizer a store database at db_path was written with (its meta key), read without
+ * changing it (pserver.dim=auto restarts with the dim it had). SPW_ERR_NOT_FOUND when there is no
+ * database or it holds no meta yet; SPW_ERR_STORE / SPW_ERR_CORRUPT / SPW_ERR_VERSION with errstr.
+ * Not while a store has the database open. */
+spw_err_t spw_ps_store_peek_dim(const char *db_path, uint32_t *dim,
+                                enum spw_ps_optimizer *optimizer, char *errstr, size_t errstr_size);
 
 /* Writes dirty rows to RocksDB and closes. NULL is a no-op. */
 void spw_ps_store_close(spw_ps_store_t *store);
@@ -344,12 +352,17 @@ spw_err_t spw_ps_server_conf_from_config(const spw_config_t *cfg, struct spw_ps_
                                          char *errstr, size_t errstr_size);
 
 /* Restores (or creates) the shard's store, registers metrics, binds the socket. NULL with errstr
- * on failure. Call from the thread that will run it. */
+ * on failure. Call from the thread that will run it. With conf->store.dim 0 (pserver.dim=auto) the
+ * store is opened with the dim of its database (after a restore, the checkpoint's) or, when there
+ * is none, with the dim of the first pull or push that carries one; until then every request but
+ * stats and health is answered UNAVAILABLE (resent by clients). conf's strings and kafka_config
+ * must then outlive the server. */
 spw_ps_server_t *spw_ps_server_new(const struct spw_ps_server_conf *conf, char *errstr,
                                    size_t errstr_size);
 
 /* Serves requests until spw_signal_stop_requested() turns true (checked every 100 ms), then
- * returns SPW_OK. Owns the store while running. */
+ * returns SPW_OK; returns the error at once when the store could not be opened with a first
+ * client's dim (pserver.dim=auto; logged). Owns the store while running. */
 spw_err_t spw_ps_server_run(spw_ps_server_t *srv);
 
 /* The endpoint actually bound (resolves a wildcard port). Owned by server. */

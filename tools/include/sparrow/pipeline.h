@@ -98,6 +98,11 @@ int spw_pipeline_trainer_http(const spw_pipeline_t *p, long t);
  */
 int spw_pipeline_stop(spw_pipeline_t *p, uint64_t grace_ms, bool check_all);
 
+/* Records of the examples topic the trainers lost to the Kafka mock's retention: the lost= of
+ * their "kafka offsets lost to retention" lines and, for a backlog (gen_first), what the mock's
+ * retention watch saw deleted of the topic before it was read. From the logs; any thread. */
+uint64_t spw_pipeline_lost_records(spw_pipeline_t *p);
+
 /* Prints "<prefix>: FAILED: <name> died (<status>); read <log>" and the log's last lines. */
 void spw_pipeline_report_death(spw_pipeline_t *p, int idx, int status);
 
@@ -256,6 +261,7 @@ struct spw_pipeline_result {
     long latest_epoch;                 /* -1: no checkpoint */
     double manifest_examples;          /* LATEST manifest's example_count */
     long kills, restarts;
+    uint64_t lost_to_retention; /* spw_pipeline_lost_records after the stop */
 };
 
 /* Writes r as JSON to path, with every process's name and last exit status. SPW_ERR_IO. */

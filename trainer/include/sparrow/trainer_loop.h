@@ -56,6 +56,10 @@ struct spw_trainer_position {
 };
 #define SPW_TRAINER_OFFSET_STORED (-1000)
 
+/* Examples and rejected records of a Kafka input over which trainer.max_reject_ratio is judged,
+ * once (later rejects are only counted: a healthy stream's bad records must not stop it). */
+#define SPW_TRAINER_REJECT_CHECK_RECORDS 1000u
+
 /* A source high-water mark (docs/ARCHITECTURE.md §5): of input partition `partition`, the highest
  * offset of raw-event partition (source_topic, source_partition) trained. */
 struct spw_trainer_mark {
@@ -110,8 +114,11 @@ struct spw_http;
 struct spw_trainer_loop_conf {
     struct spw_trainer_params params;
     /* input */
-    const char *in;          /* "file:PATH" ("file:-" is stdin) or "kafka://BOOTSTRAP/TOPIC" */
-    enum spw_format format;  /* of file input */
+    const char *in;         /* "file:PATH" ("file:-" is stdin) or "kafka://BOOTSTRAP/TOPIC" */
+    enum spw_format format; /* of file input (SPW_FORMAT_AUTO: told from its first bytes) */
+    /* Above this share of rejected records (file: at its end, or no example at all; Kafka: over
+     * the first SPW_TRAINER_REJECT_CHECK_RECORDS) the run fails with SPW_ERR_INVALID. */
+    double max_reject_ratio;
     const char *schema_path; /* JSON field names -> ids; NULL or "": names are hashed */
     struct spw_ingest_limits limits;
     const char *group;                /* Kafka consumer group */
@@ -202,8 +209,13 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
  * Runs until the input ends (files), max_examples, a stop request, a hook's SPW_ERR_STOPPED, or
  * an error; then flushes (see the conventions) and returns SPW_OK for the clean cases.
  * SPW_ERR_TIMEOUT when pushes were still unacknowledged at the end of the grace period,
- * SPW_ERR_CORRUPT for lost offsets in strict mode, SPW_ERR_IO for an input read error, the PS
- * client's sticky error, or a hook's error. Call once.
+ * SPW_ERR_CORRUPT for lost offsets in strict mode, SPW_ERR_IO (or SPW_ERR_CORRUPT, a damaged
+ * gzip file; SPW_ERR_UNSUPPORTED, a format that cannot be told) for an input read error, logged
+ * with its detail; SPW_ERR_INVALID (logged as "input rejected", naming the likely cause: the
+ * format read against the one the data looks like) when a file input that ended yielded no
+ * example or rejected more than max_reject_ratio of its records, or a Kafka input did over its
+ * first SPW_TRAINER_REJECT_CHECK_RECORDS; the PS client's sticky error, or a hook's error. Call
+ * once.
  */
 spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop);
 
@@ -301,6 +313,8 @@ struct spw_trainer_loop_stats {
     uint64_t examples;         /* trained on */
     uint64_t rejected;         /* malformed records and invalid examples skipped */
     uint64_t records;          /* input records read (file: examples; Kafka: ExampleBatch) */
+    uint64_t lost;             /* Kafka records deleted by retention before they were read (the
+                                  consumer's sparrow_kafka_offsets_lost_total) */
     uint64_t micro_batches;    /* computed */
     uint64_t dropped_examples; /* read but not trained (a stop during their pull) */
     uint64_t steps;            /* pushes of steps */
