@@ -203,8 +203,11 @@ static void test_coord_recovery_continue_keeps_training(void **state)
     assert_int_equal(atomic_load(&e.shards[0].restores), 1);
     assert_int_equal(atomic_load(&e.shards[1].restores), 1);
     assert_int_equal(st.continued, 2); /* joined, removed */
-    /* no checkpoint since it joined: all of its 10 x 3 examples are trained again */
-    assert_int_equal(st.examples_retrained, 30);
+    /* no checkpoint since it joined: all of its 10 x 3 examples are trained again, beside any
+     * steps of 2 trainer-0 took before the startup recovery threw them away (under load its
+     * first Clock can come before it) */
+    assert_true(st.examples_retrained >= 30 && st.examples_retrained < 30 + 2 * 5);
+    assert_int_equal((st.examples_retrained - 30) % 2, 0);
 }
 
 /* ssp:1 with a checkpoint every 10 steps: the dead trainer's reports up to LATEST are not
