@@ -46,7 +46,7 @@ const struct spw_config_prop spw_gen_config_props[] = {
     {"gen.deep.dim", SPW_CONFIG_INT, "4", 1, SPW_GEN_MAX_DEEP_DIM, NULL,
      "gen.model=deep: floats per field of the planted embeddings the MLP reads (fields x dim "
      "inputs, at most 16384)."},
-    {"gen.deep.scale", SPW_CONFIG_DOUBLE, "1.5", 0.001, 100, NULL,
+    {"gen.deep.scale", SPW_CONFIG_DOUBLE, "1", 0.001, 100, NULL,
      "gen.model=deep: standard deviation of the MLP's logit (on the calibration sample); the "
      "FM's linear and pairwise terms each have about gen.signal."},
     SPW_CONFIG_PROP_LOG_LEVEL("info"),

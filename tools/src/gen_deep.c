@@ -30,8 +30,8 @@ spw_err_t spw_gen__deep_init(spw_gen_t *gen, char *errstr, size_t errstr_size)
     gen->blk_value_ids = malloc(rows * nf * sizeof(uint64_t));
     gen->blk_raw = malloc(rows * nf * sizeof(uint64_t));
     gen->blk_buckets = malloc(rows * nf * sizeof(int64_t));
-    if (!gen->deep_x || !gen->deep_logit || !gen->blk_u || !gen->blk_keys ||
-        !gen->blk_value_ids || !gen->blk_raw || !gen->blk_buckets)
+    if (!gen->deep_x || !gen->deep_logit || !gen->blk_u || !gen->blk_keys || !gen->blk_value_ids ||
+        !gen->blk_raw || !gen->blk_buckets)
         return spw_errf(SPW_ERR_NOMEM, errstr, errstr_size,
                         "out of memory creating the deep model");
     return SPW_OK;
