@@ -279,12 +279,10 @@ static int calibrate(spw_gen_t *gen)
     struct angle_moments *mom = malloc(n * sizeof(*mom));
     uint64_t *scratch = malloc((size_t)nf * 4 * sizeof(uint64_t));
     int64_t *buckets = malloc((size_t)nf * sizeof(*buckets));
-    int rc = SPW_ERR_NOMEM;
-    if (!logit || !mom || !scratch || !buckets)
-        goto out_free;
     bool deep = gen->planted != NULL;
     double *deep_raw = deep ? malloc(n * sizeof(*deep_raw)) : NULL;
-    if (deep && !deep_raw)
+    int rc = SPW_ERR_NOMEM;
+    if (!logit || !mom || !scratch || !buckets || (deep && !deep_raw))
         goto out_free;
     uint64_t *next_new = scratch + 3 * (size_t)nf;
     for (uint32_t i = 0; i < nf; i++)
