@@ -223,10 +223,11 @@ static int run(const spw_config_t *cfg)
     }
     SPW_INFO("gen start",
              "n=%llu seed=%llu fields=%u latent_dim=%u format=%s out=%s ctr=%g signal=%g "
-             "drift=%g new_values=%g bias=%.6f",
+             "drift=%g new_values=%g model=%s bias=%.6f",
              (unsigned long long)params.n, (unsigned long long)params.seed, params.fields,
              params.latent_dim, spw_format_name(format), path, params.ctr, params.signal,
-             params.drift, params.new_values, spw_gen_bias(gen, 0));
+             params.drift, params.new_values, spw_gen_model_name(params.model),
+             spw_gen_bias(gen, 0));
 
     uint64_t t0 = spw_time_mono_ns(), next_progress = spw_time_mono_ms() + GEN_PROGRESS_MS;
     uint64_t written = 0, submitted = 0;

@@ -18,6 +18,33 @@ cmp a.pb b.pb || fail "two runs with seed 7 differ"
 "$SPARROW" gen --n 200000 --seed 8 --format pb --out c.pb 2>c.log
 if cmp -s a.pb c.pb; then fail "seeds 7 and 8 wrote the same bytes"; fi
 
+# gen.model=fm (the default) writes the bytes it wrote before gen.model=deep existed (sha-256 of
+# these 100000 examples, recorded at commit 618d192)
+"$SPARROW" gen --n 100000 --seed 7 --format pb --out fm.pb 2>/dev/null
+"$SPARROW" gen --set gen.model=fm --n 100000 --seed 7 --format pb --out fm2.pb 2>/dev/null
+want=726c91b7d024e4d1479f6fe915a757ec0275283166c9cb1429993e656b1a4994
+[ "$(sha256sum <fm.pb | cut -d' ' -f1)" = "$want" ] || fail "the fm stream's bytes changed"
+cmp fm.pb fm2.pb || fail "gen.model=fm differs from the default"
+cmp -n "$(stat -c %s fm.pb)" fm.pb a.pb || fail "--n 100000 is not a prefix of --n 200000"
+
+# gen.model=deep: deterministic, a shorter run a prefix of a longer one, other bytes than fm
+"$SPARROW" gen --set gen.model=deep --n 30000 --seed 7 --out d1.pb 2>d1.log
+"$SPARROW" gen --set gen.model=deep --n 30000 --seed 7 --out d2.pb 2>/dev/null
+cmp d1.pb d2.pb || fail "two deep runs with seed 7 differ"
+"$SPARROW" gen --set gen.model=deep --n 1000 --seed 7 --out - 2>/dev/null >dh.pb
+cmp -n "$(stat -c %s dh.pb)" dh.pb d1.pb || fail "deep: --n 1000 is not a prefix of --n 30000"
+if cmp -s d1.pb fm.pb; then fail "deep wrote the fm stream"; fi
+grep -q 'gen start .*model=deep' d1.log || fail "deep: no model=deep in: $(cat d1.log)"
+grep -q ' gen done .*examples=30000' d1.log || fail "deep: no summary in: $(cat d1.log)"
+rc=0
+"$SPARROW" gen --set gen.model=dnn --n 10 >/dev/null 2>err.log || rc=$?
+[ "$rc" -eq 2 ] || fail "gen.model=dnn: exit $rc"
+grep -q 'fm|deep' err.log || fail "gen.model=dnn: the message does not name the values: $(cat err.log)"
+rc=0
+"$SPARROW" gen --set gen.model=deep --set gen.deep.hidden=8,0 --n 10 >/dev/null 2>err.log || rc=$?
+[ "$rc" -eq 2 ] || fail "gen.deep.hidden=8,0: exit $rc"
+grep -q 'gen.deep.hidden' err.log || fail "gen.deep.hidden=8,0: $(cat err.log)"
+
 # the summary: examples, CTR, Bayes-optimal logloss and AUC, bytes, rate
 summary=$(grep ' gen done ' a.log) || fail "no summary line in: $(cat a.log)"
 for key in examples=200000 "ctr=0\." "bayes_logloss=0\." "bayes_auc=0\." "auc_err=" \

@@ -144,6 +144,11 @@ static void test_gen_params_default_matches_table(void **state)
     assert_true(a.zipf == b.zipf && a.ctr == b.ctr && a.signal == b.signal);
     assert_true(a.drift == b.drift && a.new_values == b.new_values && a.rate == b.rate);
     assert_int_equal(a.start_ms, b.start_ms);
+    assert_int_equal(a.model, b.model);
+    assert_int_equal(a.model, SPW_GEN_MODEL_FM);
+    assert_string_equal(a.deep_hidden, b.deep_hidden);
+    assert_int_equal(a.deep_dim, b.deep_dim);
+    assert_true(a.deep_scale == b.deep_scale);
     spw_config_destroy(cfg);
 }
 
@@ -161,6 +166,48 @@ static void test_gen_rejects_bad_params(void **state)
     p.ctr = 1.0;
     assert_null(spw_gen_new(&p, errstr, sizeof(errstr)));
     assert_non_null(strstr(errstr, "gen.ctr"));
+}
+
+/* gen.model: a value other than fm or deep is refused, by the property table (naming the
+ * choices) and by spw_gen_new; so is a bad deep network. */
+static void test_gen_rejects_bad_model(void **state)
+{
+    (void)state;
+    char errstr[256] = "";
+    spw_config_t *cfg =
+        spw_config_new(spw_gen_config_props, spw_gen_config_n_props, errstr, sizeof(errstr));
+    assert_non_null(cfg);
+    assert_int_equal(spw_config_set(cfg, "gen.model", "dnn", errstr, sizeof(errstr)),
+                     SPW_ERR_INVALID);
+    assert_non_null(strstr(errstr, "gen.model"));
+    assert_non_null(strstr(errstr, "fm|deep"));
+    assert_int_equal(spw_config_set(cfg, "gen.model", "deep", errstr, sizeof(errstr)), SPW_OK);
+    struct spw_gen_params p;
+    spw_gen_params_from_config(cfg, &p);
+    assert_int_equal(p.model, SPW_GEN_MODEL_DEEP);
+    spw_config_destroy(cfg);
+
+    enum spw_gen_model m = SPW_GEN_MODEL_DEEP;
+    assert_int_equal(spw_gen_model_parse("FM", &m), SPW_ERR_INVALID);
+    assert_int_equal(m, SPW_GEN_MODEL_DEEP);
+    assert_int_equal(spw_gen_model_parse("fm", &m), SPW_OK);
+    assert_int_equal(m, SPW_GEN_MODEL_FM);
+    assert_string_equal(spw_gen_model_name(SPW_GEN_MODEL_DEEP), "deep");
+
+    spw_gen_params_default(&p);
+    p.model = (enum spw_gen_model)7;
+    assert_null(spw_gen_new(&p, errstr, sizeof(errstr)));
+    assert_non_null(strstr(errstr, "gen.model must be fm or deep"));
+    spw_gen_params_default(&p);
+    p.model = SPW_GEN_MODEL_DEEP;
+    snprintf(p.deep_hidden, sizeof(p.deep_hidden), "32,x");
+    assert_null(spw_gen_new(&p, errstr, sizeof(errstr)));
+    assert_non_null(strstr(errstr, "gen.deep.hidden"));
+    spw_gen_params_default(&p);
+    p.model = SPW_GEN_MODEL_DEEP;
+    p.deep_scale = 0.0;
+    assert_null(spw_gen_new(&p, errstr, sizeof(errstr)));
+    assert_non_null(strstr(errstr, "gen.deep.scale"));
 }
 
 static void assert_same_example(const struct spw_gen_example *a, const struct spw_gen_example *b)
@@ -203,6 +250,98 @@ static void test_gen_deterministic_for_a_seed(void **state)
     spw_gen_destroy(a);
     spw_gen_destroy(b);
     spw_gen_destroy(c);
+}
+
+/* The deep model: equal seeds give equal examples across several network blocks; the features
+ * and event times are the FM stream's of the same seed, oracle_p is not; another seed differs. */
+static void test_gen_deep_deterministic_for_a_seed(void **state)
+{
+    (void)state;
+    struct spw_gen_params p;
+    spw_gen_params_default(&p);
+    p.seed = 5;
+    p.new_values = 0.01;
+    spw_gen_t *fm = make_gen(&p);
+    p.model = SPW_GEN_MODEL_DEEP;
+    spw_gen_t *a = make_gen(&p), *b = make_gen(&p);
+    p.seed = 6;
+    spw_gen_t *c = make_gen(&p);
+    assert_true(spw_gen_bias(a, 0) == spw_gen_bias(b, 0));
+    assert_true(spw_gen_bias(a, 0) != spw_gen_bias(fm, 0));
+    size_t p_diffs = 0, c_diffs = 0;
+    const int n = 3 * SPW_GEN_DEEP_BLOCK + 17;
+    for (int i = 0; i < n; i++) {
+        const struct spw_gen_example *ea = spw_gen_next(a), *eb = spw_gen_next(b);
+        const struct spw_gen_example *ef = spw_gen_next(fm), *ec = spw_gen_next(c);
+        assert_same_example(ea, eb);
+        assert_int_equal(ea->id, (uint64_t)i);
+        assert_int_equal(ea->event_time_ms, ef->event_time_ms);
+        assert_memory_equal(ea->keys, ef->keys, ea->n_features * sizeof(*ea->keys));
+        assert_memory_equal(ea->value_ids, ef->value_ids, ea->n_features * sizeof(uint64_t));
+        p_diffs += ea->oracle_p != ef->oracle_p;
+        c_diffs += ea->oracle_p != ec->oracle_p;
+    }
+    assert_true(p_diffs > (size_t)n * 9 / 10);
+    assert_true(c_diffs > (size_t)n * 9 / 10);
+    spw_gen_destroy(fm);
+    spw_gen_destroy(a);
+    spw_gen_destroy(b);
+    spw_gen_destroy(c);
+}
+
+/* The deep model's oracle_p is sigmoid(bias + FM + deep): the FM part as the FM model computes it
+ * (same seed, same keys) and the deep part one example at a time; the deep part has the logit
+ * spread gen.deep.scale asks for; mean oracle_p is gen.ctr and the labels' rate matches it within
+ * sampling error. */
+static void check_deep(double ctr, double scale)
+{
+    struct spw_gen_params p;
+    spw_gen_params_default(&p);
+    p.seed = 11;
+    p.ctr = ctr;
+    spw_gen_t *fm = make_gen(&p);
+    p.model = SPW_GEN_MODEL_DEEP;
+    p.deep_scale = scale;
+    spw_gen_t *gen = make_gen(&p);
+    const int n = 40000;
+    double sum_p = 0, sum_var = 0, sum_label = 0, sum_d = 0, sum_dd = 0;
+    for (int i = 0; i < n; i++) {
+        const struct spw_gen_example *ex = spw_gen_next(gen);
+        assert_true(ex->label == 0.0f || ex->label == 1.0f);
+        sum_p += ex->oracle_p;
+        sum_var += (double)ex->oracle_p * (1.0 - (double)ex->oracle_p);
+        sum_label += ex->label;
+        if (i % 40 == 0) {
+            double lf = log(spw_gen_model_p(fm, ex->keys, ex->n_features, ex->id));
+            lf -= log1p(-spw_gen_model_p(fm, ex->keys, ex->n_features, ex->id));
+            double d = spw_gen_deep_logit(gen, ex->keys);
+            double logit = lf - spw_gen_bias(fm, ex->id) + spw_gen_bias(gen, ex->id) + d;
+            double prob = 1.0 / (1.0 + exp(-logit));
+            if (fabs(prob - (double)ex->oracle_p) > 1e-5)
+                fail_msg("example %d: oracle_p %.9g, recomputed %.9g", i, (double)ex->oracle_p,
+                         prob);
+            assert_true(fabs(spw_gen_model_p(gen, ex->keys, ex->n_features, ex->id) - prob) < 1e-9);
+            sum_d += d;
+            sum_dd += d * d;
+        }
+    }
+    int m = n / 40;
+    double sd = sqrt(sum_dd / m - (sum_d / m) * (sum_d / m));
+    if (fabs(sd - scale) > 0.1 * scale)
+        fail_msg("deep logit spread %.4f, gen.deep.scale %g", sd, scale);
+    double mean_p = sum_p / n, rate = sum_label / n, sigma = sqrt(sum_var) / n;
+    if (fabs(mean_p - ctr) > 0.006 + 0.05 * ctr || fabs(rate - mean_p) > 4.5 * sigma)
+        fail_msg("ctr %g scale %g: mean p %.5f, label rate %.5f (sigma %.5f)", ctr, scale, mean_p,
+                 rate, sigma);
+    spw_gen_destroy(fm);
+    spw_gen_destroy(gen);
+}
+
+static void test_gen_deep_calibrated_and_oracle(void **state)
+{
+    (void)state;
+    check_deep(0.2, 1.0);
+    check_deep(0.05, 2.0);
 }
 
 static void check_ctr(double ctr, double signal)
@@ -651,12 +790,13 @@ static void test_gen_output_reports_write_errors(void **state)
     close(fds[1]);
 }
 
-SPW_TEST_MAIN(test_gen_zipf_small_vocab_matches_pmf, test_gen_zipf_head_and_tail_match_pmf,
-              test_gen_zipf_head_share_is_exact, test_gen_params_default_matches_table,
-              test_gen_rejects_bad_params, test_gen_deterministic_for_a_seed,
-              test_gen_calibrated_ctr, test_gen_calibrated_ctr_under_drift,
-              test_gen_oracle_is_the_planted_model, test_gen_drift_moves_weights,
-              test_gen_new_values_rate, test_gen_vocab_sizes_span_the_range,
-              test_gen_criteo_holds_at_most_39_fields, test_gen_formats_read_back_identically,
-              test_gen_encodings_are_as_documented, test_gen_output_writes_blocks_in_order,
-              test_gen_output_reports_write_errors)
+SPW_TEST_MAIN(test_gen_rejects_bad_model, test_gen_deep_deterministic_for_a_seed,
+              test_gen_deep_calibrated_and_oracle, test_gen_zipf_small_vocab_matches_pmf,
+              test_gen_zipf_head_and_tail_match_pmf, test_gen_zipf_head_share_is_exact,
+              test_gen_params_default_matches_table, test_gen_rejects_bad_params,
+              test_gen_deterministic_for_a_seed, test_gen_calibrated_ctr,
+              test_gen_calibrated_ctr_under_drift, test_gen_oracle_is_the_planted_model,
+              test_gen_drift_moves_weights, test_gen_new_values_rate,
+              test_gen_vocab_sizes_span_the_range, test_gen_criteo_holds_at_most_39_fields,
+              test_gen_formats_read_back_identically, test_gen_encodings_are_as_documented,
+              test_gen_output_writes_blocks_in_order, test_gen_output_reports_write_errors)

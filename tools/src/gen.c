@@ -241,6 +241,34 @@ static void moments_of(const spw_gen_t *gen, const uint64_t *keys, size_t n, boo
     m->p11 -= q11;
 }
 
+/* Calibration example e of n (keys): embeds it into row e % SPW_GEN_DEEP_BLOCK of the block and,
+ * when the block is full or e is the last, runs the network over it into raw[e0..e]. Blocks of the
+ * same size as the stream's. */
+static spw_err_t deep_logits(spw_gen_t *gen, const uint64_t *keys, size_t e, size_t n, double *raw)
+{
+    size_t width = (size_t)gen->n_fields * gen->params.deep_dim, r = e % SPW_GEN_DEEP_BLOCK;
+    spw_gen__deep_embed(gen, keys, gen->deep_x + r * width);
+    if (r + 1 < SPW_GEN_DEEP_BLOCK && e + 1 < n)
+        return SPW_OK;
+    spw_err_t err = spw_dense_planted_logits(gen->planted, gen->deep_x, r + 1, gen->deep_logit);
+    for (size_t i = 0; i <= r; i++)
+        raw[e - r + i] = gen->deep_logit[i];
+    return err;
+}
+
+/* deep_mul: deep_scale over the standard deviation of the network's logits raw[0..n). */
+static void scale_deep(spw_gen_t *gen, const double *raw, size_t n)
+{
+    double sum = 0.0, sq = 0.0;
+    for (size_t e = 0; e < n; e++)
+        sum += raw[e];
+    double mean = sum / (double)n;
+    for (size_t e = 0; e < n; e++)
+        sq += (raw[e] - mean) * (raw[e] - mean);
+    double sd = sqrt(sq / (double)n);
+    gen->deep_mul = sd > 0.0 ? gen->params.deep_scale / sd : 0.0;
+}
+
 /* Sets the bias table: for each of the angles (one without drift) the bias that makes the mean p
  * of a fixed calibration sample (its own seeded stream) equal to params.ctr. */
 static int calibrate(spw_gen_t *gen)
@@ -251,8 +279,10 @@ static int calibrate(spw_gen_t *gen)
     struct angle_moments *mom = malloc(n * sizeof(*mom));
     uint64_t *scratch = malloc((size_t)nf * 4 * sizeof(uint64_t));
     int64_t *buckets = malloc((size_t)nf * sizeof(*buckets));
+    bool deep = gen->planted != NULL;
+    double *deep_raw = deep ? malloc(n * sizeof(*deep_raw)) : NULL;
     int rc = SPW_ERR_NOMEM;
-    if (!logit || !mom || !scratch || !buckets)
+    if (!logit || !mom || !scratch || !buckets || (deep && !deep_raw))
         goto out_free;
     uint64_t *next_new = scratch + 3 * (size_t)nf;
     for (uint32_t i = 0; i < nf; i++)
@@ -263,7 +293,11 @@ static int calibrate(spw_gen_t *gen)
     for (size_t e = 0; e < n; e++) {
         sample_features(gen, &rng, next_new, &smp);
         moments_of(gen, smp.keys, nf, gen->n_angles > 1, &mom[e]);
+        if (deep && deep_logits(gen, smp.keys, e, n, deep_raw) != SPW_OK)
+            goto out_free;
     }
+    if (deep)
+        scale_deep(gen, deep_raw, n);
     double uw = gen->scale_w * 0x1.0p-31, uv = gen->scale_v * 0x1.0p-31;
     double b = log(gen->params.ctr / (1.0 - gen->params.ctr));
     for (uint32_t a = 0; a < gen->n_angles; a++) {
@@ -273,6 +307,8 @@ static int calibrate(spw_gen_t *gen)
             const struct angle_moments *m = &mom[e];
             logit[e] = uw * (c * m->a + s * m->b) +
                        0.5 * uv * uv * (c * c * m->p00 + 2.0 * c * s * m->p01 + s * s * m->p11);
+            if (deep)
+                logit[e] += gen->deep_mul * deep_raw[e];
         }
         b = solve_bias(logit, n, gen->params.ctr, b);
         gen->bias[a] = b;
@@ -280,6 +316,7 @@ static int calibrate(spw_gen_t *gen)
     gen->bias[gen->n_angles] = gen->bias[0]; /* the table is periodic */
     rc = SPW_OK;
 out_free:
+    free(deep_raw);
     free(logit);
     free(mom);
     free(scratch);
@@ -318,6 +355,10 @@ void spw_gen_params_default(struct spw_gen_params *params)
         .new_values = 0.001,
         .start_ms = 1700000000000,
         .rate = 1000.0,
+        .model = SPW_GEN_MODEL_FM,
+        .deep_hidden = "32,16",
+        .deep_dim = 4,
+        .deep_scale = 1.0,
     };
 }
 
@@ -344,6 +385,16 @@ static int check_params(const struct spw_gen_params *p, char *errstr, size_t err
         why = "gen.new_values must be in [0, 1]";
     else if (!(p->rate > 0.0 && isfinite(p->rate)))
         why = "gen.rate must be finite and > 0";
+    else if (!spw_gen_model_name(p->model))
+        why = "gen.model must be fm or deep";
+    else if (p->model == SPW_GEN_MODEL_DEEP &&
+             (p->deep_dim < 1 || p->deep_dim > SPW_GEN_MAX_DEEP_DIM))
+        why = "gen.deep.dim must be in [1, 64]";
+    else if (p->model == SPW_GEN_MODEL_DEEP && !(p->deep_scale > 0.0 && p->deep_scale <= 100.0))
+        why = "gen.deep.scale must be in (0, 100]";
+    else if (p->model == SPW_GEN_MODEL_DEEP &&
+             !memchr(p->deep_hidden, '\0', sizeof(p->deep_hidden)))
+        why = "gen.deep.hidden is not a terminated string";
     if (why) {
         snprintf(errstr, errstr_size, "%s", why);
         return SPW_ERR_INVALID;
@@ -439,6 +490,11 @@ spw_gen_t *spw_gen_new(const struct spw_gen_params *params, char *errstr, size_t
     gen->scale_w = sqrt(3.0) * sigma_w;
     gen->scale_v = sqrt(3.0) * sigma_v;
 
+    if (params->model == SPW_GEN_MODEL_DEEP &&
+        spw_gen__deep_init(gen, errstr, errstr_size) != SPW_OK) {
+        spw_gen_destroy(gen);
+        return NULL;
+    }
     gen->n_angles = params->drift > 0.0 ? SPW_GEN_BIAS_ANGLES : 1;
     if (calibrate(gen) != SPW_OK)
         goto out_free_gen;
@@ -473,11 +529,64 @@ void spw_gen_destroy(spw_gen_t *gen)
     free(gen->raw);
     free(gen->buckets);
     free(gen->next_new);
+    spw_gen__deep_free(gen);
     free(gen);
+}
+
+/* The deep model's next block: the same draws as the FM stream's examples (features, then the
+ * label's uniform), the embeddings, and the network over the block. The rows' arrays replace the
+ * example's. */
+static void deep_fill_block(spw_gen_t *gen)
+{
+    uint32_t nf = gen->n_fields;
+    size_t width = (size_t)nf * gen->params.deep_dim;
+    for (size_t r = 0; r < SPW_GEN_DEEP_BLOCK; r++) {
+        size_t o = r * nf;
+        struct sample smp = {gen->blk_keys + o, gen->blk_value_ids + o, gen->blk_raw + o,
+                             gen->blk_buckets + o};
+        sample_features(gen, &gen->rng, gen->next_new, &smp);
+        gen->blk_u[r] = spw_gen_rng_uniform(&gen->rng);
+        spw_gen__deep_embed(gen, smp.keys, gen->deep_x + r * width);
+    }
+    /* the workspace was sized for this block in calibration: no allocation, no failure */
+    spw_err_t err =
+        spw_dense_planted_logits(gen->planted, gen->deep_x, SPW_GEN_DEEP_BLOCK, gen->deep_logit);
+    assert(err == SPW_OK);
+    (void)err;
+    gen->blk_next = 0;
+    gen->blk_len = SPW_GEN_DEEP_BLOCK;
+}
+
+static const struct spw_gen_example *deep_next(spw_gen_t *gen)
+{
+    if (gen->blk_next == gen->blk_len)
+        deep_fill_block(gen);
+    uint32_t r = gen->blk_next++;
+    size_t o = (size_t)r * gen->n_fields;
+    uint64_t t = gen->t++;
+    struct spw_gen_example *ex = &gen->ex;
+    ex->keys = gen->blk_keys + o;
+    ex->value_ids = gen->blk_value_ids + o;
+    ex->raw = gen->blk_raw + o;
+    ex->buckets = gen->blk_buckets + o;
+    double c, s;
+    drift_at(gen, t, &c, &s);
+    double logit = bias_at(gen, t) + logit_of(gen, ex->keys, gen->n_fields, c, s) +
+                   gen->deep_mul * (double)gen->deep_logit[r];
+    double p = sigmoid(logit);
+    ex->id = t;
+    double dt = floor((double)t * 1000.0 / gen->params.rate);
+    double room = (double)INT64_MAX - (double)gen->params.start_ms;
+    ex->event_time_ms = dt < room ? gen->params.start_ms + (int64_t)dt : INT64_MAX;
+    ex->oracle_p = (float)p;
+    ex->label = gen->blk_u[r] < p ? 1.0f : 0.0f;
+    return ex;
 }
 
 const struct spw_gen_example *spw_gen_next(spw_gen_t *gen)
 {
+    if (gen->planted)
+        return deep_next(gen);
     uint64_t t = gen->t++;
     struct sample smp = {gen->keys, gen->value_ids, gen->raw, gen->buckets};
     sample_features(gen, &gen->rng, gen->next_new, &smp);
@@ -528,5 +637,10 @@ double spw_gen_model_p(const spw_gen_t *gen, const uint64_t *keys, size_t n, uin
 {
     double c, s;
     drift_at(gen, t, &c, &s);
-    return sigmoid(bias_at(gen, t) + logit_of(gen, keys, n, c, s));
+    double deep = 0.0;
+    if (gen->planted) {
+        assert(n == gen->n_fields);
+        deep = spw_gen_deep_logit(gen, keys);
+    }
+    return sigmoid(bias_at(gen, t) + logit_of(gen, keys, n, c, s) + deep);
 }

@@ -1,4 +1,6 @@
 /* The property table of `sparrow gen` and its reading into struct spw_gen_params. */
+#include <stdio.h>
+
 #include "sparrow/tools.h"
 
 const struct spw_config_prop spw_gen_config_props[] = {
@@ -35,6 +37,18 @@ const struct spw_config_prop spw_gen_config_props[] = {
      "Event time of the first example, in ms since the Unix epoch."},
     {"gen.rate", SPW_CONFIG_DOUBLE, "1000", 0.001, 1e9, NULL,
      "Events per second of event time (spacing of event timestamps)."},
+    {"gen.model", SPW_CONFIG_ENUM, "fm", 0, 0, "fm|deep",
+     "Planted model: fm, the factorization machine; deep, the FM plus a random MLP over planted "
+     "per-field embeddings of the keys (nonlinear field interactions that an FM cannot fit, so "
+     "that a DeepFM or DCN-v2 has something to gain). The features are the same for both."},
+    {"gen.deep.hidden", SPW_CONFIG_STRING, "32,16", 0, SPW_GEN_DEEP_HIDDEN_MAX - 1, NULL,
+     "gen.model=deep: hidden ReLU widths of the planted MLP, comma-separated."},
+    {"gen.deep.dim", SPW_CONFIG_INT, "4", 1, SPW_GEN_MAX_DEEP_DIM, NULL,
+     "gen.model=deep: floats per field of the planted embeddings the MLP reads (fields x dim "
+     "inputs, at most 16384)."},
+    {"gen.deep.scale", SPW_CONFIG_DOUBLE, "1", 0.001, 100, NULL,
+     "gen.model=deep: standard deviation of the MLP's logit (on the calibration sample); the "
+     "FM's linear and pairwise terms each have about gen.signal."},
     SPW_CONFIG_PROP_LOG_LEVEL("info"),
 };
 const size_t spw_gen_config_n_props =
@@ -55,4 +69,11 @@ void spw_gen_params_from_config(const spw_config_t *cfg, struct spw_gen_params *
     params->new_values = spw_config_double(cfg, "gen.new_values");
     params->start_ms = spw_config_int(cfg, "gen.start_ms");
     params->rate = spw_config_double(cfg, "gen.rate");
+    /* the table's choices are the parser's */
+    if (spw_gen_model_parse(spw_config_str(cfg, "gen.model"), &params->model) != SPW_OK)
+        params->model = SPW_GEN_MODEL_FM;
+    snprintf(params->deep_hidden, sizeof(params->deep_hidden), "%s",
+             spw_config_str(cfg, "gen.deep.hidden"));
+    params->deep_dim = (uint32_t)spw_config_int(cfg, "gen.deep.dim");
+    params->deep_scale = spw_config_double(cfg, "gen.deep.scale");
 }

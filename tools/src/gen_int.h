@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sparrow/dense.h"
 #include "sparrow/hash.h"
 #include "sparrow/tools.h"
 
@@ -47,7 +48,29 @@ struct spw_gen {
     uint64_t *raw;
     int64_t *buckets;
     struct spw_gen_example ex;
+    /* the deep model (NULL / unused with fm): blocks of SPW_GEN_DEEP_BLOCK examples, generated
+     * ahead; row r of each array is example blk_t0 + r */
+    spw_dense_planted_t *planted;
+    double deep_mul;   /* deep_scale / the planted network's spread on the calibration sample */
+    float *deep_x;     /* SPW_GEN_DEEP_BLOCK × (n_fields × deep_dim) embeddings */
+    float *deep_logit; /* SPW_GEN_DEEP_BLOCK raw network logits */
+    double *blk_u;     /* the label's uniform draw of each row */
+    uint64_t *blk_keys, *blk_value_ids, *blk_raw; /* SPW_GEN_DEEP_BLOCK × n_fields */
+    int64_t *blk_buckets;
+    uint32_t blk_next, blk_len; /* next row to hand out; rows filled */
 };
+
+/* ---- the deep model (gen_deep.c) ---- */
+
+/* Creates gen->planted and the block arrays from gen->params (model deep). SPW_ERR_INVALID naming
+ * the gen.deep.* property, or SPW_ERR_NOMEM, with errstr. */
+spw_err_t spw_gen__deep_init(spw_gen_t *gen, char *errstr, size_t errstr_size);
+
+/* Frees what spw_gen__deep_init made (NULLs are fine). */
+void spw_gen__deep_free(spw_gen_t *gen);
+
+/* Writes the concatenated planted embeddings of one example's n_fields keys to x. */
+void spw_gen__deep_embed(const spw_gen_t *gen, const uint64_t *keys, float *x);
 
 /* A Zipf rank above z->head, by rejection-inversion (gen_zipf.c). */
 uint64_t spw_gen__zipf_tail(const struct spw_gen_zipf *z, struct spw_gen_rng *rng);

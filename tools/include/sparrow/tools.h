@@ -40,8 +40,31 @@
  * oracle_p is then the Bayes-optimal prediction given the features and the example's index (or
  * event time). label ~ Bernoulli(p); event time start_ms + floor(t * 1000 / rate); id = t.
  *
+ * The deep model (model = SPW_GEN_MODEL_DEEP, `gen.model = deep`) adds a nonlinear part to that
+ * logit, so that a model with a dense tower (DeepFM, DCN-v2) has something an FM cannot learn:
+ *   logit += deep_mul * mlp(e_1(k_1) .. e_F(k_F))
+ * where e_i(k) = spw_dense_planted_embedding(field index i, key k) (deep_dim floats, a pure
+ * function of (seed, i, k); each field always has its one feature, so no field is missing) and mlp
+ * is sparrow/dense.h's planted network (hidden layers deep_hidden, ReLU, one logit; its weights
+ * drawn from the seed). deep_mul = deep_scale / (the standard deviation of mlp over the
+ * calibration sample), so that deep_scale is the deep part's logit spread. The deep part does not
+ * drift. The bias is calibrated over the total logit (FM + deep), oracle_p = sigmoid(total) is
+ * still the Bayes-optimal prediction, and the features, event times and label draws come from
+ * the same stream as with the FM model (only oracle_p and so the labels differ). The network runs
+ * on blocks of SPW_GEN_DEEP_BLOCK examples, generated ahead; the output stays a function of the
+ * seed alone (a shorter run is a prefix of a longer one).
+ *
  * Everything is a function of the seed: no time, pid or address enters the output.
  */
+
+/* The planted model (gen.model). */
+enum spw_gen_model {
+    SPW_GEN_MODEL_FM,   /* "fm": the factorization machine alone */
+    SPW_GEN_MODEL_DEEP, /* "deep": the FM plus the planted MLP over field embeddings */
+};
+
+/* Room for gen.deep.hidden's text, NUL included. */
+#define SPW_GEN_DEEP_HIDDEN_MAX 64
 
 /* The generator's settings (the gen.* properties). */
 struct spw_gen_params {
@@ -58,6 +81,11 @@ struct spw_gen_params {
     double new_values; /* fraction of categorical draws that take a new value, in [0, 1] */
     int64_t start_ms;  /* event time of example 0 */
     double rate;       /* examples per second of event time, > 0 */
+    enum spw_gen_model model;
+    /* the deep model's (ignored with fm): */
+    char deep_hidden[SPW_GEN_DEEP_HIDDEN_MAX]; /* hidden widths, "32,16" */
+    uint32_t deep_dim;                         /* floats per field embedding, 1..64 */
+    double deep_scale;                         /* the deep logit's standard deviation, > 0 */
 };
 
 #define SPW_GEN_MAX_FIELDS  1024
@@ -69,6 +97,15 @@ struct spw_gen_params {
 #define SPW_GEN_CALIBRATION_N 8192
 /* Angles of the drift's rotation at which the bias is calibrated. */
 #define SPW_GEN_BIAS_ANGLES 32
+/* Examples per block of the deep model's network (generated ahead, then handed out). */
+#define SPW_GEN_DEEP_BLOCK   256
+#define SPW_GEN_MAX_DEEP_DIM 64
+
+/* The model's name ("fm", "deep"); NULL for a value outside the enum. Thread-safe. */
+const char *spw_gen_model_name(enum spw_gen_model model);
+
+/* Parses "fm" or "deep" into *model; SPW_ERR_INVALID otherwise (*model unchanged). Thread-safe. */
+spw_err_t spw_gen_model_parse(const char *text, enum spw_gen_model *model);
 
 /* The property table of `sparrow gen` (gen.*). */
 extern const struct spw_config_prop spw_gen_config_props[];
@@ -197,8 +234,15 @@ double spw_gen_bias(const spw_gen_t *gen, uint64_t t);
 /* The planted parameters of key at example index t: *w and v[0..latent_dim). Pure; thread-safe. */
 void spw_gen_model_params(const spw_gen_t *gen, uint64_t key, uint64_t t, double *w, double *v);
 
-/* The planted model's p for n keys at example index t (the value oracle_p rounds). Pure. */
+/* The planted model's p for n keys at example index t (the value oracle_p rounds). With the FM
+ * model pure and thread-safe. With the deep model keys must be one example's n = fields keys in
+ * field order, and the deep part is computed by gen's network: gen's owner thread only, and
+ * within float rounding of oracle_p's (the network ran on a block there, on one example here). */
 double spw_gen_model_p(const spw_gen_t *gen, const uint64_t *keys, size_t n, uint64_t t);
+
+/* The deep part of the logit (deep_mul * mlp, see above) of one example's `fields` keys, in field
+ * order; 0 with the FM model, NAN when the network is out of memory. Owner thread only. */
+double spw_gen_deep_logit(const spw_gen_t *gen, const uint64_t *keys);
 
 /* ---- output ---- */
 
