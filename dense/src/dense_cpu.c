@@ -1,6 +1,7 @@
 /* dense: the CPU network: forward and backward of a batch on OpenBLAS's sgemm, with a workspace
  * that grows to the largest batch and is reused. */
 #include <cblas.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,8 +33,19 @@ struct spw_dense {
     uint64_t t;        /* training forwards so far (the dropout stream) */
 };
 
+/* One BLAS thread per caller: a network belongs to one thread (trainers run one per compute
+ * thread), and OpenBLAS's own pool, sized to the cores, only spins against them (about 40% of a
+ * deep gen's samples were its threads yielding). OPENBLAS_NUM_THREADS set by the user wins. */
+static void blas_threads_once(void)
+{
+    if (!getenv("OPENBLAS_NUM_THREADS"))
+        openblas_set_num_threads(1);
+}
+
 spw_dense_t *spw_dense_new(const struct spw_dense_spec *spec, char *errstr, size_t errstr_size)
 {
+    static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+    pthread_once(&blas_once, blas_threads_once);
     if (spw_dense_spec_check(spec, errstr, errstr_size) != SPW_OK)
         return NULL;
     spw_dense_t *net = calloc(1, sizeof(*net));
