@@ -41,8 +41,7 @@ static void column_name(char *buf, unsigned col)
     }
 }
 
-/* A decimal int64 that consumes all of s[0..len): optional '-', then digits, no overflow. */
-static bool parse_int64(const char *s, size_t len, int64_t *out)
+bool spw_parse_criteo_int(const char *s, size_t len, int64_t *out)
 {
     bool neg = len > 0 && s[0] == '-';
     size_t i = neg;
@@ -137,7 +136,7 @@ spw_err_t spw_parse_criteo_line(const char *line, size_t len,
         }
         if (col < CRITEO_INTEGERS) {
             int64_t v;
-            if (!parse_int64(text, text_len, &v)) {
+            if (!spw_parse_criteo_int(text, text_len, &v)) {
                 char name[4], q[48];
                 column_name(name, col);
                 return spw_ingest__fail(err, SPW_REJECT_UNDECODABLE, "%s: \"%s\" is not an integer",

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "sparrow/ckpt_layout.h"
+#include "sparrow/coordinator.h"
 
 /* Most epochs named in a "not found" message. */
 #define EPOCHS_LISTED 16u
@@ -67,4 +68,20 @@ void spw_tools__ckpt_list_epochs(const char *root, char *msg, size_t size)
         len += (size_t)snprintf(msg + len, size - len, " %" PRIu64, epochs[i]);
     if (len < size)
         snprintf(msg + len, size - len, "%s)", n > (long)EPOCHS_LISTED ? " ..." : "");
+}
+
+spw_err_t spw_tools__ckpt_latest(const char *root, uint64_t *epoch, char *errstr,
+                                 size_t errstr_size)
+{
+    spw_err_t rc = spw_coord_latest_read(root, epoch);
+    if (rc == SPW_OK)
+        return SPW_OK;
+    char latest[PATH_MAX];
+    spw_ckpt_latest_path(latest, sizeof(latest), root);
+    snprintf(errstr, errstr_size, "%s: %s", latest,
+             rc == SPW_ERR_NOT_FOUND ? "missing (no complete checkpoint; give --epoch)"
+                                     : spw_err_str(rc));
+    if (rc == SPW_ERR_NOT_FOUND)
+        spw_tools__ckpt_list_epochs(root, errstr, errstr_size);
+    return rc;
 }

@@ -109,19 +109,9 @@ spw_evaluate_model_t *spw_evaluate_model_open_checkpoint(const char *dir, uint64
         *err = rc;
         return NULL;
     }
-    if (epoch == 0) {
-        rc = spw_coord_latest_read(root, &epoch);
-        if (rc != SPW_OK) {
-            char latest[PATH_MAX];
-            spw_ckpt_latest_path(latest, sizeof(latest), root);
-            snprintf(errstr, errstr_size, "%s: %s", latest,
-                     rc == SPW_ERR_NOT_FOUND ? "missing (no complete checkpoint; give --epoch)"
-                                             : spw_err_str(rc));
-            if (rc == SPW_ERR_NOT_FOUND)
-                spw_tools__ckpt_list_epochs(root, errstr, errstr_size);
-            *err = rc;
-            return NULL;
-        }
+    if (epoch == 0 && (rc = spw_tools__ckpt_latest(root, &epoch, errstr, errstr_size)) != SPW_OK) {
+        *err = rc;
+        return NULL;
     }
     struct spw_coord_manifest m;
     char merr[512];

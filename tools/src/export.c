@@ -396,17 +396,9 @@ static spw_err_t resolve(const struct spw_export_conf *conf, char *root, size_t 
             return rc;
     }
     if (*epoch == 0) {
-        spw_err_t rc = spw_coord_latest_read(root, epoch);
-        if (rc != SPW_OK) {
-            char latest[PATH_MAX];
-            spw_ckpt_latest_path(latest, sizeof(latest), root);
-            snprintf(errstr, errstr_size, "%s: %s", latest,
-                     rc == SPW_ERR_NOT_FOUND ? "missing (no complete checkpoint; give --epoch)"
-                                             : spw_err_str(rc));
-            if (rc == SPW_ERR_NOT_FOUND)
-                spw_tools__ckpt_list_epochs(root, errstr, errstr_size);
+        spw_err_t rc = spw_tools__ckpt_latest(root, epoch, errstr, errstr_size);
+        if (rc != SPW_OK)
             return rc;
-        }
     }
     if (conf->since && conf->since >= *epoch)
         return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,

@@ -6,6 +6,7 @@
 
 #include "sparrow/fmt.h"
 #include "sparrow/hash.h"
+#include "sparrow/ingest.h"
 
 const struct spw_config_prop spw_hash_config_props[] = {
     {"hash.args", SPW_CONFIG_STRING, NULL, 0, 16384, NULL,
@@ -27,27 +28,6 @@ const struct spw_config_prop spw_hash_config_props[] = {
 const size_t spw_hash_config_n_props =
     sizeof(spw_hash_config_props) / sizeof(spw_hash_config_props[0]);
 
-/* A decimal int64 that consumes all of s: optional '-', then 1..19 digits, no overflow (the
- * Criteo reader's rule). */
-static bool parse_int64(const char *s, int64_t *out)
-{
-    size_t len = strlen(s);
-    bool neg = len > 0 && s[0] == '-';
-    size_t i = neg;
-    if (i == len || len - i > 19)
-        return false;
-    uint64_t v = 0;
-    for (; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (v > (uint64_t)INT64_MAX + neg)
-        return false;
-    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
-    return true;
-}
-
 spw_err_t spw_feature_hash(const spw_schema_t *schema, enum spw_format format, const char *field,
                            const char *value, uint32_t *field_id, uint64_t *key, char *errstr,
                            size_t errstr_size)
@@ -64,7 +44,8 @@ spw_err_t spw_feature_hash(const spw_schema_t *schema, enum spw_format format, c
     unsigned col = 0;
     int64_t n = 0;
     bool integer = field[0] == 'I';
-    if ((field[0] != 'I' && field[0] != 'C') || !parse_int64(field + 1, &n) || field[1] == '0' ||
+    if ((field[0] != 'I' && field[0] != 'C') ||
+        !spw_parse_criteo_int(field + 1, strlen(field + 1), &n) || field[1] == '0' ||
         field[1] == '-' || n < 1 || n > (integer ? 13 : 26)) {
         snprintf(errstr, errstr_size, "criteo: field \"%s\" names no column (I1..I13, C1..C26)",
                  field);
@@ -77,7 +58,7 @@ spw_err_t spw_feature_hash(const spw_schema_t *schema, enum spw_format format, c
         return SPW_OK;
     }
     int64_t v;
-    if (!parse_int64(value, &v)) {
+    if (!spw_parse_criteo_int(value, strlen(value), &v)) {
         snprintf(errstr, errstr_size, "criteo: %s: \"%s\" is not an integer", field, value);
         return SPW_ERR_INVALID;
     }

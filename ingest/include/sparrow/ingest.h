@@ -130,6 +130,10 @@ struct spw_parse_error {
     char message[160]; /* human-readable detail: "feature \"hour\": weight is NaN" */
 };
 
+/* An integer column of a Criteo line: a decimal int64 that consumes all of s[0..len) (optional '-',
+ * then 1..19 digits, no overflow) into *out; false otherwise. Pure, thread-safe. */
+bool spw_parse_criteo_int(const char *s, size_t len, int64_t *out);
+
 /*
  * Parsers. Each parses one record into an Example allocated from arena (valid until reset),
  * validates it against limits (spw_ingest_validate), and returns SPW_OK, or SPW_ERR_INVALID with
