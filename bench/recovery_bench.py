@@ -20,6 +20,10 @@ Figures per policy:
                       "partition taken over from LATEST" (continue), i.e. until every partition is
                       trained again; the mean over kills. It includes the Kafka group's rebalance
                       (the restarted trainer's join; kafka.session.timeout.ms for the dead member)
+  trained (twice)     examples the trainers trained, and how many more than produced: under
+                      rollback the work a recovery threw away, under continue the examples that
+                      are in the model twice (at-least-once), whose weight shows in the held-out
+                      logloss and calibration
   heldout             the held-out logloss of the drained run's LATEST checkpoint (`sparrow eval
                       --checkpoint`) on H examples that follow the N trained ones in the same
                       generator stream (same seed, fields, latent dimension and drift), and its
@@ -166,10 +170,11 @@ def main():
         k = s.get("chaos", {}).get("kills", kills) or 1
         print("recovery_bench: %s: kills=%d retrained_per_kill=%.0f recover_s=%.2f "
               "(max %.2f, %d of %d kills measured) heldout=%.4f (no kills %.4f) ratio %.3f "
-              "manifest_examples=%.0f ex_per_s=%.0f"
+              "manifest_examples=%.0f trained=%d (twice: %d) calibration=%.3f ex_per_s=%.0f"
               % (policy, k, retrained / k, sum(rec) / len(rec) if rec else float("nan"),
                  max(rec) if rec else float("nan"), len(rec), k, e["logloss"], b["logloss"],
                  e["logloss"] / b["logloss"], s["checkpoint"]["manifest_example_count"],
+                 s["examples_trained"], s["examples_trained"] - n, e["calibration"],
                  s["ex_per_s"]))
     print("recovery_bench: runs under %s" % work)
     return 0
