@@ -28,7 +28,11 @@ const struct spw_config_prop spw_pserver_config_props[] = {
      "L2 regularisation added to the gradient as l2*w (FTRL: its l2 term)."},
     {"pserver.clip_norm", SPW_CONFIG_DOUBLE, "0", 0, 1e12, NULL,
      "Per-row gradient L2-norm clip; 0 disables."},
-    {"pserver.eps", SPW_CONFIG_DOUBLE, "1e-8", 0, 1, NULL, "Adagrad and Adam denominator epsilon."},
+    {"pserver.eps", SPW_CONFIG_DOUBLE, "1e-3", 0, 1, NULL,
+     "Adagrad and Adam denominator epsilon. 1e-3 damps a row's first steps: with 1e-8 an Adagrad "
+     "element's first step is the whole learning rate, and an FM over tens of fields trained on "
+     "20,000 rows ended worse than the constant predictor (held-out 0.5274 against 0.5052; 0.4960 "
+     "with 1e-3; 300,000 rows: 0.4849 -> 0.4696)."},
     {"pserver.adam.beta1", SPW_CONFIG_DOUBLE, "0.9", 0, 0.999999, NULL, "Adam first-moment decay."},
     {"pserver.adam.beta2", SPW_CONFIG_DOUBLE, "0.999", 0, 0.999999999, NULL,
      "Adam second-moment decay."},
