@@ -27,13 +27,14 @@ static void read_stream(const uint8_t *data, size_t size, enum spw_format format
     /* Every call that is not the end consumes at least one byte (of the inflated input, when it
      * is gzip: deflate expands at most 1032 times). */
     for (size_t calls = 0;; calls++) {
-        size_t bound = spw_reader_compression(reader) ? size * 1032 : size;
-        if (calls > bound + 1)
-            abort();
         Sparrow__Example *ex;
         struct spw_parse_error err;
         spw_arena_reset(arena);
         spw_err_t rc = spw_reader_next(reader, arena, &ex, &err);
+        /* after the call: the reader tells the compression from the first bytes it reads */
+        size_t bound = spw_reader_compression(reader) ? size * 1032 : size;
+        if (calls > bound + 1)
+            abort();
         if (rc == SPW_ERR_EOF || rc == SPW_ERR_IO || rc == SPW_ERR_NOMEM || rc == SPW_ERR_CORRUPT ||
             rc == SPW_ERR_UNSUPPORTED) {
             /* a failure is sticky, and says why */
