@@ -214,7 +214,7 @@ for t in 1 2; do
         --set trainer.coordinator="tcp://127.0.0.1:$cport" >"run/trainer-$t.log" 2>&1 &
     PIDS+=($!)
 done
-"$SPARROW" serve --checkpoint-dir "$DIR/run" --brokers "$TBS" --port 0 --port-file run/serve.port \
+"$SPARROW" serve --checkpoint-dir "$DIR/run" --allow-empty --brokers "$TBS" --port 0 --port-file run/serve.port \
     --set serve.log.dir="$DIR/run" >run/serve.log 2>&1 &
 PIDS+=($!)
 for _ in $(seq 300); do [ -s run/serve.port ] && break; sleep 0.1; done
