@@ -181,15 +181,37 @@ static void send_to(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len,
     zmq_send(srv->router, srv->out.data, srv->out.len, ZMQ_DONTWAIT);
 }
 
-static void fill_offsets(spw_coord_server_t *srv, Sparrow__ClockReply *cr,
-                         Sparrow__PartitionOffset *offs, Sparrow__PartitionOffset **ptrs)
+/* LATEST's offsets as a reply carries them (reply_offsets_free after the send). */
+struct reply_offsets {
+    Sparrow__PartitionOffset *offs;
+    Sparrow__PartitionOffset **ptrs;
+};
+
+/* Puts LATEST's offsets into cr (none when LATEST has none, or when memory runs out: the member
+ * then resumes from the offsets it had). */
+static void reply_offsets_attach(const spw_coord_server_t *srv, Sparrow__ClockReply *cr,
+                                 struct reply_offsets *ro)
 {
-    for (size_t i = 0; i < srv->cur.n_offsets; i++) {
-        spw_coord__offset_to_pb(&srv->cur.offsets[i], &offs[i]);
-        ptrs[i] = &offs[i];
+    size_t n = srv->cur.n_offsets;
+    *ro = (struct reply_offsets){NULL, NULL};
+    if (n == 0)
+        return;
+    ro->offs = calloc(n, sizeof(*ro->offs));
+    ro->ptrs = calloc(n, sizeof(*ro->ptrs));
+    if (!ro->offs || !ro->ptrs)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        spw_coord__offset_to_pb(&srv->cur.offsets[i], &ro->offs[i]);
+        ro->ptrs[i] = &ro->offs[i];
     }
-    cr->n_offsets = srv->cur.n_offsets;
-    cr->offsets = ptrs;
+    cr->n_offsets = n;
+    cr->offsets = ro->ptrs;
+}
+
+static void reply_offsets_free(struct reply_offsets *ro)
+{
+    free(ro->ptrs);
+    free(ro->offs);
 }
 
 /* What a ClockReply tells a member. */
@@ -221,16 +243,10 @@ static void reply_member(spw_coord_server_t *srv, struct member *m, enum reply_k
         cr.has_recovery_continue = true;
         cr.recovery_continue = true;
     }
-    Sparrow__PartitionOffset *offs = NULL;
-    Sparrow__PartitionOffset **ptrs = NULL;
-    bool with_offsets = kind == REPLY_RESTORE || kind == REPLY_REGISTERED ||
-                        (kind == REPLY_PROCEED && m->pending_offsets);
-    if (with_offsets && srv->cur.n_offsets > 0) {
-        offs = calloc(srv->cur.n_offsets, sizeof(*offs));
-        ptrs = calloc(srv->cur.n_offsets, sizeof(*ptrs));
-        if (offs && ptrs)
-            fill_offsets(srv, &cr, offs, ptrs);
-    }
+    struct reply_offsets ro = {NULL, NULL};
+    if (kind == REPLY_RESTORE || kind == REPLY_REGISTERED ||
+        (kind == REPLY_PROCEED && m->pending_offsets))
+        reply_offsets_attach(srv, &cr, &ro);
     switch (kind) {
     case REPLY_PROCEED:
         cr.proceed = true;
@@ -259,8 +275,7 @@ static void reply_member(spw_coord_server_t *srv, struct member *m, enum reply_k
         break;
     }
     send_to(srv, m->rid, m->rid_len, &msg.base);
-    free(ptrs);
-    free(offs);
+    reply_offsets_free(&ro);
 }
 
 /* ---- shards ---- */
@@ -679,22 +694,15 @@ static void on_heartbeat(spw_coord_server_t *srv, const uint8_t *rid, size_t rid
     cr.registered = known;
     cr.generation = srv->generation;
     cr.latest_epoch = srv->stats.latest_epoch;
-    Sparrow__PartitionOffset *offs = NULL;
-    Sparrow__PartitionOffset **ptrs = NULL;
+    struct reply_offsets ro = {NULL, NULL};
     if (known && hb->has_want_offsets && hb->want_offsets) {
         /* a full answer (the asker takes it as one): LATEST's offsets as of now */
         cr.has_recovery_continue = true;
         cr.recovery_continue = srv->conf.recovery == SPW_COORD_RECOVERY_CONTINUE;
-        if (srv->cur.n_offsets > 0) {
-            offs = calloc(srv->cur.n_offsets, sizeof(*offs));
-            ptrs = calloc(srv->cur.n_offsets, sizeof(*ptrs));
-            if (offs && ptrs)
-                fill_offsets(srv, &cr, offs, ptrs);
-        }
+        reply_offsets_attach(srv, &cr, &ro);
     }
     send_to(srv, rid, rid_len, &msg.base);
-    free(ptrs);
-    free(offs);
+    reply_offsets_free(&ro);
 }
 
 /* Elastic synchronisation: m's step took step_ms (from its release to this Clock); compared

@@ -499,6 +499,42 @@ static spw_err_t pull_inproc(spw_ps_client_t *c, struct spw_psc__pull *p)
     return SPW_OK;
 }
 
+/* The first free pull slot; SPW_PS_CLIENT_MAX_PULLS when every one is busy. */
+static uint32_t free_pull(const spw_ps_client_t *c)
+{
+    uint32_t idx = 0;
+    while (idx < SPW_PS_CLIENT_MAX_PULLS && c->pulls[idx].busy)
+        idx++;
+    return idx;
+}
+
+/* Marks pull idx busy for n rows into rows and versions, under a fresh token. */
+static void pull_arm(spw_ps_client_t *c, uint32_t idx, size_t n, float *rows, uint32_t *versions)
+{
+    struct spw_psc__pull *p = &c->pulls[idx];
+    p->busy = true;
+    p->failed = false;
+    p->n = n;
+    p->rows = rows;
+    p->versions = versions;
+    p->pending = 0;
+    p->started_ns = spw_time_mono_ns();
+    p->token = (++c->pull_gen << 8) | idx;
+}
+
+/* Sends part s of pull idx under a fresh request id; it is pending until answered. */
+static void pull_send_part(spw_ps_client_t *c, uint32_t idx, uint32_t s)
+{
+    struct spw_psc__pull *p = &c->pulls[idx];
+    struct spw_psc__part *part = &p->parts[s];
+    part->request_id = spw_psc__request_id(c, false, idx);
+    part->state = PSC_PART_PENDING;
+    part->attempts = 0;
+    p->pending++;
+    c->shards[s].pending++;
+    spw_psc__send(c, s, false, idx, part);
+}
+
 spw_err_t spw_ps_client_pull_start(spw_ps_client_t *c, const uint64_t *keys, size_t n, float *rows,
                                    uint32_t *versions, uint64_t *token)
 {
@@ -506,9 +542,7 @@ spw_err_t spw_ps_client_pull_start(spw_ps_client_t *c, const uint64_t *keys, siz
         return c->sticky;
     if (n > SPW_PS_CLIENT_MAX_KEYS)
         return SPW_ERR_TOO_BIG;
-    uint32_t idx = 0;
-    while (idx < SPW_PS_CLIENT_MAX_PULLS && c->pulls[idx].busy)
-        idx++;
+    uint32_t idx = free_pull(c);
     if (idx == SPW_PS_CLIENT_MAX_PULLS)
         return SPW_ERR_STATE;
     struct spw_psc__pull *p = &c->pulls[idx];
@@ -544,14 +578,7 @@ spw_err_t spw_ps_client_pull_start(spw_ps_client_t *c, const uint64_t *keys, siz
         }
     }
     memcpy(p->seg, seg, ((size_t)c->n_shards + 1) * sizeof(*seg));
-    p->busy = true;
-    p->failed = false;
-    p->n = n;
-    p->rows = rows;
-    p->versions = versions;
-    p->pending = 0;
-    p->started_ns = spw_time_mono_ns();
-    p->token = (++c->pull_gen << 8) | idx;
+    pull_arm(c, idx, n, rows, versions);
     uint64_t rows_sent = 0;
     for (uint32_t s = 0; s < c->n_shards; s++)
         rows_sent += p->parts[s].n;
@@ -567,17 +594,9 @@ spw_err_t spw_ps_client_pull_start(spw_ps_client_t *c, const uint64_t *keys, siz
         *token = p->token;
         return SPW_OK;
     }
-    for (uint32_t s = 0; s < c->n_shards; s++) {
-        struct spw_psc__part *part = &p->parts[s];
-        if (part->n == 0)
-            continue;
-        part->request_id = spw_psc__request_id(c, false, idx);
-        part->state = PSC_PART_PENDING;
-        part->attempts = 0;
-        p->pending++;
-        c->shards[s].pending++;
-        spw_psc__send(c, s, false, idx, part);
-    }
+    for (uint32_t s = 0; s < c->n_shards; s++)
+        if (p->parts[s].n > 0)
+            pull_send_part(c, idx, s);
     *token = p->token;
     return SPW_OK;
 }
@@ -593,34 +612,20 @@ spw_err_t spw_ps_client_hello(spw_ps_client_t *c, int64_t timeout_ms, uint32_t *
         return c->sticky;
     if (c->inproc)
         return SPW_OK; /* the stores were opened with the client's dim */
-    uint32_t idx = 0;
-    while (idx < SPW_PS_CLIENT_MAX_PULLS && c->pulls[idx].busy)
-        idx++;
+    uint32_t idx = free_pull(c);
     if (idx == SPW_PS_CLIENT_MAX_PULLS)
         return SPW_ERR_STATE;
     uint32_t *got = calloc(c->n_shards, sizeof(*got));
     if (!got)
         return SPW_ERR_NOMEM;
     struct spw_psc__pull *p = &c->pulls[idx];
-    p->busy = p->hello = true;
-    p->failed = false;
+    pull_arm(c, idx, 0, NULL, NULL);
+    p->hello = true;
     p->dims = got;
-    p->n = 0;
-    p->rows = NULL;
-    p->versions = NULL;
-    p->pending = 0;
-    p->started_ns = spw_time_mono_ns();
-    p->token = (++c->pull_gen << 8) | idx;
-    for (uint32_t s = 0; s < c->n_shards; s++) {
-        struct spw_psc__part *part = &p->parts[s];
-        part->n = 0;
-        part->blocks.len = 0;
-        part->request_id = spw_psc__request_id(c, false, idx);
-        part->state = PSC_PART_PENDING;
-        part->attempts = 0;
-        p->pending++;
-        c->shards[s].pending++;
-        spw_psc__send(c, s, false, idx, part);
+    for (uint32_t s = 0; s < c->n_shards; s++) { /* an empty pull to every shard */
+        p->parts[s].n = 0;
+        p->parts[s].blocks.len = 0;
+        pull_send_part(c, idx, s);
     }
     spw_err_t err = wait_for(c, WAIT_PULL, idx, timeout_ms, true);
     if (err == SPW_OK) {

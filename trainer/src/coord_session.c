@@ -356,6 +356,15 @@ static void assign_continue(spw_trainer_coord_t *tc, const char *topic,
     }
 }
 
+/* Registers again (the coordinator forgets a held Clock, drops a report waiting for its epoch,
+ * and under rollback starts a recovery); a failed send is logged. */
+static void rejoin(spw_trainer_coord_t *tc)
+{
+    spw_err_t err = spw_coord_client_rejoin(tc->client);
+    if (err)
+        SPW_WARN("rejoin failed", "error=\"%s\"", spw_err_str(err));
+}
+
 static void coord_on_assign(void *opaque, struct spw_trainer_position *parts, size_t n)
 {
     spw_trainer_coord_t *tc = opaque;
@@ -373,9 +382,7 @@ static void coord_on_assign(void *opaque, struct spw_trainer_position *parts, si
         }
     }
     /* partitions moved: the coordinator runs a recovery */
-    spw_err_t err = spw_coord_client_rejoin(tc->client);
-    if (err)
-        SPW_WARN("rejoin failed", "error=\"%s\"", spw_err_str(err));
+    rejoin(tc);
 }
 
 /* Partitions taken away: what this trainer trained from them since the last checkpoint is in its
@@ -416,15 +423,11 @@ static void coord_on_revoke(void *opaque, const struct spw_trainer_position *par
             /* the report waiting for its epoch names these partitions: dropped if the epoch is
              * still open when the Register arrives (this trainer reports again without them) */
             tc->moved_report_epoch = tc->report_epoch;
-            spw_err_t err = spw_coord_client_rejoin(tc->client);
-            if (err)
-                SPW_WARN("rejoin failed", "error=\"%s\"", spw_err_str(err));
+            rejoin(tc);
         }
         return;
     }
-    spw_err_t err = spw_coord_client_rejoin(tc->client);
-    if (err)
-        SPW_WARN("rejoin failed", "error=\"%s\"", spw_err_str(err));
+    rejoin(tc);
 }
 
 static void metrics_register(spw_trainer_coord_t *tc, spw_metrics_t *r)
