@@ -45,5 +45,7 @@ uint32_t spw_hash_jump(uint64_t key, uint32_t buckets)
 
 uint32_t spw_hash_shard(uint64_t key, uint32_t n_shards)
 {
+    if (spw_key_is_dense(key))
+        return 0;
     return spw_hash_jump(spw_hash_mix64(key), n_shards);
 }

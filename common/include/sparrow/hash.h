@@ -34,7 +34,27 @@ static inline uint64_t spw_hash_mix64(uint64_t x)
 /* Jump consistent hash (Lamping & Veach 2014): bucket in [0, buckets) for key; buckets >= 1. */
 uint32_t spw_hash_jump(uint64_t key, uint32_t buckets);
 
-/* Shard of a feature key among n shards: jump hash of mix64(key) (docs/ARCHITECTURE.md §3). */
+/* Shard of a feature key among n shards: jump hash of mix64(key) (docs/ARCHITECTURE.md §3); the
+ * dense blocks of a deep model (below) all live on shard 0. */
 uint32_t spw_hash_shard(uint64_t key, uint32_t n_shards);
+
+/* The dense blocks of a deep model (docs/ARCHITECTURE.md §3): its dense parameters (MLP and cross
+ * layers) cut into rows of the model's dim, block i at key SPW_DENSE_KEY_BASE + i. These keys are
+ * reserved: their rows start at zero on a shard (the trainer adds the seeded initial weights, see
+ * spw_model_dense_init), are never subject to admission or TTL, and all go to shard 0 so that
+ * one shard applies and publishes a step's dense update whole. A feature whose hash falls in the
+ * range is treated as one (a collision: 2^-40 of the key space). */
+#define SPW_DENSE_KEY_BASE       0xFFFFFFFFFF000000ull
+#define SPW_DENSE_KEY_MAX_BLOCKS (1u << 24)
+
+static inline int spw_key_is_dense(uint64_t key)
+{
+    return key >= SPW_DENSE_KEY_BASE;
+}
+
+static inline uint64_t spw_dense_block_key(uint32_t block)
+{
+    return SPW_DENSE_KEY_BASE + block;
+}
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "sparrow/config.h"
+#include "sparrow/dense.h"
 #include "sparrow/eval.h"
 #include "sparrow/err.h"
 #include "sparrow/ingest.h"
@@ -45,21 +46,105 @@ enum spw_model_kind {
     SPW_MODEL_LR = 0, /* logistic regression: p = sigmoid(b + sum_i x_i w_i) */
     SPW_MODEL_FM = 1, /* factorization machine: adds 0.5 * sum_f ((sum_i x_i v_if)^2 -
                          sum_i x_i^2 v_if^2) */
+    SPW_MODEL_DEEPFM = 2, /* FM + an MLP over the pooled field embeddings (sparrow/dense.h) */
+    SPW_MODEL_DCNV2 = 3,  /* FM + full-rank cross layers stacked with the MLP */
 };
 
+/* Most fields a deep model has. */
+#define SPW_TRN_MAX_FIELDS 256u
+/* Longest model description (spw_model_describe), NUL included. */
+#define SPW_MODEL_DESC_MAX 8192u
+
+/* How a field's features (several values of a multi-valued field) become its one embedding. */
+enum spw_pooling {
+    SPW_POOL_SUM = 0,  /* sum of weight × v over the field's features */
+    SPW_POOL_MEAN = 1, /* that sum divided by the number of the field's features */
+};
+
+struct spw_model_field {
+    uint32_t id; /* the field id features carry (Example.fields) */
+    enum spw_pooling pooling;
+};
+
+/*
+ * A model. Deep models (DEEPFM, DCNV2) are the FM part plus a dense network (sparrow/dense.h)
+ * whose input is the concatenation, in field order, of each field's pooled latent vector v (k
+ * floats): in_dim = n_fields × k. A feature whose field is not one of the model's is counted and
+ * left out of the network's input (it still counts in the FM part); a field without features in
+ * an example is a zero embedding. logit = FM logit + network logit.
+ *
+ * The network's parameters (spw_model_dense_params floats) live on the parameter servers as
+ * dense_blocks rows of dim floats at keys spw_dense_block_key(0 .. dense_blocks-1) (sparrow/
+ * hash.h), zero-padded in the last block; a row holds the offset from the seeded initial weights
+ * (spw_model_dense_init), so weights = init + row values. Every batch of a deep model carries the
+ * blocks as its unique keys 1 .. dense_blocks (spw_batch_set_prefix), right after the bias.
+ *
+ * A two-tower model fits the same frame: its towers are two dense networks over two field sets
+ * (user and item) with a dot product for the logit; the blocks of both on the shards, the item
+ * tower's output exported per item for nearest-neighbour search.
+ */
 struct spw_model {
     enum spw_model_kind kind;
     uint32_t latent_dim; /* k (0 for LR) */
-    uint32_t dim;        /* floats per row: 1 (LR) or 1 + k (FM) */
+    uint32_t dim;        /* floats per row: 1 (LR) or 1 + k (FM and deep) */
+    /* deep models only (zero otherwise) */
+    uint32_t n_fields;
+    struct spw_model_field fields[SPW_TRN_MAX_FIELDS];
+    struct spw_dense_spec dense; /* in_dim = n_fields × k; DEEPFM: cross_layers 0 */
+    uint64_t dense_seed;         /* seeds the initial weights and the dropout masks */
+    uint32_t dense_blocks;       /* ceil(spw_dense_spec_param_count / dim) */
 };
 
 /* Fills *model. FM needs 1 <= latent_dim <= SPW_TRN_MAX_LATENT; LR ignores latent_dim (sets 0).
- * SPW_ERR_INVALID otherwise. */
+ * SPW_ERR_INVALID otherwise, and for the deep kinds (spw_model_init_deep makes them). */
 spw_err_t spw_model_init(struct spw_model *model, enum spw_model_kind kind, uint32_t latent_dim);
 
-/* "lr" | "fm" -> kind; SPW_ERR_INVALID for anything else. */
+/* A deep model of kind DEEPFM or DCNV2: latent_dim as FM's, n_fields (1 .. SPW_TRN_MAX_FIELDS)
+ * distinct field ids with their pooling, hidden widths "400,400" (spw_dense_spec_parse_hidden;
+ * DCNV2 may have none), cross_layers (DCNV2: 1 .. SPW_DENSE_MAX_CROSS; DEEPFM: 0), dropout in
+ * [0, 1), seed. SPW_ERR_INVALID / SPW_ERR_TOO_BIG with errstr naming the setting. Thread-safe. */
+spw_err_t spw_model_init_deep(struct spw_model *model, enum spw_model_kind kind,
+                              uint32_t latent_dim, const struct spw_model_field *fields,
+                              uint32_t n_fields, const char *hidden, uint32_t cross_layers,
+                              float dropout, uint64_t seed, char *errstr, size_t errstr_size);
+
+/* Whether the model has a dense network. */
+bool spw_model_is_deep(const struct spw_model *model);
+
+/* Floats of the dense network's parameters (0 for LR and FM). */
+size_t spw_model_dense_params(const struct spw_model *model);
+
+/* The seeded initial dense weights (spw_model_dense_params floats): weights = these + the rows of
+ * the dense blocks. Thread-safe. */
+void spw_model_dense_init(const struct spw_model *model, float *params);
+
+/*
+ * The model as one line of text that spw_model_parse reads back: "fm k=8", "lr",
+ * "deepfm k=8 fields=1:sum,2:mean mlp=400,400 dropout=0 seed=1",
+ * "dcnv2 k=8 fields=... cross=3 mlp=64 dropout=0 seed=1". It travels in the shards' hello, is kept
+ * in their store and checkpoints, and tells serve, eval and export the model. Returns the length,
+ * or SPW_ERR_TOO_BIG (negated) when size is too small. Thread-safe.
+ */
+int spw_model_describe(const struct spw_model *model, char *buf, size_t size);
+
+/* Parses a description (untrusted: a checkpoint's or a shard's) into *model. SPW_ERR_INVALID
+ * with errstr naming the bad item. Thread-safe. */
+spw_err_t spw_model_parse(const char *text, struct spw_model *model, char *errstr,
+                          size_t errstr_size);
+
+/* "lr" | "fm" | "deepfm" | "dcnv2" -> kind; SPW_ERR_INVALID for anything else. */
 spw_err_t spw_model_kind_parse(const char *text, enum spw_model_kind *out);
 const char *spw_model_kind_name(enum spw_model_kind kind);
+
+/*
+ * Fields file (trainer.fields): one field per line, "name = id [sum|mean]" (the ingest schema's
+ * `name = id` lines, with an optional pooling, default sum) or a bare "id [sum|mean]"; '#'
+ * starts a comment. The order of the lines is the order of the network's inputs. Fills
+ * fields[0 .. *n) (at most SPW_TRN_MAX_FIELDS). SPW_ERR_NOT_FOUND / SPW_ERR_IO / SPW_ERR_INVALID
+ * with errstr naming the file and line. Thread-safe.
+ */
+spw_err_t spw_model_fields_load(const char *path, struct spw_model_field *fields, uint32_t *n,
+                                char *errstr, size_t errstr_size);
 
 /* ---- batches ---- */
 
@@ -90,6 +175,24 @@ void spw_batch_reset(spw_batch_t *batch);
  */
 spw_err_t spw_batch_add(spw_batch_t *batch, float label, float oracle_p, int64_t event_time_ms,
                         size_t n, const uint64_t *keys, const float *weights);
+
+/* spw_batch_add with each feature's field id (fields NULL: none known, the deep network's input
+ * is then zero). */
+spw_err_t spw_batch_add_fields(spw_batch_t *batch, float label, float oracle_p,
+                               int64_t event_time_ms, size_t n, const uint64_t *keys,
+                               const float *weights, const uint32_t *fields);
+
+/* Keys every non-empty batch holds as unique keys 1 .. n, right after the bias (a deep model's
+ * dense blocks: spw_batch_set_model). Copied; kept across resets. Call on an empty batch.
+ * SPW_ERR_NOMEM. */
+spw_err_t spw_batch_set_prefix(spw_batch_t *batch, const uint64_t *keys, size_t n);
+
+/* spw_batch_set_prefix with the dense block keys of model (none for LR and FM). */
+spw_err_t spw_batch_set_model(spw_batch_t *batch, const struct spw_model *model);
+
+/* Field id of every occurrence (UINT32_MAX: unknown), in occurrence order; see
+ * spw_batch_example_features for an example's range. */
+const uint32_t *spw_batch_occ_fields(const spw_batch_t *batch);
 
 /* Appends a decoded Example (borrowed; nothing of it is kept). Besides spw_batch_add's errors,
  * SPW_ERR_INVALID when the label is missing or weights are neither empty nor one per key. */
@@ -145,6 +248,45 @@ void spw_cpu_row_norms(const float *grads, size_t n, uint32_t dim, float *norms)
  */
 void spw_cpu_topk_select(const float *norms, size_t n, size_t m, uint64_t *scratch,
                          uint8_t *selected);
+
+/* ---- deep models on the CPU (the FM part above plus the dense network, OpenBLAS) ---- */
+
+/*
+ * The workspace of a deep model's forward and backward: the network's activations, the pooled
+ * inputs, the field index. One owner thread; one per thread for concurrent use (serve: one per
+ * request context). Buffers grow to the largest batch and are reused.
+ */
+typedef struct spw_deep spw_deep_t;
+
+/* A workspace for model (copied; must be deep). NULL with errstr. */
+spw_deep_t *spw_deep_new(const struct spw_model *model, char *errstr, size_t errstr_size);
+void spw_deep_destroy(spw_deep_t *deep);
+
+/*
+ * Forward of a batch: rows are the batch's unique rows (spw_batch_unique × dim, in key order;
+ * the dense-block rows among them are not read), dense the network's weights
+ * (spw_model_dense_params floats: init + block rows). preds receives p per example; *loss_sum
+ * (may be NULL) the summed logloss. SPW_ERR_NOMEM when a buffer cannot grow.
+ */
+spw_err_t spw_deep_forward(spw_deep_t *deep, const spw_batch_t *batch, const float *rows,
+                           const float *dense, float *preds, double *loss_sum);
+
+/*
+ * Forward and backward (training: dropout applies when the model has it). grads (unique × dim,
+ * overwritten) receives the gradient of grad_scale × the summed logloss for every row, the dense
+ * blocks included: the batch must carry them as keys 1 .. dense_blocks (spw_batch_set_model);
+ * SPW_ERR_INVALID otherwise.
+ */
+spw_err_t spw_deep_forward_backward(spw_deep_t *deep, const spw_batch_t *batch, const float *rows,
+                                    const float *dense, float grad_scale, float *preds,
+                                    float *grads, double *loss_sum);
+
+/* Gathers the network's weights from a batch's rows: dense = init + rows 1 .. dense_blocks
+ * (spw_model_dense_params floats). The batch must carry the blocks (spw_batch_set_model). */
+void spw_deep_dense_from_rows(const spw_deep_t *deep, const float *rows, float *dense);
+
+/* Feature occurrences seen whose field is not one of the model's (left out of the network). */
+uint64_t spw_deep_unknown_field_features(const spw_deep_t *deep);
 
 /* ---- CUDA availability and the standalone gather ---- */
 
