@@ -17,6 +17,9 @@ spw_err_t spw_model_init(struct spw_model *model, enum spw_model_kind kind, uint
             return SPW_ERR_INVALID;
         *model = (struct spw_model){.kind = kind, .latent_dim = latent_dim, .dim = 1 + latent_dim};
         return SPW_OK;
+    case SPW_MODEL_DEEPFM:
+    case SPW_MODEL_DCNV2:
+        return SPW_ERR_INVALID; /* spw_model_init_deep */
     }
     return SPW_ERR_INVALID;
 }
