@@ -315,7 +315,10 @@ static void test_trn_model_backend_selection(void **state)
     enum spw_model_kind mk;
     assert_int_equal(spw_model_kind_parse("fm", &mk), SPW_OK);
     assert_int_equal(mk, SPW_MODEL_FM);
-    assert_int_equal(spw_model_kind_parse("deepfm", &mk), SPW_ERR_INVALID);
+    assert_int_equal(spw_model_kind_parse("deepfm", &mk), SPW_OK);
+    assert_int_equal(mk, SPW_MODEL_DEEPFM);
+    assert_int_equal(spw_model_init(&model, SPW_MODEL_DEEPFM, 8), SPW_ERR_INVALID);
+    assert_int_equal(spw_model_kind_parse("wide", &mk), SPW_ERR_INVALID);
 }
 
 /* The CPU backend object gives what the pure functions give. */

@@ -11,6 +11,7 @@ struct spw_backend {
     enum spw_backend_kind kind; /* CPU or CUDA */
     struct spw_model model;
     struct spw_trn__cuda *cu; /* CUDA only */
+    spw_deep_t *deep;         /* deep models: the network (on cuBLAS with the CUDA backend) */
     uint64_t *scratch;        /* CPU top-k */
     size_t cap_scratch;
 };
@@ -41,6 +42,22 @@ const char *spw_backend_kind_name(enum spw_backend_kind kind)
     return "?";
 }
 
+/* Adds a deep model's network to be (on the backend's kind); frees be and returns NULL on
+ * failure. The CUDA backend computes the network on cuBLAS and the FM part on the CPU. */
+static spw_backend_t *with_deep(spw_backend_t *be, char *errstr, size_t errstr_size)
+{
+    if (!spw_model_is_deep(&be->model))
+        return be;
+    char derr[256] = "";
+    be->deep = spw_trn__deep_new(&be->model, be->kind == SPW_BACKEND_CUDA, derr, sizeof(derr));
+    if (!be->deep) {
+        snprintf(errstr, errstr_size, "backend: %s", derr);
+        spw_backend_destroy(be);
+        return NULL;
+    }
+    return be;
+}
+
 spw_backend_t *spw_backend_new(enum spw_backend_kind want, const struct spw_model *model,
                                char *errstr, size_t errstr_size)
 {
@@ -52,10 +69,10 @@ spw_backend_t *spw_backend_new(enum spw_backend_kind want, const struct spw_mode
     be->model = *model;
     be->kind = SPW_BACKEND_CPU;
     if (want == SPW_BACKEND_CPU)
-        return be;
+        return with_deep(be, errstr, errstr_size);
     if (!spw_cuda_built()) {
         if (want == SPW_BACKEND_AUTO)
-            return be;
+            return with_deep(be, errstr, errstr_size);
         snprintf(errstr, errstr_size,
                  "backend: cuda requested but this build has no CUDA backend (configured with "
                  "SPARROW_CUDA=off, or no nvcc)");
@@ -63,7 +80,7 @@ spw_backend_t *spw_backend_new(enum spw_backend_kind want, const struct spw_mode
     }
     if (spw_cuda_device_count() < 1) {
         if (want == SPW_BACKEND_AUTO)
-            return be;
+            return with_deep(be, errstr, errstr_size);
         snprintf(errstr, errstr_size, "backend: cuda requested but no CUDA device is usable");
         goto out_free_be;
     }
@@ -71,12 +88,12 @@ spw_backend_t *spw_backend_new(enum spw_backend_kind want, const struct spw_mode
     be->cu = spw_trn__cuda_new(0, cuda_err, sizeof(cuda_err));
     if (!be->cu) {
         if (want == SPW_BACKEND_AUTO)
-            return be;
+            return with_deep(be, errstr, errstr_size);
         snprintf(errstr, errstr_size, "backend: %s", cuda_err);
         goto out_free_be;
     }
     be->kind = SPW_BACKEND_CUDA;
-    return be;
+    return with_deep(be, errstr, errstr_size);
 
 out_free_be:
     free(be);
@@ -88,6 +105,7 @@ void spw_backend_destroy(spw_backend_t *be)
     if (!be)
         return;
     spw_trn__cuda_destroy(be->cu);
+    spw_deep_destroy(be->deep);
     free(be->scratch);
     free(be);
 }
@@ -125,6 +143,9 @@ static spw_err_t cuda_run(spw_backend_t *be, const spw_batch_t *batch, const flo
 spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const float *rows,
                               float *preds, double *loss_sum)
 {
+    if (be->deep)
+        return spw_deep_forward(be->deep, batch, rows, spw_trn__deep_gather_dense(be->deep, rows),
+                                preds, loss_sum);
     if (be->kind == SPW_BACKEND_CUDA)
         return cuda_run(be, batch, rows, 0.0f, preds, NULL, loss_sum);
     double loss = spw_cpu_forward(&be->model, batch, rows, preds);
@@ -137,6 +158,10 @@ spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *bat
                                        const float *rows, float grad_scale, float *preds,
                                        float *grads, double *loss_sum)
 {
+    if (be->deep)
+        return spw_deep_forward_backward(be->deep, batch, rows,
+                                         spw_trn__deep_gather_dense(be->deep, rows), grad_scale,
+                                         preds, grads, loss_sum);
     if (be->kind == SPW_BACKEND_CUDA)
         return cuda_run(be, batch, rows, grad_scale, preds, grads, loss_sum);
     double loss = spw_cpu_forward_backward(&be->model, batch, rows, grad_scale, preds, grads);

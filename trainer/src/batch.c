@@ -23,6 +23,7 @@ spw_batch_t *spw_batch_new(size_t examples_hint, size_t features_hint, char *err
         spw_trn__grow((void **)&batch->occ_idx, &batch->cap_occ_idx, occ, sizeof(uint32_t)) ||
         spw_trn__grow((void **)&batch->occ_w, &batch->cap_occ_w, occ, sizeof(float)) ||
         spw_trn__grow((void **)&batch->occ_ex, &batch->cap_occ_ex, occ, sizeof(uint32_t)) ||
+        spw_trn__grow((void **)&batch->occ_field, &batch->cap_occ_field, occ, sizeof(uint32_t)) ||
         spw_trn__grow((void **)&batch->keys, &batch->cap_keys, occ + 1, sizeof(uint64_t)) ||
         spw_trn__keyidx_reserve(&batch->dedup, occ + 1))
         goto out_free_batch;
@@ -46,6 +47,8 @@ void spw_batch_destroy(spw_batch_t *batch)
     free(batch->occ_idx);
     free(batch->occ_w);
     free(batch->occ_ex);
+    free(batch->occ_field);
+    free(batch->prefix);
     free(batch->keys);
     spw_trn__keyidx_fini(&batch->dedup);
     free(batch);
@@ -61,21 +64,61 @@ void spw_batch_reset(spw_batch_t *batch)
 /* Makes room for one more example of n features; nothing changes on failure. */
 static spw_err_t reserve_example(spw_batch_t *batch, size_t n)
 {
-    size_t ex = batch->n + 1, occ = batch->n_occ + n, uniq = batch->n_uniq + n + 1;
+    size_t ex = batch->n + 1, occ = batch->n_occ + n;
+    size_t uniq = batch->n_uniq + n + 1 + (batch->n ? 0 : batch->n_prefix);
     if (spw_trn__grow((void **)&batch->labels, &batch->cap_labels, ex, sizeof(float)) ||
         spw_trn__grow((void **)&batch->oracle, &batch->cap_oracle, ex, sizeof(float)) ||
         spw_trn__grow((void **)&batch->offsets, &batch->cap_offsets, ex + 1, sizeof(uint32_t)) ||
         spw_trn__grow((void **)&batch->occ_idx, &batch->cap_occ_idx, occ, sizeof(uint32_t)) ||
         spw_trn__grow((void **)&batch->occ_w, &batch->cap_occ_w, occ, sizeof(float)) ||
         spw_trn__grow((void **)&batch->occ_ex, &batch->cap_occ_ex, occ, sizeof(uint32_t)) ||
+        spw_trn__grow((void **)&batch->occ_field, &batch->cap_occ_field, occ, sizeof(uint32_t)) ||
         spw_trn__grow((void **)&batch->keys, &batch->cap_keys, uniq, sizeof(uint64_t)) ||
         spw_trn__keyidx_reserve(&batch->dedup, uniq))
         return SPW_ERR_NOMEM;
     return SPW_OK;
 }
 
+spw_err_t spw_batch_set_prefix(spw_batch_t *batch, const uint64_t *keys, size_t n)
+{
+    if (batch->n)
+        return SPW_ERR_STATE;
+    uint64_t *copy = NULL;
+    if (n) {
+        copy = malloc(n * sizeof(*copy));
+        if (!copy)
+            return SPW_ERR_NOMEM;
+        memcpy(copy, keys, n * sizeof(*copy));
+    }
+    free(batch->prefix);
+    batch->prefix = copy;
+    batch->n_prefix = n;
+    return SPW_OK;
+}
+
+spw_err_t spw_batch_set_model(spw_batch_t *batch, const struct spw_model *model)
+{
+    if (!spw_model_is_deep(model))
+        return spw_batch_set_prefix(batch, NULL, 0);
+    uint64_t *keys = malloc(model->dense_blocks * sizeof(*keys));
+    if (!keys)
+        return SPW_ERR_NOMEM;
+    for (uint32_t i = 0; i < model->dense_blocks; i++)
+        keys[i] = spw_dense_block_key(i);
+    spw_err_t rc = spw_batch_set_prefix(batch, keys, model->dense_blocks);
+    free(keys);
+    return rc;
+}
+
 spw_err_t spw_batch_add(spw_batch_t *batch, float label, float oracle_p, int64_t event_time_ms,
                         size_t n, const uint64_t *keys, const float *weights)
+{
+    return spw_batch_add_fields(batch, label, oracle_p, event_time_ms, n, keys, weights, NULL);
+}
+
+spw_err_t spw_batch_add_fields(spw_batch_t *batch, float label, float oracle_p,
+                               int64_t event_time_ms, size_t n, const uint64_t *keys,
+                               const float *weights, const uint32_t *fields)
 {
     if (!isfinite(label))
         return SPW_ERR_INVALID;
@@ -95,6 +138,13 @@ spw_err_t spw_batch_add(spw_batch_t *batch, float label, float oracle_p, int64_t
         spw_trn__keyidx_upsert(&batch->dedup, SPW_TRN_BIAS_KEY, 0, &inserted);
         batch->keys[0] = SPW_TRN_BIAS_KEY;
         batch->n_uniq = 1;
+        for (size_t j = 0; j < batch->n_prefix; j++) {
+            uint32_t u = spw_trn__keyidx_upsert(&batch->dedup, batch->prefix[j],
+                                                (uint32_t)batch->n_uniq, &inserted);
+            assert(inserted); /* distinct block keys, none the bias */
+            (void)u;
+            batch->keys[batch->n_uniq++] = batch->prefix[j];
+        }
     }
     uint32_t ex = (uint32_t)batch->n;
     size_t o = batch->n_occ, n_uniq = batch->n_uniq;
@@ -105,6 +155,7 @@ spw_err_t spw_batch_add(spw_batch_t *batch, float label, float oracle_p, int64_t
         batch->occ_idx[o] = u;
         batch->occ_w[o] = weights ? weights[j] : 1.0f;
         batch->occ_ex[o] = ex;
+        batch->occ_field[o] = fields ? fields[j] : UINT32_MAX;
     }
     batch->n_uniq = n_uniq;
     batch->n_occ = o;
@@ -123,9 +174,10 @@ spw_err_t spw_batch_add_example(spw_batch_t *batch, const Sparrow__Example *ex)
         return SPW_ERR_INVALID;
     if (ex->n_weights != 0 && ex->n_weights != ex->n_keys)
         return SPW_ERR_INVALID;
-    return spw_batch_add(batch, ex->label, ex->has_oracle_p ? ex->oracle_p : NAN,
-                         ex->has_event_time_ms ? ex->event_time_ms : INT64_MIN, ex->n_keys,
-                         ex->keys, ex->n_weights ? ex->weights : NULL);
+    return spw_batch_add_fields(batch, ex->label, ex->has_oracle_p ? ex->oracle_p : NAN,
+                                ex->has_event_time_ms ? ex->event_time_ms : INT64_MIN, ex->n_keys,
+                                ex->keys, ex->n_weights ? ex->weights : NULL,
+                                ex->n_fields == ex->n_keys ? ex->fields : NULL);
 }
 
 size_t spw_batch_examples(const spw_batch_t *batch)
@@ -166,6 +218,11 @@ size_t spw_batch_example_features(const spw_batch_t *batch, size_t i, const uint
     *idx = batch->occ_idx + beg;
     *weights = batch->occ_w + beg;
     return batch->offsets[i + 1] - beg;
+}
+
+const uint32_t *spw_batch_occ_fields(const spw_batch_t *batch)
+{
+    return batch->occ_field;
 }
 
 int64_t spw_batch_max_event_time(const spw_batch_t *batch)

@@ -259,8 +259,12 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
     if (!(loop->pv = spw_pv_new(p->eval_window, errstr, errstr_size)))
         goto out_destroy;
     for (int i = 0; i < 2; i++)
-        if (!(loop->mbs[i].batch = spw_batch_new(p->batch, 40, errstr, errstr_size)))
+        if (!(loop->mbs[i].batch = spw_batch_new(p->batch, 40, errstr, errstr_size)) ||
+            spw_batch_set_model(loop->mbs[i].batch, &p->model) != SPW_OK) {
+            if (loop->mbs[i].batch)
+                snprintf(errstr, errstr_size, "trainer: out of memory");
             goto out_destroy;
+        }
     loop->cur = &loop->mbs[0];
     loop->next = &loop->mbs[1];
 

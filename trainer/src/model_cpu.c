@@ -6,40 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-spw_err_t spw_model_init(struct spw_model *model, enum spw_model_kind kind, uint32_t latent_dim)
-{
-    switch (kind) {
-    case SPW_MODEL_LR:
-        *model = (struct spw_model){.kind = kind, .latent_dim = 0, .dim = 1};
-        return SPW_OK;
-    case SPW_MODEL_FM:
-        if (latent_dim < 1 || latent_dim > SPW_TRN_MAX_LATENT)
-            return SPW_ERR_INVALID;
-        *model = (struct spw_model){.kind = kind, .latent_dim = latent_dim, .dim = 1 + latent_dim};
-        return SPW_OK;
-    case SPW_MODEL_DEEPFM:
-    case SPW_MODEL_DCNV2:
-        return SPW_ERR_INVALID; /* spw_model_init_deep */
-    }
-    return SPW_ERR_INVALID;
-}
-
-spw_err_t spw_model_kind_parse(const char *text, enum spw_model_kind *out)
-{
-    if (strcmp(text, "lr") == 0)
-        *out = SPW_MODEL_LR;
-    else if (strcmp(text, "fm") == 0)
-        *out = SPW_MODEL_FM;
-    else
-        return SPW_ERR_INVALID;
-    return SPW_OK;
-}
-
-const char *spw_model_kind_name(enum spw_model_kind kind)
-{
-    return kind == SPW_MODEL_FM ? "fm" : "lr";
-}
-
 /*
  * The arithmetic below is written so that the CUDA kernels (trainer/cuda/model.cu, built without
  * fused multiply-add) can repeat it operation for operation: every sum runs in occurrence order,
@@ -59,10 +25,13 @@ static inline float sigmoid_from_logit(float z)
     return (float)(1.0 / (1.0 + exp(-(double)z)));
 }
 
-/* One pass over the batch; backward is a compile-time constant at each call site. */
+/* One pass over the batch; backward is a compile-time constant at each call site. extra (NULL:
+ * none) adds a logit per example (a deep model's network); dz_out (NULL: not wanted) receives
+ * each example's dL/dlogit × grad_scale. */
 static inline double run_batch(const struct spw_model *model, const spw_batch_t *batch,
                                const float *restrict rows, float grad_scale, float *restrict preds,
-                               float *restrict grads, bool backward)
+                               float *restrict grads, bool backward, const float *restrict extra,
+                               float *restrict dz_out)
 {
     const uint32_t dim = model->dim, k = model->latent_dim;
     const uint32_t *restrict off = batch->offsets;
@@ -95,7 +64,7 @@ static inline double run_batch(const struct spw_model *model, const spw_batch_t 
             for (uint32_t f = 0; f < k; f++)
                 inter += s[f] * s[f] - q[f];
         }
-        const float z = lin + 0.5f * inter;
+        const float z = lin + 0.5f * inter + (extra ? extra[i] : 0.0f);
         const float y = batch->labels[i];
         const float p = sigmoid_from_logit(z);
         preds[i] = p;
@@ -104,6 +73,8 @@ static inline double run_batch(const struct spw_model *model, const spw_batch_t 
             continue;
 
         const float dz = (p - y) * grad_scale;
+        if (dz_out)
+            dz_out[i] = dz;
         bias_grad += dz;
         for (uint32_t o = beg; o < end; o++) {
             const size_t r = (size_t)occ_idx[o] * dim;
@@ -126,13 +97,26 @@ static inline double run_batch(const struct spw_model *model, const spw_batch_t 
 double spw_cpu_forward(const struct spw_model *model, const spw_batch_t *batch, const float *rows,
                        float *preds)
 {
-    return run_batch(model, batch, rows, 0.0f, preds, NULL, false);
+    return run_batch(model, batch, rows, 0.0f, preds, NULL, false, NULL, NULL);
 }
 
 double spw_cpu_forward_backward(const struct spw_model *model, const spw_batch_t *batch,
                                 const float *rows, float grad_scale, float *preds, float *grads)
 {
-    return run_batch(model, batch, rows, grad_scale, preds, grads, true);
+    return run_batch(model, batch, rows, grad_scale, preds, grads, true, NULL, NULL);
+}
+
+double spw_trn__fm_forward_extra(const struct spw_model *model, const spw_batch_t *batch,
+                                 const float *rows, const float *extra, float *preds)
+{
+    return run_batch(model, batch, rows, 0.0f, preds, NULL, false, extra, NULL);
+}
+
+double spw_trn__fm_backward_extra(const struct spw_model *model, const spw_batch_t *batch,
+                                  const float *rows, const float *extra, float grad_scale,
+                                  float *preds, float *grads, float *dz)
+{
+    return run_batch(model, batch, rows, grad_scale, preds, grads, true, extra, dz);
 }
 
 void spw_cpu_row_norms(const float *grads, size_t n, uint32_t dim, float *norms)

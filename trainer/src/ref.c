@@ -55,8 +55,13 @@ void spw_trn__row_init(uint64_t seed, float init_scale, uint64_t key, uint32_t d
 spw_ref_t *spw_ref_new(const struct spw_trainer_params *params, char *errstr, size_t errstr_size)
 {
     struct spw_model check;
-    if (spw_model_init(&check, params->model.kind, params->model.latent_dim) ||
-        check.dim != params->model.dim || params->batch < 1 || params->acc_steps < 1 ||
+    bool model_ok = spw_model_is_deep(&params->model)
+                        ? params->model.dim == 1 + params->model.latent_dim &&
+                              params->model.dense_blocks > 0
+                        : spw_model_init(&check, params->model.kind,
+                                         params->model.latent_dim) == SPW_OK &&
+                              check.dim == params->model.dim;
+    if (!model_ok || params->batch < 1 || params->acc_steps < 1 ||
         params->eval_window < 1 || !(params->lr >= 0.0f) || !(params->eps >= 0.0f)) {
         snprintf(errstr, errstr_size, "ref: invalid parameters");
         return NULL;
@@ -81,6 +86,10 @@ spw_ref_t *spw_ref_new(const struct spw_trainer_params *params, char *errstr, si
         goto out_destroy_ref;
     if (!(ref->batch = spw_batch_new(params->batch, 40, errstr, errstr_size)))
         goto out_destroy_ref;
+    if (spw_batch_set_model(ref->batch, &params->model) != SPW_OK) {
+        snprintf(errstr, errstr_size, "ref: out of memory");
+        goto out_destroy_ref;
+    }
     if (!(ref->arena = spw_arena_new(0, REF_ARENA_MAX))) {
         snprintf(errstr, errstr_size, "ref: out of memory");
         goto out_destroy_ref;
@@ -170,7 +179,9 @@ static spw_err_t gather(spw_ref_t *ref, const spw_batch_t *batch)
         uint32_t r = spw_trn__keyidx_upsert(&ref->index, keys[u], (uint32_t)ref->n_rows, &inserted);
         float *w = ref->table + (size_t)r * ref->stride;
         if (inserted) {
-            spw_trn__row_init(ref->p.seed, ref->p.init_scale, keys[u], (uint32_t)dim, w);
+            spw_trn__row_init(ref->p.seed,
+                              spw_trn__row_starts_zero(keys[u]) ? 0.0f : ref->p.init_scale,
+                              keys[u], (uint32_t)dim, w);
             memset(w + dim, 0, (ref->stride - dim) * sizeof(float));
             ref->n_rows++;
         }

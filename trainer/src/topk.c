@@ -458,18 +458,31 @@ static spw_err_t compress_step(spw_topk_t *tk, const uint64_t *keys, float *grad
         }
     }
 
+    /* a deep model's dense blocks are always sent (they are in every step, and the network's
+     * layers must move together): they rank first (a NaN norm), over the m of the others */
+    size_t pinned = 0;
+    for (size_t r = 0; r < n; r++)
+        pinned += spw_trn__row_starts_zero(keys[r]);
     size_t m = n;
-    if (tk->conf.ratio < 1.0 && n > 0) {
-        double want = ceil(tk->conf.ratio * (double)n - 1e-9);
-        m = want < 1.0 ? 1 : (want > (double)n ? n : (size_t)want);
+    if (tk->conf.ratio < 1.0 && n > pinned) {
+        double want = ceil(tk->conf.ratio * (double)(n - pinned) - 1e-9);
+        m = pinned + (want < 1.0 ? 1 : (want > (double)(n - pinned) ? n - pinned : (size_t)want));
     }
     if (m < n) {
+        err = SPW_OK;
+        if (tk->be)
+            err = spw_backend_row_norms(tk->be, grads, n, tk->norms);
+        else
+            spw_cpu_row_norms(grads, n, (uint32_t)dim, tk->norms);
+        if (err)
+            return err;
+        for (size_t r = 0; pinned && r < n; r++)
+            if (spw_trn__row_starts_zero(keys[r]))
+                tk->norms[r] = NAN;
         if (tk->be) {
-            if ((err = spw_backend_row_norms(tk->be, grads, n, tk->norms)) ||
-                (err = spw_backend_topk_select(tk->be, tk->norms, n, m, tk->selected)))
+            if ((err = spw_backend_topk_select(tk->be, tk->norms, n, m, tk->selected)))
                 return err;
         } else {
-            spw_cpu_row_norms(grads, n, (uint32_t)dim, tk->norms);
             spw_cpu_topk_select(tk->norms, n, m, tk->scratch, tk->selected);
         }
     } else if (n) {

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sparrow/hash.h"
 #include "sparrow/trainer.h"
 
 /*
@@ -71,7 +72,11 @@ struct spw_batch {
     uint32_t *occ_idx;
     float *occ_w;
     uint32_t *occ_ex;
-    size_t cap_occ_idx, cap_occ_w, cap_occ_ex;
+    uint32_t *occ_field; /* field id, UINT32_MAX unknown */
+    size_t cap_occ_idx, cap_occ_w, cap_occ_ex, cap_occ_field;
+
+    uint64_t *prefix; /* keys at unique indices 1 .. n_prefix (spw_batch_set_prefix) */
+    size_t n_prefix;
 
     uint64_t *keys;
     size_t cap_keys;
@@ -83,6 +88,26 @@ struct spw_batch {
  * row_occ[row_start[u] .. row_start[u+1]) in ascending order (a stable counting sort).
  * row_start: n_uniq + 1, row_occ: n_occ (caller storage). */
 void spw_trn__batch_row_csr(const spw_batch_t *batch, uint32_t *row_start, uint32_t *row_occ);
+
+/* The FM part of a deep model (model_cpu.c): spw_cpu_forward / spw_cpu_forward_backward with
+ * extra[i] added to example i's logit; dz (n floats) receives grad_scale × dL/dlogit_i. */
+double spw_trn__fm_forward_extra(const struct spw_model *model, const spw_batch_t *batch,
+                                 const float *rows, const float *extra, float *preds);
+double spw_trn__fm_backward_extra(const struct spw_model *model, const spw_batch_t *batch,
+                                  const float *rows, const float *extra, float grad_scale,
+                                  float *preds, float *grads, float *dz);
+
+/* A deep model's workspace, its network on cuBLAS when cuda (model_deep.c). */
+spw_deep_t *spw_trn__deep_new(const struct spw_model *model, bool cuda, char *errstr,
+                              size_t errstr_size);
+/* The network's weights from a batch's rows (init + blocks), in deep's own buffer. */
+const float *spw_trn__deep_gather_dense(spw_deep_t *deep, const float *rows);
+
+/* A batch key's row starts at zero: a deep model's dense block (sparrow/hash.h). */
+static inline bool spw_trn__row_starts_zero(uint64_t key)
+{
+    return key >= SPW_DENSE_KEY_BASE;
+}
 
 /* Per-row initial weights, identical to a parameter-server shard's spw_ps__row_init for SGD and
  * Adagrad: uniform in [-init_scale, init_scale) from a hash of (key, seed, j). */

@@ -123,7 +123,7 @@ void spw_model_dense_init(const struct spw_model *model, float *params);
  * "deepfm k=8 fields=1:sum,2:mean mlp=400,400 dropout=0 seed=1",
  * "dcnv2 k=8 fields=... cross=3 mlp=64 dropout=0 seed=1". It travels in the shards' hello, is kept
  * in their store and checkpoints, and tells serve, eval and export the model. Returns the length,
- * or SPW_ERR_TOO_BIG (negated) when size is too small. Thread-safe.
+ * or SPW_ERR_TOO_BIG (negative) when size is too small. Thread-safe.
  */
 int spw_model_describe(const struct spw_model *model, char *buf, size_t size);
 
@@ -137,12 +137,17 @@ spw_err_t spw_model_kind_parse(const char *text, enum spw_model_kind *out);
 const char *spw_model_kind_name(enum spw_model_kind kind);
 
 /*
- * Fields file (trainer.fields): one field per line, "name = id [sum|mean]" (the ingest schema's
- * `name = id` lines, with an optional pooling, default sum) or a bare "id [sum|mean]"; '#'
- * starts a comment. The order of the lines is the order of the network's inputs. Fills
- * fields[0 .. *n) (at most SPW_TRN_MAX_FIELDS). SPW_ERR_NOT_FOUND / SPW_ERR_IO / SPW_ERR_INVALID
- * with errstr naming the file and line. Thread-safe.
+ * The fields of a deep model, as trainer.fields gives them: a comma-separated list of fields in
+ * the network's input order, each "name[:sum|:mean]" (a name's id is spw_hash_field_name's, as
+ * ingest maps names without a schema: "I1,I2,C1:mean"; a decimal name is its own id), or
+ * "@PATH", a fields file of one field per line, "name [sum|mean]" or "name = id [sum|mean]" (the
+ * ingest schema's lines with an optional pooling; the default is sum), '#' starting a comment.
+ * Fills fields[0 .. *n) (at most SPW_TRN_MAX_FIELDS, no id twice). SPW_ERR_NOT_FOUND /
+ * SPW_ERR_IO / SPW_ERR_INVALID with errstr naming the file and line or the item. Thread-safe.
  */
+spw_err_t spw_model_fields_parse(const char *text, struct spw_model_field *fields, uint32_t *n,
+                                 char *errstr, size_t errstr_size);
+/* A fields file (the "@PATH" form). */
 spw_err_t spw_model_fields_load(const char *path, struct spw_model_field *fields, uint32_t *n,
                                 char *errstr, size_t errstr_size);
 
