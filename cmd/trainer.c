@@ -28,18 +28,22 @@ static const struct spw_cli_alias aliases[] = {
     {"--max-examples", "trainer.max_examples"},
     {"--checkpoint-dir", "trainer.checkpoint.dir"},
     {"--http-port", "trainer.http.port"},
+    {"--fields", "trainer.fields"},
+    {"--mlp", "trainer.mlp"},
     {"--log-level", "log.level"},
 };
 
 static const char usage[] =
     "usage: sparrow trainer --in file:PATH|kafka://HOST:PORT/TOPIC [--format auto|pb|json|criteo]\n"
-    "                       [--shards tcp://H:P,...|inproc[:N]] [--model lr|fm]\n"
-    "                       [--latent-dim K] [--batch B] [--acc-steps N] [--topk R]\n"
+    "                       [--shards tcp://H:P,...|inproc[:N]] [--model M]\n"
+    "                       [--fields F] [--mlp W,W] [--latent-dim K] [--batch B] [--acc-steps N] [--topk R]\n"
     "                       [--backend cpu|cuda|auto] [--group G] [--id I]\n"
     "                       [--max-examples N] [--checkpoint-dir DIR]\n"
     "                       [--http-port P] [--log-level L]\n"
     "                       [--config FILE] [--set key=value]... [--dump-config] [--help]\n\n"
-    "Trains an LR or FM model on mini-batches of the input: pulls the rows of each batch's\n"
+    "Trains a model (M: lr, fm, deepfm or dcnv2; the deep models need --fields, the fields\n"
+    "of their network's input, e.g. --fields I1,I2,C1 or @fields.txt) on mini-batches of the\n"
+    "input: pulls the rows of each batch's\n"
     "keys from the parameter-server shards (the next batch's pull overlaps the current\n"
     "compute), scores the batch before training on it (progressive validation, logged and\n"
     "in /metrics), pushes top-k compressed gradients asynchronously, and stores Kafka\n"

@@ -64,6 +64,7 @@ struct loop_metrics {
 
 /* Owned by the thread that runs it (see the header). */
 struct spw_trainer_loop {
+    char model_desc[SPW_MODEL_DESC_MAX]; /* spw_model_describe: the shards' hello carries it */
     struct spw_trainer_loop_conf conf;
     struct spw_trainer_hooks hooks;
     struct spw_trn__source src;
@@ -271,6 +272,10 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
     /* parameter servers */
     struct spw_ps_client_conf cc = conf->client;
     cc.dim = p->model.dim;
+    if (spw_model_describe(&p->model, loop->model_desc, sizeof(loop->model_desc)) < 0) {
+        snprintf(errstr, errstr_size, "trainer: the model's description is too long");
+        goto out_destroy;
+    }
     cc.trainer_id = conf->trainer_id ? conf->trainer_id : derived_trainer_id();
     cc.epoch = conf->epoch ? conf->epoch : (uint64_t)spw_time_wall_ms();
     cc.metrics = conf->metrics;
@@ -301,12 +306,12 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
     SPW_INFO("started",
              "in=\"%s\" model=%s latent_dim=%u backend=%s batch=%u acc_steps=%u topk=%g "
              "error_feedback=%d fp16=%d shards=%u transport=%s trainer_id=%u epoch=%llu "
-             "prefetch=%d",
+             "prefetch=%d model_desc=\"%s\"",
              conf->in, spw_model_kind_name(p->model.kind), p->model.latent_dim,
              spw_backend_kind_name(spw_backend_kind(loop->be)), p->batch, p->acc_steps,
              p->compress ? p->topk.ratio : 1.0, p->topk.error_feedback, p->topk.fp16,
              spw_ps_client_shards(loop->client), conf->inproc_shards ? "inproc" : "zmq",
-             cc.trainer_id, (unsigned long long)cc.epoch, loop->prefetch);
+             cc.trainer_id, (unsigned long long)cc.epoch, loop->prefetch, loop->model_desc);
     return loop;
 
 out_destroy:
