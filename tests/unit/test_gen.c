@@ -149,6 +149,7 @@ static void test_gen_params_default_matches_table(void **state)
     assert_string_equal(a.deep_hidden, b.deep_hidden);
     assert_int_equal(a.deep_dim, b.deep_dim);
     assert_true(a.deep_scale == b.deep_scale);
+    assert_int_equal(a.deep_fields, b.deep_fields);
     spw_config_destroy(cfg);
 }
 

@@ -246,7 +246,7 @@ static void moments_of(const spw_gen_t *gen, const uint64_t *keys, size_t n, boo
  * same size as the stream's. */
 static spw_err_t deep_logits(spw_gen_t *gen, const uint64_t *keys, size_t e, size_t n, double *raw)
 {
-    size_t width = (size_t)gen->n_fields * gen->params.deep_dim, r = e % SPW_GEN_DEEP_BLOCK;
+    size_t width = (size_t)gen->deep_fields * gen->params.deep_dim, r = e % SPW_GEN_DEEP_BLOCK;
     spw_gen__deep_embed(gen, keys, gen->deep_x + r * width);
     if (r + 1 < SPW_GEN_DEEP_BLOCK && e + 1 < n)
         return SPW_OK;
@@ -359,6 +359,7 @@ void spw_gen_params_default(struct spw_gen_params *params)
         .deep_hidden = "32,16",
         .deep_dim = 4,
         .deep_scale = 1.0,
+        .deep_fields = 8,
     };
 }
 
@@ -539,7 +540,7 @@ void spw_gen_destroy(spw_gen_t *gen)
 static void deep_fill_block(spw_gen_t *gen)
 {
     uint32_t nf = gen->n_fields;
-    size_t width = (size_t)nf * gen->params.deep_dim;
+    size_t width = (size_t)gen->deep_fields * gen->params.deep_dim;
     for (size_t r = 0; r < SPW_GEN_DEEP_BLOCK; r++) {
         size_t o = r * nf;
         struct sample smp = {gen->blk_keys + o, gen->blk_value_ids + o, gen->blk_raw + o,

@@ -15,14 +15,16 @@ spw_err_t spw_gen__deep_init(spw_gen_t *gen, char *errstr, size_t errstr_size)
 {
     const struct spw_gen_params *p = &gen->params;
     uint32_t nf = gen->n_fields, dim = p->deep_dim;
+    uint32_t nd = p->deep_fields && p->deep_fields < nf ? p->deep_fields : nf;
+    gen->deep_fields = nd;
     char why[256] = "";
-    gen->planted = spw_dense_planted_new(nf, dim, p->deep_hidden, 1.0f,
+    gen->planted = spw_dense_planted_new(nd, dim, p->deep_hidden, 1.0f,
                                          spw_hash_mix64(p->seed ^ DOM_DEEP), why, sizeof(why));
     if (!gen->planted)
         return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
                         "gen.deep.hidden=\"%s\" gen.deep.dim=%u gen.fields=%u: %s", p->deep_hidden,
                         dim, nf, why);
-    size_t rows = SPW_GEN_DEEP_BLOCK, width = (size_t)nf * dim;
+    size_t rows = SPW_GEN_DEEP_BLOCK, width = (size_t)nd * dim;
     gen->deep_x = malloc(rows * width * sizeof(float));
     gen->deep_logit = malloc(rows * sizeof(float));
     gen->blk_u = malloc(rows * sizeof(double));
@@ -52,7 +54,7 @@ void spw_gen__deep_free(spw_gen_t *gen)
 void spw_gen__deep_embed(const spw_gen_t *gen, const uint64_t *keys, float *x)
 {
     uint32_t dim = gen->params.deep_dim;
-    for (uint32_t i = 0; i < gen->n_fields; i++)
+    for (uint32_t i = 0; i < gen->deep_fields; i++)
         spw_dense_planted_embedding(gen->planted, i, keys[i], x + (size_t)i * dim);
 }
 
@@ -60,7 +62,7 @@ double spw_gen_deep_logit(const spw_gen_t *gen, const uint64_t *keys)
 {
     if (gen->params.model != SPW_GEN_MODEL_DEEP)
         return 0.0;
-    size_t width = (size_t)gen->n_fields * gen->params.deep_dim;
+    size_t width = (size_t)gen->deep_fields * gen->params.deep_dim;
     float *x = malloc(width * sizeof(float)), logit = 0.0f;
     if (!x)
         return NAN;

@@ -51,6 +51,7 @@ struct spw_gen {
     /* the deep model (NULL / unused with fm): blocks of SPW_GEN_DEEP_BLOCK examples, generated
      * ahead; row r of each array is example blk_t0 + r */
     spw_dense_planted_t *planted;
+    uint32_t deep_fields; /* fields the planted network reads (params.deep_fields, 0 -> all) */
     double deep_mul;   /* deep_scale / the planted network's spread on the calibration sample */
     float *deep_x;     /* SPW_GEN_DEEP_BLOCK × (n_fields × deep_dim) embeddings */
     float *deep_logit; /* SPW_GEN_DEEP_BLOCK raw network logits */

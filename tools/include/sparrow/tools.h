@@ -42,7 +42,7 @@
  *
  * The deep model (model = SPW_GEN_MODEL_DEEP, `gen.model = deep`) adds a nonlinear part to that
  * logit, so that a model with a dense tower (DeepFM, DCN-v2) has something an FM cannot learn:
- *   logit += deep_mul * mlp(e_1(k_1) .. e_F(k_F))
+ *   logit += deep_mul * mlp(e_1(k_1) .. e_D(k_D))   (the first D = deep_fields fields, 0: all F)
  * where e_i(k) = spw_dense_planted_embedding(field index i, key k) (deep_dim floats, a pure
  * function of (seed, i, k); each field always has its one feature, so no field is missing) and mlp
  * is sparrow/dense.h's planted network (hidden layers deep_hidden, ReLU, one logit; its weights
@@ -86,6 +86,8 @@ struct spw_gen_params {
     char deep_hidden[SPW_GEN_DEEP_HIDDEN_MAX]; /* hidden widths, "32,16" */
     uint32_t deep_dim;                         /* floats per field embedding, 1..64 */
     double deep_scale;                         /* the deep logit's standard deviation, > 0 */
+    uint32_t deep_fields; /* fields the planted network reads: the first deep_fields (the
+                           * integer fields come first); 0: all */
 };
 
 #define SPW_GEN_MAX_FIELDS  1024
