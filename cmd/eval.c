@@ -100,10 +100,10 @@ static void print_text(const struct spw_evaluate_result *r, uint64_t epoch, uint
         printf("epoch            %" PRIu64 " (%s, %" PRIu64 " rows)\n", epoch, source, rows);
     else
         printf("epoch            - (live shards %s)\n", source);
-    if (model->kind == SPW_MODEL_FM)
-        printf("model            fm k=%u dim=%u\n", model->latent_dim, model->dim);
-    else
-        printf("model            lr dim=%u\n", model->dim);
+    char desc[SPW_MODEL_DESC_MAX];
+    if (spw_model_describe(model, desc, sizeof(desc)) < 0)
+        snprintf(desc, sizeof(desc), "%s", spw_model_kind_name(model->kind));
+    printf("model            %s dim=%u\n", desc, model->dim);
     printf("examples         %" PRIu64 "\n", r->examples);
     printf("rejected         %" PRIu64 " of %" PRIu64 " records\n", r->rejected, r->records);
     printf("logloss          %.6f\n", r->logloss);
@@ -173,6 +173,12 @@ static int run(const spw_config_t *cfg)
         goto out;
     }
 
+    struct spw_model model;
+    if (spw_trainer_model_from_config(cfg, &model, errstr, sizeof(errstr)) != SPW_OK) {
+        fprintf(stderr, "sparrow eval: %s\n", errstr);
+        rc = 2;
+        goto out;
+    }
     char source[512];
     if (ckpt && ckpt[0]) {
         spw_err_t err;
@@ -183,16 +189,22 @@ static int run(const spw_config_t *cfg)
             goto out;
         }
         snprintf(source, sizeof(source), "checkpoint %s", ckpt);
-    } else {
-        struct spw_model model;
-        enum spw_model_kind kind;
-        spw_model_kind_parse(spw_config_str(cfg, "trainer.model"), &kind);
-        if (spw_model_init(&model, kind, (uint32_t)spw_config_int(cfg, "trainer.latent_dim")) !=
-            SPW_OK) {
-            fprintf(stderr, "sparrow eval: invalid model\n");
+        if (spw_model_is_deep(&model)) {
+            if (spw_evaluate_model_set_model(em, &model, errstr, sizeof(errstr)) != SPW_OK) {
+                fprintf(stderr, "sparrow eval: checkpoint %s: %s\n", ckpt, errstr);
+                rc = 2;
+                goto out;
+            }
+        } else if (spw_evaluate_model_has_dense_blocks(em)) {
+            fprintf(stderr,
+                    "sparrow eval: checkpoint %s holds a deep model's dense blocks: give its "
+                    "model (--set trainer.model=deepfm|dcnv2 and the trainer's trainer.fields, "
+                    "trainer.mlp, ...)\n",
+                    ckpt);
             rc = 2;
             goto out;
         }
+    } else {
         struct spw_ps_client_conf conf;
         spw_ps_client_conf_default(&conf);
         conf.shards = shards;
@@ -204,6 +216,11 @@ static int run(const spw_config_t *cfg)
         conf.pull_timeout_ms = (uint32_t)(timeout / 4 > 0 ? timeout / 4 : 1);
         em = spw_evaluate_model_open_shards(&conf, &model, timeout, errstr, sizeof(errstr));
         if (!em) {
+            fprintf(stderr, "sparrow eval: shards %s: %s\n", shards, errstr);
+            goto out;
+        }
+        if (spw_model_is_deep(&model) &&
+            spw_evaluate_model_set_model(em, &model, errstr, sizeof(errstr)) != SPW_OK) {
             fprintf(stderr, "sparrow eval: shards %s: %s\n", shards, errstr);
             goto out;
         }

@@ -35,6 +35,8 @@ struct spw_evaluate_model {
     spw_ps_client_t *client;  /* shards; NULL for a checkpoint */
     int64_t timeout_ms;       /* per lookup, shards */
     char shards[256];         /* for messages */
+    spw_deep_t *deep;         /* deep models (spw_evaluate_model_set_model) */
+    float *dense;             /* their network's weights, per batch */
 };
 
 /* Loads one verified shard checkpoint into em->table (created at the first shard). */
@@ -198,7 +200,42 @@ void spw_evaluate_model_close(spw_evaluate_model_t *em)
         return;
     spw_serve_table_destroy(em->table);
     spw_ps_client_destroy(em->client);
+    spw_deep_destroy(em->deep);
+    free(em->dense);
     free(em);
+}
+
+spw_err_t spw_evaluate_model_set_model(spw_evaluate_model_t *em, const struct spw_model *model,
+                                       char *errstr, size_t errstr_size)
+{
+    if (model->dim != em->model.dim)
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "the model %s k=%u has rows of %u floats, the source's are %u",
+                        spw_model_kind_name(model->kind), model->latent_dim, model->dim,
+                        em->model.dim);
+    spw_deep_t *deep = NULL;
+    float *dense = NULL;
+    if (spw_model_is_deep(model)) {
+        deep = spw_deep_new(model, errstr, errstr_size);
+        dense = malloc(spw_model_dense_params(model) * sizeof(float));
+        if (!deep || !dense) {
+            spw_deep_destroy(deep);
+            free(dense);
+            return spw_errf(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
+        }
+    }
+    spw_deep_destroy(em->deep);
+    free(em->dense);
+    em->deep = deep;
+    em->dense = dense;
+    em->model = *model;
+    return SPW_OK;
+}
+
+bool spw_evaluate_model_has_dense_blocks(spw_evaluate_model_t *em)
+{
+    float w[SPW_SERVE_MAX_DIM];
+    return em->table && spw_serve_table_get(em->table, spw_dense_block_key(0), w, NULL) == SPW_OK;
 }
 
 const struct spw_model *spw_evaluate_model_model(const spw_evaluate_model_t *em)
@@ -333,8 +370,16 @@ static spw_err_t score_batch(struct scorer *s, char *errstr, size_t errstr_size)
                                                errstr_size);
     if (rc != SPW_OK)
         return rc;
-    /* the trainer's forward pass (its CPU backend, the oracle of the CUDA one) */
-    spw_cpu_forward(&s->em->model, s->batch, s->rows, s->bpreds);
+    /* the trainer's forward pass (its CPU backend, the oracle of the CUDA one); a deep model's
+     * batches carry its dense blocks (keys 1 .. D), whose rows are the network's offsets */
+    if (s->em->deep) {
+        spw_deep_dense_from_rows(s->em->deep, s->rows, s->em->dense);
+        rc = spw_deep_forward(s->em->deep, s->batch, s->rows, s->em->dense, s->bpreds, NULL);
+        if (rc != SPW_OK)
+            return spw_errf(rc, errstr, errstr_size, "deep forward: %s", spw_err_str(rc));
+    } else {
+        spw_cpu_forward(&s->em->model, s->batch, s->rows, s->bpreds);
+    }
     const float *labels = spw_batch_labels(s->batch);
     const float *oracle = spw_batch_oracle(s->batch);
     for (size_t i = 0; i < n; i++) {
@@ -389,7 +434,8 @@ spw_err_t spw_evaluate_reader(spw_evaluate_model_t *em, spw_reader_t *reader, si
     /* both initialised even when the first fails: the cleanup frees both */
     bool model_ok = population_init(&s.model);
     bool pop_ok = population_init(&s.oracle) && model_ok;
-    if (!arena || !pop_ok || !(s.batch = spw_batch_new(batch, 0, errstr, errstr_size))) {
+    if (!arena || !pop_ok || !(s.batch = spw_batch_new(batch, 0, errstr, errstr_size)) ||
+        spw_batch_set_model(s.batch, &em->model) != SPW_OK) {
         spw_errf(rc, errstr, errstr_size, "out of memory");
         goto out;
     }

@@ -17,10 +17,9 @@ const struct spw_config_prop spw_evaluate_config_props[] = {
     {"eval.timeout", SPW_CONFIG_DURATION_MS, "10s", 1, 3600000, NULL,
      "Longest wait for live shards to answer one pull before they are reported unreachable."},
     /* the trainer's rows (trainer/src/trainer_config.c), same names and defaults */
-    {"trainer.model", SPW_CONFIG_ENUM, "fm", 0, 0, "lr|fm",
-     "Model of live shards (a checkpoint's is inferred from its dim as serve does)."},
-    {"trainer.latent_dim", SPW_CONFIG_INT, "8", 1, SPW_TRN_MAX_LATENT, NULL,
-     "Latent dimension k of an FM on live shards (ignored by lr and for checkpoints)."},
+    /* a checkpoint's model is inferred from its dim as serve does (LR or FM) unless these say
+     * otherwise; a deep model's (dense blocks in the checkpoint) needs them */
+    SPW_TRAINER_MODEL_CONFIG_PROPS,
     {"trainer.in", SPW_CONFIG_STRING, NULL, 0, 4096, NULL,
      "Held-out input: file:PATH (file:- is stdin)."},
     {"trainer.format", SPW_CONFIG_ENUM, "auto", 0, 0, "auto|pb|json|criteo",

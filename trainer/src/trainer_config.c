@@ -10,29 +10,7 @@
 
 /* Defaults are written once here; spw_trainer_params_default reads them through a config. */
 const struct spw_config_prop spw_trainer_config_props[] = {
-    {"trainer.model", SPW_CONFIG_ENUM, "fm", 0, 0, "lr|fm|deepfm|dcnv2",
-     "Model: logistic regression, factorization machine (rows of 1 or 1 + latent_dim floats), "
-     "DeepFM (the FM plus an MLP over the pooled field embeddings) or DCN-v2 (the FM plus "
-     "full-rank cross layers stacked with the MLP). The deep models need trainer.fields."},
-    {"trainer.latent_dim", SPW_CONFIG_INT, "8", 1, SPW_TRN_MAX_LATENT, NULL,
-     "Latent dimension k of the factorization machine and of each field's embedding in the deep "
-     "models (ignored by lr)."},
-    {"trainer.fields", SPW_CONFIG_STRING, NULL, 0, 65536, NULL,
-     "Deep models: the fields whose pooled embeddings are the network's input, in order: a list "
-     "\"I1,I2,C1:mean\" of field names (or ids) with an optional pooling (sum, the default, or "
-     "mean) for multi-valued fields, or @PATH, a file of one \"name [sum|mean]\" or "
-     "\"name = id [sum|mean]\" per line. A feature of another field is counted and left out "
-     "of the network (it stays in the FM part); a field without features is a zero embedding."},
-    {"trainer.mlp", SPW_CONFIG_STRING, "128,64", 0, 256, NULL,
-     "Deep models: widths of the MLP's hidden ReLU layers, comma-separated (\"400,400\"); "
-     "dcnv2 may have none."},
-    {"trainer.cross.layers", SPW_CONFIG_INT, "2", 1, SPW_DENSE_MAX_CROSS, NULL,
-     "dcnv2: full-rank cross layers before the MLP (ignored by the other models)."},
-    {"trainer.dropout", SPW_CONFIG_DOUBLE, "0", 0, 0.99, NULL,
-     "Deep models: drop probability of a hidden unit in training (0: off)."},
-    {"trainer.dense.seed", SPW_CONFIG_INT, "1", 0, 9.2e18, NULL,
-     "Deep models: seed of the network's initial weights and dropout masks (part of the model: "
-     "every trainer of a job must use the same)."},
+    SPW_TRAINER_MODEL_CONFIG_PROPS,
     {"trainer.batch", SPW_CONFIG_INT, "1024", 1, 1 << 20, NULL,
      "Examples per micro-batch (keys are de-duplicated per micro-batch)."},
     {"trainer.acc_steps", SPW_CONFIG_INT, "1", 1, 1024, NULL,
@@ -199,6 +177,21 @@ static spw_err_t deep_model_from_config(const spw_config_t *cfg, enum spw_model_
     return rc;
 }
 
+spw_err_t spw_trainer_model_from_config(const spw_config_t *cfg, struct spw_model *model,
+                                        char *errstr, size_t errstr_size)
+{
+    enum spw_model_kind kind;
+    if (spw_model_kind_parse(spw_config_str(cfg, "trainer.model"), &kind))
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "trainer: bad trainer.model");
+    uint32_t k = (uint32_t)spw_config_int(cfg, "trainer.latent_dim");
+    if (kind == SPW_MODEL_DEEPFM || kind == SPW_MODEL_DCNV2)
+        return deep_model_from_config(cfg, kind, k, model, errstr, errstr_size);
+    if (spw_model_init(model, kind, k))
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "trainer: trainer.latent_dim out of range");
+    return SPW_OK;
+}
+
 spw_err_t spw_trainer_params_from_config(const spw_config_t *cfg, struct spw_trainer_params *params,
                                          char *errstr, size_t errstr_size)
 {
@@ -210,15 +203,9 @@ spw_err_t spw_trainer_params_from_config(const spw_config_t *cfg, struct spw_tra
         return SPW_ERR_INVALID;
     }
     memset(params, 0, sizeof(*params));
-    uint32_t k = (uint32_t)spw_config_int(cfg, "trainer.latent_dim");
-    if (kind == SPW_MODEL_DEEPFM || kind == SPW_MODEL_DCNV2) {
-        spw_err_t rc = deep_model_from_config(cfg, kind, k, &params->model, errstr, errstr_size);
-        if (rc != SPW_OK)
-            return rc;
-    } else if (spw_model_init(&params->model, kind, k)) {
-        snprintf(errstr, errstr_size, "trainer: trainer.latent_dim out of range");
-        return SPW_ERR_INVALID;
-    }
+    spw_err_t rc = spw_trainer_model_from_config(cfg, &params->model, errstr, errstr_size);
+    if (rc != SPW_OK)
+        return rc;
     params->backend = backend;
     params->batch = (uint32_t)spw_config_int(cfg, "trainer.batch");
     params->acc_steps = (uint32_t)spw_config_int(cfg, "trainer.acc_steps");

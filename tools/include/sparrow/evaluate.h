@@ -68,6 +68,16 @@ spw_evaluate_model_t *spw_evaluate_model_open_shards(const struct spw_ps_client_
 /* Frees the rows (and the client). NULL is a no-op. */
 void spw_evaluate_model_close(spw_evaluate_model_t *em);
 
+/* Scores with model instead of the one inferred from the rows' dim (a checkpoint holds only
+ * rows: LR for dim 1, FM otherwise): a deep model (DeepFM, DCN-v2), whose network's weights are
+ * the initial ones plus the dense-block rows the source holds. SPW_ERR_INVALID when model's dim
+ * is not the source's, SPW_ERR_NOMEM. */
+spw_err_t spw_evaluate_model_set_model(spw_evaluate_model_t *em, const struct spw_model *model,
+                                       char *errstr, size_t errstr_size);
+
+/* Whether a checkpoint source holds a deep model's dense blocks (false for shards). */
+bool spw_evaluate_model_has_dense_blocks(spw_evaluate_model_t *em);
+
 /* The model scored. Owned by em. */
 const struct spw_model *spw_evaluate_model_model(const spw_evaluate_model_t *em);
 
