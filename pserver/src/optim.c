@@ -171,8 +171,10 @@ void spw_ps__row_init(const struct spw_ps_optim_conf *conf, uint32_t dim, uint64
                       uint64_t key, float *data)
 {
     size_t slots = spw_ps_slot_floats(conf->kind, dim);
+    /* a deep model's dense blocks hold offsets from the trainer's seeded initial weights */
+    bool zero = conf->init_scale == 0.0f || spw_key_is_dense(key);
     for (uint32_t j = 0; j < dim; j++)
-        data[j] = conf->init_scale == 0.0f ? 0.0f : conf->init_scale * init_uniform(seed, key, j);
+        data[j] = zero ? 0.0f : conf->init_scale * init_uniform(seed, key, j);
     memset(data + dim, 0, slots * sizeof(float));
     if (conf->kind == SPW_PS_FTRL) {
         /* z such that FTRL's closed form at n = 0 gives back the initial weight:

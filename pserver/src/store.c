@@ -520,7 +520,7 @@ static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
         store->stats.db_misses++;
         if (mode == ACQUIRE_LOOKUP)
             continue;
-        if (store->admit) {
+        if (store->admit && !spw_key_is_dense(keys[i])) { /* dense blocks: always admitted */
             uint32_t c = mode == ACQUIRE_PUSH ? spw_ps__sketch_add(&store->sketch, keys[i])
                                               : spw_ps__sketch_get(&store->sketch, keys[i]);
             if (c < store->conf.admit_min_count)
@@ -759,7 +759,8 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
         uint32_t slot = store->ttl_hand;
         store->ttl_hand = (store->ttl_hand + 1) % store->high_water;
         struct spw_ps_row *row = slot_row(store, slot);
-        if ((row->flags & (SLOT_FREE | SPW_PS_ROW_PIN)) || !expired(store, row->last_update))
+        if ((row->flags & (SLOT_FREE | SPW_PS_ROW_PIN)) || !expired(store, row->last_update) ||
+            spw_key_is_dense(row->key)) /* a deep model's dense blocks never expire */
             continue;
         char k[8];
         spw_ps__key_encode(row->key, k);
@@ -785,7 +786,8 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
             uint64_t key = spw_ps__key_decode(k);
             struct spw_ps_row hdr;
             memcpy((char *)&hdr + SPW_PS_DB_VALUE_OFF, v, SPW_PS_ROW_HDR - SPW_PS_DB_VALUE_OFF);
-            if (idx_find(store, key, key_hash(key)) < 0 && expired(store, hdr.last_update)) {
+            if (idx_find(store, key, key_hash(key)) < 0 && expired(store, hdr.last_update) &&
+                !spw_key_is_dense(key)) {
                 rocksdb_writebatch_delete(store->wb, k, 8);
                 db_gone[n_db_gone] = key;
                 db_ver[n_db_gone++] = hdr.version;

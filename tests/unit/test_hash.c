@@ -213,6 +213,10 @@ static void test_hash_shard_balance(void **state)
             fail_msg("shard %d holds %u of %d keys", s, count[s], KEYS);
     }
     assert_int_equal(spw_hash_shard(12345, SHARDS), spw_hash_jump(spw_hash_mix64(12345), SHARDS));
+    /* a deep model's dense blocks all live on shard 0 (one shard applies a step's whole update) */
+    for (uint32_t b = 0; b < 1000; b++)
+        assert_int_equal(spw_hash_shard(spw_dense_block_key(b), SHARDS), 0);
+    assert_true(spw_key_is_dense(SPW_DENSE_KEY_BASE) && !spw_key_is_dense(SPW_DENSE_KEY_BASE - 1));
 }
 
 SPW_TEST_MAIN(test_hash_key_xxh64_vectors, test_hash_key_field_is_seed, test_hash_field_name,

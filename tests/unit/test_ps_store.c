@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ps_int.h"
+#include "sparrow/hash.h"
 #include "sparrow/fs.h"
 #include "test_dir.h"
 
@@ -467,6 +468,38 @@ static void test_ps_store_ttl(void **state)
     spw_ps_store_close(s);
 }
 
+/* A deep model's dense blocks (sparrow/hash.h): their rows start at zero, are admitted at the
+ * first push whatever admit_min_count says, and never expire. */
+static void test_ps_store_dense_blocks(void **state)
+{
+    struct test_dir_fixture *fx = *state;
+    char p[128];
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_SGD, 4);
+    c.admit_min_count = 3;
+    c.ttl_s = 10;
+    c.optim.lr = 1.0f;
+    spw_ps_store_t *s = open_ok(&c);
+    uint64_t key = spw_dense_block_key(5);
+    float v[4] = {1, 1, 1, 1}, g[4] = {0.5f, 0.5f, 0.5f, 0.5f}, zero[4] = {0};
+    assert_int_equal(spw_ps_store_pull(s, &key, 1, v, NULL), SPW_OK);
+    assert_memory_equal(v, zero, sizeof(v));
+    spw_ps_store_set_now(s, 1000);
+    struct spw_ps_push_result r;
+    assert_int_equal(spw_ps_store_push(s, &key, 1, g, NULL, NULL, &r), SPW_OK);
+    assert_int_equal(r.applied, 1);
+    assert_int_equal(r.unadmitted, 0);
+    spw_ps_store_set_now(s, 5000);
+    size_t n = 0;
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(spw_ps_store_expire(s, 1000, &n), SPW_OK);
+    size_t sz = sizeof(struct spw_ps_row_copy) + 4 * sizeof(float);
+    struct spw_ps_row_copy *row = malloc(sz);
+    assert_int_equal(spw_ps_store_get_row(s, key, row), SPW_OK);
+    assert_float_equal(row->data[0], -0.5f, 1e-6);
+    free(row);
+    spw_ps_store_close(s);
+}
+
 static void test_ps_store_reopen_persists_and_checks_layout(void **state)
 {
     struct test_dir_fixture *fx = *state;
@@ -530,5 +563,6 @@ SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_store_pull
                    test_ps_store_nonfinite_rejected, test_ps_store_spill_readback_identical,
                    test_ps_store_index_grows_with_rows, test_ps_store_large_flush_roundtrip,
                    test_ps_store_admission, test_ps_store_counter_key, test_ps_store_ttl,
+                   test_ps_store_dense_blocks,
                    test_ps_store_reopen_persists_and_checks_layout,
                    test_ps_store_db_options_insert_hint)
