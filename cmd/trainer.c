@@ -36,7 +36,8 @@ static const struct spw_cli_alias aliases[] = {
 static const char usage[] =
     "usage: sparrow trainer --in file:PATH|kafka://HOST:PORT/TOPIC [--format auto|pb|json|criteo]\n"
     "                       [--shards tcp://H:P,...|inproc[:N]] [--model M]\n"
-    "                       [--fields F] [--mlp W,W] [--latent-dim K] [--batch B] [--acc-steps N] [--topk R]\n"
+    "                       [--fields F] [--mlp W,W] [--latent-dim K] [--batch B] [--acc-steps N] "
+    "[--topk R]\n"
     "                       [--backend cpu|cuda|auto] [--group G] [--id I]\n"
     "                       [--max-examples N] [--checkpoint-dir DIR]\n"
     "                       [--http-port P] [--log-level L]\n"

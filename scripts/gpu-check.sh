@@ -82,7 +82,8 @@ run() {
         for model in "fm 64" "fm 16" "deepfm 16"; do
             read -r m k <<<"$model"
             for be in cpu cuda; do
-                # deepfm: the network (trainer.mlp's default) on cuBLAS, the FM part on the host
+                # deepfm: computed on the host with either backend (the binary does not link
+                # cuBLAS; bench/dense_bench times the cuBLAS network)
                 step "trainer-$m$k-$be" 300 "$bin/sparrow" trainer --in "file:$data" \
                     --shards inproc --backend "$be" --model "$m" --latent-dim "$k" --batch 8192 \
                     --http-port -1 --set trainer.lr=0.02 --set trainer.log.interval=0 \

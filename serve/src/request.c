@@ -124,6 +124,7 @@ static spw_err_t parse_features(struct json_object *features, struct json_object
         return rc;
     out->n = f.n;
     out->keys = f.keys;
+    out->fields = f.fields;
     float *w = spw_arena_alloc(arena, (f.n ? f.n : 1) * sizeof(*w));
     if (!w)
         return SPW_ERR_NOMEM;

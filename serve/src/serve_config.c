@@ -5,6 +5,9 @@
 #include "sparrow/serve.h"
 
 const struct spw_config_prop spw_serve_config_props[] = {
+    /* the model: LR and FM are inferred from the rows' dim; a deep model (DeepFM, DCN-v2) is
+     * given with the trainer's settings and predicts with its dense blocks */
+    SPW_TRAINER_MODEL_CONFIG_PROPS,
     {"serve.checkpoint.dir", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
      "Root of checkpoints/ (the shards' pserver.checkpoint.dir), read only; its LATEST is "
      "loaded. A directory that does not exist or holds no checkpoint is an error unless "
@@ -112,5 +115,5 @@ spw_err_t spw_serve_conf_from_config(const spw_config_t *cfg, struct spw_serve_c
         .kafka_config = cfg,
     };
     spw_http_limits_from_config(cfg, "serve", &conf->http_limits);
-    return SPW_OK;
+    return spw_trainer_model_from_config(cfg, &conf->model, errstr, errstr_size);
 }

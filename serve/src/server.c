@@ -18,6 +18,7 @@
 #include "sparrow/kafka.h"
 #include "sparrow/log.h"
 #include "sparrow/metrics.h"
+#include "sparrow/hash.h"
 #include "sparrow/serve.h"
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
@@ -38,9 +39,12 @@ struct req_ctx {
     spw_batch_t *batch;
     float *rows, *preds;
     size_t rows_cap, preds_cap;
+    spw_deep_t *deep; /* a deep model's workspace */
     char *out;
     size_t out_len, out_cap;
 };
+
+static void ctx_free(struct req_ctx *c);
 
 /*
  * Threads: the run thread owns the consumer and is the table's one writer; libmicrohttpd's
@@ -55,6 +59,8 @@ struct spw_serve {
     spw_kafka_props_t *props;
     spw_kafka_consumer_t *consumer;
     _Atomic(spw_serve_table_t *) table;
+    spw_serve_dense_t *dense; /* a deep model's network weights (conf.model deep), else NULL */
+    uint32_t dense_seen;      /* dense-block updates since the last snapshot (run thread) */
     struct spw_serve_bootstrap boot;
     struct spw_serve_limits limits;
     size_t max_body;
@@ -185,10 +191,10 @@ static struct req_ctx *ctx_get(spw_serve_t *s)
         return NULL;
     c->arena = spw_arena_new(1 << 16, s->max_body * 16 + (1u << 20));
     c->batch = spw_batch_new(64, 64 * 40, errstr, sizeof(errstr));
-    if (!c->arena || !c->batch) {
-        spw_arena_destroy(c->arena);
-        spw_batch_destroy(c->batch);
-        free(c);
+    if (s->dense)
+        c->deep = spw_deep_new(&s->conf.model, errstr, sizeof(errstr));
+    if (!c->arena || !c->batch || (s->dense && !c->deep)) {
+        ctx_free(c);
         return NULL;
     }
     return c;
@@ -206,6 +212,7 @@ static void ctx_free(struct req_ctx *c)
 {
     spw_arena_destroy(c->arena);
     spw_batch_destroy(c->batch);
+    spw_deep_destroy(c->deep);
     free(c->rows);
     free(c->preds);
     free(c->out);
@@ -279,7 +286,7 @@ static void on_predict(void *opaque, const char *method, const char *path, const
     }
     for (size_t i = 0; i < req.n; i++) {
         const struct spw_serve_example *ex = &req.examples[i];
-        rc = spw_batch_add(c->batch, 0.0f, NAN, 0, ex->n, ex->keys, ex->weights);
+        rc = spw_batch_add_fields(c->batch, 0.0f, NAN, 0, ex->n, ex->keys, ex->weights, ex->fields);
         if (rc != SPW_OK) {
             spw_counter_inc(s->m_bad);
             snprintf(errstr, sizeof(errstr), "example %zu: %s", i, spw_err_str(rc));
@@ -290,7 +297,18 @@ static void on_predict(void *opaque, const char *method, const char *path, const
     spw_serve_table_t *table = atomic_load_explicit(&s->table, memory_order_acquire);
     struct spw_model model;
     uint32_t dim = table ? spw_serve_table_dim(table) : 1;
-    if (dim == 1)
+    const struct spw_serve_dense_snap *snap = NULL;
+    if (s->dense) {
+        model = s->conf.model;
+        snap = spw_serve_dense_acquire(s->dense);
+        if (!snap || !table || dim != model.dim) {
+            spw_serve_dense_release(s->dense, snap);
+            respond_error(resp, 503,
+                          !snap ? "the deep model's dense weights have not arrived yet"
+                                : "the rows are not the deep model's (their dim differs)");
+            goto out_put;
+        }
+    } else if (dim == 1)
         spw_model_init(&model, SPW_MODEL_LR, 0);
     else if (spw_model_init(&model, SPW_MODEL_FM, dim - 1) != SPW_OK) {
         respond_error(resp, 500, "the model's row width is not an FM's");
@@ -305,8 +323,19 @@ static void on_predict(void *opaque, const char *method, const char *path, const
         spw_serve_table_get_many(table, spw_batch_keys(c->batch), nu, c->rows);
     else
         memset(c->rows, 0, nu * dim * sizeof(float));
-    spw_cpu_forward(&model, c->batch, c->rows, c->preds);
-    outf(c, "{\"predictions\":[");
+    if (snap) {
+        rc = spw_deep_forward(c->deep, c->batch, c->rows, snap->w, c->preds, NULL);
+        uint32_t dense_version = snap->version;
+        spw_serve_dense_release(s->dense, snap);
+        if (rc != SPW_OK) {
+            respond_error(resp, 503, "out of memory");
+            goto out_put;
+        }
+        outf(c, "{\"dense_version\":%u,\"predictions\":[", dense_version);
+    } else {
+        spw_cpu_forward(&model, c->batch, c->rows, c->preds);
+        outf(c, "{\"predictions\":[");
+    }
     for (size_t i = 0; i < req.n; i++)
         outf(c, "%s%.9g", i ? "," : "", (double)c->preds[i]);
     outf(c, "]");
@@ -486,6 +515,10 @@ static void apply_record(spw_serve_t *s, const struct spw_kafka_msg *msg)
             return;
         }
         spw_counter_inc(s->m_rows);
+        /* a deep model's blocks: a new snapshot once a whole set may have arrived */
+        if (s->dense && spw_key_is_dense(u->key) && ++s->dense_seen >= s->conf.model.dense_blocks &&
+            spw_serve_dense_refresh(s->dense, table) != SPW_ERR_STATE)
+            s->dense_seen = 0;
     }
     if (u->has_epoch && u->epoch > atomic_load_explicit(&s->epoch, memory_order_relaxed))
         atomic_store_explicit(&s->epoch, u->epoch, memory_order_relaxed);
@@ -781,6 +814,9 @@ spw_serve_t *spw_serve_new(const struct spw_serve_conf *conf, char *errstr, size
         snprintf(errstr, errstr_size, "out of memory");
         goto out_destroy;
     }
+    if (spw_model_is_deep(&conf->model) &&
+        !(s->dense = spw_serve_dense_new(&conf->model, errstr, errstr_size)))
+        goto out_destroy;
     if (conf->schema) {
         s->schema = spw_schema_load(conf->schema, conf->schema_strict, errstr, errstr_size);
         if (!s->schema)
@@ -808,6 +844,29 @@ spw_serve_t *spw_serve_new(const struct spw_serve_conf *conf, char *errstr, size
                      conf->checkpoint_dir);
         atomic_store(&s->table, table);
         atomic_store(&s->epoch, s->boot.epoch);
+        float w0[SPW_SERVE_MAX_DIM];
+        if (!s->dense && table &&
+            spw_serve_table_get(table, spw_dense_block_key(0), w0, NULL) == SPW_OK) {
+            snprintf(errstr, errstr_size,
+                     "the checkpoint holds a deep model's dense blocks: give its model "
+                     "(--set trainer.model=deepfm|dcnv2 and the trainer's trainer.fields, "
+                     "trainer.mlp, ...)");
+            goto out_destroy;
+        }
+        if (s->dense && table && spw_serve_table_dim(table) != conf->model.dim) {
+            snprintf(errstr, errstr_size,
+                     "the checkpoint's rows have %u floats, the deep model's (trainer.* "
+                     "settings) %u",
+                     spw_serve_table_dim(table), conf->model.dim);
+            goto out_destroy;
+        }
+        if (s->dense && table && spw_serve_dense_refresh(s->dense, table) == SPW_ERR_STATE) {
+            snprintf(errstr, errstr_size,
+                     "the checkpoint holds no complete set of the deep model's dense blocks "
+                     "(trained with another model? check trainer.model / trainer.mlp / "
+                     "trainer.fields)");
+            goto out_destroy;
+        }
         for (size_t i = 0; i < s->boot.n_offsets; i++)
             SPW_INFO("checkpoint update offset", "partition=%" PRId32 " offset=%" PRId64,
                      s->boot.offsets[i].partition, s->boot.offsets[i].offset);
@@ -872,6 +931,7 @@ void spw_serve_destroy(spw_serve_t *s)
     spw_kafka_producer_destroy(s->wm_client, 0);
     spw_kafka_props_destroy(s->props);
     spw_serve_table_destroy(atomic_load(&s->table));
+    spw_serve_dense_destroy(s->dense);
     spw_serve_bootstrap_fini(&s->boot);
     spw_schema_destroy(s->schema);
     while (s->pool) {

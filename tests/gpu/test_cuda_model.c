@@ -174,79 +174,6 @@ static void check_model(enum spw_model_kind kind, uint32_t k)
     spw_backend_destroy(gpu);
 }
 
-/* Deep models: the CUDA backend computes the network on cuBLAS (the FM part and the pooling on
- * the host); predictions and every gradient (dense blocks included) agree with the CPU backend
- * (OpenBLAS) within DEEP_TOL relative (the two BLAS libraries sum in different orders). */
-#define DEEP_TOL 1e-4
-
-static void check_deep(enum spw_model_kind kind, const char *mlp, uint32_t cross, size_t n)
-{
-    struct spw_gen_params gp;
-    spw_gen_params_default(&gp);
-    gp.seed = 23;
-    char errstr[256];
-    spw_gen_t *gen = spw_gen_new(&gp, errstr, sizeof(errstr));
-    assert_non_null(gen);
-    const struct spw_gen_example *first = spw_gen_next(gen);
-    struct spw_model_field fields[64];
-    for (uint32_t f = 0; f < first->n_features; f++)
-        fields[f] = (struct spw_model_field){.id = first->fields[f], .pooling = SPW_POOL_SUM};
-    struct spw_model model;
-    if (spw_model_init_deep(&model, kind, 8, fields, first->n_features, mlp, cross, 0.0f, 3,
-                            errstr, sizeof(errstr)) != SPW_OK)
-        fail_msg("%s", errstr);
-    spw_batch_t *batch = spw_batch_new(n, 39, errstr, sizeof(errstr));
-    assert_non_null(batch);
-    assert_int_equal(spw_batch_set_model(batch, &model), SPW_OK);
-    for (size_t i = 0; i < n; i++) {
-        const struct spw_gen_example *ex = i ? spw_gen_next(gen) : first;
-        assert_int_equal(spw_batch_add_fields(batch, ex->label, ex->oracle_p, 0, ex->n_features,
-                                              ex->keys, NULL, ex->fields),
-                         SPW_OK);
-    }
-    spw_backend_t *cpu = new_backend(SPW_BACKEND_CPU, &model);
-    spw_backend_t *gpu = new_backend(SPW_BACKEND_CUDA, &model);
-    size_t nu = spw_batch_unique(batch), nf = nu * model.dim;
-    uint64_t seed = 5;
-    float *rows = malloc(nf * sizeof(float)), *g1 = malloc(nf * sizeof(float)),
-          *g2 = malloc(nf * sizeof(float)), *p1 = malloc(n * sizeof(float)),
-          *p2 = malloc(n * sizeof(float));
-    for (size_t j = 0; j < nf; j++)
-        rows[j] = rng_uniform(&seed, -0.05f, 0.05f);
-    double l1 = 0, l2 = 0;
-    const float scale = 1.0f / (float)n;
-    assert_int_equal(spw_backend_forward_backward(cpu, batch, rows, scale, p1, g1, &l1), SPW_OK);
-    assert_int_equal(spw_backend_forward_backward(gpu, batch, rows, scale, p2, g2, &l2), SPW_OK);
-    assert_true(fabs(l1 - l2) <= DEEP_TOL * fabs(l1));
-    float gmax = 0.0f;
-    for (size_t j = 0; j < nf; j++)
-        gmax = fmaxf(gmax, fabsf(g1[j]));
-    for (size_t i = 0; i < n; i++)
-        if (fabsf(p1[i] - p2[i]) > DEEP_TOL)
-            fail_msg("%s pred %zu: cpu %g cuda %g", spw_model_kind_name(kind), i, p1[i], p2[i]);
-    for (size_t j = 0; j < nf; j++)
-        if (fabsf(g1[j] - g2[j]) > DEEP_TOL * (fabsf(g1[j]) + 1e-3f * gmax))
-            fail_msg("%s grad row %zu float %zu: cpu %g cuda %g", spw_model_kind_name(kind),
-                     j / model.dim, j % model.dim, g1[j], g2[j]);
-    free(rows);
-    free(g1);
-    free(g2);
-    free(p1);
-    free(p2);
-    spw_backend_destroy(cpu);
-    spw_backend_destroy(gpu);
-    spw_batch_destroy(batch);
-    spw_gen_destroy(gen);
-}
-
-static void test_cuda_model_deep_matches_cpu(void **state)
-{
-    (void)state;
-    require_device();
-    check_deep(SPW_MODEL_DEEPFM, "128,64", 0, 1000);
-    check_deep(SPW_MODEL_DCNV2, "64", 2, 513);
-}
-
 static void test_cuda_model_lr_matches_cpu(void **state)
 {
     (void)state;
@@ -366,7 +293,6 @@ int main(void)
         cmocka_unit_test(test_cuda_model_fm_matches_cpu),
         cmocka_unit_test(test_cuda_model_norms_and_topk_match_cpu),
         cmocka_unit_test(test_cuda_model_reference_trainer_agrees),
-        cmocka_unit_test(test_cuda_model_deep_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

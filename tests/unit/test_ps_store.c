@@ -563,6 +563,5 @@ SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_store_pull
                    test_ps_store_nonfinite_rejected, test_ps_store_spill_readback_identical,
                    test_ps_store_index_grows_with_rows, test_ps_store_large_flush_roundtrip,
                    test_ps_store_admission, test_ps_store_counter_key, test_ps_store_ttl,
-                   test_ps_store_dense_blocks,
-                   test_ps_store_reopen_persists_and_checks_layout,
+                   test_ps_store_dense_blocks, test_ps_store_reopen_persists_and_checks_layout,
                    test_ps_store_db_options_insert_hint)

@@ -20,12 +20,12 @@ static const struct spw_model_field FIELDS3[3] = {
     {.id = 11, .pooling = SPW_POOL_SUM},
 };
 
-static void deep_model(struct spw_model *m, enum spw_model_kind kind, uint32_t k,
-                       const char *mlp, uint32_t cross)
+static void deep_model(struct spw_model *m, enum spw_model_kind kind, uint32_t k, const char *mlp,
+                       uint32_t cross)
 {
     char err[256];
-    spw_err_t rc = spw_model_init_deep(m, kind, k, FIELDS3, 3, mlp, cross, 0.0f, 5, err,
-                                       sizeof(err));
+    spw_err_t rc =
+        spw_model_init_deep(m, kind, k, FIELDS3, 3, mlp, cross, 0.0f, 5, err, sizeof(err));
     if (rc != SPW_OK)
         fail_msg("%s", err);
 }
@@ -60,14 +60,14 @@ static void test_trn_deep_describe_round_trip(void **state)
         "wide k=8",
         "fm k=0",
         "fm k",
-        "deepfm k=4 fields=7:sum mlp=",            /* deepfm needs a hidden layer */
-        "deepfm k=4 fields=7:max mlp=8",           /* pooling */
-        "deepfm k=4 fields=7,7 mlp=8",             /* a field twice */
-        "dcnv2 k=4 fields=7 cross=0 mlp=8",        /* dcnv2 without cross layers */
-        "deepfm k=4 fields=7 mlp=8 dropout=1",     /* dropout range */
-        "deepfm k=4 fields=7 mlp=8 colour=blue",   /* unknown item */
-        "deepfm k=4 fields=99999999999 mlp=8",     /* field id range */
-        "deepfm k=4 fields=7 mlp=8,x",             /* width */
+        "deepfm k=4 fields=7:sum mlp=",          /* deepfm needs a hidden layer */
+        "deepfm k=4 fields=7:max mlp=8",         /* pooling */
+        "deepfm k=4 fields=7,7 mlp=8",           /* a field twice */
+        "dcnv2 k=4 fields=7 cross=0 mlp=8",      /* dcnv2 without cross layers */
+        "deepfm k=4 fields=7 mlp=8 dropout=1",   /* dropout range */
+        "deepfm k=4 fields=7 mlp=8 colour=blue", /* unknown item */
+        "deepfm k=4 fields=99999999999 mlp=8",   /* field id range */
+        "deepfm k=4 fields=7 mlp=8,x",           /* width */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (spw_model_parse(bad[i], &back, err, sizeof(err)) == SPW_OK)
@@ -154,9 +154,8 @@ static void test_trn_deep_batch_prefix(void **state)
     /* the prefix survives a reset, and cannot change on a non-empty batch */
     assert_int_equal(spw_batch_set_prefix(b, NULL, 0), SPW_ERR_STATE);
     spw_batch_reset(b);
-    assert_int_equal(spw_batch_add_fields(b, 0.0f, NAN, 0, 1, (uint64_t[]){42}, NULL,
-                                          (uint32_t[]){7}),
-                     SPW_OK);
+    assert_int_equal(
+        spw_batch_add_fields(b, 0.0f, NAN, 0, 1, (uint64_t[]){42}, NULL, (uint32_t[]){7}), SPW_OK);
     assert_true(spw_batch_keys(b)[1] == spw_dense_block_key(0));
     assert_int_equal(spw_batch_unique(b), 2 + m.dense_blocks);
     spw_batch_destroy(b);
@@ -265,9 +264,9 @@ static void test_trn_deep_backend_dispatch(void **state)
 
     char e2[128];
     spw_batch_t *plain = spw_batch_new(0, 0, e2, sizeof(e2));
-    assert_int_equal(spw_batch_add_fields(plain, 1.0f, NAN, 0, 1, (uint64_t[]){5},
-                                          NULL, (uint32_t[]){7}),
-                     SPW_OK);
+    assert_int_equal(
+        spw_batch_add_fields(plain, 1.0f, NAN, 0, 1, (uint64_t[]){5}, NULL, (uint32_t[]){7}),
+        SPW_OK);
     assert_int_equal(spw_deep_forward_backward(deep, plain, rows, dense, 1.0f, p2, g2, &l2),
                      SPW_ERR_INVALID);
     spw_batch_destroy(plain);
@@ -293,8 +292,8 @@ static void test_trn_deep_topk_pins_dense_blocks(void **state)
         keys[1 + BLOCKS + i] = 1000 + (uint64_t)i;
     for (int r = 0; r < N * DIM; r++) /* the blocks' gradients are the smallest */
         grads[r] = r / DIM >= 1 && r / DIM <= BLOCKS ? 1e-6f : 1.0f + (float)r;
-    struct spw_topk_conf conf = {.dim = DIM, .ratio = 0.25, .error_feedback = true,
-                                 .residual_max_rows = 1000};
+    struct spw_topk_conf conf = {
+        .dim = DIM, .ratio = 0.25, .error_feedback = true, .residual_max_rows = 1000};
     char err[128];
     spw_topk_t *tk = spw_topk_new(&conf, NULL, err, sizeof(err));
     assert_non_null(tk);
@@ -330,9 +329,8 @@ static double parity3_logloss(struct spw_trainer_params *p)
             uint32_t a = r & 1, c = (r >> 1) & 1, d = (r >> 2) & 1;
             float y = (a ^ c ^ d) ? 1.0f : 0.0f;
             uint64_t keys[3] = {100 + a, 200 + c, 300 + d};
-            assert_int_equal(spw_batch_add_fields(b, y, NAN, 0, 3, keys, NULL,
-                                                  (uint32_t[]){1, 2, 3}),
-                             SPW_OK);
+            assert_int_equal(
+                spw_batch_add_fields(b, y, NAN, 0, 3, keys, NULL, (uint32_t[]){1, 2, 3}), SPW_OK);
         }
         assert_int_equal(spw_ref_train_batch(ref, b), SPW_OK);
     }

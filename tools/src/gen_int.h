@@ -52,10 +52,10 @@ struct spw_gen {
      * ahead; row r of each array is example blk_t0 + r */
     spw_dense_planted_t *planted;
     uint32_t deep_fields; /* fields the planted network reads (params.deep_fields, 0 -> all) */
-    double deep_mul;   /* deep_scale / the planted network's spread on the calibration sample */
-    float *deep_x;     /* SPW_GEN_DEEP_BLOCK × (n_fields × deep_dim) embeddings */
-    float *deep_logit; /* SPW_GEN_DEEP_BLOCK raw network logits */
-    double *blk_u;     /* the label's uniform draw of each row */
+    double deep_mul;      /* deep_scale / the planted network's spread on the calibration sample */
+    float *deep_x;        /* SPW_GEN_DEEP_BLOCK × (n_fields × deep_dim) embeddings */
+    float *deep_logit;    /* SPW_GEN_DEEP_BLOCK raw network logits */
+    double *blk_u;        /* the label's uniform draw of each row */
     uint64_t *blk_keys, *blk_value_ids, *blk_raw; /* SPW_GEN_DEEP_BLOCK × n_fields */
     int64_t *blk_buckets;
     uint32_t blk_next, blk_len; /* next row to hand out; rows filled */

@@ -11,7 +11,7 @@ struct spw_backend {
     enum spw_backend_kind kind; /* CPU or CUDA */
     struct spw_model model;
     struct spw_trn__cuda *cu; /* CUDA only */
-    spw_deep_t *deep;         /* deep models: the network (on cuBLAS with the CUDA backend) */
+    spw_deep_t *deep;         /* deep models: pooling, FM part and network, on the host */
     uint64_t *scratch;        /* CPU top-k */
     size_t cap_scratch;
 };
@@ -42,14 +42,15 @@ const char *spw_backend_kind_name(enum spw_backend_kind kind)
     return "?";
 }
 
-/* Adds a deep model's network to be (on the backend's kind); frees be and returns NULL on
- * failure. The CUDA backend computes the network on cuBLAS and the FM part on the CPU. */
+/* Adds a deep model's network to be; frees be and returns NULL on failure. The network runs on
+ * OpenBLAS on either backend: the trainer links the dense module without cuBLAS (see
+ * dense/CMakeLists.txt), so with the CUDA backend a deep model computes on the host. */
 static spw_backend_t *with_deep(spw_backend_t *be, char *errstr, size_t errstr_size)
 {
     if (!spw_model_is_deep(&be->model))
         return be;
     char derr[256] = "";
-    be->deep = spw_trn__deep_new(&be->model, be->kind == SPW_BACKEND_CUDA, derr, sizeof(derr));
+    be->deep = spw_trn__deep_new(&be->model, false, derr, sizeof(derr));
     if (!be->deep) {
         snprintf(errstr, errstr_size, "backend: %s", derr);
         spw_backend_destroy(be);

@@ -14,15 +14,15 @@
 
 struct spw_deep {
     struct spw_model model;
-    spw_dense_t *net;        /* the CPU network, or NULL with cu */
-    spw_dense_cuda_t *cu;    /* the CUDA network (the CUDA backend), or NULL */
-    float *base;             /* the initial weights (P) */
-    float *dgrad;            /* the network's gradient (P) */
-    float *dense;            /* weights gathered from rows (P, spw_deep_dense_from_rows) */
-    float *x, *dx;           /* n × in_dim */
-    float *extra, *dz;       /* n */
-    uint32_t *occ_slot;      /* per occurrence: the field's slot, UINT32_MAX unknown */
-    float *occ_scale;        /* per occurrence: weight (sum) or weight / count (mean) */
+    spw_dense_t *net;     /* the CPU network, or NULL with cu */
+    spw_dense_cuda_t *cu; /* the CUDA network (the CUDA backend), or NULL */
+    float *base;          /* the initial weights (P) */
+    float *dgrad;         /* the network's gradient (P) */
+    float *dense;         /* weights gathered from rows (P, spw_deep_dense_from_rows) */
+    float *x, *dx;        /* n × in_dim */
+    float *extra, *dz;    /* n */
+    uint32_t *occ_slot;   /* per occurrence: the field's slot, UINT32_MAX unknown */
+    float *occ_scale;     /* per occurrence: weight (sum) or weight / count (mean) */
     size_t cap_x, cap_dx, cap_extra, cap_dz, cap_occ_slot, cap_occ_scale;
     uint32_t count[SPW_TRN_MAX_FIELDS]; /* per example: features per slot */
     uint32_t table_id[SLOT_TABLE];
@@ -34,7 +34,8 @@ static uint32_t slot_of(const spw_deep_t *deep, uint32_t id)
 {
     if (id == UINT32_MAX)
         return UINT32_MAX;
-    for (uint32_t h = (uint32_t)spw_hash_mix64(id) & (SLOT_TABLE - 1);; h = (h + 1) & (SLOT_TABLE - 1)) {
+    for (uint32_t h = (uint32_t)spw_hash_mix64(id) & (SLOT_TABLE - 1);;
+         h = (h + 1) & (SLOT_TABLE - 1)) {
         if (deep->table_id[h] == id)
             return deep->table_slot[h];
         if (deep->table_id[h] == UINT32_MAX)
@@ -232,8 +233,8 @@ spw_err_t spw_deep_forward_backward(spw_deep_t *deep, const spw_batch_t *batch, 
     pool(deep, batch, rows);
     if ((rc = net_forward(deep, dense, n, true)) != SPW_OK)
         return rc;
-    double loss = spw_trn__fm_backward_extra(m, batch, rows, deep->extra, grad_scale, preds,
-                                             grads, deep->dz);
+    double loss =
+        spw_trn__fm_backward_extra(m, batch, rows, deep->extra, grad_scale, preds, grads, deep->dz);
     if ((rc = net_backward(deep, dense)) != SPW_OK)
         return rc;
     /* the network's gradient into the dense-block rows, its input's into the latent vectors */

@@ -56,8 +56,8 @@ spw_err_t spw_model_init_deep(struct spw_model *model, enum spw_model_kind kind,
         return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "model %s is not a deep model",
                         spw_model_kind_name(kind));
     if (latent_dim < 1 || latent_dim > SPW_TRN_MAX_LATENT)
-        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                        "latent_dim %u is not in 1..%u", latent_dim, SPW_TRN_MAX_LATENT);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "latent_dim %u is not in 1..%u",
+                        latent_dim, SPW_TRN_MAX_LATENT);
     if (n_fields < 1 || n_fields > SPW_TRN_MAX_FIELDS)
         return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
                         "a deep model needs 1..%u fields (trainer.fields), not %u",
@@ -68,8 +68,8 @@ spw_err_t spw_model_init_deep(struct spw_model *model, enum spw_model_kind kind,
                             fields[f].id);
         for (uint32_t g = 0; g < f; g++)
             if (fields[g].id == fields[f].id)
-                return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                                "field id %u is listed twice", fields[f].id);
+                return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "field id %u is listed twice",
+                                fields[f].id);
     }
     if (kind == SPW_MODEL_DEEPFM && cross_layers != 0)
         return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
@@ -82,8 +82,11 @@ spw_err_t spw_model_init_deep(struct spw_model *model, enum spw_model_kind kind,
         return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
                         "fields x latent_dim = %u x %u is above the network's %u inputs", n_fields,
                         latent_dim, SPW_DENSE_MAX_WIDTH);
-    struct spw_model m = {.kind = kind, .latent_dim = latent_dim, .dim = 1 + latent_dim,
-                          .n_fields = n_fields, .dense_seed = seed};
+    struct spw_model m = {.kind = kind,
+                          .latent_dim = latent_dim,
+                          .dim = 1 + latent_dim,
+                          .n_fields = n_fields,
+                          .dense_seed = seed};
     memcpy(m.fields, fields, n_fields * sizeof(*fields));
     spw_dense_spec_default(&m.dense, n_fields * latent_dim);
     m.dense.cross_layers = cross_layers;
@@ -207,8 +210,8 @@ static spw_err_t parse_pooling(const char *text, enum spw_pooling *out)
 }
 
 /* "1:sum,2:mean" into fields. */
-static spw_err_t parse_fields(char *text, struct spw_model_field *fields, uint32_t *n,
-                              char *errstr, size_t errstr_size)
+static spw_err_t parse_fields(char *text, struct spw_model_field *fields, uint32_t *n, char *errstr,
+                              size_t errstr_size)
 {
     *n = 0;
     for (char *save = NULL, *item = strtok_r(text, ",", &save); item;
@@ -254,15 +257,19 @@ spw_err_t spw_model_parse(const char *text, struct spw_model *model, char *errst
     const char *mlp = "";
     char *save = NULL, *tok = strtok_r(copy, " ", &save);
     if (!tok || spw_model_kind_parse(tok, &kind) != SPW_OK) {
-        rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "model description \"%.64s\": no "
-                      "model kind first (lr, fm, deepfm, dcnv2)", text);
+        rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                      "model description \"%.64s\": no "
+                      "model kind first (lr, fm, deepfm, dcnv2)",
+                      text);
         goto out;
     }
     while (rc == SPW_OK && (tok = strtok_r(NULL, " ", &save))) {
         char *eq = strchr(tok, '=');
         if (!eq) {
-            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "model description: \"%.64s\" "
-                          "is not key=value", tok);
+            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                          "model description: \"%.64s\" "
+                          "is not key=value",
+                          tok);
             break;
         }
         *eq = '\0';
@@ -295,8 +302,9 @@ spw_err_t spw_model_parse(const char *text, struct spw_model *model, char *errst
                                  strcmp(mlp, "none") == 0 ? "" : mlp, (uint32_t)cross,
                                  (float)dropout, seed, errstr, errstr_size);
     else if (spw_model_init(model, kind, (uint32_t)k) != SPW_OK)
-        rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "model description: %s k=%" PRIu64
-                      " is not a valid model", spw_model_kind_name(kind), k);
+        rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                      "model description: %s k=%" PRIu64 " is not a valid model",
+                      spw_model_kind_name(kind), k);
 out:
     free(copy);
     free(fields);
@@ -337,8 +345,7 @@ static spw_err_t field_parse(const char *where, const char *s, size_t len,
         return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
                         "%s: pooling \"%s\" is neither sum nor mean", where, pool);
     if (strtok_r(NULL, " \t", &save))
-        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s: text after the pooling",
-                        where);
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s: text after the pooling", where);
     return SPW_OK;
 }
 
@@ -348,8 +355,8 @@ static spw_err_t field_check_add(const char *where, struct spw_model_field *fiel
 {
     for (uint32_t g = 0; g < *n; g++)
         if (fields[g].id == fields[*n].id)
-            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                            "%s: field id %u is listed twice", where, fields[*n].id);
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s: field id %u is listed twice",
+                            where, fields[*n].id);
     (*n)++;
     return SPW_OK;
 }
@@ -368,8 +375,8 @@ spw_err_t spw_model_fields_parse(const char *text, struct spw_model_field *field
         size_t tl = len;
         trim(&s, &tl);
         if (tl == 0)
-            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                            "fields \"%.64s\": an empty item", text);
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "fields \"%.64s\": an empty item",
+                            text);
         if (*n == SPW_TRN_MAX_FIELDS)
             return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "more than %u fields",
                             SPW_TRN_MAX_FIELDS);
@@ -417,13 +424,15 @@ spw_err_t spw_model_fields_load(const char *path, struct spw_model_field *fields
         if (len == 0)
             continue;
         if (memchr(s, '\0', len)) {
-            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s:%u: NUL byte: not a fields "
-                          "file", path, line);
+            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                          "%s:%u: NUL byte: not a fields "
+                          "file",
+                          path, line);
             break;
         }
         if (*n == SPW_TRN_MAX_FIELDS) {
-            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s:%u: more than %u fields",
-                          path, line, SPW_TRN_MAX_FIELDS);
+            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%s:%u: more than %u fields", path,
+                          line, SPW_TRN_MAX_FIELDS);
             break;
         }
         char where[300];

@@ -55,14 +55,13 @@ void spw_trn__row_init(uint64_t seed, float init_scale, uint64_t key, uint32_t d
 spw_ref_t *spw_ref_new(const struct spw_trainer_params *params, char *errstr, size_t errstr_size)
 {
     struct spw_model check;
-    bool model_ok = spw_model_is_deep(&params->model)
-                        ? params->model.dim == 1 + params->model.latent_dim &&
-                              params->model.dense_blocks > 0
-                        : spw_model_init(&check, params->model.kind,
-                                         params->model.latent_dim) == SPW_OK &&
-                              check.dim == params->model.dim;
-    if (!model_ok || params->batch < 1 || params->acc_steps < 1 ||
-        params->eval_window < 1 || !(params->lr >= 0.0f) || !(params->eps >= 0.0f)) {
+    bool model_ok =
+        spw_model_is_deep(&params->model)
+            ? params->model.dim == 1 + params->model.latent_dim && params->model.dense_blocks > 0
+            : spw_model_init(&check, params->model.kind, params->model.latent_dim) == SPW_OK &&
+                  check.dim == params->model.dim;
+    if (!model_ok || params->batch < 1 || params->acc_steps < 1 || params->eval_window < 1 ||
+        !(params->lr >= 0.0f) || !(params->eps >= 0.0f)) {
         snprintf(errstr, errstr_size, "ref: invalid parameters");
         return NULL;
     }
@@ -180,8 +179,8 @@ static spw_err_t gather(spw_ref_t *ref, const spw_batch_t *batch)
         float *w = ref->table + (size_t)r * ref->stride;
         if (inserted) {
             spw_trn__row_init(ref->p.seed,
-                              spw_trn__row_starts_zero(keys[u]) ? 0.0f : ref->p.init_scale,
-                              keys[u], (uint32_t)dim, w);
+                              spw_trn__row_starts_zero(keys[u]) ? 0.0f : ref->p.init_scale, keys[u],
+                              (uint32_t)dim, w);
             memset(w + dim, 0, (ref->stride - dim) * sizeof(float));
             ref->n_rows++;
         }

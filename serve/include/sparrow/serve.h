@@ -12,6 +12,7 @@
 #include "sparrow/err.h"
 #include "sparrow/http.h"
 #include "sparrow/ingest.h"
+#include "sparrow/trainer.h"
 
 /*
  * Conventions: pointers are non-NULL unless said otherwise. The table is safe for one writer and
@@ -89,8 +90,9 @@ struct spw_serve_limits {
 
 struct spw_serve_example {
     size_t n;
-    const uint64_t *keys; /* n keys */
-    const float *weights; /* n weights */
+    const uint64_t *keys;   /* n keys */
+    const float *weights;   /* n weights */
+    const uint32_t *fields; /* n field ids ("features" requests; NULL for "keys" ones) */
 };
 
 struct spw_serve_request {
@@ -149,6 +151,41 @@ typedef struct spw_serve spw_serve_t;
 
 /* What a server is made from (the serve.* properties). Strings are borrowed: they, and
  * kafka_config, must outlive the server made from this conf. */
+/* ---- a deep model's dense weights (serve/src/dense.c) ---- */
+
+/*
+ * The network's weights of a deep model as immutable snapshots: init + the dense-block rows of a
+ * table, taken only when every block in the table carries one version (a shard applies and
+ * publishes the blocks of a step or push together, so a set of equal versions is one update) and
+ * swapped in whole, so that a prediction never mixes two versions. Readers acquire the current
+ * snapshot (a reference count keeps it alive while used) and release it; any thread.
+ */
+typedef struct spw_serve_dense spw_serve_dense_t;
+
+struct spw_serve_dense_snap {
+    uint32_t version; /* the blocks' version */
+    const float *w;   /* spw_model_dense_params floats */
+};
+
+/* For model (deep; copied). NULL with errstr. */
+spw_serve_dense_t *spw_serve_dense_new(const struct spw_model *model, char *errstr,
+                                       size_t errstr_size);
+/* Frees d and its snapshot (no reader may hold one). NULL does nothing. */
+void spw_serve_dense_destroy(spw_serve_dense_t *d);
+
+/* Takes a new snapshot from table when every block is present with one version other than the
+ * current snapshot's: SPW_OK when one was swapped in, SPW_ERR_STATE when the blocks are absent
+ * or of mixed versions (nothing changes), SPW_ERR_NOMEM. One writer thread at a time. */
+spw_err_t spw_serve_dense_refresh(spw_serve_dense_t *d, spw_serve_table_t *table);
+
+/* The current snapshot (NULL before the first refresh), valid until released. Thread-safe. */
+const struct spw_serve_dense_snap *spw_serve_dense_acquire(spw_serve_dense_t *d);
+void spw_serve_dense_release(spw_serve_dense_t *d, const struct spw_serve_dense_snap *snap);
+
+/* Snapshots swapped in, and refreshes that found mixed versions. Thread-safe. */
+uint64_t spw_serve_dense_swaps(const spw_serve_dense_t *d);
+uint64_t spw_serve_dense_mixed(const spw_serve_dense_t *d);
+
 struct spw_serve_conf {
     const char *checkpoint_dir; /* root of checkpoints/, read only; NULL: start empty */
     /* a checkpoint_dir that does not exist or holds no LATEST starts empty (else spw_serve_new
@@ -174,6 +211,9 @@ struct spw_serve_conf {
     bool strict;                 /* fail (SPW_ERR_CORRUPT) when updates were lost to retention */
     /* librdkafka properties: the `kafka.*` pass-through keys of this configuration (borrowed) */
     const spw_config_t *kafka_config;
+    /* the model (trainer.* settings): LR and FM are inferred from the rows' dim when this is
+     * not deep; a deep model predicts with the dense snapshots above */
+    struct spw_model model;
 };
 
 /* Fills conf from a configuration of spw_serve_config_props (strings borrowed from cfg, which must

@@ -43,9 +43,9 @@
 /* ---- models ---- */
 
 enum spw_model_kind {
-    SPW_MODEL_LR = 0, /* logistic regression: p = sigmoid(b + sum_i x_i w_i) */
-    SPW_MODEL_FM = 1, /* factorization machine: adds 0.5 * sum_f ((sum_i x_i v_if)^2 -
-                         sum_i x_i^2 v_if^2) */
+    SPW_MODEL_LR = 0,     /* logistic regression: p = sigmoid(b + sum_i x_i w_i) */
+    SPW_MODEL_FM = 1,     /* factorization machine: adds 0.5 * sum_f ((sum_i x_i v_if)^2 -
+                             sum_i x_i^2 v_if^2) */
     SPW_MODEL_DEEPFM = 2, /* FM + an MLP over the pooled field embeddings (sparrow/dense.h) */
     SPW_MODEL_DCNV2 = 3,  /* FM + full-rank cross layers stacked with the MLP */
 };
@@ -531,30 +531,67 @@ void spw_pv_report(spw_pv_t *pv, struct spw_pv_report *out);
 
 /* The properties of the model (trainer.model, latent_dim, fields, mlp, cross.layers, dropout,
  * dense.seed): in the trainer's table and in those of the tools that read a model (eval). */
-#define SPW_TRAINER_MODEL_CONFIG_PROPS \
-    {"trainer.model", SPW_CONFIG_ENUM, "fm", 0, 0, "lr|fm|deepfm|dcnv2", \
-     "Model: logistic regression, factorization machine (rows of 1 or 1 + latent_dim floats), " \
-     "DeepFM (the FM plus an MLP over the pooled field embeddings) or DCN-v2 (the FM plus " \
-     "full-rank cross layers stacked with the MLP). The deep models need trainer.fields."}, \
-    {"trainer.latent_dim", SPW_CONFIG_INT, "8", 1, SPW_TRN_MAX_LATENT, NULL, \
-     "Latent dimension k of the factorization machine and of each field's embedding in the deep " \
-     "models (ignored by lr)."}, \
-    {"trainer.fields", SPW_CONFIG_STRING, NULL, 0, 65536, NULL, \
-     "Deep models: the fields whose pooled embeddings are the network's input, in order: a list " \
-     "\"I1,I2,C1:mean\" of field names (or ids) with an optional pooling (sum, the default, or " \
-     "mean) for multi-valued fields, or @PATH, a file of one \"name [sum|mean]\" or " \
-     "\"name = id [sum|mean]\" per line. A feature of another field is counted and left out " \
-     "of the network (it stays in the FM part); a field without features is a zero embedding."}, \
-    {"trainer.mlp", SPW_CONFIG_STRING, "128,64", 0, 256, NULL, \
-     "Deep models: widths of the MLP's hidden ReLU layers, comma-separated (\"400,400\"); " \
-     "dcnv2 may have none."}, \
-    {"trainer.cross.layers", SPW_CONFIG_INT, "2", 1, SPW_DENSE_MAX_CROSS, NULL, \
-     "dcnv2: full-rank cross layers before the MLP (ignored by the other models)."}, \
-    {"trainer.dropout", SPW_CONFIG_DOUBLE, "0", 0, 0.99, NULL, \
-     "Deep models: drop probability of a hidden unit in training (0: off)."}, \
-    {"trainer.dense.seed", SPW_CONFIG_INT, "1", 0, 9.2e18, NULL, \
-     "Deep models: seed of the network's initial weights and dropout masks (part of the model: " \
-     "every trainer of a job must use the same)."}
+#define SPW_TRAINER_MODEL_CONFIG_PROPS                                                             \
+    {"trainer.model",                                                                              \
+     SPW_CONFIG_ENUM,                                                                              \
+     "fm",                                                                                         \
+     0,                                                                                            \
+     0,                                                                                            \
+     "lr|fm|deepfm|dcnv2",                                                                         \
+     "Model: logistic regression, factorization machine (rows of 1 or 1 + latent_dim floats), "    \
+     "DeepFM (the FM plus an MLP over the pooled field embeddings) or DCN-v2 (the FM plus "        \
+     "full-rank cross layers stacked with the MLP). The deep models need trainer.fields."},        \
+        {"trainer.latent_dim",                                                                     \
+         SPW_CONFIG_INT,                                                                           \
+         "8",                                                                                      \
+         1,                                                                                        \
+         SPW_TRN_MAX_LATENT,                                                                       \
+         NULL,                                                                                     \
+         "Latent dimension k of the factorization machine and of each field's embedding in the "   \
+         "deep "                                                                                   \
+         "models (ignored by lr)."},                                                               \
+        {"trainer.fields",                                                                         \
+         SPW_CONFIG_STRING,                                                                        \
+         NULL,                                                                                     \
+         0,                                                                                        \
+         65536,                                                                                    \
+         NULL,                                                                                     \
+         "Deep models: the fields whose pooled embeddings are the network's input, in order: a "   \
+         "list "                                                                                   \
+         "\"I1,I2,C1:mean\" of field names (or ids) with an optional pooling (sum, the default, "  \
+         "or "                                                                                     \
+         "mean) for multi-valued fields, or @PATH, a file of one \"name [sum|mean]\" or "          \
+         "\"name = id [sum|mean]\" per line. A feature of another field is counted and left out "  \
+         "of the network (it stays in the FM part); a field without features is a zero "           \
+         "embedding."},                                                                            \
+        {"trainer.mlp",                                                                            \
+         SPW_CONFIG_STRING,                                                                        \
+         "128,64",                                                                                 \
+         0,                                                                                        \
+         256,                                                                                      \
+         NULL,                                                                                     \
+         "Deep models: widths of the MLP's hidden ReLU layers, comma-separated (\"400,400\"); "    \
+         "dcnv2 may have none."},                                                                  \
+        {"trainer.cross.layers",                                                                   \
+         SPW_CONFIG_INT,                                                                           \
+         "2",                                                                                      \
+         1,                                                                                        \
+         SPW_DENSE_MAX_CROSS,                                                                      \
+         NULL,                                                                                     \
+         "dcnv2: full-rank cross layers before the MLP (ignored by the other models)."},           \
+        {"trainer.dropout",                                                                        \
+         SPW_CONFIG_DOUBLE,                                                                        \
+         "0",                                                                                      \
+         0,                                                                                        \
+         0.99,                                                                                     \
+         NULL,                                                                                     \
+         "Deep models: drop probability of a hidden unit in training (0: off)."},                  \
+    {                                                                                              \
+        "trainer.dense.seed", SPW_CONFIG_INT, "1", 0, 9.2e18, NULL,                                \
+            "Deep models: seed of the network's initial weights and dropout masks (part of the "   \
+            "model: "                                                                              \
+            "every trainer of a job must use the same)."                                           \
+    }
 
 /* The model those properties describe. SPW_ERR_INVALID with errstr naming the setting. */
 spw_err_t spw_trainer_model_from_config(const spw_config_t *cfg, struct spw_model *model,
