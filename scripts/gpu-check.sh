@@ -77,17 +77,12 @@ run() {
     # is what differs
     local n=${GPU_CHECK_EXAMPLES:-1000000} data=$out/data.pb
     if "$bin/sparrow" gen --n "$n" --seed 1 --fields 39 --out "$data" 2>"$out/gen.log"; then
-        local fields
-        fields=$(printf 'I%d,' $(seq 1 13))$(printf 'C%d,' $(seq 1 26))
-        for model in "fm 64" "fm 16" "deepfm 16"; do
+        for model in "fm 64" "fm 16"; do
             read -r m k <<<"$model"
             for be in cpu cuda; do
-                # deepfm: computed on the host with either backend (the binary does not link
-                # cuBLAS; bench/dense_bench times the cuBLAS network)
                 step "trainer-$m$k-$be" 300 "$bin/sparrow" trainer --in "file:$data" \
                     --shards inproc --backend "$be" --model "$m" --latent-dim "$k" --batch 8192 \
-                    --http-port -1 --set trainer.lr=0.02 --set trainer.log.interval=0 \
-                    --set "trainer.fields=${fields%,}"
+                    --http-port -1 --set trainer.lr=0.02 --set trainer.log.interval=0
                 note "  $(grep ' finished ' "$out/trainer-$m$k-$be.log" | tail -1 |
                     grep -o -E '(examples|ex_per_s|window_logloss|backend)=[^ ]*' | tr '\n' ' ')"
             done

@@ -18,8 +18,6 @@ packages=(
 packages+=(yamllint python3-yaml)
 # clients/python: numpy loads an export's .npy files (its tests)
 packages+=(python3-numpy)
-# bench/study_deep.py: the PyTorch peer of the deep models (Debian's python3-torch)
-packages+=(python3-torch)
 command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()

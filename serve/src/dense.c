@@ -18,7 +18,6 @@ struct spw_serve_dense {
     struct spw_model model;
     size_t params;
     float *init;          /* the seeded initial weights */
-    float *row;           /* one block row (scratch of the writer) */
     pthread_mutex_t lock; /* guards cur's swap and the readers' acquire (a few instructions) */
     struct snap *cur;     /* NULL before the first refresh */
     atomic_ullong swaps, mixed;
@@ -40,10 +39,8 @@ spw_serve_dense_t *spw_serve_dense_new(const struct spw_model *model, char *errs
     d->model = *model;
     d->params = spw_model_dense_params(model);
     d->init = malloc(d->params * sizeof(float));
-    d->row = malloc(model->dim * sizeof(float));
-    if (!d->init || !d->row || pthread_mutex_init(&d->lock, NULL) != 0) {
+    if (!d->init || pthread_mutex_init(&d->lock, NULL) != 0) {
         free(d->init);
-        free(d->row);
         free(d);
         snprintf(errstr, errstr_size, "dense weights: out of memory");
         return NULL;
@@ -65,7 +62,6 @@ void spw_serve_dense_destroy(spw_serve_dense_t *d)
     snap_put(d->cur);
     pthread_mutex_destroy(&d->lock);
     free(d->init);
-    free(d->row);
     free(d);
 }
 

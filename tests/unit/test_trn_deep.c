@@ -269,6 +269,10 @@ static void test_trn_deep_backend_dispatch(void **state)
         SPW_OK);
     assert_int_equal(spw_deep_forward_backward(deep, plain, rows, dense, 1.0f, p2, g2, &l2),
                      SPW_ERR_INVALID);
+    /* the backend reads the blocks from the rows: it refuses a batch without them */
+    assert_int_equal(spw_backend_forward(be, plain, rows, p2, &l2), SPW_ERR_INVALID);
+    assert_int_equal(spw_backend_forward_backward(be, plain, rows, 1.0f, p2, g2, &l2),
+                     SPW_ERR_INVALID);
     spw_batch_destroy(plain);
     spw_deep_destroy(deep);
     spw_batch_destroy(b);

@@ -50,7 +50,7 @@ static spw_backend_t *with_deep(spw_backend_t *be, char *errstr, size_t errstr_s
     if (!spw_model_is_deep(&be->model))
         return be;
     char derr[256] = "";
-    be->deep = spw_trn__deep_new(&be->model, false, derr, sizeof(derr));
+    be->deep = spw_deep_new(&be->model, derr, sizeof(derr));
     if (!be->deep) {
         snprintf(errstr, errstr_size, "backend: %s", derr);
         spw_backend_destroy(be);
@@ -144,9 +144,11 @@ static spw_err_t cuda_run(spw_backend_t *be, const spw_batch_t *batch, const flo
 spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const float *rows,
                               float *preds, double *loss_sum)
 {
-    if (be->deep)
-        return spw_deep_forward(be->deep, batch, rows, spw_trn__deep_gather_dense(be->deep, rows),
-                                preds, loss_sum);
+    if (be->deep) {
+        const float *dense = spw_trn__deep_gather_dense(be->deep, batch, rows);
+        return dense ? spw_deep_forward(be->deep, batch, rows, dense, preds, loss_sum)
+                     : SPW_ERR_INVALID;
+    }
     if (be->kind == SPW_BACKEND_CUDA)
         return cuda_run(be, batch, rows, 0.0f, preds, NULL, loss_sum);
     double loss = spw_cpu_forward(&be->model, batch, rows, preds);
@@ -159,10 +161,12 @@ spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *bat
                                        const float *rows, float grad_scale, float *preds,
                                        float *grads, double *loss_sum)
 {
-    if (be->deep)
-        return spw_deep_forward_backward(be->deep, batch, rows,
-                                         spw_trn__deep_gather_dense(be->deep, rows), grad_scale,
-                                         preds, grads, loss_sum);
+    if (be->deep) {
+        const float *dense = spw_trn__deep_gather_dense(be->deep, batch, rows);
+        return dense ? spw_deep_forward_backward(be->deep, batch, rows, dense, grad_scale, preds,
+                                                 grads, loss_sum)
+                     : SPW_ERR_INVALID;
+    }
     if (be->kind == SPW_BACKEND_CUDA)
         return cuda_run(be, batch, rows, grad_scale, preds, grads, loss_sum);
     double loss = spw_cpu_forward_backward(&be->model, batch, rows, grad_scale, preds, grads);

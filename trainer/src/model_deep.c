@@ -1,5 +1,5 @@
 /* trainer: deep models (DeepFM, DCN-v2): field pooling into the network's input, the network on
- * sparrow/dense.h (OpenBLAS, or cuBLAS for the CUDA backend), and the FM part of model_cpu.c. */
+ * sparrow/dense.h (OpenBLAS), and the FM part of model_cpu.c. */
 #include "trainer_int.h"
 
 #include <stdio.h>
@@ -14,15 +14,14 @@
 
 struct spw_deep {
     struct spw_model model;
-    spw_dense_t *net;     /* the CPU network, or NULL with cu */
-    spw_dense_cuda_t *cu; /* the CUDA network (the CUDA backend), or NULL */
-    float *base;          /* the initial weights (P) */
-    float *dgrad;         /* the network's gradient (P) */
-    float *dense;         /* weights gathered from rows (P, spw_deep_dense_from_rows) */
-    float *x, *dx;        /* n × in_dim */
-    float *extra, *dz;    /* n */
-    uint32_t *occ_slot;   /* per occurrence: the field's slot, UINT32_MAX unknown */
-    float *occ_scale;     /* per occurrence: weight (sum) or weight / count (mean) */
+    spw_dense_t *net;
+    float *base;        /* the initial weights (P) */
+    float *dgrad;       /* the network's gradient (P) */
+    float *dense;       /* weights gathered from rows (P, spw_deep_dense_from_rows) */
+    float *x, *dx;      /* n × in_dim */
+    float *extra, *dz;  /* n */
+    uint32_t *occ_slot; /* per occurrence: the field's slot, UINT32_MAX unknown */
+    float *occ_scale;   /* per occurrence: weight (sum) or weight / count (mean) */
     size_t cap_x, cap_dx, cap_extra, cap_dz, cap_occ_slot, cap_occ_scale;
     uint32_t count[SPW_TRN_MAX_FIELDS]; /* per example: features per slot */
     uint32_t table_id[SLOT_TABLE];
@@ -43,8 +42,7 @@ static uint32_t slot_of(const spw_deep_t *deep, uint32_t id)
     }
 }
 
-spw_deep_t *spw_trn__deep_new(const struct spw_model *model, bool cuda, char *errstr,
-                              size_t errstr_size)
+spw_deep_t *spw_deep_new(const struct spw_model *model, char *errstr, size_t errstr_size)
 {
     if (!spw_model_is_deep(model)) {
         snprintf(errstr, errstr_size, "deep: model %s has no dense network",
@@ -66,11 +64,7 @@ spw_deep_t *spw_trn__deep_new(const struct spw_model *model, bool cuda, char *er
         goto out_fail;
     }
     spw_model_dense_init(model, deep->base);
-    if (cuda)
-        deep->cu = spw_dense_cuda_new(&model->dense, 0, errstr, errstr_size);
-    else
-        deep->net = spw_dense_new(&model->dense, errstr, errstr_size);
-    if (!deep->cu && !deep->net)
+    if (!(deep->net = spw_dense_new(&model->dense, errstr, errstr_size)))
         goto out_fail;
     memset(deep->table_id, 0xff, sizeof(deep->table_id));
     for (uint32_t f = 0; f < model->n_fields; f++) {
@@ -87,17 +81,11 @@ out_fail:
     return NULL;
 }
 
-spw_deep_t *spw_deep_new(const struct spw_model *model, char *errstr, size_t errstr_size)
-{
-    return spw_trn__deep_new(model, false, errstr, errstr_size);
-}
-
 void spw_deep_destroy(spw_deep_t *deep)
 {
     if (!deep)
         return;
     spw_dense_destroy(deep->net);
-    spw_dense_cuda_destroy(deep->cu);
     free(deep->base);
     free(deep->dgrad);
     free(deep->dense);
@@ -123,8 +111,18 @@ void spw_deep_dense_from_rows(const spw_deep_t *deep, const float *rows, float *
         dense[j] = deep->base[j] + blocks[j];
 }
 
-const float *spw_trn__deep_gather_dense(spw_deep_t *deep, const float *rows)
+/* Whether batch carries the model's dense blocks as its unique keys 1 .. dense_blocks. */
+static bool has_blocks(const struct spw_model *m, const spw_batch_t *batch)
 {
+    return batch->n_uniq >= 1 + (size_t)m->dense_blocks &&
+           (m->dense_blocks == 0 || batch->keys[1] == spw_dense_block_key(0));
+}
+
+const float *spw_trn__deep_gather_dense(spw_deep_t *deep, const spw_batch_t *batch,
+                                        const float *rows)
+{
+    if (batch->n && !has_blocks(&deep->model, batch))
+        return NULL;
     spw_deep_dense_from_rows(deep, rows, deep->dense);
     return deep->dense;
 }
@@ -178,20 +176,6 @@ static void pool(spw_deep_t *deep, const spw_batch_t *batch, const float *rows)
     }
 }
 
-static spw_err_t net_forward(spw_deep_t *deep, const float *dense, size_t n, bool train)
-{
-    if (deep->cu)
-        return spw_dense_cuda_forward(deep->cu, dense, deep->x, n, deep->extra, train);
-    return spw_dense_forward(deep->net, dense, deep->x, n, deep->extra, train);
-}
-
-static spw_err_t net_backward(spw_deep_t *deep, const float *dense)
-{
-    if (deep->cu)
-        return spw_dense_cuda_backward(deep->cu, deep->dz, deep->dgrad, deep->dx);
-    return spw_dense_backward(deep->net, dense, deep->dz, deep->dgrad, deep->dx);
-}
-
 spw_err_t spw_deep_forward(spw_deep_t *deep, const spw_batch_t *batch, const float *rows,
                            const float *dense, float *preds, double *loss_sum)
 {
@@ -205,7 +189,7 @@ spw_err_t spw_deep_forward(spw_deep_t *deep, const spw_batch_t *batch, const flo
     if (rc != SPW_OK)
         return rc;
     pool(deep, batch, rows);
-    if ((rc = net_forward(deep, dense, n, false)) != SPW_OK)
+    if ((rc = spw_dense_forward(deep->net, dense, deep->x, n, deep->extra, false)) != SPW_OK)
         return rc;
     double loss = spw_trn__fm_forward_extra(&deep->model, batch, rows, deep->extra, preds);
     if (loss_sum)
@@ -224,18 +208,17 @@ spw_err_t spw_deep_forward_backward(spw_deep_t *deep, const spw_batch_t *batch, 
             *loss_sum = 0.0;
         return SPW_OK;
     }
-    if (batch->n_uniq < 1 + (size_t)m->dense_blocks ||
-        (m->dense_blocks && batch->keys[1] != spw_dense_block_key(0)))
+    if (!has_blocks(m, batch))
         return SPW_ERR_INVALID; /* the batch does not carry the dense blocks */
     spw_err_t rc = reserve(deep, n, batch->n_occ, true);
     if (rc != SPW_OK)
         return rc;
     pool(deep, batch, rows);
-    if ((rc = net_forward(deep, dense, n, true)) != SPW_OK)
+    if ((rc = spw_dense_forward(deep->net, dense, deep->x, n, deep->extra, true)) != SPW_OK)
         return rc;
     double loss =
         spw_trn__fm_backward_extra(m, batch, rows, deep->extra, grad_scale, preds, grads, deep->dz);
-    if ((rc = net_backward(deep, dense)) != SPW_OK)
+    if ((rc = spw_dense_backward(deep->net, dense, deep->dz, deep->dgrad, deep->dx)) != SPW_OK)
         return rc;
     /* the network's gradient into the dense-block rows, its input's into the latent vectors */
     size_t p = spw_model_dense_params(m);

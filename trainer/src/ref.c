@@ -178,9 +178,8 @@ static spw_err_t gather(spw_ref_t *ref, const spw_batch_t *batch)
         uint32_t r = spw_trn__keyidx_upsert(&ref->index, keys[u], (uint32_t)ref->n_rows, &inserted);
         float *w = ref->table + (size_t)r * ref->stride;
         if (inserted) {
-            spw_trn__row_init(ref->p.seed,
-                              spw_trn__row_starts_zero(keys[u]) ? 0.0f : ref->p.init_scale, keys[u],
-                              (uint32_t)dim, w);
+            spw_trn__row_init(ref->p.seed, spw_key_is_dense(keys[u]) ? 0.0f : ref->p.init_scale,
+                              keys[u], (uint32_t)dim, w);
             memset(w + dim, 0, (ref->stride - dim) * sizeof(float));
             ref->n_rows++;
         }

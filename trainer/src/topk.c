@@ -1,6 +1,8 @@
 /* trainer: top-k compression of gradient rows with error feedback and a bounded residual table. */
 #include "trainer_int.h"
 
+#include "sparrow/hash.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -462,7 +464,7 @@ static spw_err_t compress_step(spw_topk_t *tk, const uint64_t *keys, float *grad
      * layers must move together): they rank first (a NaN norm), over the m of the others */
     size_t pinned = 0;
     for (size_t r = 0; r < n; r++)
-        pinned += spw_trn__row_starts_zero(keys[r]);
+        pinned += spw_key_is_dense(keys[r]);
     size_t m = n;
     if (tk->conf.ratio < 1.0 && n > pinned) {
         double want = ceil(tk->conf.ratio * (double)(n - pinned) - 1e-9);
@@ -477,7 +479,7 @@ static spw_err_t compress_step(spw_topk_t *tk, const uint64_t *keys, float *grad
         if (err)
             return err;
         for (size_t r = 0; pinned && r < n; r++)
-            if (spw_trn__row_starts_zero(keys[r]))
+            if (spw_key_is_dense(keys[r]))
                 tk->norms[r] = NAN;
         if (tk->be) {
             if ((err = spw_backend_topk_select(tk->be, tk->norms, n, m, tk->selected)))

@@ -6,7 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sparrow/hash.h"
 #include "sparrow/trainer.h"
 
 /*
@@ -97,17 +96,10 @@ double spw_trn__fm_backward_extra(const struct spw_model *model, const spw_batch
                                   const float *rows, const float *extra, float grad_scale,
                                   float *preds, float *grads, float *dz);
 
-/* A deep model's workspace, its network on cuBLAS when cuda (model_deep.c). */
-spw_deep_t *spw_trn__deep_new(const struct spw_model *model, bool cuda, char *errstr,
-                              size_t errstr_size);
-/* The network's weights from a batch's rows (init + blocks), in deep's own buffer. */
-const float *spw_trn__deep_gather_dense(spw_deep_t *deep, const float *rows);
-
-/* A batch key's row starts at zero: a deep model's dense block (sparrow/hash.h). */
-static inline bool spw_trn__row_starts_zero(uint64_t key)
-{
-    return key >= SPW_DENSE_KEY_BASE;
-}
+/* The network's weights from a batch's rows (init + blocks), in deep's own buffer; NULL when a
+ * non-empty batch does not carry the blocks (spw_batch_set_model). */
+const float *spw_trn__deep_gather_dense(spw_deep_t *deep, const spw_batch_t *batch,
+                                        const float *rows);
 
 /* Per-row initial weights, identical to a parameter-server shard's spw_ps__row_init for SGD and
  * Adagrad: uniform in [-init_scale, init_scale) from a hash of (key, seed, j). */
