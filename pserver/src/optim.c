@@ -15,6 +15,7 @@ void spw_ps_optim_conf_default(struct spw_ps_optim_conf *conf)
     memset(conf, 0, sizeof(*conf));
     conf->kind = SPW_PS_ADAGRAD;
     conf->lr = 0.05f;
+    conf->lr_dense = 0.005f;
     conf->eps = 1e-8f;
     conf->beta1 = 0.9f;
     conf->beta2 = 0.999f;

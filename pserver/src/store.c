@@ -607,6 +607,9 @@ spw_err_t spw_ps_store_push_args(spw_ps_store_t *store, const struct spw_ps_push
     uint32_t dim = store->dim;
     struct spw_ps_push_result r = {0};
     const struct spw_ps_optim_conf *oc = &store->conf.optim;
+    struct spw_ps_optim_conf dense_oc = *oc; /* the dense blocks' (pserver.lr.dense) */
+    if (oc->lr_dense > 0.0f)
+        dense_oc.lr = dense_oc.lr_latent = oc->lr_dense;
     const struct spw_ps_penalty *pen = &store->conf.penalty;
     const bool dc = pen->kind == SPW_PS_PENALTY_DC;
     const float lambda = (float)pen->lambda;
@@ -675,7 +678,8 @@ spw_err_t spw_ps_store_push_args(spw_ps_store_t *store, const struct spw_ps_push
                     r.dc_uncorrected++;
                 }
             }
-            if (!spw_ps__row_apply(oc, dim, row->data, row->data + dim, g, (float)alpha)) {
+            if (!spw_ps__row_apply(spw_key_is_dense(keys[k]) ? &dense_oc : oc, dim, row->data,
+                                   row->data + dim, g, (float)alpha)) {
                 r.rejected++;
                 goto next;
             }

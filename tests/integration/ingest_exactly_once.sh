@@ -72,6 +72,7 @@ trainer_up() { # ID
     PIDS+=("$!")
 }
 ingest_up() {
+    ING_ASSIGNED=$(cat "$DIR/ingest.log" 2>/dev/null | grep -c "partition assigned" || true)
     "$SPARROW" ingest --in "kafka://$BS/events" --out "kafka://$BS/examples" --format json \
         --batch-size 20 --linger 5ms --set ingest.commit.interval=3s --set ingest.http.port=-1 \
         "${KSETS[@]}" >>"$DIR/ingest.log" 2>&1 &
@@ -93,7 +94,10 @@ PIDS+=("$PRODUCER")
 
 # 12 kills: ingest 3 times at least, the first of them while the events flow (ingest commits its
 # input offsets every 3 s, so that kill replays what it wrote since: the duplicates this test is
-# about), then any role in a random order
+# about), then any role in a random order. Ingest is killed only once it holds its partitions (a
+# restarted ingest waits for the killed member's session to time out): a kill before that
+# replays nothing.
+ingest_assigned() { [ "$(grep -c "partition assigned" "$DIR/ingest.log" || true)" -gt "${ING_ASSIGNED:-0}" ]; }
 python3 -c "
 import random
 r = random.Random($SEED)
@@ -103,6 +107,7 @@ print(' '.join(['ingest'] + roles))" >"$DIR/kills.txt"
 echo "ingest_exactly_once: kills $(cat "$DIR/kills.txt")"
 RANDOM=$SEED
 for role in $(cat "$DIR/kills.txt"); do
+    [ "$role" != ingest ] || wait_for "ingest's partitions" 40 ingest_assigned
     sleep "$((RANDOM % 1500 + 1000))e-3"
     case $role in
     ingest) kill -9 "$ING" ;;

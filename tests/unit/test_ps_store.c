@@ -469,7 +469,7 @@ static void test_ps_store_ttl(void **state)
 }
 
 /* A deep model's dense blocks (sparrow/hash.h): their rows start at zero, are admitted at the
- * first push whatever admit_min_count says, and never expire. */
+ * first push whatever admit_min_count says, never expire, and step at optim.lr_dense. */
 static void test_ps_store_dense_blocks(void **state)
 {
     struct test_dir_fixture *fx = *state;
@@ -478,6 +478,7 @@ static void test_ps_store_dense_blocks(void **state)
     c.admit_min_count = 3;
     c.ttl_s = 10;
     c.optim.lr = 1.0f;
+    c.optim.lr_dense = 0.1f;
     spw_ps_store_t *s = open_ok(&c);
     uint64_t key = spw_dense_block_key(5);
     float v[4] = {1, 1, 1, 1}, g[4] = {0.5f, 0.5f, 0.5f, 0.5f}, zero[4] = {0};
@@ -495,7 +496,7 @@ static void test_ps_store_dense_blocks(void **state)
     size_t sz = sizeof(struct spw_ps_row_copy) + 4 * sizeof(float);
     struct spw_ps_row_copy *row = malloc(sz);
     assert_int_equal(spw_ps_store_get_row(s, key, row), SPW_OK);
-    assert_float_equal(row->data[0], -0.5f, 1e-6);
+    assert_float_equal(row->data[0], -0.05f, 1e-6);
     free(row);
     spw_ps_store_close(s);
 }

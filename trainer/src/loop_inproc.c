@@ -44,6 +44,7 @@ spw_err_t spw_trn__inproc_open(struct spw_trn__inproc *ip, const struct spw_trai
         spw_ps_optim_conf_default(&sc.optim);
         sc.optim.kind = p->optimizer == SPW_REF_SGD ? SPW_PS_SGD : SPW_PS_ADAGRAD;
         sc.optim.lr = p->lr;
+        sc.optim.lr_dense = p->lr_dense;
         sc.optim.eps = p->eps;
         sc.optim.init_scale = p->init_scale;
         sc.penalty = conf->inproc_penalty;

@@ -39,6 +39,9 @@ const struct spw_config_prop spw_trainer_config_props[] = {
      "the shard's applies)."},
     {"trainer.lr", SPW_CONFIG_DOUBLE, "0.05", 0, 100, NULL,
      "Learning rate of the local reference trainer and of in-process shards."},
+    {"trainer.lr.dense", SPW_CONFIG_DOUBLE, "0.005", 0, 100, NULL,
+     "In-process shards: learning rate of a deep model's dense network, as pserver.lr.dense on "
+     "a shard (0: trainer.lr)."},
     {"trainer.eps", SPW_CONFIG_DOUBLE, "1e-3", 0, 1, NULL,
      "Adagrad denominator epsilon of the local reference trainer and of in-process shards. It "
      "damps a row's first steps (with 1e-8 each element's first step is the whole learning rate, "
@@ -222,6 +225,7 @@ spw_err_t spw_trainer_params_from_config(const spw_config_t *cfg, struct spw_tra
                             ? SPW_REF_SGD
                             : SPW_REF_ADAGRAD;
     params->lr = (float)spw_config_double(cfg, "trainer.lr");
+    params->lr_dense = (float)spw_config_double(cfg, "trainer.lr.dense");
     params->eps = (float)spw_config_double(cfg, "trainer.eps");
     params->init_scale = (float)spw_config_double(cfg, "trainer.init_scale");
     params->seed = (uint64_t)spw_config_int(cfg, "trainer.seed");
@@ -247,6 +251,7 @@ void spw_trainer_params_default(struct spw_trainer_params *params)
         params->eval_window = 100000;
         params->optimizer = SPW_REF_ADAGRAD;
         params->lr = 0.05f;
+        params->lr_dense = 0.005f;
         params->eps = 1e-8f;
         params->init_scale = 0.01f;
         params->seed = 1;

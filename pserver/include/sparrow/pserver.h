@@ -101,6 +101,8 @@ struct spw_ps_optim_conf {
     enum spw_ps_optimizer kind;
     float lr;
     float lr_latent;  /* elements 1..dim-1 (FM's latent part); 0: lr. FTRL: their alpha */
+    float lr_dense;   /* a deep model's dense-block rows (spw_key_is_dense), every element; 0: lr
+                         and lr_latent as other rows */
     float l2;         /* added to the gradient as l2·w (FTRL: its own l2 term) */
     float clip_norm;  /* per-row gradient L2-norm clip; 0 disables */
     float eps;        /* Adagrad / Adam denominator */
@@ -111,7 +113,8 @@ struct spw_ps_optim_conf {
     float init_scale; /* weights start uniform in [-init_scale, init_scale] from (key, seed) */
 };
 
-/* Fills conf with the defaults (Adagrad, lr 0.05, eps 1e-8, Adam 0.9/0.999, FTRL beta 1). */
+/* Fills conf with the defaults (Adagrad, lr 0.05, dense lr 0.005, eps 1e-8, Adam 0.9/0.999, FTRL
+ * beta 1). */
 void spw_ps_optim_conf_default(struct spw_ps_optim_conf *conf);
 
 /* Floats of optimizer state per row after the weights: SGD 0, Adagrad dim, Adam 2·dim + 1 (the

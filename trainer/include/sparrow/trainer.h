@@ -618,6 +618,7 @@ struct spw_trainer_params {
     /* the local (reference) optimizer; with parameter servers the shard's settings apply */
     enum spw_ref_optimizer optimizer;
     float lr;
+    float lr_dense; /* in-process shards: a deep model's dense blocks (pserver.lr.dense) */
     float eps;
     float init_scale;
     uint64_t seed;
