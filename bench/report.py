@@ -884,6 +884,71 @@ def compression_section(res, plots):
     return lines, s
 
 
+def _pct(x, base):
+    return "%+.2f%%" % (100.0 * (x / base - 1.0)) if x is not None and base else "—"
+
+
+def deep_section(res):
+    s = res.get("studies", {}).get("deep", {})
+    lines = ["## Deep models: FM, DeepFM, DCN-v2, PyTorch, K trainers", ""]
+    if s.get("rows") is None or s.get("status", "").startswith("not run"):
+        lines += [table(["model", "result"], [("—", s.get("status", "not run"))]), ""]
+        return lines
+    lines += ["bench/study_deep.py. One `sparrow trainer` per model (CPU backend, in-process "
+              "shard, batch 1024, k=8, MLP 128,64, 2 cross layers for DCN-v2, Adagrad lr 0.05, "
+              "dense lr 0.005), one pass over the first %s examples of each stream, scored by "
+              "`sparrow eval` on the %s that follow. Gap to Bayes: held-out logloss minus the "
+              "planted model's (`oracle_p`) on the same file. Examples/s: Sparrow's from the "
+              "trainer's finished line (reading its input included); PyTorch's of its training "
+              "loop alone (input already made tensors), torch threads = the machine's cores." %
+              (f0(s.get("examples")), f0(s.get("heldout"))), ""]
+    rows = [r for r in s["rows"] if r.get("eval")]
+    t = []
+    for r in rows:
+        ev = r["eval"]
+        fm = next((x for x in rows if x["stream"] == r["stream"] and x["model"] == "fm"
+                   and not x.get("peer")), None)
+        mine = next((x for x in rows if x["stream"] == r["stream"] and x["model"] == r["model"]
+                     and not x.get("peer")), None)
+        peer = r.get("peer")
+        t.append(((s.get("streams", {}).get(r["stream"]) or {}).get("label", r["stream"]),
+                  "%s%s" % (r["model"], " (PyTorch)" if peer else ""), f4(ev.get("logloss")),
+                  f4(ev.get("auc")), sgn4(ev["logloss"] - ev["bayes_logloss"]),
+                  _pct(ev.get("logloss"), fm["eval"]["logloss"]) if fm else "—",
+                  f4(ev.get("const_logloss")), f4(ev.get("bayes_logloss")), f0(r.get("ex_per_s")),
+                  ("Sparrow %s: %.2fx its examples/s, logloss %s" % (
+                      r["model"], mine["ex_per_s"] / r["ex_per_s"],
+                      _pct(mine["eval"]["logloss"], ev["logloss"]))
+                   if peer and mine and mine.get("ex_per_s") and r.get("ex_per_s") else "")))
+    lines += [table(["stream", "model", "held-out logloss", "AUC", "gap to Bayes", "vs FM",
+                     "constant", "Bayes", "examples/s", "Sparrow against the peer"], t), ""]
+    k = s.get("k") or {}
+    if k.get("rows"):
+        lines += ["`sparrow launch` (2 shards, coordinator, Kafka mock, trainers of batch 256, "
+                  "DeepFM k=4 over launch's 39 fields) on the deep stream, %s examples, scored on "
+                  "%s held-out: K trainers against one trainer (async's baseline, batch 256) and "
+                  "one of batch K x 256 (sync's: the same examples per step). The dense blocks "
+                  "follow the configured mode." % (f0(k.get("examples")), f0(k.get("heldout"))),
+                  ""]
+        base1 = next((r for r in k["rows"] if r["k"] == 1 and r["batch"] == 256), None)
+        t = []
+        for r in k["rows"]:
+            ev = r.get("eval") or {}
+            big = next((x for x in k["rows"] if x["k"] == 1 and x["batch"] == 256 * r["k"]),
+                       None)
+            base = big if r["mode"] == "sync" and r["k"] > 1 else base1
+            bl = (base.get("eval") or {}).get("logloss") if base else None
+            t.append((r["desc"], r["k"], r["mode"], f4(ev.get("logloss")),
+                      _pct(ev.get("logloss"), bl) if r["k"] > 1 else "—",
+                      sgn4(ev["logloss"] - ev["bayes_logloss"]) if ev else "—",
+                      f0(r.get("ex_per_s")), "" if r.get("ok") else r.get("why", "")[:120]))
+        lines += [table(["run", "K", "mode", "held-out logloss", "vs its one-trainer baseline",
+                         "gap to Bayes", "examples/s", "problem"], t), ""]
+    if s.get("failures"):
+        lines += ["Failed runs: " + "; ".join(s["failures"]), ""]
+    return lines
+
+
 def _big_batch(s, prefetch=True):
     """The one-large-batch row of the accumulation study (with or without pipelined pulls)."""
     return next((r for r in s.get("rows") or [] if r["acc_steps"] == 1 and
@@ -1231,7 +1296,7 @@ def commands_section(res):
     main = [c for c in cmds if "benchmark" in c["what"] or "stream" in c["what"]]
     lines += ["```"] + ["%s    # %s, rc=%s, %.1f s" % (_rel(res, c["cmd"]), c["what"], c["rc"],
                                                          c["secs"]) for c in main] + ["```", ""]
-    for s in ("modes", "scaling", "compression", "accumulation", "staleness"):
+    for s in ("modes", "scaling", "compression", "accumulation", "staleness", "deep"):
         st = res.get("studies", {}).get(s, {})
         if st.get("command"):
             lines += ["%s study, per run: `%s`" % (s.capitalize(), _rel(res, st["command"])), ""]
@@ -1278,6 +1343,7 @@ def write(res, out_path, log=print):
     body += clines
     alines, acc = accumulation_section(res)
     body += alines
+    body += deep_section(res)
     lines += body
     lines += choose_section(res, mbest, stale, comp, acc)
     lines += sizing_section(res, rates, comp)
@@ -1286,7 +1352,7 @@ def write(res, out_path, log=print):
     text = "\n".join(lines).rstrip() + "\n"
     for title in ("## Component benchmarks", "## Modes", "## Scaling", "## Staleness control",
                   "## Compression",
-                  "## Gradient accumulation", "## How to choose", "## Sizing", "## Machine"):
+                  "## Gradient accumulation", "## Deep models", "## How to choose", "## Sizing", "## Machine"):
         if title not in text:
             problems.append("table missing: " + title)
     with open(out_path, "w") as f:

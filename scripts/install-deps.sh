@@ -18,6 +18,8 @@ packages=(
 packages+=(yamllint python3-yaml)
 # clients/python: numpy loads an export's .npy files (its tests)
 packages+=(python3-numpy)
+# bench/study_deep.py: the PyTorch peer of DeepFM (bench/deepfm_torch.py, Debian's python3)
+packages+=(python3-torch)
 command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()
