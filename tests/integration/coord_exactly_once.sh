@@ -13,9 +13,11 @@
 # trainer, whose contributions are dropped; its counter row is still counted, since it counts
 # examples consumed, not gradients applied) are each a test.
 # MODEL (default fm) deepfm trains DeepFM over the generator's 39 fields: its dense blocks go
-# through the same pushes, steps and checkpoints, and block 0 must be in LATEST.
+# through the same pushes, steps and checkpoints, and block 0 must be in LATEST. TRAINER_SETTINGS
+# are trainer properties (trainer.sync.rows=dense: only the bias and the dense blocks wait for the
+# steps' commits, the embedding rows apply at once).
 # usage: coord_exactly_once.sh SPARROW DIR CKPT_COUNTER [N] [CHAOS_SEED] [MODE] [COORD_SETTINGS]
-#        [MODEL]
+#        [MODEL] [TRAINER_SETTINGS]
 SPARROW=$1
 DIR=$2
 CKPT_COUNTER=$3
@@ -33,12 +35,15 @@ if [ "$MODEL" != fm ]; then
     FIELDS=$(printf 'I%d,' $(seq 1 13))$(printf 'C%d,' $(seq 1 26))
     TRAINER_SET+=(--set "trainer:trainer.fields=${FIELDS%,}" --set "trainer:trainer.mlp=32,16")
 fi
+for kv in ${9:-}; do
+    TRAINER_SET+=(--set "trainer:$kv")
+done
 KEY=9000000000000000077
 rm -rf "$DIR" && mkdir -p "$DIR"
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 FAIL_LOGS=("$DIR/run/*.log")
 FAIL_TAIL=15
-echo "coord_exactly_once: N=$N chaos seed $SEED mode $MODE ${7:-} model $MODEL"
+echo "coord_exactly_once: N=$N chaos seed $SEED mode $MODE ${7:-} model $MODEL ${9:-}"
 # The mock keeps about 5 MB per partition: N over 4 partitions stays within it, so a recovery can
 # always replay from a checkpoint's offsets.
 "$SPARROW" launch --run-dir "$DIR/run" --shards 2 --trainers 3 --partitions 4 --mode "$MODE" \
@@ -60,5 +65,8 @@ check_latest_counter "$CKPT_COUNTER" "$DIR/run" "$KEY" "$N" produced
 if [ "$MODEL" != fm ]; then # the first dense block (SPW_DENSE_KEY_BASE) is in the checkpoint
     "$CKPT_COUNTER" "$DIR/run" 18446744073692774400 >/dev/null ||
         fail "LATEST holds no dense block of the $MODEL model"
+fi
+if [[ " ${9:-} " == *" trainer.sync.rows=dense "* ]]; then # the trainers ran in that mode
+    grep -q "sync_rows=dense" "$DIR"/run/trainer-*.log || fail "no trainer ran with sync_rows=dense"
 fi
 echo "coord_exactly_once: ok ($N examples produced, counted exactly once in the checkpoint after 10 kills)"

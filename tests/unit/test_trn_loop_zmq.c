@@ -319,6 +319,66 @@ static void test_trn_loop_zmq_stop_while_shards_unreachable(void **state)
     spw_trainer_loop_destroy(loop);
 }
 
+/* Every step tagged as a two-phase step that is never committed (no coordinator): the shards hold
+ * what waits for a commit. trainer.sync.rows = all: every row of every step is held; dense: only
+ * the bias is held, at most one row per step, and the embedding rows apply at once, so the model
+ * learns. */
+static spw_err_t tag_every_step(void *opaque, spw_trainer_loop_t *loop, uint64_t step)
+{
+    (void)opaque;
+    spw_trainer_loop_set_step(loop, step + 1);
+    return SPW_OK;
+}
+
+static void run_tagged(bool dense_only, struct spw_pv_report *r, struct spw_ps_client_stats *cs,
+                       struct spw_trainer_loop_stats *st)
+{
+    char shards[600];
+    start_servers(shards, sizeof(shards));
+    struct spw_trainer_loop_conf c = zmq_conf(shards);
+    c.sync_dense_only = dense_only;
+    c.params.compress = false; /* no residual flush at the end: what applies is the steps' */
+    struct spw_trainer_hooks hooks = {.before_step = tag_every_step};
+    char errstr[512];
+    spw_trainer_loop_t *loop = spw_trainer_loop_new(&c, &hooks, errstr, sizeof(errstr));
+    if (!loop)
+        fail_msg("loop: %s", errstr);
+    assert_int_equal(spw_trainer_loop_run(loop), SPW_OK);
+    spw_trainer_loop_report(loop, r);
+    spw_ps_client_get_stats(spw_trainer_loop_client(loop), cs);
+    spw_trainer_loop_get_stats(loop, st);
+    spw_trainer_loop_destroy(loop);
+    stop_servers();
+}
+
+static void test_trn_loop_zmq_sync_rows_dense(void **state)
+{
+    (void)state;
+    struct spw_pv_report all, dense;
+    struct spw_ps_client_stats cs_all, cs_dense;
+    struct spw_trainer_loop_stats st_all, st_dense;
+    run_tagged(false, &all, &cs_all, &st_all);
+    run_tagged(true, &dense, &cs_dense, &st_dense);
+    print_message("rows pushed/applied: all %llu/%llu, dense %llu/%llu over %llu steps; window "
+                  "logloss all %.4f dense %.4f (constant %.4f)\n",
+                  (unsigned long long)cs_all.rows_pushed, (unsigned long long)cs_all.rows_applied,
+                  (unsigned long long)cs_dense.rows_pushed,
+                  (unsigned long long)cs_dense.rows_applied, (unsigned long long)st_dense.steps,
+                  all.window.logloss, dense.window.logloss, dense.const_window);
+    assert_true(st_all.steps > 50);
+    /* all: every row is held */
+    assert_int_equal(cs_all.rows_applied, 0);
+    assert_true(cs_all.rows_pushed > 0);
+    /* dense: only the bias (one row per tagged step at most) is held */
+    uint64_t held = cs_dense.rows_pushed - cs_dense.rows_applied;
+    assert_true(held > 0);
+    assert_true(held <= st_dense.steps);
+    assert_int_equal(cs_dense.pushes_acked, cs_dense.pushes);
+    assert_true(dense.window.logloss < dense.const_window);
+    assert_true(dense.window.logloss < all.window.logloss);
+}
+
 SPW_TEST_MAIN_GROUP(setup, teardown, test_trn_loop_zmq_prefetch_with_checkpoints,
                     test_trn_loop_zmq_fresh_reads_equal_no_prefetch,
-                    test_trn_loop_zmq_stop_while_shards_unreachable)
+                    test_trn_loop_zmq_stop_while_shards_unreachable,
+                    test_trn_loop_zmq_sync_rows_dense)

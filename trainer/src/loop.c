@@ -306,12 +306,13 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
     SPW_INFO("started",
              "in=\"%s\" model=%s latent_dim=%u backend=%s batch=%u acc_steps=%u topk=%g "
              "error_feedback=%d fp16=%d shards=%u transport=%s trainer_id=%u epoch=%llu "
-             "prefetch=%d model_desc=\"%s\"",
+             "prefetch=%d sync_rows=%s model_desc=\"%s\"",
              conf->in, spw_model_kind_name(p->model.kind), p->model.latent_dim,
              spw_backend_kind_name(spw_backend_kind(loop->be)), p->batch, p->acc_steps,
              p->compress ? p->topk.ratio : 1.0, p->topk.error_feedback, p->topk.fp16,
              spw_ps_client_shards(loop->client), conf->inproc_shards ? "inproc" : "zmq",
-             cc.trainer_id, (unsigned long long)cc.epoch, loop->prefetch, loop->model_desc);
+             cc.trainer_id, (unsigned long long)cc.epoch, loop->prefetch,
+             conf->sync_dense_only ? "dense" : "all", loop->model_desc);
     return loop;
 
 out_destroy:
@@ -668,10 +669,12 @@ static spw_err_t wait_echo(spw_trainer_loop_t *loop, struct mb *mb)
 
 /* Pushes a set in frames below the frame limit. to (may be NULL): every row of the set is one the
  * prefetched micro-batch `to` holds, at to's unique index echo_pos[i]; the acks write them back
- * into it. *last_seq gets the seq of the last push sent. */
-static spw_err_t push_frames(spw_trainer_loop_t *loop, const struct spw_push_set *set,
-                             uint64_t examples, int64_t max_event, uint64_t step, struct mb *to,
-                             const uint32_t *echo_pos, uint64_t *last_seq)
+ * into it. examples: counted for the shards' rates (first frame); weight: the step_examples of a
+ * tagged push. *last_seq gets the seq of the last push sent. */
+static spw_err_t push_frames_weighted(spw_trainer_loop_t *loop, const struct spw_push_set *set,
+                                      uint64_t examples, uint64_t weight, int64_t max_event,
+                                      uint64_t step, struct mb *to, const uint32_t *echo_pos,
+                                      uint64_t *last_seq)
 {
     size_t row_bytes =
         SPW_TRN_PUSH_ROW_OVERHEAD + (size_t)loop->dim * sizeof(float) * (set->pulled ? 2 : 1);
@@ -690,7 +693,7 @@ static spw_err_t push_frames(spw_trainer_loop_t *loop, const struct spw_push_set
             .max_event_time_ms = max_event == INT64_MIN ? 0 : max_event,
             .examples = off == 0 ? (uint32_t)(examples > UINT32_MAX ? UINT32_MAX : examples) : 0,
             .step = step,
-            .step_examples = (uint32_t)(examples > UINT32_MAX ? UINT32_MAX : examples),
+            .step_examples = (uint32_t)(weight > UINT32_MAX ? UINT32_MAX : weight),
             .echo_pos = to ? echo_pos + off : NULL,
             .echo_rows = to ? to->rows : NULL,
             .echo_versions = to ? to->versions : NULL,
@@ -714,6 +717,14 @@ static spw_err_t push_frames(spw_trainer_loop_t *loop, const struct spw_push_set
         }
     }
     return SPW_OK;
+}
+
+static spw_err_t push_frames(spw_trainer_loop_t *loop, const struct spw_push_set *set,
+                             uint64_t examples, int64_t max_event, uint64_t step, struct mb *to,
+                             const uint32_t *echo_pos, uint64_t *last_seq)
+{
+    return push_frames_weighted(loop, set, examples, examples, max_event, step, to, echo_pos,
+                                last_seq);
 }
 
 /* Pushes a set. With an echo target (loop->echo_to), the rows it shares go first, in pushes of
@@ -778,6 +789,63 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
     return err;
 }
 
+/* trainer.sync.rows = dense: of a two-phase step's set, the bias and the dense blocks go tagged
+ * with the step (weighted by the step's examples, applied at the commit), the other rows untagged
+ * (applied at once, counted for the rates). Two-phase steps never echo (loop->echo_to is NULL),
+ * so the split buffers are free. */
+static spw_err_t push_dense_tagged(spw_trainer_loop_t *loop, const struct spw_push_set *set,
+                                   uint64_t examples, int64_t max_event, uint64_t step,
+                                   uint64_t *last_seq)
+{
+    const size_t n = set->n, dim = set->dim;
+    const size_t vbytes = set->fp16 ? sizeof(uint16_t) : sizeof(float);
+    if (spw_trn__grow((void **)&loop->split_keys, &loop->cap_split_keys, n, sizeof(uint64_t)) ||
+        spw_trn__grow((void **)&loop->split_versions, &loop->cap_split_versions, n,
+                      sizeof(uint32_t)) ||
+        spw_trn__grow((void **)&loop->split_values, &loop->cap_split_values, n * dim, vbytes) ||
+        (set->pulled && spw_trn__grow((void **)&loop->split_pulled, &loop->cap_split_pulled,
+                                      n * dim, sizeof(float))))
+        return SPW_ERR_NOMEM;
+    /* the dense parameters from the front, the embedding rows from the back */
+    size_t a = 0, b = n;
+    const uint8_t *src =
+        set->fp16 ? (const uint8_t *)set->values_f16 : (const uint8_t *)set->values;
+    uint8_t *dst = loop->split_values;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = set->keys[i] == SPW_TRN_BIAS_KEY || spw_key_is_dense(set->keys[i]) ? a++ : --b;
+        loop->split_keys[j] = set->keys[i];
+        loop->split_versions[j] = set->versions ? set->versions[i] : 0;
+        memcpy(dst + j * dim * vbytes, src + i * dim * vbytes, dim * vbytes);
+        if (set->pulled)
+            memcpy(loop->split_pulled + j * dim, set->pulled + i * dim, dim * sizeof(float));
+    }
+    struct spw_push_set dense = {
+        .n = a,
+        .dim = set->dim,
+        .fp16 = set->fp16,
+        .keys = loop->split_keys,
+        .versions = loop->split_versions,
+        .values = set->fp16 ? NULL : (const float *)dst,
+        .values_f16 = set->fp16 ? (const uint16_t *)dst : NULL,
+        .pulled = set->pulled ? loop->split_pulled : NULL,
+    };
+    struct spw_push_set rows = dense;
+    rows.n = n - a;
+    rows.keys += a;
+    rows.versions += a;
+    if (rows.pulled)
+        rows.pulled += a * dim;
+    if (rows.values)
+        rows.values += a * dim;
+    else
+        rows.values_f16 += a * dim;
+    spw_err_t err =
+        push_frames_weighted(loop, &dense, 0, examples, max_event, step, NULL, NULL, last_seq);
+    if (!err && rows.n)
+        err = push_frames(loop, &rows, examples, max_event, 0, NULL, NULL, last_seq);
+    return err;
+}
+
 /* Compresses (when configured) and pushes n gradient rows; pulled (NULL: not sent) are the row
  * values they were computed from. */
 static spw_err_t push_rows(spw_trainer_loop_t *loop, const uint64_t *keys, float *grads,
@@ -795,6 +863,8 @@ static spw_err_t push_rows(spw_trainer_loop_t *loop, const uint64_t *keys, float
         if (err)
             return err;
     }
+    if (step && loop->conf.sync_dense_only)
+        return push_dense_tagged(loop, &set, examples, max_event, step, last_seq);
     return push_set(loop, &set, examples, max_event, step, last_seq);
 }
 

@@ -120,6 +120,7 @@ spw_err_t spw_trainer_loop_conf_from_config(const spw_config_t *cfg,
     conf->epoch = (uint64_t)spw_config_int(cfg, "trainer.epoch");
     conf->prefetch = spw_config_bool(cfg, "trainer.pull.prefetch");
     conf->fresh_reads = spw_config_bool(cfg, "trainer.pull.fresh");
+    conf->sync_dense_only = strcmp(spw_config_str(cfg, "trainer.sync.rows"), "dense") == 0;
     conf->log_interval_ms = (uint64_t)spw_config_duration_ms(cfg, "trainer.log.interval");
     conf->commit_interval_ms = (uint64_t)spw_config_duration_ms(cfg, "trainer.commit.interval");
     conf->grace_ms = (uint64_t)spw_config_duration_ms(cfg, "trainer.shutdown.grace");

@@ -89,6 +89,12 @@ const struct spw_config_prop spw_trainer_config_props[] = {
     {"trainer.pull.prefetch", SPW_CONFIG_BOOL, "true", 0, 0, NULL,
      "Pull the next micro-batch's rows while the current one computes; in-process shards never "
      "prefetch."},
+    {"trainer.sync.rows", SPW_CONFIG_ENUM, "all", 0, 0, "all|dense",
+     "In the two-phase steps of sync, hybrid:K and group:G: which rows wait for the step's commit "
+     "(averaged over the unit's trainers, applied once). all: every row; dense: only the dense "
+     "parameters (the bias and a deep model's dense blocks), while the embedding rows apply at "
+     "once as in async (Persia's hybrid). A late step's dense part is dropped as usual, its rows "
+     "were applied."},
     {"trainer.pull.fresh", SPW_CONFIG_BOOL, "true", 0, 0, NULL,
      "With prefetch: each push's acknowledgement carries the pushed rows that the prefetched "
      "micro-batch shares, written into it before it is computed, so a trainer never reads rows "

@@ -141,6 +141,9 @@ struct spw_trainer_loop_conf {
     bool prefetch;    /* pull the next micro-batch while computing (ZeroMQ shards only: in-process
                          pulls complete at once, so they are made after the previous push) */
     bool fresh_reads; /* with prefetch: push acks refresh the prefetched rows (own pushes) */
+    /* two-phase steps: only the bias and the dense blocks wait for the commit; the other rows
+     * are pushed untagged and apply at once (trainer.sync.rows = dense) */
+    bool sync_dense_only;
     /* pushes carry the row values each gradient was computed from (PushRequest.pulled, for the
      * shards' penalty dc): a row's values as pulled (and echo-refreshed) for the latest
      * micro-batch of the step that held its key; a top-k residual sent on its own carries those
