@@ -927,22 +927,26 @@ def deep_section(res):
         lines += ["`sparrow launch` (2 shards, coordinator, Kafka mock, trainers of batch 256, "
                   "DeepFM k=4 over launch's 39 fields) on the deep stream, %s examples, scored on "
                   "%s held-out: K trainers against one trainer (async's baseline, batch 256) and "
-                  "one of batch K x 256 (sync's: the same examples per step). The dense blocks "
-                  "follow the configured mode." % (f0(k.get("examples")), f0(k.get("heldout"))),
-                  ""]
-        base1 = next((r for r in k["rows"] if r["k"] == 1 and r["batch"] == 256), None)
+                  "one of batch K x 256 (sync's: the same examples per step). Rows in the steps: "
+                  "which rows wait for a synchronous step's commit (all; dense: the bias and the "
+                  "dense blocks only, `trainer.sync.rows=dense`, the embedding rows applied as "
+                  "they arrive)." % (f0(k.get("examples")), f0(k.get("heldout"))), ""]
+
+        def one(batch):
+            r = next((x for x in k["rows"] if x["k"] == 1 and x["batch"] == batch), None)
+            return (r.get("eval") or {}).get("logloss") if r else None
         t = []
         for r in k["rows"]:
             ev = r.get("eval") or {}
-            big = next((x for x in k["rows"] if x["k"] == 1 and x["batch"] == 256 * r["k"]),
-                       None)
-            base = big if r["mode"] == "sync" and r["k"] > 1 else base1
-            bl = (base.get("eval") or {}).get("logloss") if base else None
-            t.append((r["desc"], r["k"], r["mode"], f4(ev.get("logloss")),
-                      _pct(ev.get("logloss"), bl) if r["k"] > 1 else "—",
+            t.append((r["desc"], r["k"], r["mode"],
+                      r.get("sync_rows", "all") if r["mode"] == "sync" else "—",
+                      f4(ev.get("logloss")),
+                      _pct(ev.get("logloss"), one(256)) if r["k"] > 1 else "—",
+                      _pct(ev.get("logloss"), one(256 * r["k"])) if r["k"] > 1 else "—",
                       sgn4(ev["logloss"] - ev["bayes_logloss"]) if ev else "—",
                       f0(r.get("ex_per_s")), "" if r.get("ok") else r.get("why", "")[:120]))
-        lines += [table(["run", "K", "mode", "held-out logloss", "vs its one-trainer baseline",
+        lines += [table(["run", "K", "mode", "rows in the steps", "held-out logloss",
+                         "vs one trainer, batch 256", "vs one trainer, batch K x 256",
                          "gap to Bayes", "examples/s", "problem"], t), ""]
     if s.get("failures"):
         lines += ["Failed runs: " + "; ".join(s["failures"]), ""]

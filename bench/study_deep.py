@@ -15,11 +15,13 @@ the same held-out examples; its examples/s is the training loop alone with torch
 the machine's cores (the input was read and made tensors before its clock starts).
 Part 3, `sparrow launch` (2 shards, the coordinator, the Kafka mock, trainers of batch 256) with
 DeepFM (k=4, launch's) on the deep stream: K trainers in sync and in async against one trainer of the same batch
-(async's baseline) and of batch K x 256 (sync's), held-out logloss as part 1. The dense blocks
-follow the configured mode like every row (sync: applied once per step from the aggregated pushes;
-async: as they arrive).
+(async's baseline) and of batch K x 256 (sync's), held-out logloss as part 1. Three modes: sync
+(every row, dense blocks included, applied once per step from the aggregated pushes), sync with
+trainer.sync.rows=dense (only the bias and the dense blocks wait for the step's commit; the
+embedding rows apply as they arrive) and async (everything as it arrives).
 
-Standalone: bench/study_deep.py BUILD_DIR [--quick] [--json FILE]   (prints JSON unless --json)"""
+Standalone: bench/study_deep.py BUILD_DIR [--quick] [--part models|k] [--json FILE]
+(prints JSON unless --json; --part: parts 1-2 or part 3 alone)"""
 
 import json
 import os
@@ -46,7 +48,11 @@ SIZES = {False: {"n": 1000000, "h": 50000, "kn": 300000, "kh": 20000, "partition
                  "ks": [8], "duration": 240},
          True: {"n": 60000, "h": 10000, "kn": 20000, "kh": 10000, "partitions": 8,
                 "ks": [4], "duration": 60}}
-K_MODES = [("sync", "inverse", "sync"), ("async", "none", "async")]
+# (label, mode, penalty, family, trainer settings): sync with every row in its two-phase steps,
+# sync with only the dense parameters in them (trainer.sync.rows=dense, Persia's hybrid), async
+K_MODES = [("sync", "sync", "inverse", "sync", []),
+           ("sync, dense rows only", "sync", "inverse", "sync", ["trainer.sync.rows=dense"]),
+           ("async", "async", "none", "async", [])]
 
 
 def model_sets(model):
@@ -166,19 +172,19 @@ def k_part(rec, sparrow, work, size):
     evaluator = [sparrow, "eval", "--set", "trainer.latent_dim=4"]  # launch's trainers' k
     for s in model_sets("deepfm"):
         evaluator += ["--set", s]
-    specs = [("one trainer, batch 256", "async", "none", "async", 1, None)]
+    specs = [("one trainer, batch 256", "async", "none", "async", 1, None, [])]
     for k in size["ks"]:
         specs.append(("one trainer, batch %d" % (k * ss.BATCH), "async", "none", "async", 1,
-                      k * ss.BATCH))
-        for mode, pen, fam in K_MODES:
-            specs.append(("%s, %d trainers" % (mode, k), mode, pen, fam, k, None))
+                      k * ss.BATCH, []))
+        for label, mode, pen, fam, extra in K_MODES:
+            specs.append(("%s, %d trainers" % (label, k), mode, pen, fam, k, None, extra))
     rows = []
-    for desc, mode, pen, fam, k, batch in specs:
-        cfg = ss._config(desc, mode, pen, sets, fam)
+    for desc, mode, pen, fam, k, batch, extra in specs:
+        cfg = ss._config(desc, mode, pen, sets + ["trainer:" + e for e in extra], fam)
         spec = {"part": "deep", "stream": "deep", "config": "%s/%s" % (mode, pen), "cfg": cfg,
                 "k": k, "slow": 0, "batch": batch}
         r = ss.one_run(rec, sparrow, evaluator, work, st, spec, lsize)
-        r["desc"] = desc
+        r["desc"], r["sync_rows"] = desc, "dense" if extra else "all"
         rows.append(r)
         ev = r.get("eval") or {}
         rec.note("deep:   %s: held-out logloss %s ex/s %s%s" % (
@@ -187,11 +193,11 @@ def k_part(rec, sparrow, work, size):
     return {"rows": rows, "facts": facts, "examples": size["kn"], "heldout": size["kh"]}
 
 
-def run(rec, sparrow, work, quick):
+def run(rec, sparrow, work, quick, parts=("models", "k")):
     size = SIZES[bool(quick)]
     out = {"quick": bool(quick), "examples": size["n"], "heldout": size["h"], "streams": {},
            "rows": [], "failures": []}
-    for tag, label, over in STREAMS:
+    for tag, label, over in STREAMS if "models" in parts else []:
         paths, stats, clicks = make_streams(rec, sparrow, work, tag, over, size["n"], size["h"])
         out["streams"][tag] = {"label": label, "gen": stats, "json_clicks": clicks,
                                "props": ss._stream(over)}
@@ -211,6 +217,8 @@ def run(rec, sparrow, work, quick):
                                        (r["eval"].get("examples"), size["n"]))
         for p in paths.values():
             os.unlink(p)
+    if "k" not in parts:
+        return out
     try:
         out["k"] = k_part(rec, sparrow, work, size)
         out["failures"] += ["K part: %s: %s" % (r["desc"], r["why"])
@@ -230,7 +238,8 @@ def main(argv):
     os.makedirs(work)
     rec = rl.Recorder(log=lambda m: print(m, file=sys.stderr, flush=True))
     try:
-        res = run(rec, os.path.join(build, "sparrow"), work, quick)
+        parts = ((argv[argv.index("--part") + 1],) if "--part" in argv else ("models", "k"))
+        res = run(rec, os.path.join(build, "sparrow"), work, quick, parts)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text = json.dumps(res, indent=1)
