@@ -61,6 +61,7 @@ struct spw_serve {
     _Atomic(spw_serve_table_t *) table;
     spw_serve_dense_t *dense; /* a deep model's network weights (conf.model deep), else NULL */
     uint32_t dense_seen;      /* dense-block updates since the last snapshot (run thread) */
+    uint64_t dense_swaps_seen, dense_mixed_seen; /* last values put into the metrics (run thread) */
     struct spw_serve_bootstrap boot;
     struct spw_serve_limits limits;
     size_t max_body;
@@ -90,6 +91,8 @@ struct spw_serve {
     spw_counter_t *m_rows, *m_tombstones, *m_rejected, *m_dropped, *m_requests, *m_bad,
         *m_predictions, *m_not_found;
     spw_gauge_t *m_table_rows, *m_epoch, *m_ready;
+    spw_counter_t *m_dense_swaps, *m_dense_mixed; /* deep models only (NULL otherwise) */
+    spw_gauge_t *m_dense_version;
     spw_histogram_t *m_event_to_shard, *m_shard_to_visible, *m_event_to_visible, *m_latency;
 };
 
@@ -456,6 +459,21 @@ static void observe_freshness(spw_serve_t *s, const Sparrow__ModelUpdate *u)
 
 /* Applies one consumed record. Bad records are counted and skipped (they cannot be fixed by
  * reading them again). */
+/* The dense snapshots' counters into the metrics (run thread): swaps, refreshes that found the
+ * blocks of two versions (retried at the next block), the version served. */
+static void dense_metrics(spw_serve_t *s)
+{
+    uint64_t swaps = spw_serve_dense_swaps(s->dense), mixed = spw_serve_dense_mixed(s->dense);
+    spw_counter_add(s->m_dense_swaps, swaps - s->dense_swaps_seen);
+    spw_counter_add(s->m_dense_mixed, mixed - s->dense_mixed_seen);
+    s->dense_swaps_seen = swaps;
+    s->dense_mixed_seen = mixed;
+    const struct spw_serve_dense_snap *snap = spw_serve_dense_acquire(s->dense);
+    if (snap)
+        spw_gauge_set(s->m_dense_version, snap->version);
+    spw_serve_dense_release(s->dense, snap);
+}
+
 static void apply_record(spw_serve_t *s, const struct spw_kafka_msg *msg)
 {
     spw_serve_table_t *table = atomic_load_explicit(&s->table, memory_order_relaxed);
@@ -516,9 +534,11 @@ static void apply_record(spw_serve_t *s, const struct spw_kafka_msg *msg)
         }
         spw_counter_inc(s->m_rows);
         /* a deep model's blocks: a new snapshot once a whole set may have arrived */
-        if (s->dense && spw_key_is_dense(u->key) && ++s->dense_seen >= s->conf.model.dense_blocks &&
-            spw_serve_dense_refresh(s->dense, table) != SPW_ERR_STATE)
-            s->dense_seen = 0;
+        if (s->dense && spw_key_is_dense(u->key) && ++s->dense_seen >= s->conf.model.dense_blocks) {
+            if (spw_serve_dense_refresh(s->dense, table) != SPW_ERR_STATE)
+                s->dense_seen = 0;
+            dense_metrics(s);
+        }
     }
     if (u->has_epoch && u->epoch > atomic_load_explicit(&s->epoch, memory_order_relaxed))
         atomic_store_explicit(&s->epoch, u->epoch, memory_order_relaxed);
@@ -695,10 +715,21 @@ static bool register_metrics(spw_serve_t *s)
     s->m_latency = spw_metrics_histogram_new(
         m, "sparrow_serve_predict_seconds", "Time to answer a valid predict request.", NULL,
         LAT_BOUNDS, sizeof(LAT_BOUNDS) / sizeof(LAT_BOUNDS[0]));
+    s->m_dense_swaps = spw_metrics_counter_new(
+        m, "sparrow_serve_dense_swaps_total",
+        "Deep models: dense-weight snapshots swapped in (a complete set of one version).", NULL);
+    s->m_dense_mixed = spw_metrics_counter_new(
+        m, "sparrow_serve_dense_incomplete_total",
+        "Deep models: snapshots not taken because the blocks held two versions (the previous "
+        "snapshot stays; retried at the next block).",
+        NULL);
+    s->m_dense_version =
+        spw_metrics_gauge_new(m, "sparrow_serve_dense_version",
+                              "Deep models: version of the dense weights served.", NULL);
     return s->m_rows && s->m_tombstones && s->m_rejected && s->m_dropped && s->m_requests &&
            s->m_bad && s->m_not_found && s->m_predictions && s->m_table_rows && s->m_epoch &&
-           s->m_ready && s->m_event_to_shard && s->m_shard_to_visible && s->m_event_to_visible &&
-           s->m_latency;
+           s->m_ready && s->m_dense_swaps && s->m_dense_mixed && s->m_dense_version &&
+           s->m_event_to_shard && s->m_shard_to_visible && s->m_event_to_visible && s->m_latency;
 }
 
 /* Reads the bearer token from path (one line; surrounding whitespace ignored) into the HTTP layer.
@@ -860,6 +891,16 @@ spw_serve_t *spw_serve_new(const struct spw_serve_conf *conf, char *errstr, size
                      spw_serve_table_dim(table), conf->model.dim);
             goto out_destroy;
         }
+        if (s->dense && table &&
+            spw_serve_table_get(table, spw_dense_block_key(conf->model.dense_blocks), w0, NULL) ==
+                SPW_OK) {
+            snprintf(errstr, errstr_size,
+                     "the checkpoint holds more dense blocks than the deep model's %u (trained "
+                     "with another network? check trainer.model / trainer.mlp / trainer.fields / "
+                     "trainer.cross.layers)",
+                     conf->model.dense_blocks);
+            goto out_destroy;
+        }
         if (s->dense && table && spw_serve_dense_refresh(s->dense, table) == SPW_ERR_STATE) {
             snprintf(errstr, errstr_size,
                      "the checkpoint holds no complete set of the deep model's dense blocks "
@@ -867,6 +908,8 @@ spw_serve_t *spw_serve_new(const struct spw_serve_conf *conf, char *errstr, size
                      "trainer.fields)");
             goto out_destroy;
         }
+        if (s->dense)
+            dense_metrics(s);
         for (size_t i = 0; i < s->boot.n_offsets; i++)
             SPW_INFO("checkpoint update offset", "partition=%" PRId32 " offset=%" PRId64,
                      s->boot.offsets[i].partition, s->boot.offsets[i].offset);

@@ -215,6 +215,21 @@ spw_err_t spw_evaluate_model_set_model(spw_evaluate_model_t *em, const struct sp
                         em->model.dim);
     spw_deep_t *deep = NULL;
     float *dense = NULL;
+    if (spw_model_is_deep(model) && em->table) {
+        /* the checkpoint's dense blocks are the network's: all of them, and no more */
+        float w[SPW_SERVE_MAX_DIM];
+        uint32_t have = 0;
+        while (have <= model->dense_blocks &&
+               spw_serve_table_get(em->table, spw_dense_block_key(have), w, NULL) == SPW_OK)
+            have++;
+        if (have != model->dense_blocks)
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                            "the checkpoint holds %s%u dense blocks, the model %s (trainer.* "
+                            "settings) has %u: trained with another network? check "
+                            "trainer.model, trainer.mlp, trainer.fields, trainer.cross.layers",
+                            have > model->dense_blocks ? "more than " : "", have,
+                            spw_model_kind_name(model->kind), model->dense_blocks);
+    }
     if (spw_model_is_deep(model)) {
         deep = spw_deep_new(model, errstr, errstr_size);
         dense = malloc(spw_model_dense_params(model) * sizeof(float));
