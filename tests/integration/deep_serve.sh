@@ -4,7 +4,8 @@
 # constant predictor) given the model, and refuses it without the model or with another network
 # (more or fewer dense blocks than the checkpoint's); `sparrow serve` bootstraps from it, scores the
 # held-out examples with eval's logloss, reports the dense weights it serves (dense_version,
-# sparrow_serve_dense_swaps_total), and refuses to start with another network.
+# sparrow_serve_dense_swaps_total), and refuses to start with another network; a trainer continuing
+# the checkpoint with another network is refused, with the same one it continues.
 # usage: deep_serve.sh PATH_TO_SPARROW SCRATCH_DIR
 set -euo pipefail
 SPARROW=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") # absolute: the script works in DIR
@@ -102,5 +103,16 @@ PY
     expect_fail "$MODEL: serve with a smaller network" "more dense blocks than the deep model's" \
         timeout 30 "$SPARROW" serve --checkpoint-dir "ck-$MODEL" --port 0 "${M[@]}" \
         --set trainer.mlp=4
+
+    echo "5. a trainer continuing the checkpoint with another network is refused"
+    for mlp in 64,32 4; do
+        expect_fail "$MODEL: trainer with trainer.mlp=$mlp" "dense blocks of another network" \
+            "$SPARROW" trainer --in file:held.json --format json --shards inproc \
+            --checkpoint-dir "ck-$MODEL" --batch 256 --backend cpu --http-port -1 \
+            --set trainer.checkpoint.interval=0 "${M[@]}" --set trainer.mlp=$mlp
+    done
+    "$SPARROW" trainer --in file:held.json --format json --shards inproc --checkpoint-dir "ck-$MODEL" \
+        --batch 256 --backend cpu --http-port -1 --set trainer.checkpoint.interval=0 "${M[@]}" \
+        >"again-$MODEL.log" 2>&1 || fail "$MODEL: the same network did not continue: $(tail -3 "again-$MODEL.log")"
 done
 echo "deep_serve: ok"

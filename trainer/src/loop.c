@@ -484,6 +484,44 @@ static spw_err_t hello_shards(spw_trainer_loop_t *loop)
     return err == SPW_ERR_STOPPED ? SPW_OK : err; /* a stop: the loop sees it and ends */
 }
 
+/* A deep model's dense blocks on the shards against its network: the blocks are pushed together,
+ * so once trained (block 0's version > 0) the last of this network's blocks must be trained too
+ * and the one after it must not exist. A network of another size (trainer.mlp, trainer.fields,
+ * trainer.cross.layers changed between runs) would read another's weights: SPW_ERR_INVALID
+ * (logged). Pulls of absent blocks read zero, version 0, and create nothing. */
+static spw_err_t check_dense_blocks(spw_trainer_loop_t *loop)
+{
+    const struct spw_model *m = &loop->conf.params.model;
+    if (!spw_model_is_deep(m) || m->dense_blocks == 0)
+        return SPW_OK;
+    const uint32_t d = m->dense_blocks;
+    uint64_t keys[3] = {spw_dense_block_key(0), spw_dense_block_key(d - 1), spw_dense_block_key(d)};
+    float *rows = calloc(3 * (size_t)loop->dim, sizeof(float));
+    uint32_t v[3] = {0};
+    if (!rows)
+        return SPW_ERR_NOMEM;
+    uint64_t token = 0;
+    spw_err_t err = spw_ps_client_pull_start(loop->client, keys, 3, rows, v, &token);
+    while (!err && (err = spw_ps_client_pull_wait(loop->client, token, PULL_WAIT_SLICE_MS)) ==
+                       SPW_ERR_TIMEOUT)
+        ;
+    free(rows);
+    if (err == SPW_ERR_STOPPED)
+        return SPW_OK; /* a stop: the loop sees it and ends */
+    if (!err && v[0] > 0 && (v[1] == 0 || v[2] > 0)) {
+        SPW_ERROR("configuration mismatch with the shards",
+                  "error=\"the shards hold the dense blocks of another network: this %s has %u "
+                  "(block %u %s): trainer.mlp, trainer.fields or trainer.cross.layers differ "
+                  "from the run that trained them; train with those, or on fresh shards\" "
+                  "model_desc=\"%s\"",
+                  spw_model_kind_name(m->kind), d, v[2] > 0 ? d : d - 1,
+                  v[2] > 0 ? "is trained: theirs is larger" : "is not: theirs is smaller",
+                  loop->model_desc);
+        return SPW_ERR_INVALID;
+    }
+    return err;
+}
+
 /* ---- input ---- */
 
 static uint64_t rejected_total(const spw_trainer_loop_t *loop)
@@ -1355,6 +1393,8 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
     step_reset(loop);
     const uint32_t acc_steps = loop->conf.params.acc_steps;
     spw_err_t err = hello_shards(loop);
+    if (!err)
+        err = check_dense_blocks(loop);
     if (err)
         return finish(loop, err);
     err = fill(loop, loop->cur);
