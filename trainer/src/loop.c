@@ -765,18 +765,19 @@ static spw_err_t push_frames(spw_trainer_loop_t *loop, const struct spw_push_set
                                 last_seq);
 }
 
-/* Pushes a set. With an echo target (loop->echo_to), the rows it shares go first, in pushes of
- * their own that ask for the rows back: the acknowledgement the next micro-batch waits for then
- * comes as soon as the shard applied those, while it applies the rest during the next compute. */
-static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *set,
-                          uint64_t examples, int64_t max_event, uint64_t step, uint64_t *last_seq)
+/* Splits set into the loop's split buffers: the rows whose key `front` accepts first (head),
+ * the others after them (tail; their order does not matter). front(ctx, key, &pos): with
+ * keep_pos, pos is written to loop->echo_pos at the head row's index. */
+typedef bool (*split_front_fn)(const void *ctx, uint64_t key, uint32_t *pos);
+
+static spw_err_t split_set(spw_trainer_loop_t *loop, const struct spw_push_set *set,
+                           split_front_fn front, const void *ctx, bool keep_pos,
+                           struct spw_push_set *head, struct spw_push_set *tail)
 {
-    struct mb *to = loop->echo_to;
-    if (!to)
-        return push_frames(loop, set, examples, max_event, step, NULL, NULL, last_seq);
     const size_t n = set->n, dim = set->dim;
     const size_t vbytes = set->fp16 ? sizeof(uint16_t) : sizeof(float);
-    if (spw_trn__grow((void **)&loop->echo_pos, &loop->cap_echo_pos, n, sizeof(uint32_t)) ||
+    if ((keep_pos &&
+         spw_trn__grow((void **)&loop->echo_pos, &loop->cap_echo_pos, n, sizeof(uint32_t))) ||
         spw_trn__grow((void **)&loop->split_keys, &loop->cap_split_keys, n, sizeof(uint64_t)) ||
         spw_trn__grow((void **)&loop->split_versions, &loop->cap_split_versions, n,
                       sizeof(uint32_t)) ||
@@ -784,15 +785,15 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
         (set->pulled && spw_trn__grow((void **)&loop->split_pulled, &loop->cap_split_pulled,
                                       n * dim, sizeof(float))))
         return SPW_ERR_NOMEM;
-    /* shared rows from the front, the others from the back (their order does not matter) */
     size_t a = 0, b = n;
     const uint8_t *src =
         set->fp16 ? (const uint8_t *)set->values_f16 : (const uint8_t *)set->values;
     uint8_t *dst = loop->split_values;
     for (size_t i = 0; i < n; i++) {
-        uint32_t pos = spw_trn__keyidx_find(&to->batch->dedup, set->keys[i]);
-        size_t j = pos != SPW_TRN__NONE ? a++ : --b;
-        if (pos != SPW_TRN__NONE)
+        uint32_t pos = 0;
+        bool in_head = front(ctx, set->keys[i], &pos);
+        size_t j = in_head ? a++ : --b;
+        if (in_head && keep_pos)
             loop->echo_pos[j] = pos;
         loop->split_keys[j] = set->keys[i];
         loop->split_versions[j] = set->versions ? set->versions[i] : 0;
@@ -800,7 +801,7 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
         if (set->pulled)
             memcpy(loop->split_pulled + j * dim, set->pulled + i * dim, dim * sizeof(float));
     }
-    struct spw_push_set shared = {
+    *head = (struct spw_push_set){
         .n = a,
         .dim = set->dim,
         .fp16 = set->fp16,
@@ -810,20 +811,47 @@ static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *s
         .values_f16 = set->fp16 ? (const uint16_t *)dst : NULL,
         .pulled = set->pulled ? loop->split_pulled : NULL,
     };
-    struct spw_push_set rest = shared;
-    rest.n = n - a;
-    rest.keys += a;
-    rest.versions += a;
-    if (rest.pulled)
-        rest.pulled += a * dim;
-    if (rest.values)
-        rest.values += a * dim;
+    *tail = *head;
+    tail->n = n - a;
+    tail->keys += a;
+    tail->versions += a;
+    if (tail->pulled)
+        tail->pulled += a * dim;
+    if (tail->values)
+        tail->values += a * dim;
     else
-        rest.values_f16 += a * dim;
-    spw_err_t err =
-        push_frames(loop, &shared, examples, max_event, step, to, loop->echo_pos, last_seq);
+        tail->values_f16 += a * dim;
+    return SPW_OK;
+}
+
+static bool in_batch(const void *ctx, uint64_t key, uint32_t *pos)
+{
+    *pos = spw_trn__keyidx_find(&((const struct mb *)ctx)->batch->dedup, key);
+    return *pos != SPW_TRN__NONE;
+}
+
+static bool is_dense_param(const void *ctx, uint64_t key, uint32_t *pos)
+{
+    (void)ctx, (void)pos;
+    return key == SPW_TRN_BIAS_KEY || spw_key_is_dense(key);
+}
+
+/* Pushes a set. With an echo target (loop->echo_to), the rows it shares go first, in pushes of
+ * their own that ask for the rows back: the acknowledgement the next micro-batch waits for then
+ * comes as soon as the shard applied those, while it applies the rest during the next compute. */
+static spw_err_t push_set(spw_trainer_loop_t *loop, const struct spw_push_set *set,
+                          uint64_t examples, int64_t max_event, uint64_t step, uint64_t *last_seq)
+{
+    struct mb *to = loop->echo_to;
+    if (!to)
+        return push_frames(loop, set, examples, max_event, step, NULL, NULL, last_seq);
+    struct spw_push_set shared, rest;
+    spw_err_t err = split_set(loop, set, in_batch, to, true, &shared, &rest);
     if (!err)
-        err = push_frames(loop, &rest, a ? 0 : examples, max_event, step, NULL, NULL, last_seq);
+        err = push_frames(loop, &shared, examples, max_event, step, to, loop->echo_pos, last_seq);
+    if (!err)
+        err = push_frames(loop, &rest, shared.n ? 0 : examples, max_event, step, NULL, NULL,
+                          last_seq);
     return err;
 }
 
@@ -835,50 +863,11 @@ static spw_err_t push_dense_tagged(spw_trainer_loop_t *loop, const struct spw_pu
                                    uint64_t examples, int64_t max_event, uint64_t step,
                                    uint64_t *last_seq)
 {
-    const size_t n = set->n, dim = set->dim;
-    const size_t vbytes = set->fp16 ? sizeof(uint16_t) : sizeof(float);
-    if (spw_trn__grow((void **)&loop->split_keys, &loop->cap_split_keys, n, sizeof(uint64_t)) ||
-        spw_trn__grow((void **)&loop->split_versions, &loop->cap_split_versions, n,
-                      sizeof(uint32_t)) ||
-        spw_trn__grow((void **)&loop->split_values, &loop->cap_split_values, n * dim, vbytes) ||
-        (set->pulled && spw_trn__grow((void **)&loop->split_pulled, &loop->cap_split_pulled,
-                                      n * dim, sizeof(float))))
-        return SPW_ERR_NOMEM;
-    /* the dense parameters from the front, the embedding rows from the back */
-    size_t a = 0, b = n;
-    const uint8_t *src =
-        set->fp16 ? (const uint8_t *)set->values_f16 : (const uint8_t *)set->values;
-    uint8_t *dst = loop->split_values;
-    for (size_t i = 0; i < n; i++) {
-        size_t j = set->keys[i] == SPW_TRN_BIAS_KEY || spw_key_is_dense(set->keys[i]) ? a++ : --b;
-        loop->split_keys[j] = set->keys[i];
-        loop->split_versions[j] = set->versions ? set->versions[i] : 0;
-        memcpy(dst + j * dim * vbytes, src + i * dim * vbytes, dim * vbytes);
-        if (set->pulled)
-            memcpy(loop->split_pulled + j * dim, set->pulled + i * dim, dim * sizeof(float));
-    }
-    struct spw_push_set dense = {
-        .n = a,
-        .dim = set->dim,
-        .fp16 = set->fp16,
-        .keys = loop->split_keys,
-        .versions = loop->split_versions,
-        .values = set->fp16 ? NULL : (const float *)dst,
-        .values_f16 = set->fp16 ? (const uint16_t *)dst : NULL,
-        .pulled = set->pulled ? loop->split_pulled : NULL,
-    };
-    struct spw_push_set rows = dense;
-    rows.n = n - a;
-    rows.keys += a;
-    rows.versions += a;
-    if (rows.pulled)
-        rows.pulled += a * dim;
-    if (rows.values)
-        rows.values += a * dim;
-    else
-        rows.values_f16 += a * dim;
-    spw_err_t err =
-        push_frames_weighted(loop, &dense, 0, examples, max_event, step, NULL, NULL, last_seq);
+    struct spw_push_set dense, rows;
+    spw_err_t err = split_set(loop, set, is_dense_param, NULL, false, &dense, &rows);
+    if (!err)
+        err =
+            push_frames_weighted(loop, &dense, 0, examples, max_event, step, NULL, NULL, last_seq);
     if (!err && rows.n)
         err = push_frames(loop, &rows, examples, max_event, 0, NULL, NULL, last_seq);
     return err;
