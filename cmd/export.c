@@ -23,7 +23,11 @@ static const char usage[] =
     "not exist or be empty: every row's u64 key and its dim float weights (the optimizer\n"
     "state is not exported; key 0 is the bias), ascending by key, as rows.tsv (tsv) or\n"
     "keys.npy + weights.npy (npy), and metadata.json (model, dim, epoch, key hash, row\n"
-    "count). --since E0: only the rows new or changed since epoch E0, and the keys E0 held\n"
+    "count). A deep model's network is written too, as its weights (dense.tsv or\n"
+    "dense.npy, with its layers in metadata.json): give the model with the trainer's\n"
+    "settings (--set trainer.model=deepfm|dcnv2, trainer.fields, trainer.mlp, ...), which\n"
+    "must be the network the checkpoint holds.\n"
+    "--since E0: only the rows new or changed since epoch E0, and the keys E0 held\n"
     "that E does not (removed.tsv / removed.npy). Every shard checkpoint is verified against\n"
     "its manifest and read in key order, so memory stays small for any model size.\n"
     "docs/FORMATS.md describes the files. Exit status: 0 done, 1 failed (nothing\n"
@@ -52,6 +56,8 @@ static int run(const spw_config_t *cfg)
         printf("exported epoch %" PRIu64 " to %s: %" PRIu64 " rows (model %s, dim %u, %u "
                "shards)\n",
                res.epoch, conf.to, res.rows, res.model, res.dim, res.shards);
+    if (res.dense_params)
+        printf("dense network: %zu weights\n", res.dense_params);
     return 0;
 }
 

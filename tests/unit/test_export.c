@@ -1,7 +1,8 @@
 /* Unit tests of `sparrow export`'s library: checkpoints with known rows over several shards come
  * out merged in key order, exactly (TSV and .npy bytes); --since writes the new and changed rows
  * and the removed keys; bad requests (no epoch, a non-empty output, since >= epoch) fail naming
- * the cause and leave nothing. */
+ * the cause and leave nothing; a deep model's dense blocks come out as its network's weights
+ * (the initial weights plus the blocks), not as rows, and only for the network they belong to. */
 #include "test_main.h" /* cmocka and what it needs first */
 
 #include <inttypes.h>
@@ -13,6 +14,7 @@
 
 #include "sparrow/coordinator.h"
 #include "sparrow/export.h"
+#include "sparrow/hash.h"
 #include "sparrow/ps_ckpt.h"
 #include "sparrow/pserver.h"
 #include "test_dir.h"
@@ -244,6 +246,94 @@ static void test_export_errors_leave_nothing(void **state)
     assert_int_equal(access(path_in(out, "rows.tsv"), F_OK), -1);
 }
 
+/* A DeepFM of k = 2 (dim 3, as the rows here) over fields 1 and 2, one hidden layer of hidden. */
+static void deep_model(struct spw_model *m, const char *hidden)
+{
+    char errstr[256];
+    const struct spw_model_field fields[] = {{1, SPW_POOL_SUM}, {2, SPW_POOL_MEAN}};
+    assert_int_equal(spw_model_init_deep(m, SPW_MODEL_DEEPFM, DIM - 1, fields, 2, hidden, 0, 0.0f,
+                                         7, errstr, sizeof(errstr)),
+                     SPW_OK);
+}
+
+static void test_export_deep_network(void **state)
+{
+    (void)state;
+    char root[256], out[256], errstr[512];
+    struct spw_model m;
+    deep_model(&m, "4");
+    size_t np = spw_model_dense_params(&m); /* 4 * 4 + 4 + 4 + 1 = 25: 9 blocks of 3 */
+    assert_int_equal(m.dense_blocks, (np + DIM - 1) / DIM);
+    struct trow rows[3 + 16];
+    size_t n = 0;
+    rows[n++] = (struct trow){0, {0.5f, 0, 0}};
+    rows[n++] = (struct trow){7, {1, 2, 3}};
+    rows[n++] = (struct trow){UINT64_MAX - 1, {4, 5, 6}}; /* in the dense range, past the blocks */
+    for (uint32_t b = 0; b < m.dense_blocks; b++)
+        rows[n++] = (struct trow){spw_dense_block_key(b), {0.25f * (float)b, -1.0f, 0.125f}};
+    snprintf(root, sizeof(root), "%s/deep", test_dir);
+    write_ckpt(root, 1, 2, rows, n);
+    struct spw_export_result res;
+
+    /* with the network: the rows without the blocks, and dense.npy = init + blocks */
+    snprintf(out, sizeof(out), "%s/deep-npy", test_dir);
+    struct spw_export_conf conf = {.checkpoint = root, .to = out, .format = SPW_EXPORT_NPY};
+    conf.model = m;
+    rows[2].key = spw_dense_block_key(m.dense_blocks); /* a block past the network's: refused */
+    write_ckpt(root, 2, 2, rows, n);
+    conf.epoch = 2;
+    assert_int_equal(spw_export_run(&conf, &res, errstr, sizeof(errstr)), SPW_ERR_INVALID);
+    assert_non_null(strstr(errstr, "past its last"));
+    assert_int_equal(access(out, F_OK), -1);
+    conf.epoch = 1;
+    assert_int_equal(spw_export_run(&conf, &res, errstr, sizeof(errstr)), SPW_ERR_INVALID);
+    assert_non_null(strstr(errstr, "not the model's")); /* UINT64_MAX - 1 is a block too */
+    rows[2].key = 9;
+    write_ckpt(root, 3, 2, rows, n);
+    conf.epoch = 3;
+    assert_int_equal(spw_export_run(&conf, &res, errstr, sizeof(errstr)), SPW_OK);
+    assert_int_equal(res.rows, 3);
+    assert_int_equal(res.dense_params, np);
+    assert_string_equal(res.model, "deepfm");
+    size_t len;
+    char *d = slurp(path_in(out, "dense.npy"), &len);
+    assert_int_equal(len, 128 + np * 4);
+    char shape[64];
+    snprintf(shape, sizeof(shape), "'shape': (%zu,), }", np);
+    assert_non_null(strstr(d + 10, shape));
+    float *init = malloc(np * sizeof(float)), got[64];
+    spw_model_dense_init(&m, init);
+    memcpy(got, d + 128, np * sizeof(float));
+    for (size_t i = 0; i < np; i++) {
+        const float *block = rows[3 + i / DIM].w;
+        assert_true(got[i] == init[i] + block[i % DIM]);
+    }
+    free(init);
+    free(d);
+    char *meta = slurp(path_in(out, "metadata.json"), NULL);
+    assert_non_null(strstr(meta, "\"model\": \"deepfm\""));
+    assert_non_null(strstr(meta, "\"fields\": [{\"id\": 1, \"pooling\": \"sum\"}, {\"id\": 2, "
+                                 "\"pooling\": \"mean\"}]"));
+    assert_non_null(strstr(meta, "{\"kind\": \"hidden\", \"in\": 4, \"out\": 4, "
+                                 "\"weight_offset\": 0, \"bias_offset\": 16}"));
+    assert_non_null(strstr(meta, "\"dense\": \"dense.npy\"}"));
+    free(meta);
+    char *k = slurp(path_in(out, "keys.npy"), &len);
+    assert_int_equal(len, 128 + 3 * 8);
+    free(k);
+
+    /* without the network, or with another one: refused, nothing left */
+    snprintf(out, sizeof(out), "%s/deep-bad", test_dir);
+    conf = (struct spw_export_conf){.checkpoint = root, .to = out};
+    assert_int_equal(spw_export_run(&conf, &res, errstr, sizeof(errstr)), SPW_ERR_INVALID);
+    assert_non_null(strstr(errstr, "holds a deep model's dense blocks"));
+    assert_int_equal(access(out, F_OK), -1);
+    deep_model(&conf.model, "8");
+    assert_int_equal(spw_export_run(&conf, &res, errstr, sizeof(errstr)), SPW_ERR_INVALID);
+    assert_non_null(strstr(errstr, "dense blocks, the model"));
+    assert_int_equal(access(out, F_OK), -1);
+}
+
 SPW_TEST_MAIN_EACH(test_dir_setup, test_dir_teardown, test_export_tsv_rows_in_key_order,
                    test_export_npy_exact_bytes, test_export_since_changed_and_removed,
-                   test_export_errors_leave_nothing)
+                   test_export_errors_leave_nothing, test_export_deep_network)

@@ -14,7 +14,9 @@
 
 #include "sparrow/ckpt_layout.h"
 #include "sparrow/coordinator.h"
+#include "sparrow/dense.h"
 #include "sparrow/fs.h"
+#include "sparrow/hash.h"
 #include "sparrow/ps_ckpt.h"
 #include "sparrow/signal.h"
 #include "ckpt_find_int.h"
@@ -171,9 +173,15 @@ struct output {
     enum spw_export_format format;
     uint32_t dim;
     struct out_file rows, keys, weights, removed; /* tsv: rows, removed; npy: the others */
-    struct out_file *opened[4];
+    struct out_file dense;                        /* deep models: dense.tsv or dense.npy */
+    struct out_file *opened[5];
     size_t n_opened;
     uint64_t n_rows, n_removed;
+    /* a deep model: its network (NULL otherwise) and the dense blocks read so far (in key
+     * order, so block i is the i-th), dense_blocks × dim floats */
+    const struct spw_model *model;
+    float *blocks;
+    uint32_t n_blocks;
 };
 
 static spw_err_t npy_header(struct out_file *o, uint64_t n)
@@ -259,17 +267,21 @@ static spw_err_t output_dir(struct output *out, char *errstr, size_t errstr_size
 static spw_err_t output_open(struct output *out, bool since, char *errstr, size_t errstr_size)
 {
     spw_err_t rc;
-    if (out->format == SPW_EXPORT_TSV) {
+    bool tsv = out->format == SPW_EXPORT_TSV;
+    if (tsv) {
         rc = out_open(out, &out->rows, "rows.tsv", NULL, 0, errstr, errstr_size);
         if (rc == SPW_OK && since)
             rc = out_open(out, &out->removed, "removed.tsv", NULL, 0, errstr, errstr_size);
-        return rc;
+    } else {
+        rc = out_open(out, &out->keys, "keys.npy", "<u8", 0, errstr, errstr_size);
+        if (rc == SPW_OK)
+            rc = out_open(out, &out->weights, "weights.npy", "<f4", out->dim, errstr, errstr_size);
+        if (rc == SPW_OK && since)
+            rc = out_open(out, &out->removed, "removed.npy", "<u8", 0, errstr, errstr_size);
     }
-    rc = out_open(out, &out->keys, "keys.npy", "<u8", 0, errstr, errstr_size);
-    if (rc == SPW_OK)
-        rc = out_open(out, &out->weights, "weights.npy", "<f4", out->dim, errstr, errstr_size);
-    if (rc == SPW_OK && since)
-        rc = out_open(out, &out->removed, "removed.npy", "<u8", 0, errstr, errstr_size);
+    if (rc == SPW_OK && out->model)
+        rc = out_open(out, &out->dense, tsv ? "dense.tsv" : "dense.npy", tsv ? NULL : "<f4", 0,
+                      errstr, errstr_size);
     return rc;
 }
 
@@ -290,6 +302,55 @@ static spw_err_t put_row(struct output *out, uint64_t key, const float *w)
         if (fprintf(out->rows.f, "\t%.9g", (double)w[i]) < 0)
             return SPW_ERR_IO;
     return fputc('\n', out->rows.f) == EOF ? SPW_ERR_IO : SPW_OK;
+}
+
+/* A dense block of a deep model's checkpoint (key spw_key_is_dense) kept for the dense file:
+ * blocks come in key order, so the i-th is block i; one past the network's is another network. */
+static spw_err_t take_block(struct output *out, uint64_t key, const float *w, char *errstr,
+                            size_t errstr_size)
+{
+    uint32_t block = (uint32_t)(key - SPW_DENSE_KEY_BASE);
+    if (block != out->n_blocks || block >= out->model->dense_blocks)
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "the checkpoint's dense blocks are not the model's (%s, %u blocks): "
+                        "block %u %s",
+                        spw_model_kind_name(out->model->kind), out->model->dense_blocks, block,
+                        block >= out->model->dense_blocks ? "is past its last" : "comes early");
+    memcpy(out->blocks + (size_t)block * out->dim, w, out->dim * sizeof(float));
+    out->n_blocks++;
+    return SPW_OK;
+}
+
+/* The network's weights (the seeded initial weights plus the blocks) into the dense file. */
+static spw_err_t put_dense(struct output *out, size_t *params_written, char *errstr,
+                           size_t errstr_size)
+{
+    if (!out->model)
+        return SPW_OK;
+    if (out->n_blocks != out->model->dense_blocks)
+        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                        "the checkpoint holds %u dense blocks, the model (%s) %u: trainer.* "
+                        "must describe the network that was trained",
+                        out->n_blocks, spw_model_kind_name(out->model->kind),
+                        out->model->dense_blocks);
+    size_t n = spw_model_dense_params(out->model);
+    float *p = malloc(n * sizeof(float));
+    if (!p)
+        return spw_errf(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
+    spw_model_dense_init(out->model, p);
+    for (size_t i = 0; i < n; i++)
+        p[i] += out->blocks[i];
+    bool ok = true;
+    if (out->format == SPW_EXPORT_NPY)
+        ok = fwrite(p, sizeof(float), n, out->dense.f) == n;
+    for (size_t i = 0; ok && out->format == SPW_EXPORT_TSV && i < n; i++)
+        ok = fprintf(out->dense.f, "%.9g\n", (double)p[i]) >= 0;
+    free(p);
+    if (!ok)
+        return spw_errf(SPW_ERR_IO, errstr, errstr_size, "%s: %s", out->dense.path,
+                        strerror(errno));
+    *params_written = n;
+    return SPW_OK;
 }
 
 static spw_err_t put_removed(struct output *out, uint64_t key)
@@ -314,6 +375,43 @@ static void output_discard(struct output *out)
         unlink(meta);
     if (out->made_dir)
         rmdir(out->dir);
+}
+
+/* metadata.json's "dense" member: what a reader needs to run the network on the exported rows. */
+static void write_dense_metadata(FILE *f, const struct output *out,
+                                 const struct spw_export_result *res)
+{
+    const struct spw_model *m = out->model;
+    char desc[SPW_MODEL_DESC_MAX];
+    if (spw_model_describe(m, desc, sizeof(desc)) < 0)
+        desc[0] = '\0';
+    fprintf(f,
+            "  \"dense\": {\n"
+            "    \"file\": \"%s\",\n"
+            "    \"params\": %zu,\n"
+            "    \"blocks\": %u,\n"
+            "    \"description\": \"%s\",\n"
+            "    \"in_dim\": %u,\n"
+            "    \"fields\": [",
+            out->format == SPW_EXPORT_NPY ? "dense.npy" : "dense.tsv", res->dense_params,
+            m->dense_blocks, desc, m->dense.in_dim);
+    for (uint32_t i = 0; i < m->n_fields; i++)
+        fprintf(f, "%s{\"id\": %u, \"pooling\": \"%s\"}", i ? ", " : "", m->fields[i].id,
+                m->fields[i].pooling == SPW_POOL_MEAN ? "mean" : "sum");
+    fprintf(f, "],\n    \"layers\": [");
+    size_t layers = spw_dense_spec_layer_count(&m->dense);
+    for (size_t i = 0; i < layers; i++) {
+        struct spw_dense_layer l;
+        spw_dense_spec_layer_at(&m->dense, i, &l);
+        const char *kind = l.kind == SPW_DENSE_CROSS    ? "cross"
+                           : l.kind == SPW_DENSE_HIDDEN ? "hidden"
+                                                        : "output";
+        fprintf(f,
+                "%s\n      {\"kind\": \"%s\", \"in\": %u, \"out\": %u, \"weight_offset\": %zu, "
+                "\"bias_offset\": %zu}",
+                i ? "," : "", kind, l.in, l.out, l.w_off, l.b_off);
+    }
+    fprintf(f, "\n    ]\n  },\n");
 }
 
 static spw_err_t write_metadata(const struct output *out, const struct epoch_rows *e,
@@ -357,12 +455,19 @@ static spw_err_t write_metadata(const struct output *out, const struct epoch_row
             npy ? "npy" : "tsv", res->model, res->dim, res->dim > 1 ? res->dim - 1 : 0, res->epoch,
             since_text, res->rows, res->removed, res->unchanged, res->shards, e->m.example_count,
             e->m.created_ms, e->optimizer ? e->optimizer : "");
-    if (npy)
-        fprintf(f, "  \"files\": {\"keys\": \"keys.npy\", \"weights\": \"weights.npy\"%s}\n}\n",
-                since ? ", \"removed\": \"removed.npy\"" : "");
+    if (out->model)
+        write_dense_metadata(f, out, res);
     else
-        fprintf(f, "  \"files\": {\"rows\": \"rows.tsv\"%s}\n}\n",
-                since ? ", \"removed\": \"removed.tsv\"" : "");
+        fprintf(f, "  \"dense\": null,\n");
+    const char *dense = !out->model ? ""
+                        : npy       ? ", \"dense\": \"dense.npy\""
+                                    : ", \"dense\": \"dense.tsv\"";
+    if (npy)
+        fprintf(f, "  \"files\": {\"keys\": \"keys.npy\", \"weights\": \"weights.npy\"%s%s}\n}\n",
+                since ? ", \"removed\": \"removed.npy\"" : "", dense);
+    else
+        fprintf(f, "  \"files\": {\"rows\": \"rows.tsv\"%s%s}\n}\n",
+                since ? ", \"removed\": \"removed.tsv\"" : "", dense);
     bool ok = fflush(f) == 0 && !ferror(f);
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -412,13 +517,37 @@ static spw_err_t stop_check(uint64_t n)
     return n % STOP_CHECK_ROWS == 0 && spw_signal_stop_requested() ? SPW_ERR_STOPPED : SPW_OK;
 }
 
+/* The next feature row of er (SPW_ERR_EOF after the last). With a deep model the dense blocks
+ * on the way are taken for the dense file (keep_dense) or passed over; without one a key of the
+ * dense range is a feature's (a hash collision, as on the shards), except block 0's: the
+ * checkpoint of a deep model, refused (as eval refuses it). */
+static spw_err_t feature_next(struct output *out, struct epoch_rows *er, bool keep_dense,
+                              char *errstr, size_t errstr_size)
+{
+    for (;;) {
+        spw_err_t rc = epoch_next(er, errstr, errstr_size);
+        if (rc != SPW_OK || !spw_key_is_dense(er->key))
+            return rc;
+        if (!out->model) {
+            if (er->key != spw_dense_block_key(0))
+                return SPW_OK;
+            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                            "the checkpoint holds a deep model's dense blocks: give its model "
+                            "(--set trainer.model=deepfm|dcnv2 and the trainer's trainer.fields, "
+                            "trainer.mlp, ...)");
+        }
+        if (keep_dense && (rc = take_block(out, er->key, er->w, errstr, errstr_size)) != SPW_OK)
+            return rc;
+    }
+}
+
 /* Every row of cur. */
 static spw_err_t export_all(struct output *out, struct epoch_rows *cur, char *errstr,
                             size_t errstr_size)
 {
     spw_err_t rc;
     for (uint64_t n = 1;; n++) {
-        if ((rc = epoch_next(cur, errstr, errstr_size)) != SPW_OK)
+        if ((rc = feature_next(out, cur, true, errstr, errstr_size)) != SPW_OK)
             return rc == SPW_ERR_EOF ? SPW_OK : rc;
         if (put_row(out, cur->key, cur->w) != SPW_OK)
             return SPW_ERR_IO;
@@ -431,8 +560,8 @@ static spw_err_t export_all(struct output *out, struct epoch_rows *cur, char *er
 static spw_err_t export_since(struct output *out, struct epoch_rows *cur, struct epoch_rows *old,
                               uint64_t *unchanged, char *errstr, size_t errstr_size)
 {
-    spw_err_t ra = epoch_next(cur, errstr, errstr_size);
-    spw_err_t rb = epoch_next(old, errstr, errstr_size);
+    spw_err_t ra = feature_next(out, cur, true, errstr, errstr_size);
+    spw_err_t rb = feature_next(out, old, false, errstr, errstr_size);
     for (uint64_t n = 1;; n++) {
         if ((ra != SPW_OK && ra != SPW_ERR_EOF) || (rb != SPW_OK && rb != SPW_ERR_EOF))
             return ra != SPW_OK && ra != SPW_ERR_EOF ? ra : rb;
@@ -442,11 +571,11 @@ static spw_err_t export_since(struct output *out, struct epoch_rows *cur, struct
         if (a && (!b || cur->key < old->key)) { /* new in cur */
             if (put_row(out, cur->key, cur->w) != SPW_OK)
                 return SPW_ERR_IO;
-            ra = epoch_next(cur, errstr, errstr_size);
+            ra = feature_next(out, cur, true, errstr, errstr_size);
         } else if (!a || old->key < cur->key) { /* gone from cur */
             if (put_removed(out, old->key) != SPW_OK)
                 return SPW_ERR_IO;
-            rb = epoch_next(old, errstr, errstr_size);
+            rb = feature_next(out, old, false, errstr, errstr_size);
         } else { /* in both: changed when any weight's bits differ */
             if (memcmp(cur->w, old->w, cur->dim * sizeof(float)) != 0) {
                 if (put_row(out, cur->key, cur->w) != SPW_OK)
@@ -454,8 +583,8 @@ static spw_err_t export_since(struct output *out, struct epoch_rows *cur, struct
             } else {
                 ++*unchanged;
             }
-            ra = epoch_next(cur, errstr, errstr_size);
-            rb = epoch_next(old, errstr, errstr_size);
+            ra = feature_next(out, cur, true, errstr, errstr_size);
+            rb = feature_next(out, old, false, errstr, errstr_size);
         }
         if (stop_check(n) != SPW_OK)
             return spw_errf(SPW_ERR_STOPPED, errstr, errstr_size, "stopped");
@@ -473,7 +602,9 @@ spw_err_t spw_export_run(const struct spw_export_conf *conf, struct spw_export_r
         return rc;
     struct epoch_rows cur, old;
     memset(&old, 0, sizeof(old));
-    struct output out = {.dir = conf->to, .format = conf->format};
+    struct output out = {.dir = conf->to,
+                         .format = conf->format,
+                         .model = spw_model_is_deep(&conf->model) ? &conf->model : NULL};
     if ((rc = epoch_open(&cur, root, epoch, conf->log_dir, errstr, errstr_size)) != SPW_OK)
         goto out_close;
     if (conf->since) {
@@ -491,7 +622,21 @@ spw_err_t spw_export_run(const struct spw_export_conf *conf, struct spw_export_r
     res->since = conf->since;
     res->dim = out.dim = cur.dim;
     res->shards = cur.n;
-    if (cur.m.model[0])
+    if (out.model) {
+        if (out.model->dim != cur.dim) {
+            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
+                          "the checkpoint's rows have %u floats, the model's (%s, "
+                          "trainer.latent_dim=%u) %u",
+                          cur.dim, spw_model_kind_name(out.model->kind), out.model->latent_dim,
+                          out.model->dim);
+            goto out_close;
+        }
+        if (!(out.blocks = calloc((size_t)out.model->dense_blocks * cur.dim, sizeof(float)))) {
+            rc = spw_errf(SPW_ERR_NOMEM, errstr, errstr_size, "out of memory");
+            goto out_close;
+        }
+        snprintf(res->model, sizeof(res->model), "%s", spw_model_kind_name(out.model->kind));
+    } else if (cur.m.model[0])
         snprintf(res->model, sizeof(res->model), "%s", cur.m.model);
     else /* serve's and eval's inference: dim 1 is LR, 1 + k is FM */
         snprintf(res->model, sizeof(res->model), "%s", cur.dim == 1 ? "lr" : "fm");
@@ -503,9 +648,14 @@ spw_err_t spw_export_run(const struct spw_export_conf *conf, struct spw_export_r
                      : export_all(&out, &cur, errstr, errstr_size);
     if (rc == SPW_ERR_IO)
         spw_errf(rc, errstr, errstr_size, "writing under %s: %s", out.dir, strerror(errno));
+    if (rc == SPW_OK)
+        rc = put_dense(&out, &res->dense_params, errstr, errstr_size);
     for (size_t i = 0; i < out.n_opened && rc == SPW_OK; i++) {
         struct out_file *o = out.opened[i];
-        rc = out_close(o, o == &out.removed ? out.n_removed : out.n_rows, errstr, errstr_size);
+        uint64_t n = o == &out.removed ? out.n_removed
+                     : o == &out.dense ? res->dense_params
+                                       : out.n_rows;
+        rc = out_close(o, n, errstr, errstr_size);
     }
     res->rows = out.n_rows;
     res->removed = out.n_removed;
@@ -516,6 +666,7 @@ spw_err_t spw_export_run(const struct spw_export_conf *conf, struct spw_export_r
 out_discard:
     output_discard(&out);
 out_close:
+    free(out.blocks);
     epoch_close(&cur);
     epoch_close(&old);
     return rc;

@@ -22,6 +22,9 @@ const struct spw_config_prop spw_export_config_props[] = {
     {"export.log.dir", SPW_CONFIG_STRING, NULL, 0, 4000, NULL,
      "Directory for RocksDB's info logs while the checkpoints are read (never the checkpoint "
      "itself); unset: a temporary directory, removed after."},
+    /* the trainer's rows (same names and defaults): a deep model's network, which its dense
+     * blocks are the weights of; LR and FM come from the checkpoint */
+    SPW_TRAINER_MODEL_CONFIG_PROPS,
     SPW_CONFIG_PROP_LOG_LEVEL("info"),
 };
 const size_t spw_export_config_n_props =
@@ -47,6 +50,8 @@ spw_err_t spw_export_conf_from_config(const spw_config_t *cfg, struct spw_export
                                                                            : SPW_EXPORT_TSV,
         .log_dir = log_dir && log_dir[0] ? log_dir : NULL,
     };
+    if (spw_trainer_model_from_config(cfg, &conf->model, errstr, errstr_size) != SPW_OK)
+        return SPW_ERR_INVALID;
     if (conf->since && conf->epoch && conf->since >= conf->epoch) {
         snprintf(errstr, errstr_size,
                  "export.since=%llu must be an older epoch than export.epoch=%llu",

@@ -7,7 +7,7 @@
 docs/FORMATS.md describes the export files and the hash.
 """
 
-from .export import Export, read_export, read_npy
+from .export import Export, predict_example, read_export, read_npy
 from .keyhash import (criteo_bucket, criteo_key, feature_key, field_id, jump_hash, load_schema,
                       mix64, shard_of, xxh64)
 from .predict import Client, ServeError
@@ -16,29 +16,12 @@ __version__ = "0.1.0"
 
 __all__ = ["Client", "ServeError", "Export", "read_export", "read_npy", "feature_key",
            "field_id", "criteo_key", "criteo_bucket", "xxh64", "mix64", "jump_hash", "shard_of",
-           "load_schema", "fm_predict"]
+           "load_schema", "fm_predict", "predict_example"]
 
 
 def fm_predict(features, rows, dim, schema=None):
     """The model's probability of one example computed locally from exported rows (a dict of key
     to weights), as serve computes it: the bias row (key 0) plus each feature's linear weight
     and, for an FM (dim > 1), the pairwise interactions of the latent vectors; keys without a row
-    weigh nothing. features: {field: value or list of values}."""
-    import math
-    keys = []
-    for name, value in features.items():
-        for v in value if isinstance(value, list) else [value]:
-            if v is not None:
-                keys.append(feature_key(name, v, schema))
-    zero = [0.0] * dim
-    z = float(rows.get(0, zero)[0])
-    k = dim - 1
-    s, q = [0.0] * k, [0.0] * k
-    for key in keys:
-        w = rows.get(key, zero)
-        z += float(w[0])
-        for f in range(k):
-            s[f] += float(w[1 + f])
-            q[f] += float(w[1 + f]) ** 2
-    z += 0.5 * sum(s[f] * s[f] - q[f] for f in range(k))
-    return 1.0 / (1.0 + math.exp(-z))
+    weigh nothing. features: {field: value or list of values}. A deep model's: Export.predict."""
+    return predict_example({"features": features}, rows.get, dim, schema)

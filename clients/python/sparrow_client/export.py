@@ -1,5 +1,7 @@
 """A reader of `sparrow export`'s output directory (docs/FORMATS.md): metadata.json, and
-rows.tsv (tsv) or keys.npy + weights.npy (npy), plus removed.tsv / removed.npy after --since.
+rows.tsv (tsv) or keys.npy + weights.npy (npy), plus removed.tsv / removed.npy after --since and
+dense.tsv / dense.npy for a deep model; and Export.predict, the model's prediction from the export
+alone (the formula `sparrow serve` computes), a reference for porting the model to another stack.
 
 numpy is optional: with it (use_numpy True, or None when it is importable) keys, removed and
 weights are numpy arrays (uint64, uint64, float32 of shape (n, dim)); without it, lists of ints and
@@ -8,23 +10,30 @@ lists of lists of floats, read with the standard library (the .npy files too).""
 import array
 import ast
 import json
+import math
 import os
 import struct
 import sys
 
-__all__ = ["Export", "read_export", "read_npy"]
+from .keyhash import feature_key, field_id
+
+__all__ = ["Export", "read_export", "read_npy", "predict_example"]
 
 
 class Export:
     """One export: metadata (the dict of metadata.json), keys, weights (row i belongs to keys[i],
     dim floats each, weights[i][0] the linear weight and [1:] the FM latent vector), removed (the
-    keys an incremental export says are gone; empty for a full one)."""
+    keys an incremental export says are gone; empty for a full one), dense (a deep model's
+    network weights, metadata["dense"]["params"] floats in the layout metadata["dense"]["layers"]
+    gives; None for LR and FM)."""
 
-    def __init__(self, metadata, keys, weights, removed):
+    def __init__(self, metadata, keys, weights, removed, dense=None):
         self.metadata = metadata
         self.keys = keys
         self.weights = weights
         self.removed = removed
+        self.dense = dense
+        self._index = None
 
     @property
     def dim(self):
@@ -45,6 +54,82 @@ class Export:
     def as_dict(self):
         """{key: weights} of every row."""
         return {k: w for k, w in self.rows()}
+
+    def predict(self, example, schema=None):
+        """The click probability of one example, as `sparrow serve` computes it from this model:
+        example is a predict body's example, {"features": {name: value or [values]}, "weight":
+        {name: x}} (docs/FORMATS.md), schema a dict of field names to ids (or None). A key the
+        export does not hold is a row of zeros. Standard library only; a full export is needed
+        (an incremental one holds only the changed rows)."""
+        if self.metadata.get("since_epoch") is not None:
+            raise ValueError("predict needs a full export, not an incremental one")
+        if self._index is None:
+            self._index = {int(k): i for i, k in enumerate(self.keys)}
+
+        def row_of(key):
+            i = self._index.get(key)
+            return None if i is None else self.weights[i]
+
+        return predict_example(example, row_of, self.dim, schema, self.metadata.get("dense"),
+                               self.dense)
+
+
+def predict_example(example, row_of, dim, schema=None, dense_meta=None, dense=None):
+    """The probability of example ({"features": ..., "weight": ...}) under the model whose row of
+    a key is row_of(key) (dim floats, or None: zeros), with a deep model's network (dense_meta:
+    metadata.json's "dense", dense: its weights) when given: the formula of docs/FORMATS.md."""
+    zero = [0.0] * dim
+    weight = example.get("weight") or {}
+    occs = []  # (field id, x, row) per feature
+    for name, value in example["features"].items():
+        fid = field_id(name, schema)
+        x = float(weight.get(name, 1.0))
+        for v in value if isinstance(value, list) else [value]:
+            if v is None:
+                continue
+            row = row_of(feature_key(fid, v))
+            occs.append((fid, x, zero if row is None else [float(w) for w in row]))
+    bias = row_of(0)
+    z = float(bias[0]) if bias is not None else 0.0
+    z += sum(x * row[0] for _, x, row in occs)
+    for f in range(1, dim):
+        s = sum(x * row[f] for _, x, row in occs)
+        q = sum((x * row[f]) ** 2 for _, x, row in occs)
+        z += 0.5 * (s * s - q)
+    if dense_meta:
+        z += _network_logit(dense_meta, [float(v) for v in dense], dim - 1, occs)
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
+def _network_logit(d, p, k, occs):
+    """The deep model's network (sparrow/dense.h) on the pooled field embeddings of occs."""
+    slots = {f["id"]: s for s, f in enumerate(d["fields"])}
+    counts = [0] * len(slots)
+    for fid, _, _ in occs:
+        if fid in slots:
+            counts[slots[fid]] += 1
+    x0 = [0.0] * d["in_dim"]
+    for fid, x, row in occs:
+        s = slots.get(fid)
+        if s is None:
+            continue
+        if d["fields"][s]["pooling"] == "mean":
+            x /= counts[s]
+        for j in range(k):
+            x0[s * k + j] += x * row[1 + j]
+    h = x0
+    for layer in d["layers"]:
+        n_in, n_out = layer["in"], layer["out"]
+        wo, bo = layer["weight_offset"], layer["bias_offset"]
+        y = [p[bo + o] + sum(p[wo + o * n_in + i] * h[i] for i in range(n_in))
+             for o in range(n_out)]
+        if layer["kind"] == "cross":  # x_{l+1} = x0 * (W x_l + b) + x_l
+            h = [x0[i] * y[i] + h[i] for i in range(n_out)]
+        elif layer["kind"] == "hidden":
+            h = [max(v, 0.0) for v in y]
+        else:
+            return y[0]
+    raise ValueError("the dense layers end without an output layer")
 
 
 def _numpy(use_numpy):
@@ -143,7 +228,20 @@ def read_export(path, use_numpy=None):
     if len(keys) != meta["rows"] or len(weights) != meta["rows"]:
         raise ValueError("%s: %d keys and %d rows, metadata says %d" %
                          (path, len(keys), len(weights), meta["rows"]))
+    dense = None
+    if meta.get("dense"):
+        dpath = os.path.join(path, meta["dense"]["file"])
+        if meta["files_format"] == "tsv":
+            with open(dpath, encoding="ascii") as f:
+                dense = [float(line) for line in f if line.strip()]
+            if np is not None:
+                dense = np.array(dense, dtype=np.float32)
+        else:
+            dense = np.load(dpath) if np is not None else list(read_npy(dpath)[1])
+        if len(dense) != meta["dense"]["params"]:
+            raise ValueError("%s: %d dense weights, metadata says %d" %
+                             (path, len(dense), meta["dense"]["params"]))
     if len(removed) != meta["removed"]:
         raise ValueError("%s: %d removed keys, metadata says %d" %
                          (path, len(removed), meta["removed"]))
-    return Export(meta, keys, weights, removed)
+    return Export(meta, keys, weights, removed, dense)
