@@ -1143,15 +1143,18 @@ static spw_err_t shards_result(const spw_coord_server_t *srv)
 }
 
 /* Two-phase: true when no step is pending anywhere: every live trainer waits (its Clock held)
- * and none in a barrier pushed a step its unit has not committed, and no commit is in flight. */
+ * and none in a barrier pushed a step its unit has not committed, and no commit is in flight.
+ * A trainer that rejoined the barrier ahead of its unit (its last pushes untagged, applied at
+ * once) has nothing pending: counting its clock as a pending step held a due checkpoint, and
+ * with it every release, forever (the unit never reached that clock). */
 static bool all_held_between_steps(const spw_coord_server_t *srv)
 {
     if (srv->commit_step)
         return false;
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
         const struct member *m = &srv->members[i];
-        if (is_trainer(m) &&
-            (!m->waiting || (m->in_barrier && m->clock > srv->unit_committed[m->unit])))
+        if (is_trainer(m) && (!m->waiting || (m->in_barrier && m->step_tagged &&
+                                              m->clock > srv->unit_committed[m->unit])))
             return false;
     }
     return true;

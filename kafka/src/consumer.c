@@ -26,6 +26,7 @@ struct spw_kafka_consumer {
     enum spw_kafka_lost_policy lost_policy;
     bool closed;
     bool closing;         /* inside spw_kafka_consumer_close: the revoke commits without waiting */
+    bool cooperative;     /* the group's protocol, as last seen (is_cooperative) */
     bool close_abandoned; /* the close failed or ran out of time: destroy must not
                            * wait for it again */
     int close_timeout_ms;
@@ -231,19 +232,47 @@ static void note_rebalance(spw_kafka_consumer_t *c, const rd_kafka_topic_partiti
 }
 
 /* The group's protocol is cooperative. rd_kafka_rebalance_protocol() returns NULL while the
- * consumer closes (the revoke of rd_kafka_consumer_close: strcmp on it crashed trainers at stop);
- * eager is then what applies (rd_kafka_assign(NULL)). */
-static bool is_cooperative(rd_kafka_t *rk)
+ * consumer closes (the revoke of rd_kafka_consumer_close: strcmp on it crashed trainers at stop),
+ * so the protocol last seen is kept: an eager rd_kafka_assign(NULL) in a cooperative group's
+ * final revoke is refused, the revoke never completes, and librdkafka 2.0.2 then aborted the
+ * process in rd_kafka_cgrp_terminated ("assert: !rd_kafka_assignment_in_progress"). */
+static bool is_cooperative(spw_kafka_consumer_t *c)
 {
-    const char *proto = rd_kafka_rebalance_protocol(rk);
-    return proto && strcmp(proto, "COOPERATIVE") == 0;
+    const char *proto = rd_kafka_rebalance_protocol(c->rk);
+    if (proto)
+        c->cooperative = strcmp(proto, "COOPERATIVE") == 0;
+    return c->cooperative;
+}
+
+/* Gives up the revoked partitions with the call the protocol wants; when librdkafka refuses it
+ * (the protocol unknown at close), the other one. */
+static void unassign(spw_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *list,
+                     bool cooperative)
+{
+    for (int attempt = 0; attempt < 2; attempt++, cooperative = !cooperative) {
+        const char *why = NULL;
+        rd_kafka_error_t *e = NULL;
+        rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+        if (cooperative) {
+            if ((e = rd_kafka_incremental_unassign(c->rk, list)))
+                why = rd_kafka_error_string(e);
+        } else if ((err = rd_kafka_assign(c->rk, NULL))) {
+            why = rd_kafka_err2str(err);
+        }
+        if (!why)
+            return;
+        SPW_WARN("kafka unassign refused", "call=%s error=\"%s\"",
+                 cooperative ? "incremental_unassign" : "assign(NULL)", why);
+        if (e)
+            rd_kafka_error_destroy(e);
+    }
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *list, void *opaque)
 {
     spw_kafka_consumer_t *c = opaque;
-    bool cooperative = is_cooperative(rk);
+    bool cooperative = is_cooperative(c);
     c->rebalances++;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         inc(c->m_assigns, 1);
@@ -286,13 +315,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             if (g)
                 spw_gauge_set(g, 0);
         }
-        if (cooperative) {
-            rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, list);
-            if (e)
-                rd_kafka_error_destroy(e);
-        } else {
-            rd_kafka_assign(rk, NULL);
-        }
+        unassign(c, list, cooperative);
     }
     update_assigned_gauge(c);
 }
@@ -477,7 +500,7 @@ static spw_err_t handle_offset_reset(spw_kafka_consumer_t *c, rd_kafka_message_t
     held_set(c->pos, topic, partition, target, false);
     held_set(c->held_back, topic, partition, 0, true);
     rd_kafka_error_t *e = NULL;
-    if (is_cooperative(c->rk)) {
+    if (is_cooperative(c)) {
         rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
         rd_kafka_topic_partition_list_add(list, topic, partition)->offset = target;
         e = rd_kafka_incremental_unassign(c->rk, list);
@@ -806,6 +829,36 @@ static void serve_close_event(spw_kafka_consumer_t *c, rd_kafka_event_t *ev)
     rd_kafka_event_destroy(ev);
 }
 
+/* Leaves the group before the close, within deadline: the final revoke (its commit, the unassign)
+ * runs here, from the consumer's own poll, and the partitions have stopped before the close
+ * starts. Closing with the assignment still held, librdkafka 2.0.2 could terminate the group
+ * while that assignment was still being taken apart and abort the process in
+ * rd_kafka_cgrp_terminated ("assert: !rd_kafka_assignment_in_progress"; seen with 16 trainers
+ * leaving at once). Records polled meanwhile are dropped: their offsets were never stored, so
+ * the partition's next owner reads them. Done when the assignment has been empty for a while
+ * (the unassign's fetch stops are asynchronous). */
+static void leave_group(spw_kafka_consumer_t *c, uint64_t deadline)
+{
+    if (rd_kafka_unsubscribe(c->rk) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return;
+    uint64_t empty_since = 0;
+    for (uint64_t now = spw_time_mono_ms(); now < deadline; now = spw_time_mono_ms()) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, 20);
+        if (m)
+            rd_kafka_message_destroy(m);
+        rd_kafka_topic_partition_list_t *a = NULL;
+        bool empty = rd_kafka_assignment(c->rk, &a) == RD_KAFKA_RESP_ERR_NO_ERROR && a->cnt == 0;
+        if (a)
+            rd_kafka_topic_partition_list_destroy(a);
+        if (!empty)
+            empty_since = 0;
+        else if (!empty_since)
+            empty_since = now;
+        else if (now - empty_since >= 200)
+            return;
+    }
+}
+
 /* librdkafka's own close waits for the revoke, the final commit and the LeaveGroup without a
  * bound of its own (a group coordinator that does not answer holds a stopping process past any
  * grace period). The close runs in librdkafka's background instead, its callbacks served here
@@ -816,6 +869,7 @@ spw_err_t spw_kafka_consumer_close(spw_kafka_consumer_t *c)
         return c->close_abandoned ? SPW_ERR_KAFKA : SPW_OK;
     c->closed = true;
     c->closing = true;
+    leave_group(c, spw_time_mono_ms() + (uint64_t)c->close_timeout_ms / 2);
     rd_kafka_queue_t *q = rd_kafka_queue_new(c->rk);
     rd_kafka_error_t *e = rd_kafka_consumer_close_queue(c->rk, q);
     spw_err_t ret = SPW_OK;
