@@ -1,7 +1,8 @@
 /* pserver_bench: the shard's rates as ratios against baselines measured in the same run (issue 3):
  * (a) flat-array Adagrad loop, (b) the row store, (c) RocksDB get+put alone, (d) ZeroMQ to a
- * `sparrow pserver` process, (e) (b) with a model 10x the DRAM budget, (f) checkpoint vs dd, and
- * resident memory per DRAM row. Zipf(1.1) keys, dim 16, Adagrad, 4096 keys per batch. */
+ * `sparrow pserver` process against a raw ZeroMQ DEALER/ROUTER pair moving the same bytes, (e) (b)
+ * with a model 10x the DRAM budget, (f) checkpoint vs dd, and resident memory per DRAM row.
+ * Zipf(1.1) keys, dim 16, Adagrad, 4096 keys per batch. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -314,9 +315,12 @@ static void pack_push(const uint64_t *keys, size_t n, const float *g, const uint
     spw_wire_pack(&req.base, out);
 }
 
-/* Sends msgs[0..n) with at most `window` unanswered; rows/s (0 on a reply timeout). */
-static double send_windowed(void *s, struct spw_wire_buf *msgs, int n, double rows)
+/* Sends msgs[0..n) with at most `window` unanswered; rows/s (0 on a reply timeout). *reply_bytes
+ * (when not NULL) receives the mean size of the replies. */
+static double send_windowed(void *s, struct spw_wire_buf *msgs, int n, double rows,
+                            size_t *reply_bytes)
 {
+    uint64_t total = 0;
     const int window = 8;
     int sent = 0, got = 0;
     double t0 = now_s();
@@ -332,22 +336,80 @@ static double send_windowed(void *s, struct spw_wire_buf *msgs, int n, double ro
             zmq_msg_close(&m);
             return 0;
         }
+        total += zmq_msg_size(&m);
         zmq_msg_close(&m);
         got++;
     }
-    return rows / (now_s() - t0);
+    double dt = now_s() - t0;
+    if (reply_bytes)
+        *reply_bytes = n ? (size_t)(total / (uint64_t)n) : 0;
+    return rows / dt;
 }
+
+/* The raw baseline of (d), in a child forked before any ZeroMQ context exists: a ROUTER that
+ * answers each message, without looking into it, with a reply of the size the pserver gave
+ * such a message (a pull request's size is pull_len; anything else is a push), received and
+ * sent as the pserver does (one zmq_msg_recv, one zmq_send of a ready buffer). It waits for the
+ * reply sizes on fd (two size_t and pull_len, written once the pserver was measured) and stops
+ * at a 1-byte message. */
+_Noreturn static void raw_router_main(const char *ep, int fd)
+{
+    size_t sizes[3]; /* push reply, pull reply, pull request */
+    if (read(fd, sizes, sizeof(sizes)) != (ssize_t)sizeof(sizes))
+        _exit(1);
+    void *ctx = zmq_ctx_new();
+    void *r = zmq_socket(ctx, ZMQ_ROUTER);
+    int linger = 0;
+    zmq_setsockopt(r, ZMQ_LINGER, &linger, sizeof(linger));
+    if (zmq_bind(r, ep) != 0)
+        _exit(1);
+    size_t cap = sizes[0] > sizes[1] ? sizes[0] : sizes[1];
+    char *reply = calloc(cap ? cap : 1, 1);
+    for (;;) {
+        zmq_msg_t id, body;
+        zmq_msg_init(&id);
+        zmq_msg_init(&body);
+        if (zmq_msg_recv(&id, r, 0) < 0 || zmq_msg_recv(&body, r, 0) < 0)
+            break;
+        size_t len = zmq_msg_size(&body);
+        zmq_msg_close(&body);
+        if (len == 1)
+            break;
+        zmq_msg_send(&id, r, ZMQ_SNDMORE);
+        zmq_send(r, reply, len == sizes[2] ? sizes[1] : sizes[0], 0);
+    }
+    free(reply);
+    zmq_close(r);
+    zmq_ctx_term(ctx);
+    _exit(0);
+}
+
+struct zmq_rates {
+    double cold, push, pull;   /* the pserver's */
+    double raw_push, raw_pull; /* the raw pair's, same messages, same replies' sizes */
+};
 
 /* (d) through ZeroMQ to a sparrow pserver process; windowed, pre-packed messages. The server
  * starts empty: a first pass pushes every key once (rows created: the cold rate), then the Zipf
- * batches are pushed (rows exist, as in (b)) and pulled. */
+ * batches are pushed (rows exist, as in (b)) and pulled. Then the same push and pull messages
+ * go, the same way, to the raw pair (raw_router_main): what ZeroMQ alone moves. */
 static void bench_zmq(const struct opts *o, const uint32_t *ranks, const float *g,
-                      double *cold_rate, double *push_rate, double *pull_rate)
+                      struct zmq_rates *rates)
 {
-    *cold_rate = *push_rate = *pull_rate = 0;
+    memset(rates, 0, sizeof(*rates));
     int port = 20000 + (int)(getpid() % 20000);
-    char ep[64], data[4096], mem[32];
+    char ep[64], raw_ep[64], data[4096], mem[32];
     snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", port);
+    snprintf(raw_ep, sizeof(raw_ep), "tcp://127.0.0.1:%d", port + 1);
+    int pipefd[2];
+    if (pipe(pipefd) != 0)
+        return;
+    pid_t raw_pid = fork();
+    if (raw_pid == 0) {
+        close(pipefd[1]);
+        raw_router_main(raw_ep, pipefd[0]);
+    }
+    close(pipefd[0]);
     snprintf(data, sizeof(data), "--data-dir=%s/d-pserver", o->dir);
     snprintf(mem, sizeof(mem), "--memory-mb=%" PRIu64, o->keys * 256 / (1 << 20) + 64);
     pid_t pid = fork();
@@ -405,14 +467,27 @@ static void bench_zmq(const struct opts *o, const uint32_t *ranks, const float *
         fprintf(stderr, "(d) pserver did not answer\n");
         goto out_kill;
     }
-    *cold_rate = send_windowed(s, warm_msgs, nw, (double)o->keys);
-    if (*cold_rate > 0)
-        *push_rate = send_windowed(s, push_msgs, nb, (double)nb * BATCH);
-    if (*push_rate > 0)
-        *pull_rate = send_windowed(s, pull_msgs, nb, (double)nb * BATCH);
+    size_t sizes[3] = {0, 0, pull_msgs[0].len}; /* push reply, pull reply, pull request */
+    rates->cold = send_windowed(s, warm_msgs, nw, (double)o->keys, NULL);
+    if (rates->cold > 0)
+        rates->push = send_windowed(s, push_msgs, nb, (double)nb * BATCH, &sizes[0]);
+    if (rates->push > 0)
+        rates->pull = send_windowed(s, pull_msgs, nb, (double)nb * BATCH, &sizes[1]);
+    if (rates->pull > 0 && write(pipefd[1], sizes, sizeof(sizes)) == (ssize_t)sizeof(sizes)) {
+        void *rs = zmq_socket(ctx, ZMQ_DEALER);
+        zmq_setsockopt(rs, ZMQ_LINGER, &linger, sizeof(linger));
+        zmq_setsockopt(rs, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+        zmq_connect(rs, raw_ep);
+        rates->raw_push = send_windowed(rs, push_msgs, nb, (double)nb * BATCH, NULL);
+        rates->raw_pull = send_windowed(rs, pull_msgs, nb, (double)nb * BATCH, NULL);
+        zmq_send(rs, "q", 1, 0);
+        zmq_close(rs);
+    }
 out_kill:
+    close(pipefd[1]); /* a raw child still waiting for the sizes exits */
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
+    waitpid(raw_pid, NULL, 0);
     for (int b = 0; b < nw; b++)
         free(warm_msgs[b].data);
     for (int b = 0; b < nb; b++) {
@@ -572,16 +647,16 @@ int main(int argc, char **argv)
     }
 
     if (want(&o, 'd') && o.sparrow) {
-        double cold_rate, push_rate, pull_rate;
-        bench_zmq(&o, ranks, g, &cold_rate, &push_rate, &pull_rate);
+        struct zmq_rates zr;
+        bench_zmq(&o, ranks, g, &zr);
         printf("(d) ZeroMQ push to sparrow pserver %12.0f rows/s   d/b = %.2f (target >= 0.25); "
-               "vs ps-lite 5.5M push: %.2f (target >= 0.5)\n",
-               push_rate, push_rate / b, push_rate / 5.5e6);
-        printf("    ZeroMQ pull                    %12.0f rows/s   vs ps-lite 13M pull: %.2f "
-               "(target >= 0.5)\n",
-               pull_rate, pull_rate / 13e6);
+               "vs raw ZeroMQ pair %.0f rows/s: %.2f (target >= 0.5)\n",
+               zr.push, zr.push / b, zr.raw_push, zr.raw_push > 0 ? zr.push / zr.raw_push : 0);
+        printf("    ZeroMQ pull                    %12.0f rows/s   vs raw ZeroMQ pair %.0f "
+               "rows/s: %.2f (target >= 0.5)\n",
+               zr.pull, zr.raw_pull, zr.raw_pull > 0 ? zr.pull / zr.raw_pull : 0);
         printf("    ZeroMQ push, rows created      %12.0f rows/s   (first push of every key)\n",
-               cold_rate);
+               zr.cold);
     } else if (want(&o, 'd')) {
         printf("(d) skipped (no --sparrow PATH)\n");
     }
