@@ -302,6 +302,7 @@ static void test_export_deep_network(void **state)
     snprintf(shape, sizeof(shape), "'shape': (%zu,), }", np);
     assert_non_null(strstr(d + 10, shape));
     float *init = malloc(np * sizeof(float)), got[64];
+    assert_true(np <= sizeof(got) / sizeof(got[0]));
     spw_model_dense_init(&m, init);
     memcpy(got, d + 128, np * sizeof(float));
     for (size_t i = 0; i < np; i++) {

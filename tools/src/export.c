@@ -393,8 +393,7 @@ static void write_dense_metadata(FILE *f, const struct output *out,
             "    \"description\": \"%s\",\n"
             "    \"in_dim\": %u,\n"
             "    \"fields\": [",
-            out->format == SPW_EXPORT_NPY ? "dense.npy" : "dense.tsv", res->dense_params,
-            m->dense_blocks, desc, m->dense.in_dim);
+            out->dense.name, res->dense_params, m->dense_blocks, desc, m->dense.in_dim);
     for (uint32_t i = 0; i < m->n_fields; i++)
         fprintf(f, "%s{\"id\": %u, \"pooling\": \"%s\"}", i ? ", " : "", m->fields[i].id,
                 m->fields[i].pooling == SPW_POOL_MEAN ? "mean" : "sum");
@@ -459,15 +458,17 @@ static spw_err_t write_metadata(const struct output *out, const struct epoch_row
         write_dense_metadata(f, out, res);
     else
         fprintf(f, "  \"dense\": null,\n");
-    const char *dense = !out->model ? ""
-                        : npy       ? ", \"dense\": \"dense.npy\""
-                                    : ", \"dense\": \"dense.tsv\"";
+    /* the files as output_open named them */
     if (npy)
-        fprintf(f, "  \"files\": {\"keys\": \"keys.npy\", \"weights\": \"weights.npy\"%s%s}\n}\n",
-                since ? ", \"removed\": \"removed.npy\"" : "", dense);
+        fprintf(f, "  \"files\": {\"keys\": \"%s\", \"weights\": \"%s\"", out->keys.name,
+                out->weights.name);
     else
-        fprintf(f, "  \"files\": {\"rows\": \"rows.tsv\"%s%s}\n}\n",
-                since ? ", \"removed\": \"removed.tsv\"" : "", dense);
+        fprintf(f, "  \"files\": {\"rows\": \"%s\"", out->rows.name);
+    if (since)
+        fprintf(f, ", \"removed\": \"%s\"", out->removed.name);
+    if (out->model)
+        fprintf(f, ", \"dense\": \"%s\"", out->dense.name);
+    fprintf(f, "}\n}\n");
     bool ok = fflush(f) == 0 && !ferror(f);
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {

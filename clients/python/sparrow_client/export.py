@@ -33,7 +33,8 @@ class Export:
         self.weights = weights
         self.removed = removed
         self.dense = dense
-        self._index = None
+        self._index = None  # key -> row, and the network's weights as floats: built once
+        self._dense_floats = None
 
     @property
     def dim(self):
@@ -65,19 +66,22 @@ class Export:
             raise ValueError("predict needs a full export, not an incremental one")
         if self._index is None:
             self._index = {int(k): i for i, k in enumerate(self.keys)}
+            if self.dense is not None:
+                self._dense_floats = [float(v) for v in self.dense]
 
         def row_of(key):
             i = self._index.get(key)
             return None if i is None else self.weights[i]
 
         return predict_example(example, row_of, self.dim, schema, self.metadata.get("dense"),
-                               self.dense)
+                               self._dense_floats)
 
 
 def predict_example(example, row_of, dim, schema=None, dense_meta=None, dense=None):
     """The probability of example ({"features": ..., "weight": ...}) under the model whose row of
     a key is row_of(key) (dim floats, or None: zeros), with a deep model's network (dense_meta:
-    metadata.json's "dense", dense: its weights) when given: the formula of docs/FORMATS.md."""
+    metadata.json's "dense", dense: its weights, a list of floats) when given: the formula of
+    docs/FORMATS.md."""
     zero = [0.0] * dim
     weight = example.get("weight") or {}
     occs = []  # (field id, x, row) per feature
@@ -97,7 +101,7 @@ def predict_example(example, row_of, dim, schema=None, dense_meta=None, dense=No
         q = sum((x * row[f]) ** 2 for _, x, row in occs)
         z += 0.5 * (s * s - q)
     if dense_meta:
-        z += _network_logit(dense_meta, [float(v) for v in dense], dim - 1, occs)
+        z += _network_logit(dense_meta, dense, dim - 1, occs)
     return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
 
@@ -230,7 +234,7 @@ def read_export(path, use_numpy=None):
                          (path, len(keys), len(weights), meta["rows"]))
     dense = None
     if meta.get("dense"):
-        dpath = os.path.join(path, meta["dense"]["file"])
+        dpath = os.path.join(path, meta["files"]["dense"])
         if meta["files_format"] == "tsv":
             with open(dpath, encoding="ascii") as f:
                 dense = [float(line) for line in f if line.strip()]

@@ -17,11 +17,11 @@
  *   tsv:  rows.tsv      one row per line: key (decimal u64) TAB w[0] TAB ... w[dim-1] (%.9g:
  *                       the float32 exactly), ascending by key
  *         removed.tsv   (--since only) one removed key per line, ascending
+ *         dense.tsv     (deep models) the network's parameters, one float per line (%.9g)
  *   npy:  keys.npy      uint64 '<u8', shape (n,), ascending
  *         weights.npy   float32 '<f4', shape (n, dim), row i the weights of keys[i]
  *         removed.npy   (--since only) uint64, shape (m,), ascending
- *         dense.tsv     (deep models) the network's parameters, one float per line (%.9g)
- *   npy:  dense.npy     (deep models) float32 '<f4', shape (P,)
+ *         dense.npy     (deep models) float32 '<f4', shape (P,)
  *   both: metadata.json model, dim, epoch, since_epoch, rows, removed, shards, example_count,
  *                       created_ms, the key hash and shard hash named, the files, and for a deep
  *                       model "dense": its description, fields and layer layout
