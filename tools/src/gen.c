@@ -358,7 +358,7 @@ void spw_gen_params_default(struct spw_gen_params *params)
         .model = SPW_GEN_MODEL_FM,
         .deep_hidden = "32,16",
         .deep_dim = 4,
-        .deep_scale = 1.0,
+        .deep_scale = 2.0,
         .deep_fields = 8,
     };
 }

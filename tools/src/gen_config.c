@@ -52,9 +52,11 @@ const struct spw_config_prop spw_gen_config_props[] = {
      "fits; over all 39 a random MLP is close to additive, which an FM's per-value weights "
      "already fit (600,000 examples, one pass: DeepFM no better than FM with 0, 0.4% better "
      "with 8). 0: every field."},
-    {"gen.deep.scale", SPW_CONFIG_DOUBLE, "1", 0.001, 100, NULL,
+    {"gen.deep.scale", SPW_CONFIG_DOUBLE, "2", 0.001, 100, NULL,
      "gen.model=deep: standard deviation of the MLP's logit (on the calibration sample); the "
-     "FM's linear and pairwise terms each have about gen.signal."},
+     "FM's linear and pairwise terms each have about gen.signal. Much of a random ReLU MLP is "
+     "additive or pairwise, which an FM fits too: at 1 (1,000,000 examples, one pass) DeepFM "
+     "was 0.02% better than FM, at 2 1.8% and at 3 4.0%."},
     SPW_CONFIG_PROP_LOG_LEVEL("info"),
 };
 const size_t spw_gen_config_n_props =
