@@ -953,6 +953,34 @@ def deep_section(res):
     return lines
 
 
+def freshness_section(res):
+    s = res.get("studies", {}).get("freshness", {})
+    lines = ["## Freshness: publish interval, event to serving, update-stream cost", ""]
+    if s.get("rows") is None or s.get("status", "").startswith("not run"):
+        lines += [table(["interval", "result"], [("—", s.get("status", "not run"))]), ""]
+        return lines
+    lines += ["bench/study_freshness.py. `%s` per interval: after %s s of warm-up, serve's "
+              "`sparrow_serve_freshness_seconds` and the shards' `sparrow_ps_published_total` "
+              "and `sparrow_ps_published_bytes_total` differenced over %s s. Quantiles are the "
+              "upper bound of the histogram bucket that holds them. Target (issue 20): "
+              "event to visible p99 <= 1 s." % (s.get("command", "?"), s.get("warm_s", "?"),
+                                               s.get("window_s", "?")), ""]
+
+    def q(r, st):
+        h = r.get(st) or {}
+        return "%s / %s" % (h.get("p50", "—"), h.get("p99", "—")) if h else "—"
+    t = [(r["interval"], f0((r.get("event_to_visible") or {}).get("n")),
+          q(r, "event_to_shard"), q(r, "shard_to_visible"), q(r, "event_to_visible"),
+          f0(r.get("rows_per_s")), f0(r.get("bytes_per_s")), f0(r.get("train_ex_per_s")),
+          r.get("why", "")[:120]) for r in s["rows"]]
+    lines += [table(["publish interval", "updates", "event to shard p50 / p99 s",
+                     "shard to visible p50 / p99 s", "event to visible p50 / p99 s",
+                     "rows/s published", "bytes/s published", "trained ex/s", "problem"], t), ""]
+    if s.get("failures"):
+        lines += ["Failed runs: " + "; ".join(s["failures"]), ""]
+    return lines
+
+
 def _big_batch(s, prefetch=True):
     """The one-large-batch row of the accumulation study (with or without pipelined pulls)."""
     return next((r for r in s.get("rows") or [] if r["acc_steps"] == 1 and
@@ -1300,7 +1328,8 @@ def commands_section(res):
     main = [c for c in cmds if "benchmark" in c["what"] or "stream" in c["what"]]
     lines += ["```"] + ["%s    # %s, rc=%s, %.1f s" % (_rel(res, c["cmd"]), c["what"], c["rc"],
                                                          c["secs"]) for c in main] + ["```", ""]
-    for s in ("modes", "scaling", "compression", "accumulation", "staleness", "deep"):
+    for s in ("modes", "scaling", "compression", "accumulation", "staleness", "deep",
+              "freshness"):
         st = res.get("studies", {}).get(s, {})
         if st.get("command"):
             lines += ["%s study, per run: `%s`" % (s.capitalize(), _rel(res, st["command"])), ""]
@@ -1348,6 +1377,7 @@ def write(res, out_path, log=print):
     alines, acc = accumulation_section(res)
     body += alines
     body += deep_section(res)
+    body += freshness_section(res)
     lines += body
     lines += choose_section(res, mbest, stale, comp, acc)
     lines += sizing_section(res, rates, comp)
@@ -1356,7 +1386,7 @@ def write(res, out_path, log=print):
     text = "\n".join(lines).rstrip() + "\n"
     for title in ("## Component benchmarks", "## Modes", "## Scaling", "## Staleness control",
                   "## Compression",
-                  "## Gradient accumulation", "## Deep models", "## How to choose", "## Sizing", "## Machine"):
+                  "## Gradient accumulation", "## Deep models", "## Freshness", "## How to choose", "## Sizing", "## Machine"):
         if title not in text:
             problems.append("table missing: " + title)
     with open(out_path, "w") as f:

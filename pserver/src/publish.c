@@ -61,6 +61,7 @@ struct pub_record {
     uint64_t key;
     int64_t event_ms, applied_ms;
     uint8_t tomb;
+    uint32_t bytes; /* the record's key and value */
 };
 
 struct spw_ps__publisher {
@@ -75,7 +76,7 @@ struct spw_ps__publisher {
     struct pub_batch batch;
     uint8_t *buf; /* publisher thread: encoded record */
     size_t buf_cap;
-    spw_counter_t *m_rows, *m_tombs, *m_failed, *m_restore_keys;
+    spw_counter_t *m_rows, *m_tombs, *m_bytes, *m_failed, *m_restore_keys;
     spw_gauge_t *m_lag;
 
     pthread_t thread;
@@ -527,6 +528,8 @@ static void on_delivery(void *opaque, void *msg_opaque, spw_err_t err, int32_t p
         } else if (pub->m_rows) {
             spw_counter_inc(pub->m_rows);
         }
+        if (pub->m_bytes)
+            spw_counter_add(pub->m_bytes, r->bytes);
         if (pub->m_lag && r->applied_ms > 0) {
             int64_t lag = spw_time_wall_ms() - r->applied_ms;
             spw_gauge_set(pub->m_lag, lag > 0 ? (double)lag / 1000.0 : 0.0);
@@ -585,7 +588,8 @@ static void produce_one(spw_ps__publisher_t *pub, const struct pub_batch *b, siz
     struct pub_record *r = malloc(sizeof(*r));
     if (!r)
         goto out_requeue;
-    *r = (struct pub_record){pub, m->key, m->event_ms, m->applied_ms, m->tomb};
+    *r = (struct pub_record){pub,           m->key,  m->event_ms,
+                             m->applied_ms, m->tomb, (uint32_t)(len + sizeof(key))};
     spw_err_t rc =
         spw_kafka_producer_send(pub->producer, pub->topic, -1, key, 8, pub->buf, len, NULL, 0, r);
     if (rc == SPW_OK)
@@ -594,7 +598,7 @@ static void produce_one(spw_ps__publisher_t *pub, const struct pub_batch *b, siz
                         spw_err_str(rc));
     free(r);
 out_requeue:;
-    struct pub_record tmp = {pub, m->key, m->event_ms, m->applied_ms, m->tomb};
+    struct pub_record tmp = {pub, m->key, m->event_ms, m->applied_ms, m->tomb, 0};
     struct pub_record *copy = malloc(sizeof(*copy));
     if (copy) {
         *copy = tmp;
@@ -734,6 +738,9 @@ spw_ps__publisher_t *spw_ps__publisher_new(const struct spw_ps_server_conf *conf
         pub->m_tombs = spw_metrics_counter_new(metrics, "sparrow_ps_published_total",
                                                "Model updates delivered to the update stream.",
                                                "kind=\"tombstone\"");
+        pub->m_bytes = spw_metrics_counter_new(
+            metrics, "sparrow_ps_published_bytes_total",
+            "Bytes (record keys and values) delivered to the update stream.", NULL);
         pub->m_failed = spw_metrics_counter_new(
             metrics, "sparrow_ps_publish_failures_total",
             "Model-update deliveries that failed (the key is published again).", NULL);
