@@ -14,6 +14,7 @@ struct spw_backend {
     spw_deep_t *deep;         /* deep models: pooling, FM part and network, on the host */
     uint64_t *scratch;        /* CPU top-k */
     size_t cap_scratch;
+    struct spw_trn__par *par; /* NULL: one compute thread (spw_backend_threads_start) */
 };
 
 spw_err_t spw_backend_kind_parse(const char *text, enum spw_backend_kind *out)
@@ -105,10 +106,35 @@ void spw_backend_destroy(spw_backend_t *be)
 {
     if (!be)
         return;
+    spw_trn__par_destroy(be->par);
     spw_trn__cuda_destroy(be->cu);
     spw_deep_destroy(be->deep);
     free(be->scratch);
     free(be);
+}
+
+spw_err_t spw_backend_threads_start(spw_backend_t *be, uint32_t threads, char *errstr,
+                                    size_t errstr_size)
+{
+    if (threads < 1 || threads > SPW_TRN_MAX_THREADS) {
+        snprintf(errstr, errstr_size, "backend: %u compute threads: must be 1 .. %u", threads,
+                 SPW_TRN_MAX_THREADS);
+        return SPW_ERR_INVALID;
+    }
+    if (be->par) {
+        snprintf(errstr, errstr_size, "backend: compute threads already started");
+        return SPW_ERR_STATE;
+    }
+    if (threads == 1 || be->kind == SPW_BACKEND_CUDA)
+        return SPW_OK;
+    if (!(be->par = spw_trn__par_new(&be->model, threads, errstr, errstr_size)))
+        return SPW_ERR_IO;
+    return SPW_OK;
+}
+
+uint32_t spw_backend_threads(const spw_backend_t *be)
+{
+    return be->par ? spw_trn__par_threads(be->par) : 1;
 }
 
 enum spw_backend_kind spw_backend_kind(const spw_backend_t *be)
@@ -163,12 +189,19 @@ spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *bat
 {
     if (be->deep) {
         const float *dense = spw_trn__deep_gather_dense(be->deep, batch, rows);
-        return dense ? spw_deep_forward_backward(be->deep, batch, rows, dense, grad_scale, preds,
-                                                 grads, loss_sum)
-                     : SPW_ERR_INVALID;
+        if (!dense)
+            return SPW_ERR_INVALID;
+        if (be->par && be->kind == SPW_BACKEND_CPU)
+            return spw_trn__par_forward_backward(be->par, be->deep, batch, rows, dense, grad_scale,
+                                                 preds, grads, loss_sum);
+        return spw_deep_forward_backward(be->deep, batch, rows, dense, grad_scale, preds, grads,
+                                         loss_sum);
     }
     if (be->kind == SPW_BACKEND_CUDA)
         return cuda_run(be, batch, rows, grad_scale, preds, grads, loss_sum);
+    if (be->par)
+        return spw_trn__par_forward_backward(be->par, NULL, batch, rows, NULL, grad_scale, preds,
+                                             grads, loss_sum);
     double loss = spw_cpu_forward_backward(&be->model, batch, rows, grad_scale, preds, grads);
     if (loss_sum)
         *loss_sum = loss;

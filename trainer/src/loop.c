@@ -253,6 +253,8 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
     /* compute */
     if (!(loop->be = spw_backend_new(p->backend, &p->model, errstr, errstr_size)))
         goto out_destroy;
+    if (spw_backend_threads_start(loop->be, p->threads, errstr, errstr_size) != SPW_OK)
+        goto out_destroy;
     if (p->compress && !(loop->tk = spw_topk_new(&p->topk, loop->be, errstr, errstr_size)))
         goto out_destroy;
     if (p->acc_steps > 1 && !(loop->acc = spw_grad_acc_new(p->model.dim, errstr, errstr_size)))
@@ -304,11 +306,12 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
     if (err)
         goto out_destroy;
     SPW_INFO("started",
-             "in=\"%s\" model=%s latent_dim=%u backend=%s batch=%u acc_steps=%u topk=%g "
+             "in=\"%s\" model=%s latent_dim=%u backend=%s threads=%u batch=%u acc_steps=%u topk=%g "
              "error_feedback=%d fp16=%d shards=%u transport=%s trainer_id=%u epoch=%llu "
              "prefetch=%d sync_rows=%s model_desc=\"%s\"",
              conf->in, spw_model_kind_name(p->model.kind), p->model.latent_dim,
-             spw_backend_kind_name(spw_backend_kind(loop->be)), p->batch, p->acc_steps,
+             spw_backend_kind_name(spw_backend_kind(loop->be)), spw_backend_threads(loop->be),
+             p->batch, p->acc_steps,
              p->compress ? p->topk.ratio : 1.0, p->topk.error_feedback, p->topk.fp16,
              spw_ps_client_shards(loop->client), conf->inproc_shards ? "inproc" : "zmq",
              cc.trainer_id, (unsigned long long)cc.epoch, loop->prefetch,

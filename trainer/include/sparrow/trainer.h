@@ -35,6 +35,8 @@
 #define SPW_TRN_BIAS_KEY 0ull
 /* Largest FM latent dimension (dim = 1 + k stays far below SPW_WIRE_MAX_DIM). */
 #define SPW_TRN_MAX_LATENT 256u
+/* trainer.threads: compute threads of one trainer process. */
+#define SPW_TRN_MAX_THREADS 64u
 /* Most feature occurrences one batch may hold (indices are 32-bit). */
 #define SPW_TRN_BATCH_MAX_OCC (1u << 30)
 /* Bytes a pushed row costs beyond its values: key (u64) and version (u32). */
@@ -336,6 +338,25 @@ spw_backend_t *spw_backend_new(enum spw_backend_kind want, const struct spw_mode
 /* Frees be (and its device buffers). NULL is a no-op. */
 void spw_backend_destroy(spw_backend_t *be);
 
+/*
+ * Splits spw_backend_forward_backward over `threads` compute threads (trainer.threads, 1 ..
+ * SPW_TRN_MAX_THREADS): threads - 1 workers are started here and kept until
+ * spw_backend_destroy; the caller of forward_backward is the first. Each thread computes a slice
+ * of the batch's examples into its own gradient buffer, and each row's gradient is then summed
+ * across the buffers in thread order: equal to one thread's up to the order of float additions
+ * (deterministic for a given count). A deep model's network runs once per slice, one OpenBLAS
+ * thread each (dense/: openblas_set_num_threads(1) unless OPENBLAS_NUM_THREADS is set). The CUDA
+ * backend keeps one host thread (the device is the parallel part): there this sets nothing and
+ * spw_backend_threads stays 1. spw_backend_forward (scoring only) stays on one thread.
+ * Call once, before the first batch; SPW_ERR_STATE on a second call, SPW_ERR_INVALID out of
+ * range, SPW_ERR_NOMEM or SPW_ERR_IO (a thread cannot start) with errstr. Owner thread only.
+ */
+spw_err_t spw_backend_threads_start(spw_backend_t *be, uint32_t threads, char *errstr,
+                                    size_t errstr_size);
+
+/* Compute threads in use (1 unless spw_backend_threads_start started more). */
+uint32_t spw_backend_threads(const spw_backend_t *be);
+
 /* The kind in use: CPU or CUDA, never AUTO. */
 enum spw_backend_kind spw_backend_kind(const spw_backend_t *be);
 
@@ -611,6 +632,7 @@ struct spw_trainer_params {
     struct spw_model model;
     enum spw_backend_kind backend;
     uint32_t batch;            /* examples per micro-batch */
+    uint32_t threads;          /* compute threads (spw_backend_threads_start) */
     uint32_t acc_steps;        /* micro-batches per step */
     bool compress;             /* false when topk.ratio is 1 and fp16 is off: push rows as is */
     struct spw_topk_conf topk; /* dim filled from the model */
