@@ -631,7 +631,8 @@ static void test_trn_loop_conf_from_config(void **state)
 }
 
 SPW_TEST_MAIN_GROUP(setup, teardown, test_trn_loop_inproc_learns_toward_bayes,
-                    test_trn_loop_inproc_equals_reference, test_trn_loop_inproc_threads_equal_reference,
+                    test_trn_loop_inproc_equals_reference,
+                    test_trn_loop_inproc_threads_equal_reference,
                     test_trn_loop_inproc_equals_reference_compressed,
                     test_trn_loop_checkpoint_flushes_residuals,
                     test_trn_loop_stop_request_finishes_step_and_flushes,

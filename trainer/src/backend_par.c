@@ -45,8 +45,8 @@ struct spw_trn__par {
     uint64_t t; /* the batch's training forward (deep models) */
 };
 
-struct spw_trn__par *spw_trn__par_new(const struct spw_model *model, uint32_t threads,
-                                      char *errstr, size_t errstr_size)
+struct spw_trn__par *spw_trn__par_new(const struct spw_model *model, uint32_t threads, char *errstr,
+                                      size_t errstr_size)
 {
     struct spw_trn__par *par = calloc(1, sizeof(*par));
     if (!par || !(par->slot = calloc(threads, sizeof(*par->slot)))) {

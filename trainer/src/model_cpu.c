@@ -29,8 +29,8 @@ static inline float sigmoid_from_logit(float z)
  * call site. preds, extra and dz_out are indexed from i0 (preds[i - i0]); grads covers every
  * unique row (zeroed here). extra (NULL: none) adds a logit per example (a deep model's network);
  * dz_out (NULL: not wanted) receives each example's dL/dlogit × grad_scale. */
-static inline double run_batch(const struct spw_model *model, const spw_batch_t *batch,
-                               size_t i0, size_t i1, const float *restrict rows, float grad_scale,
+static inline double run_batch(const struct spw_model *model, const spw_batch_t *batch, size_t i0,
+                               size_t i1, const float *restrict rows, float grad_scale,
                                float *restrict preds, float *restrict grads, bool backward,
                                const float *restrict extra, float *restrict dz_out)
 {

@@ -214,8 +214,8 @@ static spw_err_t backward_rows(spw_deep_t *deep, const spw_batch_t *batch, const
     if ((rc = spw_dense_forward_rows(deep->net, dense, deep->x, n, deep->extra, true, t, i0)) !=
         SPW_OK)
         return rc;
-    double loss = spw_trn__fm_backward_slice(m, batch, i0, i1, rows, deep->extra, grad_scale,
-                                             preds, grads, deep->dz);
+    double loss = spw_trn__fm_backward_slice(m, batch, i0, i1, rows, deep->extra, grad_scale, preds,
+                                             grads, deep->dz);
     if ((rc = spw_dense_backward(deep->net, dense, deep->dz, deep->dgrad, deep->dx)) != SPW_OK)
         return rc;
     /* the network's gradient into the dense-block rows, its input's into the latent vectors */
@@ -256,7 +256,8 @@ spw_err_t spw_deep_forward_backward(spw_deep_t *deep, const spw_batch_t *batch, 
         return SPW_ERR_INVALID; /* the batch does not carry the dense blocks */
     uint64_t t = spw_dense_train_forwards(deep->net);
     double loss = 0.0;
-    spw_err_t rc = backward_rows(deep, batch, rows, dense, 0, n, t, grad_scale, preds, grads, &loss);
+    spw_err_t rc =
+        backward_rows(deep, batch, rows, dense, 0, n, t, grad_scale, preds, grads, &loss);
     if (rc != SPW_OK)
         return rc;
     spw_dense_set_train_forwards(deep->net, t + 1);

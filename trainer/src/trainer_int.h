@@ -126,8 +126,8 @@ struct spw_trn__par;
 
 /* threads (2 .. SPW_TRN_MAX_THREADS) compute threads for model, threads - 1 of them
  * started here (the caller is thread 0). NULL with errstr. */
-struct spw_trn__par *spw_trn__par_new(const struct spw_model *model, uint32_t threads,
-                                      char *errstr, size_t errstr_size);
+struct spw_trn__par *spw_trn__par_new(const struct spw_model *model, uint32_t threads, char *errstr,
+                                      size_t errstr_size);
 /* Stops the threads and frees everything. NULL is a no-op. */
 void spw_trn__par_destroy(struct spw_trn__par *par);
 uint32_t spw_trn__par_threads(const struct spw_trn__par *par);
