@@ -121,7 +121,9 @@ static bool has_blocks(const struct spw_model *m, const spw_batch_t *batch)
 const float *spw_trn__deep_gather_dense(spw_deep_t *deep, const spw_batch_t *batch,
                                         const float *rows)
 {
-    if (batch->n && !has_blocks(&deep->model, batch))
+    if (batch->n == 0)
+        return deep->dense; /* not read: an empty batch carries no rows to gather from */
+    if (!has_blocks(&deep->model, batch))
         return NULL;
     spw_deep_dense_from_rows(deep, rows, deep->dense);
     return deep->dense;
