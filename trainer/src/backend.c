@@ -3,6 +3,7 @@
 #include "trainer_cuda.h"
 #include "trainer_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,9 @@ struct spw_backend {
     uint64_t *scratch;        /* CPU top-k */
     size_t cap_scratch;
     struct spw_trn__par *par; /* NULL: one compute thread (spw_backend_threads_start) */
+    bool started;             /* a forward_backward_start not yet finished */
+    spw_err_t start_err;      /* its result when it ran on the caller or failed to start */
+    double start_loss;
 };
 
 spw_err_t spw_backend_kind_parse(const char *text, enum spw_backend_kind *out)
@@ -125,6 +129,8 @@ spw_err_t spw_backend_threads_start(spw_backend_t *be, uint32_t threads, char *e
         snprintf(errstr, errstr_size, "backend: compute threads already started");
         return SPW_ERR_STATE;
     }
+    /* CUDA: one host thread drives the device, which is the parallel part (a deep model's network
+     * then runs on the host on that one thread too) */
     if (threads == 1 || be->kind == SPW_BACKEND_CUDA)
         return SPW_OK;
     if (!(be->par = spw_trn__par_new(&be->model, threads, errstr, errstr_size)))
@@ -183,29 +189,65 @@ spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const
     return SPW_OK;
 }
 
-spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *batch,
+/* One thread (or the CUDA backend): the whole batch on the caller. */
+static spw_err_t forward_backward_here(spw_backend_t *be, const spw_batch_t *batch,
                                        const float *rows, float grad_scale, float *preds,
                                        float *grads, double *loss_sum)
 {
     if (be->deep) {
         const float *dense = spw_trn__deep_gather_dense(be->deep, batch, rows);
-        if (!dense)
-            return SPW_ERR_INVALID;
-        if (be->par && be->kind == SPW_BACKEND_CPU)
-            return spw_trn__par_forward_backward(be->par, be->deep, batch, rows, dense, grad_scale,
-                                                 preds, grads, loss_sum);
-        return spw_deep_forward_backward(be->deep, batch, rows, dense, grad_scale, preds, grads,
-                                         loss_sum);
+        return dense ? spw_deep_forward_backward(be->deep, batch, rows, dense, grad_scale, preds,
+                                                 grads, loss_sum)
+                     : SPW_ERR_INVALID;
     }
     if (be->kind == SPW_BACKEND_CUDA)
         return cuda_run(be, batch, rows, grad_scale, preds, grads, loss_sum);
-    if (be->par)
-        return spw_trn__par_forward_backward(be->par, NULL, batch, rows, NULL, grad_scale, preds,
-                                             grads, loss_sum);
     double loss = spw_cpu_forward_backward(&be->model, batch, rows, grad_scale, preds, grads);
     if (loss_sum)
         *loss_sum = loss;
     return SPW_OK;
+}
+
+void spw_backend_forward_backward_start(spw_backend_t *be, const spw_batch_t *batch,
+                                        const float *rows, float grad_scale, float *preds,
+                                        float *grads)
+{
+    assert(!be->started);
+    be->started = true;
+    be->start_err = SPW_OK;
+    be->start_loss = 0.0;
+    if (!be->par) {
+        be->start_err =
+            forward_backward_here(be, batch, rows, grad_scale, preds, grads, &be->start_loss);
+        return;
+    }
+    const float *dense = NULL;
+    if (be->deep && !(dense = spw_trn__deep_gather_dense(be->deep, batch, rows))) {
+        be->start_err = SPW_ERR_INVALID;
+        return;
+    }
+    spw_trn__par_start(be->par, be->deep, batch, rows, dense, grad_scale, preds, grads);
+}
+
+spw_err_t spw_backend_forward_backward_finish(spw_backend_t *be, double *loss_sum)
+{
+    assert(be->started);
+    be->started = false;
+    spw_err_t err = be->start_err;
+    double loss = be->start_loss;
+    if (be->par && spw_trn__par_in_flight(be->par))
+        err = spw_trn__par_finish(be->par, &loss);
+    if (!err && loss_sum)
+        *loss_sum = loss;
+    return err;
+}
+
+spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *batch,
+                                       const float *rows, float grad_scale, float *preds,
+                                       float *grads, double *loss_sum)
+{
+    spw_backend_forward_backward_start(be, batch, rows, grad_scale, preds, grads);
+    return spw_backend_forward_backward_finish(be, loss_sum);
 }
 
 spw_err_t spw_backend_row_norms(spw_backend_t *be, const float *grads, size_t n, float *norms)

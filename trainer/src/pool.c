@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Every field below the mutex is guarded by it. A phase is published by bumping gen; each
+/* Every field below the mutex is guarded by it. A job is published by bumping gen; each
  * worker runs it once when it sees a gen it has not run, then decrements pending; the owner
  * waits for pending to reach 0. */
 struct spw_trn__pool {
     uint32_t threads;
-    pthread_t *tids; /* threads - 1 workers */
+    pthread_t *tids; /* threads workers */
     uint32_t started;
     pthread_mutex_t mu;
     pthread_cond_t go;   /* owner -> workers: a new gen, or stop */
@@ -66,13 +66,13 @@ struct spw_trn__pool *spw_trn__pool_start(uint32_t threads, char *errstr, size_t
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->go, NULL);
     pthread_cond_init(&pool->done, NULL);
-    for (uint32_t t = 1; t < threads; t++) {
+    for (uint32_t t = 0; t < threads; t++) {
         struct worker_arg *arg = malloc(sizeof(*arg));
         int rc = arg ? 0 : -1;
         if (arg) {
             arg->pool = pool;
             arg->t = t;
-            rc = pthread_create(&pool->tids[t - 1], NULL, worker_main, arg);
+            rc = pthread_create(&pool->tids[t], NULL, worker_main, arg);
         }
         if (rc != 0) {
             free(arg);
@@ -86,24 +86,23 @@ struct spw_trn__pool *spw_trn__pool_start(uint32_t threads, char *errstr, size_t
     return pool;
 }
 
-void spw_trn__pool_run(struct spw_trn__pool *pool, spw_trn__pool_fn fn, void *ctx)
+void spw_trn__pool_submit(struct spw_trn__pool *pool, spw_trn__pool_fn fn, void *ctx)
 {
-    if (pool->threads > 1) {
-        pthread_mutex_lock(&pool->mu);
-        pool->fn = fn;
-        pool->ctx = ctx;
-        pool->pending = pool->threads - 1;
-        pool->gen++;
-        pthread_cond_broadcast(&pool->go);
-        pthread_mutex_unlock(&pool->mu);
-    }
-    fn(ctx, 0, pool->threads);
-    if (pool->threads > 1) {
-        pthread_mutex_lock(&pool->mu);
-        while (pool->pending)
-            pthread_cond_wait(&pool->done, &pool->mu);
-        pthread_mutex_unlock(&pool->mu);
-    }
+    pthread_mutex_lock(&pool->mu);
+    pool->fn = fn;
+    pool->ctx = ctx;
+    pool->pending = pool->threads;
+    pool->gen++;
+    pthread_cond_broadcast(&pool->go);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+void spw_trn__pool_wait(struct spw_trn__pool *pool)
+{
+    pthread_mutex_lock(&pool->mu);
+    while (pool->pending)
+        pthread_cond_wait(&pool->done, &pool->mu);
+    pthread_mutex_unlock(&pool->mu);
 }
 
 uint32_t spw_trn__pool_threads(const struct spw_trn__pool *pool)
@@ -115,6 +114,7 @@ void spw_trn__pool_stop(struct spw_trn__pool *pool)
 {
     if (!pool)
         return;
+    spw_trn__pool_wait(pool);
     pthread_mutex_lock(&pool->mu);
     pool->stop = true;
     pthread_cond_broadcast(&pool->go);

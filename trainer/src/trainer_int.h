@@ -124,20 +124,25 @@ void spw_trn__deep_set_train_forwards(spw_deep_t *deep, uint64_t t);
  */
 struct spw_trn__par;
 
-/* threads (2 .. SPW_TRN_MAX_THREADS) compute threads for model, threads - 1 of them
- * started here (the caller is thread 0). NULL with errstr. */
+/* threads (2 .. SPW_TRN_MAX_THREADS) compute threads for model, started here. NULL with
+ * errstr. */
 struct spw_trn__par *spw_trn__par_new(const struct spw_model *model, uint32_t threads, char *errstr,
                                       size_t errstr_size);
 /* Stops the threads and frees everything. NULL is a no-op. */
 void spw_trn__par_destroy(struct spw_trn__par *par);
 uint32_t spw_trn__par_threads(const struct spw_trn__par *par);
-/* spw_cpu_forward_backward (deep == NULL) or spw_deep_forward_backward (deep: the backend's own
- * workspace, thread 0's; dense: the gathered weights) of batch on the threads. The gradient
- * equals the single-thread one up to the order of float additions (see backend_par.c). */
-spw_err_t spw_trn__par_forward_backward(struct spw_trn__par *par, spw_deep_t *deep,
-                                        const spw_batch_t *batch, const float *rows,
-                                        const float *dense, float grad_scale, float *preds,
-                                        float *grads, double *loss_sum);
+/* Starts spw_cpu_forward_backward (deep == NULL) or spw_deep_forward_backward (deep: the
+ * backend's own workspace, thread 0's; dense: the gathered weights) of batch on the threads and
+ * returns at once; everything passed is borrowed until spw_trn__par_finish, which waits for the
+ * threads and returns the batch's error or SPW_OK and *loss_sum (may be NULL). One batch in
+ * flight at a time. The gradient equals the single-thread one up to the order of float
+ * additions (see backend_par.c). */
+void spw_trn__par_start(struct spw_trn__par *par, spw_deep_t *deep, const spw_batch_t *batch,
+                        const float *rows, const float *dense, float grad_scale, float *preds,
+                        float *grads);
+spw_err_t spw_trn__par_finish(struct spw_trn__par *par, double *loss_sum);
+/* Whether a batch was started and not finished. */
+bool spw_trn__par_in_flight(const struct spw_trn__par *par);
 
 /* The network's weights from a batch's rows (init + blocks), in deep's own buffer; NULL when a
  * non-empty batch does not carry the blocks (spw_batch_set_model). */

@@ -340,8 +340,9 @@ void spw_backend_destroy(spw_backend_t *be);
 
 /*
  * Splits spw_backend_forward_backward over `threads` compute threads (trainer.threads, 1 ..
- * SPW_TRN_MAX_THREADS): threads - 1 workers are started here and kept until
- * spw_backend_destroy; the caller of forward_backward is the first. Each thread computes a slice
+ * SPW_TRN_MAX_THREADS): that many workers are started here (none for 1) and kept until
+ * spw_backend_destroy, so that the owner thread is free while they compute (see
+ * spw_backend_forward_backward_start). Each thread computes a slice
  * of the batch's examples into its own gradient buffer, and each row's gradient is then summed
  * across the buffers in thread order: equal to one thread's up to the order of float additions
  * (deterministic for a given count). A deep model's network runs once per slice, one OpenBLAS
@@ -373,6 +374,19 @@ spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const
 spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *batch,
                                        const float *rows, float grad_scale, float *preds,
                                        float *grads, double *loss_sum);
+
+/*
+ * spw_backend_forward_backward in two halves, so that the owner thread can do other work while
+ * the compute threads (spw_backend_threads_start) work: start borrows batch, rows, preds and
+ * grads until finish, which waits and returns what spw_backend_forward_backward would (outputs
+ * unspecified on an error). With one compute thread or the CUDA backend, start computes the
+ * whole batch itself. Every start is followed by exactly one finish before the next start or
+ * any other use of be. Owner thread only.
+ */
+void spw_backend_forward_backward_start(spw_backend_t *be, const spw_batch_t *batch,
+                                        const float *rows, float grad_scale, float *preds,
+                                        float *grads);
+spw_err_t spw_backend_forward_backward_finish(spw_backend_t *be, double *loss_sum);
 
 /* spw_cpu_row_norms over rows of the model's dim. */
 spw_err_t spw_backend_row_norms(spw_backend_t *be, const float *grads, size_t n, float *norms);
