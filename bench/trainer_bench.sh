@@ -158,7 +158,9 @@ done
 # rounds (1, 2, .., 1, 2, ..) of which each count keeps its faster: a shared machine's
 # contention hits both counts alike. FM k=$K on the stream above and DeepFM k=$K (MLP 400,400,
 # the 39 fields) on its first min(N, 200000) examples. The result equals one thread's up to
-# float order, so the final-window logloss is shown beside the rate.
+# float order, so the final-window logloss is shown beside the rate; compute_s (the loop's time in
+# forward/backward and progressive validation, without reading, pulls and pushes) shows how much
+# of the run the threads divide.
 # Target: 2 threads / 1 >= 1.7 in examples/s on a 2-core machine.
 THREADS="1 2"
 for t in 4 8 16; do [ "$(nproc)" -ge $t ] && THREADS="$THREADS $t"; done
@@ -177,8 +179,8 @@ for model in fm deepfm; do
             line=$(trainer $model --shards inproc --set trainer.threads=$t "${margs[@]}")
             [ "$(kv status "$line")" = success ] || { echo "trainer_bench: $model threads=$t failed: $line" >&2; exit 1; }
             r=$(kv ex_per_s "$line")
-            printf '  %-6s threads %-2s round %s  examples/s %8s  final-window logloss %s\n' "$model" \
-                "$t" "$round" "$r" "$(kv window_logloss "$line")"
+            printf '  %-6s threads %-2s round %s  examples/s %8s  compute_s %6s  final-window logloss %s\n' \
+                "$model" "$t" "$round" "$r" "$(kv compute_s "$line")" "$(kv window_logloss "$line")"
             if [ -z "${RATE[thr.$model.$t]:-}" ] || python3 -c "import sys; sys.exit(0 if $r > ${RATE[thr.$model.$t]} else 1)"; then
                 RATE[thr.$model.$t]=$r
             fi
