@@ -96,6 +96,17 @@ for _m in ("fm", "lr"):
          r"== ratios, %s.*?with error feedback: (MET at ratio [\d.]+|MISSED)" % _m, None),
     ]
 
+# issue 20 section 3: trainer.threads, one process, in-process shard, same run
+for _m, _label in (("fm", "FM k=16"), ("deepfm", "DeepFM k=16 (MLP 400,400)")):
+    TARGETS += [
+        ("trainer", "trainer %s, in-process shard: 2 compute threads / 1 (trainer.threads), "
+         "examples/s, same run" % _label, ">= 1.7 (2 cores)",
+         r"== compute threads.*?%s threads 2/1 examples/s\s+%s" % (_m, NUM), lambda v: v >= 1.7),
+        ("trainer", "trainer %s: final-window logloss, 2 threads minus 1" % _label,
+         "(no target: equal up to float order)",
+         r"== compute threads.*?%s logloss threads 2 vs 1 (-?[\d.e-]+)" % _m, None),
+    ]
+
 
 def serve_rows(c):
     """serve_bench's rows: its held-rate-while-training and freshness verdicts when it prints them

@@ -153,6 +153,54 @@ for model in fm lr; do
     fi
 done
 
+# Compute threads (issue 20 section 3): one trainer process, in-process shard, trainer.threads 1
+# and 2 (and 4, 8, 16 where the machine has that many cores), in the same run, two interleaved
+# rounds (1, 2, .., 1, 2, ..) of which each count keeps its faster: a shared machine's
+# contention hits both counts alike. FM k=$K on the stream above and DeepFM k=$K (MLP 400,400,
+# the 39 fields) on its first min(N, 200000) examples. The result equals one thread's up to
+# float order, so the final-window logloss is shown beside the rate; compute_s (the loop's time in
+# forward/backward and progressive validation, without reading, pulls and pushes) shows how much
+# of the run the threads divide.
+# Target: 2 threads / 1 >= 1.7 in examples/s on a 2-core machine.
+THREADS="1 2"
+for t in 4 8 16; do [ "$(nproc)" -ge $t ] && THREADS="$THREADS $t"; done
+DEEP_N=$((N < 200000 ? N : 200000))
+DEEP_FIELDS=$(python3 -c 'print(",".join(["I%d" % i for i in range(1, 14)] + ["C%d" % i for i in range(1, 27)]))')
+echo
+echo "== compute threads (trainer.threads $THREADS), in-process shard, best of 2 interleaved rounds"
+for model in fm deepfm; do
+    if [ $model = fm ]; then
+        margs=(--max-examples "$N")
+    else
+        margs=(--max-examples "$DEEP_N" --set "trainer.fields=$DEEP_FIELDS")
+    fi
+    for round in 1 2; do
+        for t in $THREADS; do
+            line=$(trainer $model --shards inproc --set trainer.threads=$t "${margs[@]}")
+            [ "$(kv status "$line")" = success ] || { echo "trainer_bench: $model threads=$t failed: $line" >&2; exit 1; }
+            r=$(kv ex_per_s "$line")
+            printf '  %-6s threads %-2s round %s  examples/s %8s  compute_s %6s  final-window logloss %s\n' \
+                "$model" "$t" "$round" "$r" "$(kv compute_s "$line")" "$(kv window_logloss "$line")"
+            if [ -z "${RATE[thr.$model.$t]:-}" ] || python3 -c "import sys; sys.exit(0 if $r > ${RATE[thr.$model.$t]} else 1)"; then
+                RATE[thr.$model.$t]=$r
+            fi
+            LL[thr.$model.$t]=$(kv window_logloss "$line")
+        done
+    done
+done
+for model in fm deepfm; do
+    for t in $THREADS; do
+        [ "$t" = 1 ] && continue
+        ratio=$(calc "round(${RATE[thr.$model.$t]} / ${RATE[thr.$model.1]}, 3)")
+        if [ "$t" = 2 ]; then
+            echo "  $model threads 2/1 examples/s $ratio   (${RATE[thr.$model.2]} vs ${RATE[thr.$model.1]}; target >= 1.7 on 2 cores: $(verdict "$ratio >= 1.7"))"
+        else
+            echo "  $model threads $t/1 examples/s $ratio   (${RATE[thr.$model.$t]} vs ${RATE[thr.$model.1]})"
+        fi
+    done
+    echo "  $model logloss threads 2 vs 1 $(calc "${LL[thr.$model.2]} - ${LL[thr.$model.1]}")   (final window; equal up to float order)"
+done
+
 # On a machine with the CUDA backend and a GPU: CUDA vs CPU at batch 8192, latent 64 (in-process
 # shard, so that the backend is what differs).
 echo

@@ -148,8 +148,9 @@ static void linear_backward(size_t n, size_t in, size_t out, const float *dz, co
                     (int)out, w, (int)in, beta, dx, (int)in);
 }
 
-spw_err_t spw_dense_forward(spw_dense_t *net, const float *params, const float *x, size_t n,
-                            float *logits, bool train)
+/* The forward of rows row0 .. row0 + n - 1 of a batch whose dropout masks are stream t. */
+static spw_err_t forward_at(spw_dense_t *net, const float *params, const float *x, size_t n,
+                            float *logits, bool train, uint64_t t, uint64_t row0)
 {
     if (n == 0)
         return SPW_OK;
@@ -181,7 +182,8 @@ spw_err_t spw_dense_forward(spw_dense_t *net, const float *params, const float *
         for (size_t j = 0; j < n * out; j++) {
             float v = h[j] > 0.0f ? h[j] : 0.0f;
             if (drop)
-                v = spw_dense__keep(s->dropout_seed, net->t, k, j, s->dropout) ? v * scale : 0.0f;
+                v = spw_dense__keep(s->dropout_seed, t, k, row0 * out + j, s->dropout) ? v * scale
+                                                                                       : 0.0f;
             h[j] = v;
         }
         hin = h;
@@ -189,12 +191,37 @@ spw_err_t spw_dense_forward(spw_dense_t *net, const float *params, const float *
     }
     spw_dense_spec_layer_at(s, s->cross_layers + s->n_hidden, &ly);
     linear_forward(n, in, 1, hin, params + ly.w_off, params + ly.b_off, logits);
-    if (train)
-        net->t++;
     net->n = n;
     net->drop_scale = scale;
     net->have_forward = true;
     return SPW_OK;
+}
+
+spw_err_t spw_dense_forward(spw_dense_t *net, const float *params, const float *x, size_t n,
+                            float *logits, bool train)
+{
+    if (n == 0)
+        return SPW_OK;
+    spw_err_t rc = forward_at(net, params, x, n, logits, train, net->t, 0);
+    if (rc == SPW_OK && train)
+        net->t++;
+    return rc;
+}
+
+spw_err_t spw_dense_forward_rows(spw_dense_t *net, const float *params, const float *x, size_t n,
+                                 float *logits, bool train, uint64_t t, uint64_t row0)
+{
+    return forward_at(net, params, x, n, logits, train, t, row0);
+}
+
+uint64_t spw_dense_train_forwards(const spw_dense_t *net)
+{
+    return net->t;
+}
+
+void spw_dense_set_train_forwards(spw_dense_t *net, uint64_t t)
+{
+    net->t = t;
 }
 
 spw_err_t spw_dense_backward(spw_dense_t *net, const float *params, const float *dlogit,

@@ -3,6 +3,7 @@
 #include "trainer_cuda.h"
 #include "trainer_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,10 @@ struct spw_backend {
     spw_deep_t *deep;         /* deep models: pooling, FM part and network, on the host */
     uint64_t *scratch;        /* CPU top-k */
     size_t cap_scratch;
+    struct spw_trn__par *par; /* NULL: one compute thread (spw_backend_threads_start) */
+    bool started;             /* a forward_backward_start not yet finished */
+    spw_err_t start_err;      /* its result when it ran on the caller or failed to start */
+    double start_loss;
 };
 
 spw_err_t spw_backend_kind_parse(const char *text, enum spw_backend_kind *out)
@@ -105,10 +110,37 @@ void spw_backend_destroy(spw_backend_t *be)
 {
     if (!be)
         return;
+    spw_trn__par_destroy(be->par);
     spw_trn__cuda_destroy(be->cu);
     spw_deep_destroy(be->deep);
     free(be->scratch);
     free(be);
+}
+
+spw_err_t spw_backend_threads_start(spw_backend_t *be, uint32_t threads, char *errstr,
+                                    size_t errstr_size)
+{
+    if (threads < 1 || threads > SPW_TRN_MAX_THREADS) {
+        snprintf(errstr, errstr_size, "backend: %u compute threads: must be 1 .. %u", threads,
+                 SPW_TRN_MAX_THREADS);
+        return SPW_ERR_INVALID;
+    }
+    if (be->par) {
+        snprintf(errstr, errstr_size, "backend: compute threads already started");
+        return SPW_ERR_STATE;
+    }
+    /* CUDA: one host thread drives the device, which is the parallel part (a deep model's network
+     * then runs on the host on that one thread too) */
+    if (threads == 1 || be->kind == SPW_BACKEND_CUDA)
+        return SPW_OK;
+    if (!(be->par = spw_trn__par_new(&be->model, threads, errstr, errstr_size)))
+        return SPW_ERR_IO;
+    return SPW_OK;
+}
+
+uint32_t spw_backend_threads(const spw_backend_t *be)
+{
+    return be->par ? spw_trn__par_threads(be->par) : 1;
 }
 
 enum spw_backend_kind spw_backend_kind(const spw_backend_t *be)
@@ -157,7 +189,8 @@ spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const
     return SPW_OK;
 }
 
-spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *batch,
+/* One thread (or the CUDA backend): the whole batch on the caller. */
+static spw_err_t forward_backward_here(spw_backend_t *be, const spw_batch_t *batch,
                                        const float *rows, float grad_scale, float *preds,
                                        float *grads, double *loss_sum)
 {
@@ -173,6 +206,48 @@ spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *bat
     if (loss_sum)
         *loss_sum = loss;
     return SPW_OK;
+}
+
+void spw_backend_forward_backward_start(spw_backend_t *be, const spw_batch_t *batch,
+                                        const float *rows, float grad_scale, float *preds,
+                                        float *grads)
+{
+    assert(!be->started);
+    be->started = true;
+    be->start_err = SPW_OK;
+    be->start_loss = 0.0;
+    if (!be->par) {
+        be->start_err =
+            forward_backward_here(be, batch, rows, grad_scale, preds, grads, &be->start_loss);
+        return;
+    }
+    const float *dense = NULL;
+    if (be->deep && !(dense = spw_trn__deep_gather_dense(be->deep, batch, rows))) {
+        be->start_err = SPW_ERR_INVALID;
+        return;
+    }
+    spw_trn__par_start(be->par, be->deep, batch, rows, dense, grad_scale, preds, grads);
+}
+
+spw_err_t spw_backend_forward_backward_finish(spw_backend_t *be, double *loss_sum)
+{
+    assert(be->started);
+    be->started = false;
+    spw_err_t err = be->start_err;
+    double loss = be->start_loss;
+    if (be->par && spw_trn__par_in_flight(be->par))
+        err = spw_trn__par_finish(be->par, &loss);
+    if (!err && loss_sum)
+        *loss_sum = loss;
+    return err;
+}
+
+spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *batch,
+                                       const float *rows, float grad_scale, float *preds,
+                                       float *grads, double *loss_sum)
+{
+    spw_backend_forward_backward_start(be, batch, rows, grad_scale, preds, grads);
+    return spw_backend_forward_backward_finish(be, loss_sum);
 }
 
 spw_err_t spw_backend_row_norms(spw_backend_t *be, const float *grads, size_t n, float *norms)

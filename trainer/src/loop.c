@@ -100,6 +100,8 @@ struct spw_trainer_loop {
     double step_loss;
     int64_t step_max_event;
     uint64_t step_compute_ns, step_pull_ns;
+    uint64_t compute_t0; /* when the micro-batch being computed started */
+    uint64_t ahead_ns;   /* of which read_ahead's reading of the next one took this long */
     uint64_t step_last_mb;
 
     float *grads, *preds;
@@ -253,6 +255,8 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
     /* compute */
     if (!(loop->be = spw_backend_new(p->backend, &p->model, errstr, errstr_size)))
         goto out_destroy;
+    if (spw_backend_threads_start(loop->be, p->threads, errstr, errstr_size) != SPW_OK)
+        goto out_destroy;
     if (p->compress && !(loop->tk = spw_topk_new(&p->topk, loop->be, errstr, errstr_size)))
         goto out_destroy;
     if (p->acc_steps > 1 && !(loop->acc = spw_grad_acc_new(p->model.dim, errstr, errstr_size)))
@@ -304,15 +308,15 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
     if (err)
         goto out_destroy;
     SPW_INFO("started",
-             "in=\"%s\" model=%s latent_dim=%u backend=%s batch=%u acc_steps=%u topk=%g "
+             "in=\"%s\" model=%s latent_dim=%u backend=%s threads=%u batch=%u acc_steps=%u topk=%g "
              "error_feedback=%d fp16=%d shards=%u transport=%s trainer_id=%u epoch=%llu "
              "prefetch=%d sync_rows=%s model_desc=\"%s\"",
              conf->in, spw_model_kind_name(p->model.kind), p->model.latent_dim,
-             spw_backend_kind_name(spw_backend_kind(loop->be)), p->batch, p->acc_steps,
-             p->compress ? p->topk.ratio : 1.0, p->topk.error_feedback, p->topk.fp16,
-             spw_ps_client_shards(loop->client), conf->inproc_shards ? "inproc" : "zmq",
-             cc.trainer_id, (unsigned long long)cc.epoch, loop->prefetch,
-             conf->sync_dense_only ? "dense" : "all", loop->model_desc);
+             spw_backend_kind_name(spw_backend_kind(loop->be)), spw_backend_threads(loop->be),
+             p->batch, p->acc_steps, p->compress ? p->topk.ratio : 1.0, p->topk.error_feedback,
+             p->topk.fp16, spw_ps_client_shards(loop->client),
+             conf->inproc_shards ? "inproc" : "zmq", cc.trainer_id, (unsigned long long)cc.epoch,
+             loop->prefetch, conf->sync_dense_only ? "dense" : "all", loop->model_desc);
     return loop;
 
 out_destroy:
@@ -1013,18 +1017,43 @@ static void slow_down(spw_trainer_loop_t *loop)
 
 /* ---- compute ---- */
 
-static spw_err_t compute(spw_trainer_loop_t *loop, struct mb *mb)
+/* Starts the forward and backward of mb (on the compute threads when trainer.threads > 1, else
+ * here, to the end); compute_finish completes it. */
+static spw_err_t compute_start(spw_trainer_loop_t *loop, struct mb *mb)
 {
     const spw_batch_t *b = mb->batch;
     const size_t n = spw_batch_examples(b), nu = spw_batch_unique(b);
     if (spw_trn__grow((void **)&loop->grads, &loop->cap_grads, nu * loop->dim, sizeof(float)) ||
         spw_trn__grow((void **)&loop->preds, &loop->cap_preds, n, sizeof(float)))
         return SPW_ERR_NOMEM;
-    uint64_t t0 = spw_time_mono_ns();
+    loop->compute_t0 = spw_time_mono_ns();
     float scale = (float)(1.0 / ((double)n * loop->conf.params.acc_steps));
+    spw_backend_forward_backward_start(loop->be, b, mb->rows, scale, loop->preds, loop->grads);
+    return SPW_OK;
+}
+
+/* While the compute threads work on cur, the next micro-batch is read (decoded and de-duplicated
+ * into next's batch), the part of the loop that would otherwise leave them idle. Only its
+ * reading: the pull stays where prefetch (or its absence) puts it. With prefetch on, next is
+ * already filled here. */
+static spw_err_t read_ahead(spw_trainer_loop_t *loop)
+{
+    loop->ahead_ns = 0;
+    if (spw_backend_threads(loop->be) < 2 || loop->next->filled || loop->eof || loop->stopped ||
+        spw_signal_stop_requested())
+        return SPW_OK;
+    uint64_t t0 = spw_time_mono_ns();
+    spw_err_t err = fill(loop, loop->next);
+    loop->ahead_ns = spw_time_mono_ns() - t0;
+    return err;
+}
+
+static spw_err_t compute_finish(spw_trainer_loop_t *loop, struct mb *mb)
+{
+    const spw_batch_t *b = mb->batch;
+    const size_t n = spw_batch_examples(b), nu = spw_batch_unique(b);
     double loss = 0.0;
-    spw_err_t err =
-        spw_backend_forward_backward(loop->be, b, mb->rows, scale, loop->preds, loop->grads, &loss);
+    spw_err_t err = spw_backend_forward_backward_finish(loop->be, &loss);
     if (err)
         return err;
     /* the predictions came from rows not yet trained on this batch: progressive validation */
@@ -1033,7 +1062,8 @@ static spw_err_t compute(spw_trainer_loop_t *loop, struct mb *mb)
         (err = spw_grad_acc_add_pulled(loop->acc, spw_batch_keys(b), loop->grads, mb->versions,
                                        loop->conf.push_pulled ? mb->rows : NULL, nu)))
         return err;
-    uint64_t dt = spw_time_mono_ns() - t0;
+    uint64_t dt =
+        spw_time_mono_ns() - loop->compute_t0 - loop->ahead_ns; /* reading is not compute */
     mb->filled = false;
     mb->ready = false;
     loop->micro++;
@@ -1432,7 +1462,10 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
                 err = SPW_OK; /* finish() drops the micro-batch */
             break;
         }
-        if ((err = compute(loop, cur)))
+        if ((err = compute_start(loop, cur)))
+            break;
+        spw_err_t ahead = read_ahead(loop);
+        if ((err = compute_finish(loop, cur)) || (err = ahead))
             break;
         if (loop->micro == acc_steps && (err = hook_result(loop, end_step(loop, cur, true))))
             break;

@@ -25,13 +25,14 @@ static inline float sigmoid_from_logit(float z)
     return (float)(1.0 / (1.0 + exp(-(double)z)));
 }
 
-/* One pass over the batch; backward is a compile-time constant at each call site. extra (NULL:
- * none) adds a logit per example (a deep model's network); dz_out (NULL: not wanted) receives
- * each example's dL/dlogit × grad_scale. */
-static inline double run_batch(const struct spw_model *model, const spw_batch_t *batch,
-                               const float *restrict rows, float grad_scale, float *restrict preds,
-                               float *restrict grads, bool backward, const float *restrict extra,
-                               float *restrict dz_out)
+/* One pass over examples i0 .. i1 - 1 of the batch; backward is a compile-time constant at each
+ * call site. preds, extra and dz_out are indexed from i0 (preds[i - i0]); grads covers every
+ * unique row (zeroed here). extra (NULL: none) adds a logit per example (a deep model's network);
+ * dz_out (NULL: not wanted) receives each example's dL/dlogit × grad_scale. */
+static inline double run_batch(const struct spw_model *model, const spw_batch_t *batch, size_t i0,
+                               size_t i1, const float *restrict rows, float grad_scale,
+                               float *restrict preds, float *restrict grads, bool backward,
+                               const float *restrict extra, float *restrict dz_out)
 {
     const uint32_t dim = model->dim, k = model->latent_dim;
     const uint32_t *restrict off = batch->offsets;
@@ -43,7 +44,7 @@ static inline double run_batch(const struct spw_model *model, const spw_batch_t 
 
     if (backward && batch->n_uniq)
         memset(grads, 0, batch->n_uniq * dim * sizeof(float));
-    for (size_t i = 0; i < batch->n; i++) {
+    for (size_t i = i0; i < i1; i++) {
         const uint32_t beg = off[i], end = off[i + 1];
         float lin = rows[0];
         for (uint32_t o = beg; o < end; o++)
@@ -64,17 +65,17 @@ static inline double run_batch(const struct spw_model *model, const spw_batch_t 
             for (uint32_t f = 0; f < k; f++)
                 inter += s[f] * s[f] - q[f];
         }
-        const float z = lin + 0.5f * inter + (extra ? extra[i] : 0.0f);
+        const float z = lin + 0.5f * inter + (extra ? extra[i - i0] : 0.0f);
         const float y = batch->labels[i];
         const float p = sigmoid_from_logit(z);
-        preds[i] = p;
+        preds[i - i0] = p;
         loss += logloss_from_logit(z, y);
         if (!backward)
             continue;
 
         const float dz = (p - y) * grad_scale;
         if (dz_out)
-            dz_out[i] = dz;
+            dz_out[i - i0] = dz;
         bias_grad += dz;
         for (uint32_t o = beg; o < end; o++) {
             const size_t r = (size_t)occ_idx[o] * dim;
@@ -97,26 +98,33 @@ static inline double run_batch(const struct spw_model *model, const spw_batch_t 
 double spw_cpu_forward(const struct spw_model *model, const spw_batch_t *batch, const float *rows,
                        float *preds)
 {
-    return run_batch(model, batch, rows, 0.0f, preds, NULL, false, NULL, NULL);
+    return run_batch(model, batch, 0, batch->n, rows, 0.0f, preds, NULL, false, NULL, NULL);
 }
 
 double spw_cpu_forward_backward(const struct spw_model *model, const spw_batch_t *batch,
                                 const float *rows, float grad_scale, float *preds, float *grads)
 {
-    return run_batch(model, batch, rows, grad_scale, preds, grads, true, NULL, NULL);
+    return run_batch(model, batch, 0, batch->n, rows, grad_scale, preds, grads, true, NULL, NULL);
 }
 
 double spw_trn__fm_forward_extra(const struct spw_model *model, const spw_batch_t *batch,
                                  const float *rows, const float *extra, float *preds)
 {
-    return run_batch(model, batch, rows, 0.0f, preds, NULL, false, extra, NULL);
+    return run_batch(model, batch, 0, batch->n, rows, 0.0f, preds, NULL, false, extra, NULL);
 }
 
 double spw_trn__fm_backward_extra(const struct spw_model *model, const spw_batch_t *batch,
                                   const float *rows, const float *extra, float grad_scale,
                                   float *preds, float *grads, float *dz)
 {
-    return run_batch(model, batch, rows, grad_scale, preds, grads, true, extra, dz);
+    return run_batch(model, batch, 0, batch->n, rows, grad_scale, preds, grads, true, extra, dz);
+}
+
+double spw_trn__fm_backward_slice(const struct spw_model *model, const spw_batch_t *batch,
+                                  size_t i0, size_t i1, const float *rows, const float *extra,
+                                  float grad_scale, float *preds, float *grads, float *dz)
+{
+    return run_batch(model, batch, i0, i1, rows, grad_scale, preds, grads, true, extra, dz);
 }
 
 void spw_cpu_row_norms(const float *grads, size_t n, uint32_t dim, float *norms)

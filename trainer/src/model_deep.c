@@ -121,7 +121,9 @@ static bool has_blocks(const struct spw_model *m, const spw_batch_t *batch)
 const float *spw_trn__deep_gather_dense(spw_deep_t *deep, const spw_batch_t *batch,
                                         const float *rows)
 {
-    if (batch->n && !has_blocks(&deep->model, batch))
+    if (batch->n == 0)
+        return deep->dense; /* not read: an empty batch carries no rows to gather from */
+    if (!has_blocks(&deep->model, batch))
         return NULL;
     spw_deep_dense_from_rows(deep, rows, deep->dense);
     return deep->dense;
@@ -141,14 +143,16 @@ static spw_err_t reserve(spw_deep_t *deep, size_t n, size_t occ, bool backward)
     return SPW_OK;
 }
 
-/* The network's input: x[i] = the pooled latent vectors of example i's fields, in field order. */
-static void pool(spw_deep_t *deep, const spw_batch_t *batch, const float *rows)
+/* The network's input for examples i0 .. i1 - 1: x[i - i0] = the pooled latent vectors of
+ * example i's fields, in field order. */
+static void pool(spw_deep_t *deep, const spw_batch_t *batch, const float *rows, size_t i0,
+                 size_t i1)
 {
     const uint32_t k = deep->model.latent_dim, dim = deep->model.dim, nf = deep->model.n_fields;
     const size_t in = deep->model.dense.in_dim;
     const uint32_t *fields = spw_batch_occ_fields(batch);
-    memset(deep->x, 0, batch->n * in * sizeof(float));
-    for (size_t i = 0; i < batch->n; i++) {
+    memset(deep->x, 0, (i1 - i0) * in * sizeof(float));
+    for (size_t i = i0; i < i1; i++) {
         const uint32_t beg = batch->offsets[i], end = batch->offsets[i + 1];
         memset(deep->count, 0, nf * sizeof(deep->count[0]));
         for (uint32_t o = beg; o < end; o++) {
@@ -159,7 +163,7 @@ static void pool(spw_deep_t *deep, const spw_batch_t *batch, const float *rows)
             else
                 deep->count[s]++;
         }
-        float *xi = deep->x + i * in;
+        float *xi = deep->x + (i - i0) * in;
         for (uint32_t o = beg; o < end; o++) {
             uint32_t s = deep->occ_slot[o];
             if (s == UINT32_MAX)
@@ -188,7 +192,7 @@ spw_err_t spw_deep_forward(spw_deep_t *deep, const spw_batch_t *batch, const flo
     spw_err_t rc = reserve(deep, n, batch->n_occ, false);
     if (rc != SPW_OK)
         return rc;
-    pool(deep, batch, rows);
+    pool(deep, batch, rows, 0, n);
     if ((rc = spw_dense_forward(deep->net, dense, deep->x, n, deep->extra, false)) != SPW_OK)
         return rc;
     double loss = spw_trn__fm_forward_extra(&deep->model, batch, rows, deep->extra, preds);
@@ -197,27 +201,23 @@ spw_err_t spw_deep_forward(spw_deep_t *deep, const spw_batch_t *batch, const flo
     return SPW_OK;
 }
 
-spw_err_t spw_deep_forward_backward(spw_deep_t *deep, const spw_batch_t *batch, const float *rows,
-                                    const float *dense, float grad_scale, float *preds,
-                                    float *grads, double *loss_sum)
+/* The backward of examples i0 .. i1 - 1 (n = i1 - i0 > 0) with the network's training forward
+ * t of the batch; see spw_trn__deep_backward_slice. */
+static spw_err_t backward_rows(spw_deep_t *deep, const spw_batch_t *batch, const float *rows,
+                               const float *dense, size_t i0, size_t i1, uint64_t t,
+                               float grad_scale, float *preds, float *grads, double *loss_sum)
 {
     const struct spw_model *m = &deep->model;
-    size_t n = batch->n;
-    if (n == 0) {
-        if (loss_sum)
-            *loss_sum = 0.0;
-        return SPW_OK;
-    }
-    if (!has_blocks(m, batch))
-        return SPW_ERR_INVALID; /* the batch does not carry the dense blocks */
+    const size_t n = i1 - i0;
     spw_err_t rc = reserve(deep, n, batch->n_occ, true);
     if (rc != SPW_OK)
         return rc;
-    pool(deep, batch, rows);
-    if ((rc = spw_dense_forward(deep->net, dense, deep->x, n, deep->extra, true)) != SPW_OK)
+    pool(deep, batch, rows, i0, i1);
+    if ((rc = spw_dense_forward_rows(deep->net, dense, deep->x, n, deep->extra, true, t, i0)) !=
+        SPW_OK)
         return rc;
-    double loss =
-        spw_trn__fm_backward_extra(m, batch, rows, deep->extra, grad_scale, preds, grads, deep->dz);
+    double loss = spw_trn__fm_backward_slice(m, batch, i0, i1, rows, deep->extra, grad_scale, preds,
+                                             grads, deep->dz);
     if ((rc = spw_dense_backward(deep->net, dense, deep->dz, deep->dgrad, deep->dx)) != SPW_OK)
         return rc;
     /* the network's gradient into the dense-block rows, its input's into the latent vectors */
@@ -227,8 +227,8 @@ spw_err_t spw_deep_forward_backward(spw_deep_t *deep, const spw_batch_t *batch, 
         blocks[j] += deep->dgrad[j];
     const uint32_t k = m->latent_dim, dim = m->dim;
     const size_t in = m->dense.in_dim;
-    for (size_t i = 0; i < n; i++) {
-        const float *dxi = deep->dx + i * in;
+    for (size_t i = i0; i < i1; i++) {
+        const float *dxi = deep->dx + (i - i0) * in;
         for (uint32_t o = batch->offsets[i]; o < batch->offsets[i + 1]; o++) {
             uint32_t s = deep->occ_slot[o];
             if (s == UINT32_MAX)
@@ -240,7 +240,55 @@ spw_err_t spw_deep_forward_backward(spw_deep_t *deep, const spw_batch_t *batch, 
                 g[j] += scale * d[j];
         }
     }
+    *loss_sum = loss;
+    return SPW_OK;
+}
+
+spw_err_t spw_deep_forward_backward(spw_deep_t *deep, const spw_batch_t *batch, const float *rows,
+                                    const float *dense, float grad_scale, float *preds,
+                                    float *grads, double *loss_sum)
+{
+    size_t n = batch->n;
+    if (n == 0) {
+        if (loss_sum)
+            *loss_sum = 0.0;
+        return SPW_OK;
+    }
+    if (!has_blocks(&deep->model, batch))
+        return SPW_ERR_INVALID; /* the batch does not carry the dense blocks */
+    uint64_t t = spw_dense_train_forwards(deep->net);
+    double loss = 0.0;
+    spw_err_t rc =
+        backward_rows(deep, batch, rows, dense, 0, n, t, grad_scale, preds, grads, &loss);
+    if (rc != SPW_OK)
+        return rc;
+    spw_dense_set_train_forwards(deep->net, t + 1);
     if (loss_sum)
         *loss_sum = loss;
     return SPW_OK;
+}
+
+spw_err_t spw_trn__deep_backward_slice(spw_deep_t *deep, const spw_batch_t *batch,
+                                       const float *rows, const float *dense, size_t i0, size_t i1,
+                                       uint64_t t, float grad_scale, float *preds, float *grads,
+                                       double *loss_sum)
+{
+    *loss_sum = 0.0;
+    if (i0 == i1) {
+        memset(grads, 0, batch->n_uniq * deep->model.dim * sizeof(float));
+        return SPW_OK;
+    }
+    if (!has_blocks(&deep->model, batch))
+        return SPW_ERR_INVALID;
+    return backward_rows(deep, batch, rows, dense, i0, i1, t, grad_scale, preds, grads, loss_sum);
+}
+
+uint64_t spw_trn__deep_train_forwards(const spw_deep_t *deep)
+{
+    return spw_dense_train_forwards(deep->net);
+}
+
+void spw_trn__deep_set_train_forwards(spw_deep_t *deep, uint64_t t)
+{
+    spw_dense_set_train_forwards(deep->net, t);
 }

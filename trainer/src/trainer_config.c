@@ -32,6 +32,11 @@ const struct spw_config_prop spw_trainer_config_props[] = {
      "grow by n*dim*4 bytes (2 with trainer.push.fp16)."},
     {"trainer.backend", SPW_CONFIG_ENUM, "auto", 0, 0, "cpu|cuda|auto",
      "Compute backend; auto uses CUDA when it is built and a device is usable, else the CPU."},
+    {"trainer.threads", SPW_CONFIG_INT, "1", 1, SPW_TRN_MAX_THREADS, NULL,
+     "Compute threads of this trainer process: each micro-batch's forward and backward is split "
+     "over them by examples and each row's gradient summed across them (CPU backend; CUDA keeps "
+     "one). Equal to one thread's result up to float rounding. Several trainers on one host "
+     "should share its cores out between them."},
     {"trainer.eval.window", SPW_CONFIG_INT, "100000", 1, 1e8, NULL,
      "Examples in the progressive-validation window (logloss and AUC scored before training)."},
     {"trainer.optimizer", SPW_CONFIG_ENUM, "adagrad", 0, 0, "sgd|adagrad",
@@ -217,6 +222,7 @@ spw_err_t spw_trainer_params_from_config(const spw_config_t *cfg, struct spw_tra
         return rc;
     params->backend = backend;
     params->batch = (uint32_t)spw_config_int(cfg, "trainer.batch");
+    params->threads = (uint32_t)spw_config_int(cfg, "trainer.threads");
     params->acc_steps = (uint32_t)spw_config_int(cfg, "trainer.acc_steps");
     params->topk = (struct spw_topk_conf){
         .dim = params->model.dim,
@@ -249,6 +255,7 @@ void spw_trainer_params_default(struct spw_trainer_params *params)
         spw_model_init(&params->model, SPW_MODEL_FM, 8);
         params->backend = SPW_BACKEND_AUTO;
         params->batch = 1024;
+        params->threads = 1;
         params->acc_steps = 1;
         params->topk = (struct spw_topk_conf){.dim = params->model.dim,
                                               .ratio = 1.0,

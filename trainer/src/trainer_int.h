@@ -96,6 +96,54 @@ double spw_trn__fm_backward_extra(const struct spw_model *model, const spw_batch
                                   const float *rows, const float *extra, float grad_scale,
                                   float *preds, float *grads, float *dz);
 
+/* run_batch's backward over examples i0 .. i1 - 1 only (one compute thread's slice): preds,
+ * extra (NULL: none) and dz (NULL: not wanted) are indexed from i0; grads (unique × dim) is
+ * overwritten with the slice's gradient of every row, the bias's included. */
+double spw_trn__fm_backward_slice(const struct spw_model *model, const spw_batch_t *batch,
+                                  size_t i0, size_t i1, const float *rows, const float *extra,
+                                  float grad_scale, float *preds, float *grads, float *dz);
+
+/* spw_deep_forward_backward over examples i0 .. i1 - 1 only, with the network's masks of the
+ * batch's training forward t (spw_dense_forward_rows); preds is indexed from i0, grads (unique ×
+ * dim) is overwritten with the slice's gradient (zeros for an empty slice), *loss_sum gets the
+ * slice's loss. Does not advance deep's count of training forwards. deep: one owner thread. */
+spw_err_t spw_trn__deep_backward_slice(spw_deep_t *deep, const spw_batch_t *batch,
+                                       const float *rows, const float *dense, size_t i0, size_t i1,
+                                       uint64_t t, float grad_scale, float *preds, float *grads,
+                                       double *loss_sum);
+/* deep's count of training forwards (the next batch's mask stream), and its setter. */
+uint64_t spw_trn__deep_train_forwards(const spw_deep_t *deep);
+void spw_trn__deep_set_train_forwards(spw_deep_t *deep, uint64_t t);
+
+/*
+ * The CPU backend's forward and backward split over compute threads (backend_par.c): each
+ * thread computes a contiguous slice of the batch's examples into its own gradient buffer
+ * (unique × dim, thread 0's is the caller's), then the rows are summed across the buffers in
+ * thread order, each thread a range of rows. Buffers and networks are per thread and grow to the
+ * largest batch: no allocation for a batch no larger than an earlier one. One owner thread.
+ */
+struct spw_trn__par;
+
+/* threads (2 .. SPW_TRN_MAX_THREADS) compute threads for model, started here. NULL with
+ * errstr. */
+struct spw_trn__par *spw_trn__par_new(const struct spw_model *model, uint32_t threads, char *errstr,
+                                      size_t errstr_size);
+/* Stops the threads and frees everything. NULL is a no-op. */
+void spw_trn__par_destroy(struct spw_trn__par *par);
+uint32_t spw_trn__par_threads(const struct spw_trn__par *par);
+/* Starts spw_cpu_forward_backward (deep == NULL) or spw_deep_forward_backward (deep: the
+ * backend's own workspace, thread 0's; dense: the gathered weights) of batch on the threads and
+ * returns at once; everything passed is borrowed until spw_trn__par_finish, which waits for the
+ * threads and returns the batch's error or SPW_OK and *loss_sum (may be NULL). One batch in
+ * flight at a time. The gradient equals the single-thread one up to the order of float
+ * additions (see backend_par.c). */
+void spw_trn__par_start(struct spw_trn__par *par, spw_deep_t *deep, const spw_batch_t *batch,
+                        const float *rows, const float *dense, float grad_scale, float *preds,
+                        float *grads);
+spw_err_t spw_trn__par_finish(struct spw_trn__par *par, double *loss_sum);
+/* Whether a batch was started and not finished. */
+bool spw_trn__par_in_flight(const struct spw_trn__par *par);
+
 /* The network's weights from a batch's rows (init + blocks), in deep's own buffer; NULL when a
  * non-empty batch does not carry the blocks (spw_batch_set_model). */
 const float *spw_trn__deep_gather_dense(spw_deep_t *deep, const spw_batch_t *batch,

@@ -118,6 +118,21 @@ size_t spw_dense_param_count(const spw_dense_t *net);
 spw_err_t spw_dense_forward(spw_dense_t *net, const float *params, const float *x, size_t n,
                             float *logits, bool train);
 
+/* spw_dense_forward of rows row0 .. row0 + n - 1 of a larger batch, as one of several networks
+ * that share it out (a trainer's compute threads, each with its own network): the masks are
+ * those that the training forward number t of the whole batch draws for these rows, so the
+ * slices together apply exactly the whole batch's masks. net's own count of training forwards
+ * is neither read nor advanced: the caller keeps t. Same workspace, state and errors as
+ * spw_dense_forward; one owner thread per net. */
+spw_err_t spw_dense_forward_rows(spw_dense_t *net, const float *params, const float *x, size_t n,
+                                 float *logits, bool train, uint64_t t, uint64_t row0);
+
+/* The count of training forwards run so far (the next one's mask stream t), and a setter for a
+ * caller that runs a batch's forward in slices (spw_dense_forward_rows) and advances the count
+ * once for the batch. One owner thread. */
+uint64_t spw_dense_train_forwards(const spw_dense_t *net);
+void spw_dense_set_train_forwards(spw_dense_t *net, uint64_t t);
+
 /* Backward of the last forward (same params, which must not have changed): dlogit holds n
  * floats dL/dlogit_i; grads (param_count floats) is OVERWRITTEN with dL/dparams summed over the
  * batch; dx (n × in_dim, may be NULL when not needed) receives dL/dx. SPW_ERR_STATE when no

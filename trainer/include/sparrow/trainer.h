@@ -35,6 +35,8 @@
 #define SPW_TRN_BIAS_KEY 0ull
 /* Largest FM latent dimension (dim = 1 + k stays far below SPW_WIRE_MAX_DIM). */
 #define SPW_TRN_MAX_LATENT 256u
+/* trainer.threads: compute threads of one trainer process. */
+#define SPW_TRN_MAX_THREADS 64u
 /* Most feature occurrences one batch may hold (indices are 32-bit). */
 #define SPW_TRN_BATCH_MAX_OCC (1u << 30)
 /* Bytes a pushed row costs beyond its values: key (u64) and version (u32). */
@@ -336,6 +338,26 @@ spw_backend_t *spw_backend_new(enum spw_backend_kind want, const struct spw_mode
 /* Frees be (and its device buffers). NULL is a no-op. */
 void spw_backend_destroy(spw_backend_t *be);
 
+/*
+ * Splits spw_backend_forward_backward over `threads` compute threads (trainer.threads, 1 ..
+ * SPW_TRN_MAX_THREADS): that many workers are started here (none for 1) and kept until
+ * spw_backend_destroy, so that the owner thread is free while they compute (see
+ * spw_backend_forward_backward_start). Each thread computes a slice
+ * of the batch's examples into its own gradient buffer, and each row's gradient is then summed
+ * across the buffers in thread order: equal to one thread's up to the order of float additions
+ * (deterministic for a given count). A deep model's network runs once per slice, one OpenBLAS
+ * thread each (dense/: openblas_set_num_threads(1) unless OPENBLAS_NUM_THREADS is set). The CUDA
+ * backend keeps one host thread (the device is the parallel part): there this sets nothing and
+ * spw_backend_threads stays 1. spw_backend_forward (scoring only) stays on one thread.
+ * Call once, before the first batch; SPW_ERR_STATE on a second call, SPW_ERR_INVALID out of
+ * range, SPW_ERR_NOMEM or SPW_ERR_IO (a thread cannot start) with errstr. Owner thread only.
+ */
+spw_err_t spw_backend_threads_start(spw_backend_t *be, uint32_t threads, char *errstr,
+                                    size_t errstr_size);
+
+/* Compute threads in use (1 unless spw_backend_threads_start started more). */
+uint32_t spw_backend_threads(const spw_backend_t *be);
+
 /* The kind in use: CPU or CUDA, never AUTO. */
 enum spw_backend_kind spw_backend_kind(const spw_backend_t *be);
 
@@ -352,6 +374,19 @@ spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const
 spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *batch,
                                        const float *rows, float grad_scale, float *preds,
                                        float *grads, double *loss_sum);
+
+/*
+ * spw_backend_forward_backward in two halves, so that the owner thread can do other work while
+ * the compute threads (spw_backend_threads_start) work: start borrows batch, rows, preds and
+ * grads until finish, which waits and returns what spw_backend_forward_backward would (outputs
+ * unspecified on an error). With one compute thread or the CUDA backend, start computes the
+ * whole batch itself. Every start is followed by exactly one finish before the next start or
+ * any other use of be. Owner thread only.
+ */
+void spw_backend_forward_backward_start(spw_backend_t *be, const spw_batch_t *batch,
+                                        const float *rows, float grad_scale, float *preds,
+                                        float *grads);
+spw_err_t spw_backend_forward_backward_finish(spw_backend_t *be, double *loss_sum);
 
 /* spw_cpu_row_norms over rows of the model's dim. */
 spw_err_t spw_backend_row_norms(spw_backend_t *be, const float *grads, size_t n, float *norms);
@@ -611,6 +646,7 @@ struct spw_trainer_params {
     struct spw_model model;
     enum spw_backend_kind backend;
     uint32_t batch;            /* examples per micro-batch */
+    uint32_t threads;          /* compute threads (spw_backend_threads_start) */
     uint32_t acc_steps;        /* micro-batches per step */
     bool compress;             /* false when topk.ratio is 1 and fp16 is off: push rows as is */
     struct spw_topk_conf topk; /* dim filled from the model */

@@ -1,0 +1,255 @@
+/* Unit tests of trainer.threads: the CPU backend's forward/backward split over 2 and 4 compute
+ * threads gives one thread's predictions, loss and gradients (FM, LR, DeepFM with dropout,
+ * DCN-v2), for batches that do not divide evenly, batches smaller than the thread count and
+ * empty ones, over several batches (the buffers' reuse and the dropout stream), and the setting's
+ * range. */
+#include "test_main.h" /* cmocka and what it needs first */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sparrow/trainer.h"
+#include "test_rng.h"
+
+/*
+ * Tolerance: a row's gradient is a float sum over its occurrences; with T threads it is summed
+ * per slice and then across slices, so it may differ from one thread's by the reassociation of
+ * that sum: |g_T - g_1| <= ATOL + RTOL |g_1|. Predictions and per-example terms are computed
+ * by the same code on the same rows and are compared to PTOL (a deep model's network runs
+ * sgemm on a slice instead of the batch: OpenBLAS may block a smaller product differently).
+ */
+#define ATOL 1e-6
+#define RTOL 1e-5
+#define PTOL 1e-6
+
+static const struct spw_model_field FIELDS3[3] = {
+    {.id = 7, .pooling = SPW_POOL_SUM},
+    {.id = 9, .pooling = SPW_POOL_MEAN},
+    {.id = 11, .pooling = SPW_POOL_SUM},
+};
+
+static void make_model(struct spw_model *m, enum spw_model_kind kind)
+{
+    char err[256];
+    spw_err_t rc;
+    if (kind == SPW_MODEL_FM)
+        rc = spw_model_init(m, kind, 4);
+    else if (kind == SPW_MODEL_LR)
+        rc = spw_model_init(m, kind, 0);
+    else if (kind == SPW_MODEL_DEEPFM) /* dropout on: the slices must draw the batch's masks */
+        rc = spw_model_init_deep(m, kind, 3, FIELDS3, 3, "8,6", 0, 0.3f, 5, err, sizeof(err));
+    else
+        rc = spw_model_init_deep(m, kind, 3, FIELDS3, 3, "5", 2, 0.0f, 5, err, sizeof(err));
+    if (rc != SPW_OK)
+        fail_msg("model: %s", err);
+}
+
+/* n examples of 0 .. 6 features over a vocabulary of 40 keys (so that rows recur across the
+ * slices), fields among the model's and an unknown one (5). */
+static spw_batch_t *make_batch(const struct spw_model *m, size_t n, uint64_t seed)
+{
+    char err[128];
+    spw_batch_t *b = spw_batch_new(0, 0, err, sizeof(err));
+    assert_non_null(b);
+    if (spw_model_is_deep(m))
+        assert_int_equal(spw_batch_set_model(b, m), SPW_OK);
+    static const uint32_t field_ids[4] = {7, 9, 11, 5};
+    for (size_t i = 0; i < n; i++) {
+        uint64_t keys[6];
+        float w[6];
+        uint32_t fields[6];
+        size_t nf = rng_next(&seed) % 7;
+        for (size_t j = 0; j < nf; j++) {
+            keys[j] = 100 + rng_next(&seed) % 40;
+            w[j] = rng_uniform(&seed, 0.25f, 2.0f);
+            fields[j] = field_ids[rng_next(&seed) % 4];
+        }
+        float label = (rng_next(&seed) & 1) ? 1.0f : 0.0f;
+        assert_int_equal(spw_batch_add_fields(b, label, NAN, 0, nf, keys, w, fields), SPW_OK);
+    }
+    return b;
+}
+
+struct result {
+    float *preds, *grads;
+    double loss;
+};
+
+static void run(spw_backend_t *be, const spw_batch_t *b, const float *rows, struct result *r)
+{
+    size_t n = spw_batch_examples(b), nu = spw_batch_unique(b);
+    uint32_t dim = spw_backend_model(be)->dim;
+    r->preds = calloc(n + 1, sizeof(float));
+    r->grads = calloc(nu * dim + 1, sizeof(float));
+    assert_non_null(r->preds);
+    assert_non_null(r->grads);
+    r->loss = -1.0;
+    float scale = n ? 1.0f / (float)n : 1.0f;
+    assert_int_equal(spw_backend_forward_backward(be, b, rows, scale, r->preds, r->grads, &r->loss),
+                     SPW_OK);
+}
+
+static void check_same(const struct result *one, const struct result *many, size_t n, size_t nf,
+                       const char *what)
+{
+    assert_true(fabs(one->loss - many->loss) <= 1e-9 * (1.0 + fabs(one->loss)));
+    for (size_t i = 0; i < n; i++)
+        if (fabs((double)one->preds[i] - many->preds[i]) > PTOL)
+            fail_msg("%s: pred %zu: %.9g vs %.9g", what, i, (double)one->preds[i],
+                     (double)many->preds[i]);
+    size_t nonzero = 0;
+    for (size_t j = 0; j < nf; j++) {
+        double a = one->grads[j], b = many->grads[j];
+        if (fabs(a - b) > ATOL + RTOL * fabs(a))
+            fail_msg("%s: grad %zu: %.9g vs %.9g", what, j, a, b);
+        nonzero += a != 0.0;
+    }
+    if (n >= 3)
+        assert_true(nonzero > nf / 4); /* the comparison covered real gradients */
+}
+
+static void free_result(struct result *r)
+{
+    free(r->preds);
+    free(r->grads);
+}
+
+/* Batches of 37, 3, 1, 0 and 50 examples (in that order: the buffers grow, shrink in use and
+ * grow again; the dropout stream advances once per non-empty batch on every backend). */
+static void check_model(enum spw_model_kind kind)
+{
+    struct spw_model m;
+    make_model(&m, kind);
+    char err[256];
+    spw_backend_t *be[3];
+    const uint32_t threads[3] = {1, 2, 4};
+    for (int t = 0; t < 3; t++) {
+        be[t] = spw_backend_new(SPW_BACKEND_CPU, &m, err, sizeof(err));
+        assert_non_null(be[t]);
+        assert_int_equal(spw_backend_threads_start(be[t], threads[t], err, sizeof(err)), SPW_OK);
+        assert_int_equal(spw_backend_threads(be[t]), threads[t]);
+    }
+    static const size_t sizes[] = {37, 3, 1, 0, 50};
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        spw_batch_t *b = make_batch(&m, sizes[s], 11 + s);
+        size_t nu = spw_batch_unique(b), nf = nu * m.dim;
+        uint64_t seed = 99 + s;
+        float *rows = malloc((nf + 1) * sizeof(float));
+        assert_non_null(rows);
+        for (size_t j = 0; j < nf; j++)
+            rows[j] = rng_uniform(&seed, -0.3f, 0.3f);
+        struct result r[3];
+        for (int t = 0; t < 3; t++)
+            run(be[t], b, rows, &r[t]);
+        for (int t = 1; t < 3; t++) {
+            char what[96];
+            snprintf(what, sizeof(what), "%s, %zu examples, %u threads", spw_model_kind_name(kind),
+                     sizes[s], threads[t]);
+            check_same(&r[0], &r[t], sizes[s], nf, what);
+        }
+        for (int t = 0; t < 3; t++)
+            free_result(&r[t]);
+        free(rows);
+        spw_batch_destroy(b);
+    }
+    for (int t = 0; t < 3; t++)
+        spw_backend_destroy(be[t]);
+}
+
+static void test_trn_threads_fm_equals_one_thread(void **state)
+{
+    (void)state;
+    check_model(SPW_MODEL_FM);
+    check_model(SPW_MODEL_LR);
+}
+
+static void test_trn_threads_deepfm_equals_one_thread(void **state)
+{
+    (void)state;
+    check_model(SPW_MODEL_DEEPFM);
+}
+
+static void test_trn_threads_dcnv2_equals_one_thread(void **state)
+{
+    (void)state;
+    check_model(SPW_MODEL_DCNV2);
+}
+
+/* Dropout masks follow the batch, not the slice: with dropout on, two threads give one
+ * thread's result (checked above); here a forward-only pass afterwards (no dropout) agrees too,
+ * so the threaded path left the backend's state as one thread would. */
+static void test_trn_threads_forward_after_training(void **state)
+{
+    (void)state;
+    struct spw_model m;
+    make_model(&m, SPW_MODEL_DEEPFM);
+    char err[256];
+    spw_backend_t *one = spw_backend_new(SPW_BACKEND_CPU, &m, err, sizeof(err));
+    spw_backend_t *two = spw_backend_new(SPW_BACKEND_CPU, &m, err, sizeof(err));
+    assert_non_null(one);
+    assert_non_null(two);
+    assert_int_equal(spw_backend_threads_start(two, 2, err, sizeof(err)), SPW_OK);
+    spw_batch_t *b = make_batch(&m, 21, 5);
+    size_t nf = spw_batch_unique(b) * m.dim;
+    float *rows = malloc(nf * sizeof(float));
+    assert_non_null(rows);
+    uint64_t seed = 3;
+    for (size_t j = 0; j < nf; j++)
+        rows[j] = rng_uniform(&seed, -0.3f, 0.3f);
+    struct result r1, r2;
+    run(one, b, rows, &r1);
+    run(two, b, rows, &r2);
+    check_same(&r1, &r2, 21, nf, "deepfm training");
+    float p1[21], p2[21];
+    double l1 = 0, l2 = 0;
+    assert_int_equal(spw_backend_forward(one, b, rows, p1, &l1), SPW_OK);
+    assert_int_equal(spw_backend_forward(two, b, rows, p2, &l2), SPW_OK);
+    assert_memory_equal(p1, p2, sizeof(p1));
+    assert_true(l1 == l2);
+    free_result(&r1);
+    free_result(&r2);
+    free(rows);
+    spw_batch_destroy(b);
+    spw_backend_destroy(one);
+    spw_backend_destroy(two);
+}
+
+/* 1 .. SPW_TRN_MAX_THREADS; a second start is refused; the setting's table refuses 0 and 65. */
+static void test_trn_threads_range(void **state)
+{
+    (void)state;
+    struct spw_model m;
+    make_model(&m, SPW_MODEL_FM);
+    char err[256];
+    spw_backend_t *be = spw_backend_new(SPW_BACKEND_CPU, &m, err, sizeof(err));
+    assert_non_null(be);
+    assert_int_equal(spw_backend_threads_start(be, 0, err, sizeof(err)), SPW_ERR_INVALID);
+    assert_non_null(strstr(err, "1 .. 64"));
+    assert_int_equal(spw_backend_threads_start(be, SPW_TRN_MAX_THREADS + 1, err, sizeof(err)),
+                     SPW_ERR_INVALID);
+    assert_int_equal(spw_backend_threads(be), 1);
+    assert_int_equal(spw_backend_threads_start(be, 3, err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_backend_threads(be), 3);
+    assert_int_equal(spw_backend_threads_start(be, 2, err, sizeof(err)), SPW_ERR_STATE);
+    spw_backend_destroy(be);
+
+    spw_config_t *cfg =
+        spw_config_new(spw_trainer_config_props, spw_trainer_config_n_props, err, sizeof(err));
+    assert_non_null(cfg);
+    assert_int_not_equal(spw_config_set(cfg, "trainer.threads", "0", err, sizeof(err)), SPW_OK);
+    assert_int_not_equal(spw_config_set(cfg, "trainer.threads", "65", err, sizeof(err)), SPW_OK);
+    assert_int_not_equal(spw_config_set(cfg, "trainer.threads", "2x", err, sizeof(err)), SPW_OK);
+    assert_int_equal(spw_config_set(cfg, "trainer.threads", "16", err, sizeof(err)), SPW_OK);
+    struct spw_trainer_params p;
+    assert_int_equal(spw_trainer_params_from_config(cfg, &p, err, sizeof(err)), SPW_OK);
+    assert_int_equal(p.threads, 16);
+    spw_config_destroy(cfg);
+    spw_trainer_params_default(&p);
+    assert_int_equal(p.threads, 1);
+}
+
+SPW_TEST_MAIN(test_trn_threads_fm_equals_one_thread, test_trn_threads_deepfm_equals_one_thread,
+              test_trn_threads_dcnv2_equals_one_thread, test_trn_threads_forward_after_training,
+              test_trn_threads_range)
