@@ -443,19 +443,46 @@ static void handle_pull(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
     send_reply(srv, peer, &reply);
 }
 
+/* The batch of one request: per histogram (sparrow_ps_staleness, then one per row class) the
+ * counts per bucket and the sum, added with one atomic add per bucket used. */
+struct tau_batch {
+    uint64_t counts[1 + SPW_PS_CLASSES][SPW_HISTOGRAM_MAX_BUCKETS + 1];
+    double sum[1 + SPW_PS_CLASSES];
+};
+
 /* sparrow_ps_staleness and, by row class (classes may be NULL: not observed),
- * sparrow_ps_staleness_class for n pushed rows. taus may be NULL (arena exhausted): nothing. */
+ * sparrow_ps_staleness_class for n pushed rows. taus may be NULL (arena exhausted): nothing.
+ * Per row this is a bucket lookup (skipped while tau repeats, as it mostly does) and two
+ * increments of local counts: the histograms' atomics are touched once per request. */
 static void observe_staleness(spw_ps_server_t *srv, const uint32_t *taus, const uint8_t *classes,
                               size_t n)
 {
-    if (!taus)
+    spw_histogram_t *all = srv->m.staleness;
+    if (!taus || n == 0 || !all)
         return;
+    struct tau_batch b;
+    memset(&b, 0, sizeof(b));
+    /* every histogram of the family has the same bounds (metrics_register): one bucket index */
+    uint32_t last_tau = taus[0];
+    size_t bucket = spw_histogram_bucket(all, (double)last_tau);
+    uint64_t tau_sum = 0, class_sum[SPW_PS_CLASSES] = {0};
     for (size_t i = 0; i < n; i++) {
-        if (srv->m.staleness)
-            spw_histogram_observe(srv->m.staleness, (double)taus[i]);
-        if (classes && classes[i] < SPW_PS_CLASSES && srv->m.staleness_class[classes[i]])
-            spw_histogram_observe(srv->m.staleness_class[classes[i]], (double)taus[i]);
+        uint32_t tau = taus[i];
+        if (tau != last_tau) {
+            last_tau = tau;
+            bucket = spw_histogram_bucket(all, (double)tau);
+        }
+        b.counts[0][bucket]++;
+        tau_sum += tau;
+        if (classes && classes[i] < SPW_PS_CLASSES) {
+            b.counts[1 + classes[i]][bucket]++;
+            class_sum[classes[i]] += tau;
+        }
     }
+    spw_histogram_add(all, b.counts[0], (double)tau_sum);
+    for (int c = 0; c < SPW_PS_CLASSES; c++)
+        if (srv->m.staleness_class[c])
+            spw_histogram_add(srv->m.staleness_class[c], b.counts[1 + c], (double)class_sum[c]);
 }
 
 /* Every way rows are applied (an async push, a step's average, a late contribution): the
