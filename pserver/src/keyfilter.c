@@ -1,7 +1,5 @@
 /* Blocked Bloom filter of the keys written to the store's RocksDB tier, so that a key never
  * written skips the MultiGet on its first push (docs/ARCHITECTURE.md §3). */
-#include <stdlib.h>
-
 #include "ps_int.h"
 #include "sparrow/hash.h"
 
@@ -15,9 +13,8 @@ spw_err_t spw_ps__keyfilter_init(struct spw_ps__keyfilter *f, uint64_t capacity,
     uint64_t blocks = 1;
     while (blocks * BLOCK_WORDS * 64 < capacity * BITS_PER_KEY && blocks < (1ull << 32))
         blocks <<= 1;
-    /* calloc of this size maps fresh zero pages: only blocks a key was added to become
-     * resident. */
-    f->words = calloc(blocks * BLOCK_WORDS, sizeof(uint64_t));
+    /* fresh zero pages: only blocks a key was added to become resident */
+    f->words = spw_ps__big_alloc(blocks * BLOCK_WORDS * sizeof(uint64_t));
     if (!f->words)
         return SPW_ERR_NOMEM;
     f->block_mask = blocks - 1;
@@ -29,7 +26,7 @@ spw_err_t spw_ps__keyfilter_init(struct spw_ps__keyfilter *f, uint64_t capacity,
 
 void spw_ps__keyfilter_fini(struct spw_ps__keyfilter *f)
 {
-    free(f->words);
+    spw_ps__big_free(f->words, (f->block_mask + 1) * BLOCK_WORDS * sizeof(uint64_t));
     f->words = NULL;
     f->valid = false;
 }
@@ -62,6 +59,8 @@ bool spw_ps__keyfilter_may_contain(const struct spw_ps__keyfilter *f, uint64_t k
 {
     if (!f->valid)
         return true;
+    if (f->added == 0)
+        return false; /* nothing written yet (and no page of the filter touched) */
     uint64_t h = spw_hash_mix64(key ^ SALT), bits = spw_hash_mix64(h);
     const uint64_t *b = block_of(f, h);
     for (unsigned i = 0; i < PROBES; i++, bits >>= 9) {
@@ -74,6 +73,6 @@ bool spw_ps__keyfilter_may_contain(const struct spw_ps__keyfilter *f, uint64_t k
 
 void spw_ps__keyfilter_prefetch(const struct spw_ps__keyfilter *f, uint64_t key)
 {
-    if (f->valid)
+    if (f->valid && f->added > 0)
         __builtin_prefetch(block_of(f, spw_hash_mix64(key ^ SALT)));
 }

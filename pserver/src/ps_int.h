@@ -136,6 +136,13 @@ void spw_ps__sketch_fini(struct spw_ps_sketch *sk);
 uint32_t spw_ps__sketch_add(struct spw_ps_sketch *sk, uint64_t key);
 uint32_t spw_ps__sketch_get(const struct spw_ps_sketch *sk, uint64_t key);
 
+/* Zero-filled anonymous memory for the slab, the index and the key filter, aligned to and
+ * advised for transparent huge pages where the kernel offers them (random accesses then miss
+ * the TLB far less). Pages become resident only when touched. NULL when out of memory; freed
+ * with spw_ps__big_free and the same size (NULL: nothing). */
+void *spw_ps__big_alloc(size_t bytes);
+void spw_ps__big_free(void *p, size_t bytes);
+
 /* ---- filter of the keys in RocksDB (keyfilter.c) ---- */
 /* A blocked Bloom filter (one cache line per key, 8 bits per key, about 2-3% false positives)
  * of every key the store wrote to its RocksDB tier since it opened an empty database: a key it

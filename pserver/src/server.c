@@ -29,6 +29,7 @@
 #define DISK_FREE_MIN   (4u << 20) /* bytes free before a full disk counts as back */
 
 enum { ERRS = 8 };
+enum { TAU_TABLE = 1025 }; /* taus up to the largest staleness bound, 1024 */
 
 struct ps_metrics {
     spw_counter_t *req[6]; /* pull push stats checkpoint health commit */
@@ -59,6 +60,8 @@ struct spw_ps_server {
     spw_metrics_t *metrics;
     bool own_metrics;
     struct ps_metrics m;
+    uint8_t tau_bucket[TAU_TABLE];  /* the staleness histograms' bucket of tau < TAU_TABLE */
+    uint8_t tau_bucket_above;       /* ... and of every larger tau */
     struct spw_ps_store_stats last; /* store stats already added to the counters */
     uint64_t epoch;
     int64_t started_ms;         /* wall clock at start: StatsReply.started_ms (restart detection) */
@@ -157,6 +160,11 @@ static bool metrics_register(spw_ps_server_t *srv)
     m->staleness = spw_metrics_histogram_new(r, "sparrow_ps_staleness",
                                              "tau = version_now - version_pulled of pushed rows.",
                                              NULL, bounds, sizeof(bounds) / sizeof(bounds[0]));
+    if (m->staleness) {
+        for (uint32_t t = 0; t < TAU_TABLE; t++)
+            srv->tau_bucket[t] = (uint8_t)spw_histogram_bucket(m->staleness, (double)t);
+        srv->tau_bucket_above = (uint8_t)spw_histogram_bucket(m->staleness, (double)TAU_TABLE);
+    }
     for (int c = 0; c < SPW_PS_CLASSES; c++) {
         snprintf(labels, sizeof(labels), "class=\"%s\"",
                  spw_ps_row_class_name((enum spw_ps_row_class)c));
@@ -452,8 +460,8 @@ struct tau_batch {
 
 /* sparrow_ps_staleness and, by row class (classes may be NULL: not observed),
  * sparrow_ps_staleness_class for n pushed rows. taus may be NULL (arena exhausted): nothing.
- * Per row this is a bucket lookup (skipped while tau repeats, as it mostly does) and two
- * increments of local counts: the histograms' atomics are touched once per request. */
+ * Per row this is a table lookup and two increments of local counts: the histograms' atomics
+ * are touched once per request. */
 static void observe_staleness(spw_ps_server_t *srv, const uint32_t *taus, const uint8_t *classes,
                               size_t n)
 {
@@ -462,16 +470,12 @@ static void observe_staleness(spw_ps_server_t *srv, const uint32_t *taus, const 
         return;
     struct tau_batch b;
     memset(&b, 0, sizeof(b));
-    /* every histogram of the family has the same bounds (metrics_register): one bucket index */
-    uint32_t last_tau = taus[0];
-    size_t bucket = spw_histogram_bucket(all, (double)last_tau);
+    /* every histogram of the family has the same bounds (metrics_register): one bucket index,
+     * from the table made there */
     uint64_t tau_sum = 0, class_sum[SPW_PS_CLASSES] = {0};
     for (size_t i = 0; i < n; i++) {
         uint32_t tau = taus[i];
-        if (tau != last_tau) {
-            last_tau = tau;
-            bucket = spw_histogram_bucket(all, (double)tau);
-        }
+        size_t bucket = tau < TAU_TABLE ? srv->tau_bucket[tau] : srv->tau_bucket_above;
         b.counts[0][bucket]++;
         tau_sum += tau;
         if (classes && classes[i] < SPW_PS_CLASSES) {

@@ -140,10 +140,7 @@ static void row_init(const spw_ps_store_t *store, uint64_t key, float *data)
         spw_ps__row_init_mixed(&store->conf.optim, store->dim, store->init_mix, key, data);
 }
 
-/* Zero-filled anonymous memory for the slab and the index, aligned to and advised for
- * transparent huge pages where the kernel offers them (random row and index accesses then miss
- * the TLB far less). Pages become resident only when touched. NULL when out of memory. */
-static void *big_alloc(size_t bytes)
+void *spw_ps__big_alloc(size_t bytes)
 {
     size_t len = bytes + HUGE_PAGE;
     uint8_t *p =
@@ -163,7 +160,7 @@ static void *big_alloc(size_t bytes)
     return p + head;
 }
 
-static void big_free(void *p, size_t bytes)
+void spw_ps__big_free(void *p, size_t bytes)
 {
     if (p)
         munmap(p, bytes);
@@ -206,13 +203,13 @@ static inline void idx_put(struct idx_ent *idx, uint64_t mask, uint32_t h, uint3
 static spw_err_t idx_grow(spw_ps_store_t *store)
 {
     uint64_t cap = store->idx_mask + 1, new_cap = cap * 2;
-    struct idx_ent *idx = big_alloc(new_cap * sizeof(*idx));
+    struct idx_ent *idx = spw_ps__big_alloc(new_cap * sizeof(*idx));
     if (!idx)
         return SPW_ERR_NOMEM;
     for (uint64_t i = 0; i < cap; i++)
         if (store->idx[i].slot1 != 0)
             idx_put(idx, new_cap - 1, store->idx[i].h, store->idx[i].slot1);
-    big_free(store->idx, cap * sizeof(*idx));
+    spw_ps__big_free(store->idx, cap * sizeof(*idx));
     store->idx = idx;
     store->idx_mask = new_cap - 1;
     return SPW_OK;
@@ -478,6 +475,7 @@ static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
             /* Never written to RocksDB: no read. The row is made here, so that a repeat of the
              * key later in the request finds it in the index. */
             rows[i] = NULL;
+            store->stats.db_skipped++;
             spw_err_t err = new_row(store, keys[i], hs[i], mode, &rows[i]);
             if (err)
                 return err;
@@ -1399,8 +1397,8 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
     store->idx_mask = idx_start - 1;
     store->chunk_max = store->max_rows / 4 < 4096 ? store->max_rows / 4 : 4096;
     store->slab_bytes = (size_t)store->max_rows * store->stride;
-    store->slab = big_alloc(store->slab_bytes);
-    store->idx = big_alloc(idx_start * sizeof(*store->idx));
+    store->slab = spw_ps__big_alloc(store->slab_bytes);
+    store->idx = spw_ps__big_alloc(idx_start * sizeof(*store->idx));
     size_t c = store->chunk_max > EVICT_BATCH ? store->chunk_max : EVICT_BATCH;
     store->rows = malloc(c * sizeof(*store->rows));
     store->hashes = malloc(c * sizeof(uint32_t));
@@ -1515,8 +1513,8 @@ void spw_ps_store_close(spw_ps_store_t *store)
         rocksdb_options_destroy(store->opts);
     spw_ps__sketch_fini(&store->sketch);
     spw_ps__keyfilter_fini(&store->on_disk);
-    big_free(store->slab, store->slab_bytes);
-    big_free(store->idx, (store->idx_mask + 1) * sizeof(*store->idx));
+    spw_ps__big_free(store->slab, store->slab_bytes);
+    spw_ps__big_free(store->idx, (store->idx_mask + 1) * sizeof(*store->idx));
     free(store->rows);
     free(store->hashes);
     free(store->miss_idx);
