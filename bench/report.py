@@ -62,6 +62,9 @@ TARGETS = [
      ">= 0.5", r"sparrow pserver.*vs raw ZeroMQ pair \d+ rows/s: " + NUM, lambda v: v >= 0.5),
     ("pserver", "pserver (d): ZeroMQ pull vs a raw ZeroMQ DEALER/ROUTER pair, same bytes",
      ">= 0.5", r"ZeroMQ pull .*vs raw ZeroMQ pair \d+ rows/s: " + NUM, lambda v: v >= 0.5),
+    ("pserver", "pserver (d): first push of a key over ZeroMQ (row created, Adagrad applied), "
+     "rows/s", ">= 3,000,000", r"ZeroMQ push, rows created\s+" + NUM + " rows/s",
+     lambda v: v >= 3000000),
     ("pserver", "pserver (e)/(b): model 10x the DRAM budget", ">= 0.1",
      r"e/b = " + NUM, lambda v: v >= 0.1),
     ("pserver", "pserver (f): checkpoint MB/s vs dd", ">= 0.3",

@@ -381,6 +381,10 @@ static spw_err_t alloc_slot(spw_ps_store_t *store, uint32_t *slot)
         store->free_head = slot_row(store, *slot)->version;
     } else {
         *slot = store->high_water++;
+        /* New slots are handed out in order: ask for the lines of the one PREFETCH_DIST ahead,
+         * so that writing a row does not wait for its lines (fresh, just zeroed pages). */
+        if (store->high_water + PREFETCH_DIST < store->max_rows)
+            prefetch_row(store, slot_row(store, store->high_water + PREFETCH_DIST));
     }
     store->n_rows++;
     return SPW_OK;
