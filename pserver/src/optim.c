@@ -1,7 +1,6 @@
 /* Optimizers applied on the shard (SGD, Adagrad, Adam, FTRL-Proximal), row initialisation and the
  * staleness penalty. */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -169,65 +168,6 @@ static inline float init_uniform(uint64_t mix, uint64_t key)
     return (float)(h >> 40) * (1.0f / 8388608.0f) - 1.0f;
 }
 
-/* w[j] = scale · init_uniform(mix[j], key) for j < dim, one element at a time. */
-static void init_weights_scalar(uint32_t dim, const uint64_t *mix, uint64_t key, float scale,
-                                float *w)
-{
-    for (uint32_t j = 0; j < dim; j++)
-        w[j] = scale * init_uniform(mix[j], key);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_INIT_AVX512 1
-
-/* The same, eight elements at a time with AVX-512 (its 64-bit multiply; x86-64's baseline has
- * none in vectors, so the scalar loop does 16 dependent-free multiplies a row serially). The
- * results are bit-identical: the hash is integer arithmetic, (h >> 40) < 2^24 converts to float
- * exactly, and times 2^-23 stays exact, so the two float roundings (minus 1, times scale) are
- * the scalar path's, contracted into an FMA or not. */
-__attribute__((target("avx512f,avx512dq"))) static void
-init_weights_avx512(uint32_t dim, const uint64_t *mix, uint64_t key, float scale, float *w)
-{
-    const __m512i k = _mm512_set1_epi64((long long)key);
-    const __m512i m1 = _mm512_set1_epi64((long long)0xbf58476d1ce4e5b9ull);
-    const __m512i m2 = _mm512_set1_epi64((long long)0x94d049bb133111ebull);
-    const __m256 unit = _mm256_set1_ps(1.0f / 8388608.0f), one = _mm256_set1_ps(1.0f);
-    const __m256 sc = _mm256_set1_ps(scale);
-    uint32_t j = 0;
-    for (; j + 8 <= dim; j += 8) {
-        __m512i x = _mm512_xor_si512(k, _mm512_loadu_si512((const void *)(mix + j)));
-        x = _mm512_xor_si512(x, _mm512_srli_epi64(x, 30));
-        x = _mm512_mullo_epi64(x, m1);
-        x = _mm512_xor_si512(x, _mm512_srli_epi64(x, 27));
-        x = _mm512_mullo_epi64(x, m2);
-        x = _mm512_xor_si512(x, _mm512_srli_epi64(x, 31));
-        __m256 u = _mm256_cvtepi32_ps(_mm512_cvtepi64_epi32(_mm512_srli_epi64(x, 40)));
-        u = _mm256_sub_ps(_mm256_mul_ps(u, unit), one);
-        _mm256_storeu_ps(w + j, _mm256_mul_ps(sc, u));
-    }
-    init_weights_scalar(dim - j, mix + j, key, scale, w + j);
-}
-#endif
-
-/* Which of the two runs: decided once, from the CPU. */
-static void init_weights(uint32_t dim, const uint64_t *mix, uint64_t key, float scale, float *w)
-{
-#ifdef HAVE_INIT_AVX512
-    static _Atomic int avx512 = -1; /* threads that race here all store the same value */
-    int have = atomic_load_explicit(&avx512, memory_order_relaxed);
-    if (have < 0) {
-        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-        atomic_store_explicit(&avx512, have, memory_order_relaxed);
-    }
-    if (have && dim >= 8) {
-        init_weights_avx512(dim, mix, key, scale, w);
-        return;
-    }
-#endif
-    init_weights_scalar(dim, mix, key, scale, w);
-}
-
 void spw_ps__row_init_mixes(uint64_t seed, uint32_t dim, uint64_t *mix)
 {
     for (uint32_t j = 0; j < dim; j++)
@@ -248,10 +188,8 @@ void spw_ps__row_init_mixed(const struct spw_ps_optim_conf *conf, uint32_t dim, 
     size_t slots = spw_ps_slot_floats(conf->kind, dim);
     /* a deep model's dense blocks hold offsets from the trainer's seeded initial weights */
     bool zero = conf->init_scale == 0.0f || spw_key_is_dense(key);
-    if (zero)
-        memset(data, 0, dim * sizeof(float));
-    else
-        init_weights(dim, mix, key, conf->init_scale, data);
+    for (uint32_t j = 0; j < dim; j++)
+        data[j] = zero ? 0.0f : conf->init_scale * init_uniform(mix[j], key);
     memset(data + dim, 0, slots * sizeof(float));
     if (conf->kind == SPW_PS_FTRL) {
         /* z such that FTRL's closed form at n = 0 gives back the initial weight:
