@@ -59,9 +59,9 @@ TARGETS = [
     ("pserver", "pserver (d)/(b): ZeroMQ push vs in-process row store", ">= 0.25",
      r"d/b = " + NUM, lambda v: v >= 0.25),
     ("pserver", "pserver (d): ZeroMQ push vs a raw ZeroMQ DEALER/ROUTER pair, same bytes",
-     ">= 0.5", r"sparrow pserver.*vs raw ZeroMQ pair \d+ rows/s: " + NUM, lambda v: v >= 0.5),
+     ">= 0.5", r"sparrow pserver.*?vs raw ZeroMQ pair \d+ rows/s: " + NUM, lambda v: v >= 0.5),
     ("pserver", "pserver (d): ZeroMQ pull vs a raw ZeroMQ DEALER/ROUTER pair, same bytes",
-     ">= 0.5", r"ZeroMQ pull .*vs raw ZeroMQ pair \d+ rows/s: " + NUM, lambda v: v >= 0.5),
+     ">= 0.5", r"ZeroMQ pull .*?vs raw ZeroMQ pair \d+ rows/s: " + NUM, lambda v: v >= 0.5),
     ("pserver", "pserver (d): first push of a key over ZeroMQ (row created, Adagrad applied), "
      "rows/s", ">= 3,000,000", r"ZeroMQ push, rows created\s+" + NUM + " rows/s",
      lambda v: v >= 3000000),
