@@ -622,7 +622,7 @@ double spw_gauge_get(const spw_gauge_t *g)
     return bits_dbl(atomic_load_explicit(&((spw_gauge_t *)g)->bits, memory_order_relaxed));
 }
 
-void spw_histogram_observe(spw_histogram_t *h, double v)
+size_t spw_histogram_bucket(const spw_histogram_t *h, double v)
 {
     /* first bound >= v (Prometheus' le); NaN compares false everywhere and lands in +Inf */
     size_t lo = 0, hi = h->n_bounds;
@@ -633,8 +633,21 @@ void spw_histogram_observe(spw_histogram_t *h, double v)
         else
             lo = mid + 1;
     }
-    atomic_fetch_add_explicit(&h->buckets[lo], 1, memory_order_relaxed);
+    return lo;
+}
+
+void spw_histogram_observe(spw_histogram_t *h, double v)
+{
+    atomic_fetch_add_explicit(&h->buckets[spw_histogram_bucket(h, v)], 1, memory_order_relaxed);
     atomic_add_double(&h->sum_bits, v);
+}
+
+void spw_histogram_add(spw_histogram_t *h, const uint64_t *counts, double sum)
+{
+    for (size_t i = 0; i <= h->n_bounds; i++)
+        if (counts[i])
+            atomic_fetch_add_explicit(&h->buckets[i], counts[i], memory_order_relaxed);
+    atomic_add_double(&h->sum_bits, sum);
 }
 
 uint64_t spw_histogram_count(const spw_histogram_t *h)

@@ -161,21 +161,35 @@ static inline float lr_latent(const struct spw_ps_optim_conf *conf)
     return conf->lr_latent > 0.0f ? conf->lr_latent : conf->lr;
 }
 
-/* Uniform in [-1, 1) from 24 bits of a mixed hash of (key, seed, j). */
-static float init_uniform(uint64_t seed, uint64_t key, uint32_t j)
+/* Uniform in [-1, 1) from 24 bits of a mixed hash of (key, seed, j); mix is mix_j(seed). */
+static inline float init_uniform(uint64_t mix, uint64_t key)
 {
-    uint64_t h = spw_hash_mix64(key ^ spw_hash_mix64(seed + 0x9e3779b97f4a7c15ull * (j + 1)));
+    uint64_t h = spw_hash_mix64(key ^ mix);
     return (float)(h >> 40) * (1.0f / 8388608.0f) - 1.0f;
+}
+
+void spw_ps__row_init_mixes(uint64_t seed, uint32_t dim, uint64_t *mix)
+{
+    for (uint32_t j = 0; j < dim; j++)
+        mix[j] = spw_hash_mix64(seed + 0x9e3779b97f4a7c15ull * (j + 1));
 }
 
 void spw_ps__row_init(const struct spw_ps_optim_conf *conf, uint32_t dim, uint64_t seed,
                       uint64_t key, float *data)
 {
+    uint64_t mix[SPW_PS_MAX_DIM];
+    spw_ps__row_init_mixes(seed, dim, mix);
+    spw_ps__row_init_mixed(conf, dim, mix, key, data);
+}
+
+void spw_ps__row_init_mixed(const struct spw_ps_optim_conf *conf, uint32_t dim, const uint64_t *mix,
+                            uint64_t key, float *data)
+{
     size_t slots = spw_ps_slot_floats(conf->kind, dim);
     /* a deep model's dense blocks hold offsets from the trainer's seeded initial weights */
     bool zero = conf->init_scale == 0.0f || spw_key_is_dense(key);
     for (uint32_t j = 0; j < dim; j++)
-        data[j] = zero ? 0.0f : conf->init_scale * init_uniform(seed, key, j);
+        data[j] = zero ? 0.0f : conf->init_scale * init_uniform(mix[j], key);
     memset(data + dim, 0, slots * sizeof(float));
     if (conf->kind == SPW_PS_FTRL) {
         /* z such that FTRL's closed form at n = 0 gives back the initial weight:

@@ -49,6 +49,12 @@ struct spw_ps_row {
 /* Deterministic initial row (weights from (key, seed), slots consistent with them). */
 void spw_ps__row_init(const struct spw_ps_optim_conf *conf, uint32_t dim, uint64_t seed,
                       uint64_t key, float *data);
+/* The per-element hashes of seed that every row's initial weights mix with its key (dim of
+ * them into mix), so that a store computes them once rather than per row created. */
+void spw_ps__row_init_mixes(uint64_t seed, uint32_t dim, uint64_t *mix);
+/* spw_ps__row_init with mix from spw_ps__row_init_mixes(seed, dim): the same row. */
+void spw_ps__row_init_mixed(const struct spw_ps_optim_conf *conf, uint32_t dim,
+                            const uint64_t *mix, uint64_t key, float *data);
 
 /* Applies one gradient row g (dim floats) with step scale alpha to weights w and slots.
  * Returns false (row untouched) when g has a non-finite value. */
@@ -129,6 +135,39 @@ void spw_ps__sketch_fini(struct spw_ps_sketch *sk);
 /* Adds one sighting of key and returns the new estimate. */
 uint32_t spw_ps__sketch_add(struct spw_ps_sketch *sk, uint64_t key);
 uint32_t spw_ps__sketch_get(const struct spw_ps_sketch *sk, uint64_t key);
+
+/* Zero-filled anonymous memory for the slab, the index and the key filter, aligned to and
+ * advised for transparent huge pages where the kernel offers them (random accesses then miss
+ * the TLB far less). Pages become resident only when touched. NULL when out of memory; freed
+ * with spw_ps__big_free and the same size (NULL: nothing). */
+void *spw_ps__big_alloc(size_t bytes);
+void spw_ps__big_free(void *p, size_t bytes);
+
+/* ---- filter of the keys in RocksDB (keyfilter.c) ---- */
+/* A blocked Bloom filter (one cache line per key, 8 bits per key, about 2-3% false positives)
+ * of every key the store wrote to its RocksDB tier since it opened an empty database: a key it
+ * rules out has no row on disk, so its first push creates the row without a RocksDB read. While
+ * !valid (the database held rows at open, or more than `capacity` distinct keys were added) it
+ * answers "maybe" for every key and the store reads RocksDB as before. Owned by the store's
+ * thread. */
+struct spw_ps__keyfilter {
+    uint64_t *words;
+    uint64_t block_mask; /* blocks of 8 words, a power of two */
+    uint64_t capacity;   /* distinct keys before the filter gives up */
+    uint64_t added;
+    bool valid;
+};
+
+/* Sizes the filter for capacity keys; valid says whether it starts exact (an empty database).
+ * SPW_ERR_NOMEM when it cannot be allocated (nothing to fini then). */
+spw_err_t spw_ps__keyfilter_init(struct spw_ps__keyfilter *f, uint64_t capacity, bool valid);
+void spw_ps__keyfilter_fini(struct spw_ps__keyfilter *f);
+/* Records that key is (or is about to be) written to RocksDB. */
+void spw_ps__keyfilter_add(struct spw_ps__keyfilter *f, uint64_t key);
+/* False only when key was never added (and the filter is valid). */
+bool spw_ps__keyfilter_may_contain(const struct spw_ps__keyfilter *f, uint64_t key);
+/* Asks for key's cache line ahead of a spw_ps__keyfilter_may_contain. */
+void spw_ps__keyfilter_prefetch(const struct spw_ps__keyfilter *f, uint64_t key);
 
 /* ---- push de-duplication window (server.c) ---- */
 /* One trainer's window: the seqs of (trainer_id, epoch) applied, as the highest and a bitmap of

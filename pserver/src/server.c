@@ -29,6 +29,7 @@
 #define DISK_FREE_MIN   (4u << 20) /* bytes free before a full disk counts as back */
 
 enum { ERRS = 8 };
+enum { TAU_TABLE = 1025 }; /* taus up to the largest staleness bound, 1024 */
 
 struct ps_metrics {
     spw_counter_t *req[6]; /* pull push stats checkpoint health commit */
@@ -59,6 +60,8 @@ struct spw_ps_server {
     spw_metrics_t *metrics;
     bool own_metrics;
     struct ps_metrics m;
+    uint8_t tau_bucket[TAU_TABLE];  /* the staleness histograms' bucket of tau < TAU_TABLE */
+    uint8_t tau_bucket_above;       /* ... and of every larger tau */
     struct spw_ps_store_stats last; /* store stats already added to the counters */
     uint64_t epoch;
     int64_t started_ms;         /* wall clock at start: StatsReply.started_ms (restart detection) */
@@ -157,6 +160,11 @@ static bool metrics_register(spw_ps_server_t *srv)
     m->staleness = spw_metrics_histogram_new(r, "sparrow_ps_staleness",
                                              "tau = version_now - version_pulled of pushed rows.",
                                              NULL, bounds, sizeof(bounds) / sizeof(bounds[0]));
+    if (m->staleness) {
+        for (uint32_t t = 0; t < TAU_TABLE; t++)
+            srv->tau_bucket[t] = (uint8_t)spw_histogram_bucket(m->staleness, (double)t);
+        srv->tau_bucket_above = (uint8_t)spw_histogram_bucket(m->staleness, (double)TAU_TABLE);
+    }
     for (int c = 0; c < SPW_PS_CLASSES; c++) {
         snprintf(labels, sizeof(labels), "class=\"%s\"",
                  spw_ps_row_class_name((enum spw_ps_row_class)c));
@@ -443,19 +451,42 @@ static void handle_pull(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
     send_reply(srv, peer, &reply);
 }
 
+/* The batch of one request: per histogram (sparrow_ps_staleness, then one per row class) the
+ * counts per bucket and the sum, added with one atomic add per bucket used. */
+struct tau_batch {
+    uint64_t counts[1 + SPW_PS_CLASSES][SPW_HISTOGRAM_MAX_BUCKETS + 1];
+    double sum[1 + SPW_PS_CLASSES];
+};
+
 /* sparrow_ps_staleness and, by row class (classes may be NULL: not observed),
- * sparrow_ps_staleness_class for n pushed rows. taus may be NULL (arena exhausted): nothing. */
+ * sparrow_ps_staleness_class for n pushed rows. taus may be NULL (arena exhausted): nothing.
+ * Per row this is a table lookup and two increments of local counts: the histograms' atomics
+ * are touched once per request. */
 static void observe_staleness(spw_ps_server_t *srv, const uint32_t *taus, const uint8_t *classes,
                               size_t n)
 {
-    if (!taus)
+    spw_histogram_t *all = srv->m.staleness;
+    if (!taus || n == 0 || !all)
         return;
+    struct tau_batch b;
+    memset(&b, 0, sizeof(b));
+    /* every histogram of the family has the same bounds (metrics_register): one bucket index,
+     * from the table made there */
+    uint64_t tau_sum = 0, class_sum[SPW_PS_CLASSES] = {0};
     for (size_t i = 0; i < n; i++) {
-        if (srv->m.staleness)
-            spw_histogram_observe(srv->m.staleness, (double)taus[i]);
-        if (classes && classes[i] < SPW_PS_CLASSES && srv->m.staleness_class[classes[i]])
-            spw_histogram_observe(srv->m.staleness_class[classes[i]], (double)taus[i]);
+        uint32_t tau = taus[i];
+        size_t bucket = tau < TAU_TABLE ? srv->tau_bucket[tau] : srv->tau_bucket_above;
+        b.counts[0][bucket]++;
+        tau_sum += tau;
+        if (classes && classes[i] < SPW_PS_CLASSES) {
+            b.counts[1 + classes[i]][bucket]++;
+            class_sum[classes[i]] += tau;
+        }
     }
+    spw_histogram_add(all, b.counts[0], (double)tau_sum);
+    for (int c = 0; c < SPW_PS_CLASSES; c++)
+        if (srv->m.staleness_class[c])
+            spw_histogram_add(srv->m.staleness_class[c], b.counts[1 + c], (double)class_sum[c]);
 }
 
 /* Every way rows are applied (an async push, a step's average, a late contribution): the

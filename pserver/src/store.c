@@ -91,6 +91,8 @@ struct spw_ps_store {
 
     bool admit;
     struct spw_ps_sketch sketch;
+    struct spw_ps__keyfilter on_disk;  /* keys written to RocksDB: new keys skip the MultiGet */
+    uint64_t init_mix[SPW_PS_MAX_DIM]; /* spw_ps__row_init_mixes of (seed, dim) */
     uint32_t now_s;
 
     /* Scratch for one chunk, sized chunk_max (at least EVICT_BATCH). */
@@ -135,13 +137,10 @@ static void row_init(const spw_ps_store_t *store, uint64_t key, float *data)
                (store->dim + spw_ps_slot_floats(store->conf.optim.kind, store->dim)) *
                    sizeof(float));
     else
-        spw_ps__row_init(&store->conf.optim, store->dim, store->conf.seed, key, data);
+        spw_ps__row_init_mixed(&store->conf.optim, store->dim, store->init_mix, key, data);
 }
 
-/* Zero-filled anonymous memory for the slab and the index, aligned to and advised for
- * transparent huge pages where the kernel offers them (random row and index accesses then miss
- * the TLB far less). Pages become resident only when touched. NULL when out of memory. */
-static void *big_alloc(size_t bytes)
+void *spw_ps__big_alloc(size_t bytes)
 {
     size_t len = bytes + HUGE_PAGE;
     uint8_t *p =
@@ -161,7 +160,7 @@ static void *big_alloc(size_t bytes)
     return p + head;
 }
 
-static void big_free(void *p, size_t bytes)
+void spw_ps__big_free(void *p, size_t bytes)
 {
     if (p)
         munmap(p, bytes);
@@ -204,13 +203,13 @@ static inline void idx_put(struct idx_ent *idx, uint64_t mask, uint32_t h, uint3
 static spw_err_t idx_grow(spw_ps_store_t *store)
 {
     uint64_t cap = store->idx_mask + 1, new_cap = cap * 2;
-    struct idx_ent *idx = big_alloc(new_cap * sizeof(*idx));
+    struct idx_ent *idx = spw_ps__big_alloc(new_cap * sizeof(*idx));
     if (!idx)
         return SPW_ERR_NOMEM;
     for (uint64_t i = 0; i < cap; i++)
         if (store->idx[i].slot1 != 0)
             idx_put(idx, new_cap - 1, store->idx[i].h, store->idx[i].slot1);
-    big_free(store->idx, cap * sizeof(*idx));
+    spw_ps__big_free(store->idx, cap * sizeof(*idx));
     store->idx = idx;
     store->idx_mask = new_cap - 1;
     return SPW_OK;
@@ -302,6 +301,7 @@ static void free_slot(spw_ps_store_t *store, uint32_t slot)
 
 static inline void put_row(spw_ps_store_t *store, const struct spw_ps_row *row)
 {
+    spw_ps__keyfilter_add(&store->on_disk, row->key);
     char k[8];
     spw_ps__key_encode(row->key, k);
     rocksdb_writebatch_put(store->wb, k, 8, (const char *)row + SPW_PS_DB_VALUE_OFF,
@@ -381,6 +381,10 @@ static spw_err_t alloc_slot(spw_ps_store_t *store, uint32_t *slot)
         store->free_head = slot_row(store, *slot)->version;
     } else {
         *slot = store->high_water++;
+        /* New slots are handed out in order: ask for the lines of the one PREFETCH_DIST ahead,
+         * so that writing a row does not wait for its lines (fresh, just zeroed pages). */
+        if (store->high_water + PREFETCH_DIST < store->max_rows)
+            prefetch_row(store, slot_row(store, store->high_water + PREFETCH_DIST));
     }
     store->n_rows++;
     return SPW_OK;
@@ -423,6 +427,24 @@ static spw_err_t insert_row(spw_ps_store_t *store, uint64_t key, uint32_t h, con
     return SPW_OK;
 }
 
+/* A key with no row in DRAM or RocksDB: a new row when the mode creates and admission lets it
+ * (*out stays NULL otherwise). */
+static spw_err_t new_row(spw_ps_store_t *store, uint64_t key, uint32_t h, enum acquire_mode mode,
+                         struct spw_ps_row **out)
+{
+    store->stats.db_misses++;
+    if (mode == ACQUIRE_LOOKUP)
+        return SPW_OK;
+    if (store->admit && !spw_key_is_dense(key)) { /* dense blocks: always admitted */
+        uint32_t c = mode == ACQUIRE_PUSH ? spw_ps__sketch_add(&store->sketch, key)
+                                          : spw_ps__sketch_get(&store->sketch, key);
+        if (c < store->conf.admit_min_count)
+            return SPW_OK;
+        store->stats.admitted++;
+    }
+    return insert_row(store, key, h, NULL, out);
+}
+
 /* Finds or loads the rows of keys[0..n) (n <= chunk_max) into store->rows, pinned; NULL for keys
  * without a row (unadmitted, or absent in LOOKUP mode). The caller unpins with unpin(). */
 static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
@@ -439,8 +461,10 @@ static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
         __builtin_prefetch(&store->idx[hs[i] & store->idx_mask]);
     size_t n_miss = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i + 2 * d < n)
+        if (i + 2 * d < n) {
             __builtin_prefetch(&store->idx[hs[i + 2 * d] & store->idx_mask]);
+            spw_ps__keyfilter_prefetch(&store->on_disk, keys[i + 2 * d]);
+        }
         if (i + d < n) {
             const struct idx_ent *e = &store->idx[hs[i + d] & store->idx_mask];
             if (e->slot1 != 0 && e->h == hs[i + d])
@@ -451,6 +475,14 @@ static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
             struct spw_ps_row *row = slot_row(store, store->idx[pos].slot1 - 1);
             row->flags |= SPW_PS_ROW_REF | SPW_PS_ROW_PIN;
             rows[i] = row;
+        } else if (!spw_ps__keyfilter_may_contain(&store->on_disk, keys[i])) {
+            /* Never written to RocksDB: no read. The row is made here, so that a repeat of the
+             * key later in the request finds it in the index. */
+            rows[i] = NULL;
+            store->stats.db_skipped++;
+            spw_err_t err = new_row(store, keys[i], hs[i], mode, &rows[i]);
+            if (err)
+                return err;
         } else {
             rows[i] = NULL;
             store->miss_ks[n_miss].key = keys[i];
@@ -496,6 +528,9 @@ static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
         }
         if (ret != SPW_OK)
             continue;
+        if (m + PREFETCH_DIST < n_miss)
+            __builtin_prefetch(
+                &store->idx[hs[store->miss_idx[m + PREFETCH_DIST]] & store->idx_mask]);
         /* A key repeated in the request may have been loaded by an earlier miss. */
         int64_t pos = idx_find(store, keys[i], hs[i]);
         if (pos >= 0) {
@@ -517,17 +552,7 @@ static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
                              &rows[i]);
             continue;
         }
-        store->stats.db_misses++;
-        if (mode == ACQUIRE_LOOKUP)
-            continue;
-        if (store->admit && !spw_key_is_dense(keys[i])) { /* dense blocks: always admitted */
-            uint32_t c = mode == ACQUIRE_PUSH ? spw_ps__sketch_add(&store->sketch, keys[i])
-                                              : spw_ps__sketch_get(&store->sketch, keys[i]);
-            if (c < store->conf.admit_min_count)
-                continue;
-            store->stats.admitted++;
-        }
-        ret = insert_row(store, keys[i], hs[i], NULL, &rows[i]);
+        ret = new_row(store, keys[i], hs[i], mode, &rows[i]);
     }
     return ret;
 }
@@ -944,6 +969,10 @@ static spw_err_t flush_parts(spw_ps_store_t *store, struct flush_part *parts, si
 {
     pthread_t threads[FLUSH_THREADS];
     bool started[FLUSH_THREADS] = {false};
+    /* here, on the store's thread, before any row reaches a file (the filter is not shared) */
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < parts[i].n; j++)
+            spw_ps__keyfilter_add(&store->on_disk, parts[i].ks[j].key);
     for (size_t i = 1; i < n; i++)
         started[i] = pthread_create(&threads[i], NULL, write_part, &parts[i]) == 0;
     write_part(&parts[0]);
@@ -1246,6 +1275,26 @@ static spw_err_t check_meta(spw_ps_store_t *store, char *errstr, size_t errstr_s
     return SPW_OK;
 }
 
+/* Whether the database holds a row (an 8-byte key; the meta key is shorter). */
+static bool db_has_rows(spw_ps_store_t *store)
+{
+    rocksdb_iterator_t *it = rocksdb_create_iterator(store->db, store->ropts);
+    bool rows = false;
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it) && !rows; rocksdb_iter_next(it)) {
+        size_t klen;
+        (void)rocksdb_iter_key(it, &klen);
+        rows = klen == 8;
+    }
+    char *err = NULL;
+    rocksdb_iter_get_error(it, &err);
+    if (err) { /* cannot tell: as if it had */
+        rocksdb_free(err);
+        rows = true;
+    }
+    rocksdb_iter_destroy(it);
+    return rows;
+}
+
 static uint32_t pow2_ceil_shift(uint64_t v)
 {
     uint32_t s = 0;
@@ -1352,8 +1401,8 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
     store->idx_mask = idx_start - 1;
     store->chunk_max = store->max_rows / 4 < 4096 ? store->max_rows / 4 : 4096;
     store->slab_bytes = (size_t)store->max_rows * store->stride;
-    store->slab = big_alloc(store->slab_bytes);
-    store->idx = big_alloc(idx_start * sizeof(*store->idx));
+    store->slab = spw_ps__big_alloc(store->slab_bytes);
+    store->idx = spw_ps__big_alloc(idx_start * sizeof(*store->idx));
     size_t c = store->chunk_max > EVICT_BATCH ? store->chunk_max : EVICT_BATCH;
     store->rows = malloc(c * sizeof(*store->rows));
     store->hashes = malloc(c * sizeof(uint32_t));
@@ -1378,6 +1427,7 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
 
     store->admit = conf->admit_min_count > 1;
     spw_ps__stale_init(&store->stale);
+    spw_ps__row_init_mixes(conf->seed, store->dim, store->init_mix);
     if (store->admit &&
         spw_ps__sketch_init(&store->sketch, store->max_rows * 4u, SKETCH_DEPTH) != SPW_OK)
         goto out_nomem;
@@ -1426,6 +1476,13 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
     }
     if (check_meta(store, errstr, errstr_size) != SPW_OK)
         goto out_free_store;
+    /* The filter of keys on disk is exact only from an empty database on; one that holds rows
+     * (a restore, a restart) is read for every key as before. Eight keys per DRAM row: a model
+     * up to 8x DRAM (evicted rows) before the filter gives up. */
+    uint64_t cap = (uint64_t)store->max_rows * 8u;
+    if (spw_ps__keyfilter_init(&store->on_disk, cap < (1u << 16) ? 1u << 16 : cap,
+                               !db_has_rows(store)) != SPW_OK)
+        goto out_nomem;
     return store;
 
 out_nomem:
@@ -1459,8 +1516,9 @@ void spw_ps_store_close(spw_ps_store_t *store)
     if (store->opts)
         rocksdb_options_destroy(store->opts);
     spw_ps__sketch_fini(&store->sketch);
-    big_free(store->slab, store->slab_bytes);
-    big_free(store->idx, (store->idx_mask + 1) * sizeof(*store->idx));
+    spw_ps__keyfilter_fini(&store->on_disk);
+    spw_ps__big_free(store->slab, store->slab_bytes);
+    spw_ps__big_free(store->idx, (store->idx_mask + 1) * sizeof(*store->idx));
     free(store->rows);
     free(store->hashes);
     free(store->miss_idx);

@@ -82,6 +82,45 @@ static void test_metrics_histogram_values(void **state)
     spw_metrics_destroy(reg);
 }
 
+/* A batch added by buckets renders as the same values observed one by one would. */
+static void test_metrics_histogram_batch_equals_observe(void **state)
+{
+    (void)state;
+    spw_metrics_t *reg = spw_metrics_new();
+    const double bounds[] = {0, 1, 2, 4};
+    spw_histogram_t *one = spw_metrics_histogram_new(reg, "spw_a", "A.", NULL, bounds, 4);
+    spw_histogram_t *batch = spw_metrics_histogram_new(reg, "spw_b", "B.", NULL, bounds, 4);
+    assert_non_null(one);
+    assert_non_null(batch);
+    const double v[] = {0, 0, 1, 3, 4, 5, 9, 2};
+    uint64_t counts[5] = {0};
+    double sum = 0;
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        spw_histogram_observe(one, v[i]);
+        counts[spw_histogram_bucket(batch, v[i])]++;
+        sum += v[i];
+    }
+    assert_int_equal(spw_histogram_bucket(batch, 0), 0);
+    assert_int_equal(spw_histogram_bucket(batch, 3), 3);
+    assert_int_equal(spw_histogram_bucket(batch, 5), 4); /* +Inf */
+    spw_histogram_add(batch, counts, sum);
+    assert_int_equal(spw_histogram_count(batch), spw_histogram_count(one));
+    assert_true(spw_histogram_sum(batch) == spw_histogram_sum(one));
+    char *text = render(reg);
+    assert_non_null(strstr(text, "spw_a_bucket{le=\"0\"} 2\n"
+                                 "spw_a_bucket{le=\"1\"} 3\n"
+                                 "spw_a_bucket{le=\"2\"} 4\n"
+                                 "spw_a_bucket{le=\"4\"} 6\n"
+                                 "spw_a_bucket{le=\"+Inf\"} 8\n"));
+    assert_non_null(strstr(text, "spw_b_bucket{le=\"0\"} 2\n"
+                                 "spw_b_bucket{le=\"1\"} 3\n"
+                                 "spw_b_bucket{le=\"2\"} 4\n"
+                                 "spw_b_bucket{le=\"4\"} 6\n"
+                                 "spw_b_bucket{le=\"+Inf\"} 8\n"));
+    free(text);
+    spw_metrics_destroy(reg);
+}
+
 static void test_metrics_render_exact(void **state)
 {
     (void)state;
@@ -491,6 +530,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_metrics_counter_values),
         cmocka_unit_test(test_metrics_gauge_values),
         cmocka_unit_test(test_metrics_histogram_values),
+        cmocka_unit_test(test_metrics_histogram_batch_equals_observe),
         cmocka_unit_test(test_metrics_render_exact),
         cmocka_unit_test(test_metrics_float_spelling),
         cmocka_unit_test(test_metrics_escaping),

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ps_int.h"
+#include "sparrow/hash.h"
 
 #define TOL 1e-6
 
@@ -199,6 +200,30 @@ static void test_ps_optim_ftrl_init_consistent(void **state)
         assert_float_equal(data[j], before[j], 1e-6);
 }
 
+/* The initial weights are the documented formula, bit for bit, whichever code path (vector or
+ * scalar, any dim's tail) computes them: scale * ((h >> 40) * 2^-23 - 1), h = mix64(key ^
+ * mix64(seed + 0x9e3779b97f4a7c15 * (j + 1))). Trainers and serving compute the same rows. */
+static void test_ps_optim_init_matches_formula(void **state)
+{
+    (void)state;
+    struct spw_ps_optim_conf c = conf_of(SPW_PS_SGD, 0.1f);
+    c.init_scale = 0.37f;
+    const uint64_t keys[] = {1, 99, 0xdeadbeefcafef00dull, 1ull << 40};
+    float got[40];
+    for (uint32_t dim = 1; dim <= 40; dim++)
+        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+            spw_ps__row_init(&c, dim, 42 + dim, keys[k], got);
+            for (uint32_t j = 0; j < dim; j++) {
+                uint64_t mix = spw_hash_mix64(42 + dim + 0x9e3779b97f4a7c15ull * (j + 1));
+                uint64_t h = spw_hash_mix64(keys[k] ^ mix);
+                volatile float u = (float)(h >> 40) * (1.0f / 8388608.0f); /* exact */
+                volatile float v = u - 1.0f;
+                float want = c.init_scale * v;
+                assert_memory_equal(&got[j], &want, sizeof(float));
+            }
+        }
+}
+
 static void test_ps_optim_init_deterministic(void **state)
 {
     (void)state;
@@ -336,7 +361,7 @@ static void test_ps_optim_penalty_parse_rejects(void **state)
 SPW_TEST_MAIN(test_ps_optim_sgd, test_ps_optim_sgd_l2, test_ps_optim_clip, test_ps_optim_adagrad,
               test_ps_optim_adagrad_widths_bit_exact, test_ps_optim_nonfinite_any_position,
               test_ps_optim_adam, test_ps_optim_ftrl, test_ps_optim_ftrl_init_consistent,
-              test_ps_optim_init_deterministic, test_ps_optim_nonfinite_rejected,
-              test_ps_optim_staleness_scales_step, test_ps_optim_penalty_values,
-              test_ps_optim_penalty_parse_rejects, test_ps_optim_lr_latent_sgd,
-              test_ps_optim_lr_latent_others)
+              test_ps_optim_init_deterministic, test_ps_optim_init_matches_formula,
+              test_ps_optim_nonfinite_rejected, test_ps_optim_staleness_scales_step,
+              test_ps_optim_penalty_values, test_ps_optim_penalty_parse_rejects,
+              test_ps_optim_lr_latent_sgd, test_ps_optim_lr_latent_others)

@@ -524,6 +524,67 @@ static void test_ps_store_reopen_persists_and_checks_layout(void **state)
     assert_non_null(strstr(err, "dim=3"));
 }
 
+/* Keys never written to RocksDB get their row without a RocksDB read; a row written there
+ * (evicted, flushed) is read back, not created again; a store opened on a database that holds
+ * rows reads RocksDB for every new key. */
+static void test_ps_store_new_keys_skip_rocksdb(void **state)
+{
+    struct test_dir_fixture *fx = *state;
+    char p[128];
+    const uint32_t dim = 2;
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, dim);
+    c.memory_bytes = 64 * 1024; /* a few hundred rows: pushes below evict */
+    spw_ps_store_t *s = open_ok(&c);
+    struct spw_ps_store_stats st;
+    spw_ps_store_get_stats(s, &st);
+    const uint32_t n = (uint32_t)st.rows_dram_max * 4;
+    uint64_t *keys = malloc(n * sizeof(uint64_t));
+    float *g = malloc((size_t)n * dim * sizeof(float)),
+          *v = malloc((size_t)n * dim * sizeof(float));
+    uint32_t *ver = malloc(n * sizeof(uint32_t));
+    for (uint32_t i = 0; i < n; i++) {
+        keys[i] = spw_hash_mix64(i + 1);
+        g[i * dim] = 0.5f;
+        g[i * dim + 1] = -0.25f;
+    }
+    /* first push of every key: no row anywhere, none looked up in RocksDB until one was
+     * written there */
+    for (uint32_t off = 0; off < n; off += 64) {
+        size_t m = n - off < 64 ? n - off : 64;
+        assert_int_equal(spw_ps_store_push(s, keys + off, m, g + off * dim, NULL, NULL, NULL),
+                         SPW_OK);
+    }
+    spw_ps_store_get_stats(s, &st);
+    assert_int_equal(st.rows_created, n);
+    assert_int_equal(st.db_misses, n);
+    assert_true(st.evictions > 0);
+    assert_true(st.db_skipped > st.rows_dram_max); /* those before the first eviction at least */
+    assert_true(st.db_skipped <= n);
+    /* every key again: each row is found (DRAM or RocksDB), once pushed, none created anew */
+    assert_int_equal(spw_ps_store_pull(s, keys, n, v, ver), SPW_OK);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(ver[i], 1);
+    spw_ps_store_get_stats(s, &st);
+    assert_int_equal(st.rows_created, n);
+    assert_true(st.db_reads > 0);
+    spw_ps_store_close(s);
+
+    /* reopened on a database with rows: the filter cannot know them, so nothing is skipped */
+    s = open_ok(&c);
+    uint64_t fresh = 0xabcdef;
+    assert_int_equal(spw_ps_store_push(s, &fresh, 1, g, NULL, NULL, NULL), SPW_OK);
+    assert_int_equal(spw_ps_store_pull(s, keys, 1, v, ver), SPW_OK);
+    assert_int_equal(ver[0], 1);
+    spw_ps_store_get_stats(s, &st);
+    assert_int_equal(st.db_skipped, 0);
+    assert_int_equal(st.db_misses, 1);
+    spw_ps_store_close(s);
+    free(keys);
+    free(g);
+    free(v);
+    free(ver);
+}
+
 /* The shard database's options, as RocksDB persisted them: the memtable insert hint (applied
  * through an options string) is there, and applying it kept the table options set before it
  * (bloom filters, XXH3 checksums). */
@@ -565,4 +626,4 @@ SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_store_pull
                    test_ps_store_index_grows_with_rows, test_ps_store_large_flush_roundtrip,
                    test_ps_store_admission, test_ps_store_counter_key, test_ps_store_ttl,
                    test_ps_store_dense_blocks, test_ps_store_reopen_persists_and_checks_layout,
-                   test_ps_store_db_options_insert_hint)
+                   test_ps_store_db_options_insert_hint, test_ps_store_new_keys_skip_rocksdb)

@@ -53,6 +53,12 @@ void spw_gauge_add(spw_gauge_t *g, double delta);
 double spw_gauge_get(const spw_gauge_t *g);
 
 void spw_histogram_observe(spw_histogram_t *h, double v);
+/* For observations batched by the caller (one atomic add per bucket instead of two per value):
+ * the index in 0..n_bounds of the bucket v falls in (n_bounds: above every bound), and the
+ * addition of counts[0..n_bounds] (per bucket, in that indexing) whose values sum to sum.
+ * Thread-safe like spw_histogram_observe. */
+size_t spw_histogram_bucket(const spw_histogram_t *h, double v);
+void spw_histogram_add(spw_histogram_t *h, const uint64_t *counts, double sum);
 /* Count of observations and their sum. */
 uint64_t spw_histogram_count(const spw_histogram_t *h);
 double spw_histogram_sum(const spw_histogram_t *h);

@@ -293,6 +293,7 @@ struct spw_ps_store_stats {
     uint64_t bytes_dram;      /* slabs + index */
     uint64_t db_reads;        /* rows read from RocksDB */
     uint64_t db_misses;       /* keys not found in RocksDB either */
+    uint64_t db_skipped;      /* of db_misses, keys never written to RocksDB: not looked up there */
     uint64_t evictions;       /* DRAM -> RocksDB */
     uint64_t expired;         /* TTL evictions */
     uint64_t admitted;
