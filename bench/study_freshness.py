@@ -87,13 +87,15 @@ def shard_ports(run_dir, shards, deadline):
     return [ports[i] for i in sorted(ports)]
 
 
-def one_run(rec, sparrow, work, interval, size):
+def one_run(rec, sparrow, work, interval, size, sets=()):
     run_dir = os.path.join(work, "fresh-%s" % interval)
     shutil.rmtree(run_dir, ignore_errors=True)
     duration = size["warm"] + size["window"] + 4
     argv = [sparrow, "launch", "--serve", "--run-dir", run_dir, "--shards", 2, "--trainers", 2,
             "--rate", size["rate"], "--duration", duration,
             "--set", "pserver:pserver.publish.interval=%s" % interval]
+    for x in sets:
+        argv += ["--set", x]
     row = {"interval": interval, "rate": size["rate"], "window_s": size["window"]}
     log = os.path.join(work, "fresh-%s.log" % interval)
     t0 = time.monotonic()
