@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,93 +11,508 @@
 
 #include "sparrow/serve.h"
 
-/* A key given as a JSON integer or a decimal string, 0..2^64-1. */
-static bool parse_key(struct json_object *v, uint64_t *out)
+/*
+ * One pass over the body, without building a document: a strict RFC 8259 scanner that takes
+ * "keys" and "weights" arrays straight into the arena (the pre-hashed form, the one batch
+ * clients send, costs no allocation per element), and hands only the text of a "features" or
+ * "weight" value to json-c, for ingest's hashing step (spw_ingest_json_features), so that raw
+ * features are hashed exactly as ingest hashes them.
+ *
+ * Errors: a syntax error anywhere wins over a refusal of content (as when the whole body was
+ * parsed first): the first refusal is kept in errstr while the scan goes on to the end, and a
+ * later syntax error replaces it. Of two refusals, the first in the body is reported.
+ */
+struct scan {
+    const char *p, *end;
+    const struct spw_serve_limits *limits;
+    const spw_schema_t *schema;
+    spw_arena_t *arena;
+    struct json_tokener *tok; /* for "features" values; made on first use */
+    bool bad;                 /* a syntax error: the scan stopped */
+    spw_err_t refused;        /* the first refusal of content (SPW_OK: none) */
+    char *errstr;
+    size_t errstr_size;
+};
+
+static void syntax(struct scan *s, const char *what)
 {
-    enum json_type t = json_object_get_type(v);
-    if (t == json_type_int) {
-        int64_t i = json_object_get_int64(v);
-        if (i >= 0 && i != INT64_MAX) {
-            *out = (uint64_t)i;
-            return true;
-        }
-        if (i < 0)
-            return false;
-        /* Saturated at INT64_MAX: json-c holds larger ones as uint64, saturating at UINT64_MAX
-         * (refused as ambiguous, as ingest does; the decimal string form takes it). */
-        uint64_t u = json_object_get_uint64(v);
-        if (u == UINT64_MAX)
-            return false;
-        *out = u;
+    if (s->bad)
+        return;
+    s->bad = true;
+    snprintf(s->errstr, s->errstr_size, "malformed JSON: %s",
+             s->p >= s->end ? "unexpected end of input" : what);
+    s->p = s->end;
+}
+
+static void refuse(struct scan *s, spw_err_t rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void refuse(struct scan *s, spw_err_t rc, const char *fmt, ...)
+{
+    if (s->refused != SPW_OK || s->bad)
+        return;
+    s->refused = rc;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->errstr, s->errstr_size, fmt, ap);
+    va_end(ap);
+}
+
+/* Nothing more is kept once something was refused or the syntax failed; the scan goes on. */
+static bool keeping(const struct scan *s)
+{
+    return s->refused == SPW_OK && !s->bad;
+}
+
+static void ws(struct scan *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+        s->p++;
+}
+
+/* Consumes ch after white space; a syntax error when it is not there. */
+static bool expect(struct scan *s, char ch)
+{
+    ws(s);
+    if (s->p < s->end && *s->p == ch) {
+        s->p++;
         return true;
     }
-    if (t != json_type_string)
+    syntax(s, "unexpected character");
+    return false;
+}
+
+/* A string at s->p ('"'): its raw contents [*str, *str + *len), *escaped when it holds escapes
+ * (the contents are then not its value). */
+static bool scan_string(struct scan *s, const char **str, size_t *len, bool *escaped)
+{
+    const char *p = s->p + 1;
+    *escaped = false;
+    while (p < s->end) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch == '"') {
+            *str = s->p + 1;
+            *len = (size_t)(p - *str);
+            s->p = p + 1;
+            return true;
+        }
+        if (ch < 0x20) {
+            s->p = p;
+            syntax(s, "control character in a string");
+            return false;
+        }
+        if (ch == '\\') {
+            *escaped = true;
+            if (++p >= s->end)
+                break;
+            if (*p == 'u') {
+                for (int i = 1; i <= 4; i++)
+                    if (p + i >= s->end || !strchr("0123456789abcdefABCDEF", p[i]) || !p[i]) {
+                        s->p = p;
+                        syntax(s, "bad \\u escape");
+                        return false;
+                    }
+                p += 4;
+            } else if (!strchr("\"\\/bfnrt", *p) || !*p) {
+                s->p = p;
+                syntax(s, "bad escape");
+                return false;
+            }
+        }
+        p++;
+    }
+    s->p = s->end;
+    syntax(s, "unterminated string");
+    return false;
+}
+
+static bool is_digit(char ch)
+{
+    return ch >= '0' && ch <= '9';
+}
+
+/* A number at s->p: its text [*text, s->p); *integer when it has no fraction or exponent. */
+static bool scan_number(struct scan *s, const char **text, bool *integer)
+{
+    const char *p = s->p, *e = s->end;
+    *text = p;
+    *integer = true;
+    if (p < e && *p == '-')
+        p++;
+    if (p < e && *p == '0')
+        p++;
+    else if (p < e && is_digit(*p))
+        while (p < e && is_digit(*p))
+            p++;
+    else
+        goto out_bad;
+    if (p < e && *p == '.') {
+        *integer = false;
+        if (++p >= e || !is_digit(*p))
+            goto out_bad;
+        while (p < e && is_digit(*p))
+            p++;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        *integer = false;
+        p++;
+        if (p < e && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= e || !is_digit(*p))
+            goto out_bad;
+        while (p < e && is_digit(*p))
+            p++;
+    }
+    s->p = p;
+    return true;
+out_bad:
+    s->p = p;
+    syntax(s, "bad number");
+    return false;
+}
+
+static bool scan_literal(struct scan *s, const char *word)
+{
+    size_t n = strlen(word);
+    if ((size_t)(s->end - s->p) >= n && memcmp(s->p, word, n) == 0) {
+        s->p += n;
+        return true;
+    }
+    syntax(s, "unexpected character");
+    return false;
+}
+
+/* Checks and skips one value of any kind; depth: the nesting of containers it is inside. */
+static bool skip_value(struct scan *s, uint32_t depth)
+{
+    ws(s);
+    if (s->p >= s->end) {
+        syntax(s, "");
         return false;
-    const char *s = json_object_get_string(v);
-    size_t len = (size_t)json_object_get_string_len(v);
-    if (len == 0 || len > 20 || strlen(s) != len)
+    }
+    const char *str;
+    size_t len;
+    bool flag;
+    char open = *s->p;
+    switch (open) {
+    case '"':
+        return scan_string(s, &str, &len, &flag);
+    case 't':
+        return scan_literal(s, "true");
+    case 'f':
+        return scan_literal(s, "false");
+    case 'n':
+        return scan_literal(s, "null");
+    case '{':
+    case '[':
+        break;
+    default:
+        return scan_number(s, &str, &flag);
+    }
+    if (depth + 1 > s->limits->max_depth) {
+        syntax(s, "nesting too deep");
+        return false;
+    }
+    char close = open == '{' ? '}' : ']';
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        return true;
+    }
+    for (;;) {
+        if (open == '{') {
+            ws(s);
+            if (s->p >= s->end || *s->p != '"') {
+                syntax(s, "expected a member name");
+                return false;
+            }
+            if (!scan_string(s, &str, &len, &flag) || !expect(s, ':'))
+                return false;
+        }
+        if (!skip_value(s, depth + 1))
+            return false;
+        ws(s);
+        if (s->p < s->end && *s->p == ',') {
+            s->p++;
+            continue;
+        }
+        return expect(s, close);
+    }
+}
+
+/* Elements of the array at s->p ('['), counted ahead of the scan that checks them (exact for
+ * well-formed JSON; the scan never stores more than this many). */
+static size_t count_elements(const struct scan *s)
+{
+    size_t depth = 0, commas = 0;
+    bool any = false;
+    for (const char *p = s->p; p < s->end; p++) {
+        char ch = *p;
+        if (ch == '"') {
+            for (p++; p < s->end && *p != '"'; p++)
+                if (*p == '\\')
+                    p++;
+            any = true;
+        } else if (ch == '[' || ch == '{') {
+            if (depth++ > 0)
+                any = true;
+        } else if (ch == ']' || ch == '}') {
+            if (--depth == 0)
+                break;
+        } else if (ch == ',' && depth == 1) {
+            commas++;
+        } else if (ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r') {
+            any = true;
+        }
+    }
+    return any ? commas + 1 : 0;
+}
+
+/* Iterates over the elements of the array at s->p: call first with *i = SIZE_MAX; true while
+ * there is an element at s->p (index *i), false at the end or on a syntax error. */
+static bool next_element(struct scan *s, size_t *i)
+{
+    ws(s);
+    if (*i == SIZE_MAX) {
+        s->p++; /* '[' */
+        ws(s);
+        if (s->p < s->end && *s->p == ']') {
+            s->p++;
+            return false;
+        }
+        *i = 0;
+        return !s->bad;
+    }
+    if (s->p < s->end && *s->p == ',') {
+        s->p++;
+        (*i)++;
+        return true;
+    }
+    expect(s, ']');
+    return false;
+}
+
+/* The members of the object at s->p: call first with *first true; true with the name's raw
+ * text while there is a member (s->p at its value), false at the end or on a syntax error. */
+static bool next_member(struct scan *s, bool *first, const char **name, size_t *len, bool *escaped)
+{
+    ws(s);
+    if (*first) {
+        *first = false;
+        s->p++; /* '{' */
+        ws(s);
+        if (s->p < s->end && *s->p == '}') {
+            s->p++;
+            return false;
+        }
+    } else if (s->p < s->end && *s->p == ',') {
+        s->p++;
+        ws(s);
+    } else {
+        expect(s, '}');
+        return false;
+    }
+    if (s->p >= s->end || *s->p != '"') {
+        syntax(s, "expected a member name");
+        return false;
+    }
+    return scan_string(s, name, len, escaped) && expect(s, ':');
+}
+
+static bool name_is(const char *name, size_t len, bool escaped, const char *want)
+{
+    return !escaped && strlen(want) == len && memcmp(name, want, len) == 0;
+}
+
+/* A key: a JSON integer or a string of its decimal digits, 0..2^64-1, no leading zeros. */
+static bool key_text(const char *t, size_t len, uint64_t *out)
+{
+    if (len == 0 || len > 20 || (len > 1 && t[0] == '0'))
         return false;
     uint64_t k = 0;
     for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
+        if (!is_digit(t[i]))
             return false;
-        uint64_t d = (uint64_t)(s[i] - '0');
+        uint64_t d = (uint64_t)(t[i] - '0');
         if (k > (UINT64_MAX - d) / 10)
             return false;
         k = k * 10 + d;
     }
-    if (len > 1 && s[0] == '0')
-        return false;
     *out = k;
     return true;
 }
 
-static spw_err_t parse_keys(struct json_object *ex, struct json_object *keys,
-                            struct json_object *weights, const struct spw_serve_limits *limits,
-                            spw_arena_t *arena, struct spw_serve_example *out, size_t idx,
-                            char *errstr, size_t errstr_size)
+struct example_scan {
+    size_t idx;
+    bool seen_keys, seen_weights, seen_features, seen_weight;
+    const char *features, *features_end, *weight, *weight_end; /* value texts */
+    uint64_t *keys;
+    size_t n_keys;
+    float *weights;
+    size_t n_weights;
+};
+
+static void scan_keys(struct scan *s, struct example_scan *ex, uint32_t depth)
 {
-    (void)ex;
-    if (!json_object_is_type(keys, json_type_array))
-        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                        "example %zu: \"keys\" is not an array", idx);
-    size_t n = json_object_array_length(keys);
-    if (n > limits->max_features)
-        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                        "example %zu: %zu features, more than the limit %u", idx, n,
-                        limits->max_features);
-    if (weights && !json_object_is_type(weights, json_type_array))
-        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                        "example %zu: \"weights\" is not an array", idx);
-    if (weights && json_object_array_length(weights) != n)
-        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                        "example %zu: %zu weights for %zu keys", idx,
-                        json_object_array_length(weights), n);
-    uint64_t *k = spw_arena_alloc(arena, (n ? n : 1) * sizeof(*k));
-    float *w = spw_arena_alloc(arena, (n ? n : 1) * sizeof(*w));
-    if (!k || !w)
-        return SPW_ERR_NOMEM;
-    for (size_t i = 0; i < n; i++) {
-        if (!parse_key(json_object_array_get_idx(keys, i), &k[i]))
-            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                            "example %zu: key %zu is not an integer in 0..18446744073709551615",
-                            idx, i);
-        w[i] = 1.0f;
-        if (weights) {
-            struct json_object *wv = json_object_array_get_idx(weights, i);
-            enum json_type t = json_object_get_type(wv);
-            double d = json_object_get_double(wv);
-            if ((t != json_type_int && t != json_type_double) || !isfinite(d) ||
-                !isfinite((float)d))
-                return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                                "example %zu: weight %zu is not a finite number", idx, i);
-            w[i] = (float)d;
-        }
+    ws(s);
+    if (s->p >= s->end || *s->p != '[') {
+        refuse(s, SPW_ERR_INVALID, "example %zu: \"keys\" is not an array", ex->idx);
+        skip_value(s, depth);
+        return;
     }
-    out->n = n;
-    out->keys = k;
-    out->weights = w;
-    return SPW_OK;
+    size_t n = count_elements(s);
+    if (n > s->limits->max_features) {
+        refuse(s, SPW_ERR_INVALID, "example %zu: %zu features, more than the limit %u", ex->idx, n,
+               s->limits->max_features);
+        skip_value(s, depth);
+        return;
+    }
+    if (depth + 1 > s->limits->max_depth) {
+        syntax(s, "nesting too deep");
+        return;
+    }
+    ex->keys = keeping(s) ? spw_arena_alloc(s->arena, (n ? n : 1) * sizeof(*ex->keys)) : NULL;
+    if (keeping(s) && !ex->keys)
+        refuse(s, SPW_ERR_NOMEM, "out of memory");
+    size_t i = SIZE_MAX;
+    while (next_element(s, &i)) {
+        const char *t;
+        size_t len;
+        bool ok = false, flag;
+        if (*s->p == '"') {
+            if (!scan_string(s, &t, &len, &flag))
+                return;
+            ok = !flag && i < n && keeping(s) && key_text(t, len, &ex->keys[i]);
+        } else if (*s->p == '-' || is_digit(*s->p)) {
+            if (!scan_number(s, &t, &flag))
+                return;
+            ok = flag && *t != '-' && i < n && keeping(s) &&
+                 key_text(t, (size_t)(s->p - t), &ex->keys[i]);
+        } else if (!skip_value(s, depth + 1)) {
+            return;
+        }
+        if (!ok)
+            refuse(s, SPW_ERR_INVALID,
+                   "example %zu: key %zu is not an integer in 0..18446744073709551615", ex->idx, i);
+    }
+    ex->n_keys = i == SIZE_MAX ? 0 : i + 1;
+}
+
+static void scan_weights(struct scan *s, struct example_scan *ex, uint32_t depth)
+{
+    ws(s);
+    if (s->p >= s->end || *s->p != '[') {
+        refuse(s, SPW_ERR_INVALID, "example %zu: \"weights\" is not an array", ex->idx);
+        skip_value(s, depth);
+        return;
+    }
+    size_t n = count_elements(s);
+    if (depth + 1 > s->limits->max_depth) {
+        syntax(s, "nesting too deep");
+        return;
+    }
+    /* more weights than features are refused below (by count), not stored */
+    bool store = keeping(s) && n <= s->limits->max_features;
+    ex->weights = store ? spw_arena_alloc(s->arena, (n ? n : 1) * sizeof(*ex->weights)) : NULL;
+    if (store && !ex->weights)
+        refuse(s, SPW_ERR_NOMEM, "out of memory");
+    size_t i = SIZE_MAX;
+    while (next_element(s, &i)) {
+        const char *t;
+        bool flag, ok = false;
+        if (*s->p == '-' || is_digit(*s->p)) {
+            if (!scan_number(s, &t, &flag))
+                return;
+            size_t len = (size_t)(s->p - t);
+            if (ex->weights && i < n) {
+                /* strtod needs a terminated copy; a number this long is rare (padding) */
+                char buf[64];
+                char *copy = len < sizeof(buf) ? buf : spw_arena_strndup(s->arena, t, len);
+                if (copy == buf) {
+                    memcpy(buf, t, len);
+                    buf[len] = '\0';
+                }
+                double d = copy ? strtod(copy, NULL) : NAN;
+                ok = isfinite(d) && isfinite((float)d);
+                ex->weights[i] = (float)d;
+            } else {
+                ok = true; /* not stored: refused already, or by count below */
+            }
+        } else if (!skip_value(s, depth + 1)) {
+            return;
+        }
+        if (!ok)
+            refuse(s, SPW_ERR_INVALID, "example %zu: weight %zu is not a finite number", ex->idx,
+                   i);
+    }
+    ex->n_weights = i == SIZE_MAX ? 0 : i + 1;
+}
+
+/* Marks a member seen; a second one of the same name is refused. */
+static bool first_time(struct scan *s, bool *seen, size_t idx, const char *name)
+{
+    if (*seen) {
+        refuse(s, SPW_ERR_INVALID, "example %zu: \"%s\" twice", idx, name);
+        return false;
+    }
+    *seen = true;
+    return true;
+}
+
+/* One member of an example object (or of a body that is one example): false when the name is
+ * not an example's (the caller decides). */
+static bool example_member(struct scan *s, struct example_scan *ex, const char *name, size_t len,
+                           bool escaped, uint32_t depth)
+{
+    if (name_is(name, len, escaped, "keys")) {
+        if (first_time(s, &ex->seen_keys, ex->idx, "keys"))
+            scan_keys(s, ex, depth);
+        else
+            skip_value(s, depth);
+    } else if (name_is(name, len, escaped, "weights")) {
+        if (first_time(s, &ex->seen_weights, ex->idx, "weights"))
+            scan_weights(s, ex, depth);
+        else
+            skip_value(s, depth);
+    } else if (name_is(name, len, escaped, "features") || name_is(name, len, escaped, "weight")) {
+        bool f = len == 8; /* "features" */
+        const char **at = f ? &ex->features : &ex->weight;
+        const char **at_end = f ? &ex->features_end : &ex->weight_end;
+        first_time(s, f ? &ex->seen_features : &ex->seen_weight, ex->idx,
+                   f ? "features" : "weight");
+        ws(s);
+        *at = s->p;
+        skip_value(s, depth);
+        *at_end = s->p;
+    } else if (name_is(name, len, escaped, "id") || name_is(name, len, escaped, "ts")) {
+        skip_value(s, depth);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* A "features"/"weight" value's text through json-c (already checked by the scan; depth: its
+ * nesting in the body). NULL on failure (refused). */
+static struct json_object *json_of(struct scan *s, const char *text, const char *end)
+{
+    if (!s->tok) {
+        s->tok = json_tokener_new_ex((int)s->limits->max_depth);
+        if (!s->tok) {
+            refuse(s, SPW_ERR_NOMEM, "out of memory");
+            return NULL;
+        }
+        json_tokener_set_flags(s->tok, JSON_TOKENER_STRICT);
+    }
+    json_tokener_reset(s->tok);
+    struct json_object *v = json_tokener_parse_ex(s->tok, text, (int)(end - text));
+    if (!v || json_tokener_get_error(s->tok) != json_tokener_success) {
+        json_object_put(v);
+        refuse(s, SPW_ERR_INVALID, "malformed JSON: %s",
+               json_tokener_error_desc(json_tokener_get_error(s->tok)));
+        return NULL;
+    }
+    return v;
 }
 
 /* Hashes "features"/"weight" exactly as ingest hashes the same event, through ingest's own step
@@ -134,49 +550,117 @@ static spw_err_t parse_features(struct json_object *features, struct json_object
     return SPW_OK;
 }
 
-static spw_err_t parse_example(struct json_object *ex, const struct spw_serve_limits *limits,
-                               const spw_schema_t *schema, spw_arena_t *arena,
-                               struct spw_serve_example *out, size_t idx, char *errstr,
-                               size_t errstr_size)
+/* The checks of a whole example, in the order of the documentation, into *out. */
+static void finish_example(struct scan *s, struct example_scan *ex, struct spw_serve_example *out)
 {
-    if (!json_object_is_type(ex, json_type_object))
-        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "example %zu is not an object", idx);
-    struct json_object *features = NULL, *weight = NULL, *keys = NULL, *weights = NULL;
-    json_object_object_foreach(ex, name, val)
-    {
-        if (strcmp(name, "features") == 0)
-            features = val;
-        else if (strcmp(name, "weight") == 0)
-            weight = val;
-        else if (strcmp(name, "keys") == 0)
-            keys = val;
-        else if (strcmp(name, "weights") == 0)
-            weights = val;
-        else if (strcmp(name, "id") == 0 || strcmp(name, "ts") == 0)
-            continue;
-        else
-            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                            "example %zu: unknown field \"%.64s\"", idx, name);
+    if (!keeping(s))
+        return;
+    size_t idx = ex->idx;
+    if (ex->features && ex->seen_keys) {
+        refuse(s, SPW_ERR_INVALID, "example %zu: both \"features\" and \"keys\"", idx);
+    } else if (ex->features) {
+        if (ex->seen_weights) {
+            refuse(s, SPW_ERR_INVALID,
+                   "example %zu: \"weights\" goes with \"keys\" (use \"weight\")", idx);
+            return;
+        }
+        struct json_object *features = json_of(s, ex->features, ex->features_end);
+        struct json_object *weight =
+            features && ex->weight ? json_of(s, ex->weight, ex->weight_end) : NULL;
+        if (features && (weight || !ex->weight)) {
+            spw_err_t rc = parse_features(features, weight, s->limits, s->schema, s->arena, out,
+                                          idx, s->errstr, s->errstr_size);
+            if (rc != SPW_OK)
+                s->refused = rc; /* errstr filled (SPW_ERR_NOMEM: by the caller) */
+        }
+        json_object_put(features);
+        json_object_put(weight);
+    } else if (ex->seen_keys) {
+        if (ex->weight) {
+            refuse(s, SPW_ERR_INVALID,
+                   "example %zu: \"weight\" goes with \"features\" (use \"weights\")", idx);
+            return;
+        }
+        if (ex->seen_weights && ex->n_weights != ex->n_keys) {
+            refuse(s, SPW_ERR_INVALID, "example %zu: %zu weights for %zu keys", idx, ex->n_weights,
+                   ex->n_keys);
+            return;
+        }
+        float *w = ex->weights;
+        if (!ex->seen_weights) {
+            w = spw_arena_alloc(s->arena, (ex->n_keys ? ex->n_keys : 1) * sizeof(*w));
+            if (!w) {
+                refuse(s, SPW_ERR_NOMEM, "out of memory");
+                return;
+            }
+            for (size_t i = 0; i < ex->n_keys; i++)
+                w[i] = 1.0f;
+        }
+        out->n = ex->n_keys;
+        out->keys = ex->keys;
+        out->weights = w;
+        out->fields = NULL;
+    } else {
+        refuse(s, SPW_ERR_INVALID, "example %zu: needs \"features\" or \"keys\"", idx);
     }
-    if (features && keys)
-        return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                        "example %zu: both \"features\" and \"keys\"", idx);
-    if (features) {
-        if (weights)
-            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                            "example %zu: \"weights\" goes with \"keys\" (use \"weight\")", idx);
-        return parse_features(features, weight, limits, schema, arena, out, idx, errstr,
-                              errstr_size);
+}
+
+static void scan_example(struct scan *s, size_t idx, struct spw_serve_example *out, uint32_t depth)
+{
+    ws(s);
+    if (s->p >= s->end || *s->p != '{') {
+        refuse(s, SPW_ERR_INVALID, "example %zu is not an object", idx);
+        skip_value(s, depth);
+        return;
     }
-    if (keys) {
-        if (weight)
-            return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                            "example %zu: \"weight\" goes with \"features\" (use \"weights\")",
-                            idx);
-        return parse_keys(ex, keys, weights, limits, arena, out, idx, errstr, errstr_size);
+    if (depth + 1 > s->limits->max_depth) {
+        syntax(s, "nesting too deep");
+        return;
     }
-    return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                    "example %zu: needs \"features\" or \"keys\"", idx);
+    struct example_scan ex = {.idx = idx};
+    const char *name;
+    size_t len;
+    bool first = true, escaped;
+    while (next_member(s, &first, &name, &len, &escaped)) {
+        if (!example_member(s, &ex, name, len, escaped, depth + 1)) {
+            refuse(s, SPW_ERR_INVALID, "example %zu: unknown field \"%.*s\"", idx,
+                   len > 64 ? 64 : (int)len, name);
+            skip_value(s, depth + 1);
+        }
+    }
+    finish_example(s, &ex, out);
+}
+
+static void scan_examples(struct scan *s, struct spw_serve_request *out)
+{
+    ws(s);
+    if (s->p >= s->end || *s->p != '[') {
+        refuse(s, SPW_ERR_INVALID, "\"examples\" is not an array");
+        skip_value(s, 1);
+        return;
+    }
+    if (2 > s->limits->max_depth) {
+        syntax(s, "nesting too deep");
+        return;
+    }
+    size_t n = count_elements(s), max = s->limits->max_examples;
+    if (n == 0 || n > max) {
+        refuse(s, SPW_ERR_INVALID, "%zu examples (1..%u allowed)", n, s->limits->max_examples);
+        skip_value(s, 1);
+        return;
+    }
+    out->examples = spw_arena_calloc(s->arena, n, sizeof(*out->examples));
+    if (!out->examples) {
+        refuse(s, SPW_ERR_NOMEM, "out of memory");
+        skip_value(s, 1);
+        return;
+    }
+    size_t i = SIZE_MAX;
+    while (next_element(s, &i)) {
+        struct spw_serve_example scratch = {0};
+        scan_example(s, i, i < n ? &out->examples[i] : &scratch, 2);
+    }
+    out->n = i == SIZE_MAX ? 0 : i + 1;
 }
 
 spw_err_t spw_serve_request_parse(const char *body, size_t len,
@@ -187,69 +671,72 @@ spw_err_t spw_serve_request_parse(const char *body, size_t len,
     if (len == 0 || len > INT32_MAX)
         return spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
                         len ? "body too large" : "empty body");
-    struct json_tokener *tok = json_tokener_new_ex((int)limits->max_depth);
-    if (!tok)
-        return SPW_ERR_NOMEM;
-    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-    struct json_object *root = json_tokener_parse_ex(tok, body, (int)len);
-    enum json_tokener_error jerr = json_tokener_get_error(tok);
-    spw_err_t rc = SPW_OK;
-    if (!root || jerr != json_tokener_success) {
-        rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "malformed JSON: %s",
-                      jerr == json_tokener_continue ? "unexpected end of input"
-                                                    : json_tokener_error_desc(jerr));
-        goto out_free_tok;
+    if (errstr_size)
+        errstr[0] = '\0';
+    struct scan s = {.p = body,
+                     .end = body + len,
+                     .limits = limits,
+                     .schema = schema,
+                     .arena = arena,
+                     .errstr = errstr,
+                     .errstr_size = errstr_size};
+    out->n = 0;
+    out->examples = NULL;
+    ws(&s);
+    if (s.p < s.end && *s.p != '{') {
+        skip_value(&s, 0);
+        refuse(&s, SPW_ERR_INVALID, "the body is not a JSON object");
+    } else if (s.p < s.end && limits->max_depth < 1) {
+        syntax(&s, "nesting too deep");
+    } else if (s.p < s.end) {
+        /* members of the body: "examples" alone, or those of one example */
+        struct example_scan ex = {.idx = 0};
+        bool first = true, escaped, examples = false;
+        size_t others = 0;
+        const char *name;
+        size_t nlen;
+        while (next_member(&s, &first, &name, &nlen, &escaped)) {
+            if (name_is(name, nlen, escaped, "examples")) {
+                if (examples)
+                    refuse(&s, SPW_ERR_INVALID, "\"examples\" twice");
+                examples = true;
+                if (others == 0 && keeping(&s))
+                    scan_examples(&s, out);
+                else
+                    skip_value(&s, 1);
+                continue;
+            }
+            others++;
+            if (examples) {
+                refuse(&s, SPW_ERR_INVALID, "\"examples\" must be the only field");
+                skip_value(&s, 1);
+            } else if (!example_member(&s, &ex, name, nlen, escaped, 1)) {
+                refuse(&s, SPW_ERR_INVALID, "example 0: unknown field \"%.*s\"",
+                       nlen > 64 ? 64 : (int)nlen, name);
+                skip_value(&s, 1);
+            }
+        }
+        if (examples && others)
+            refuse(&s, SPW_ERR_INVALID, "\"examples\" must be the only field");
+        else if (!examples && keeping(&s)) {
+            out->examples = spw_arena_calloc(arena, 1, sizeof(*out->examples));
+            if (!out->examples)
+                refuse(&s, SPW_ERR_NOMEM, "out of memory");
+            else {
+                finish_example(&s, &ex, &out->examples[0]);
+                out->n = 1;
+            }
+        }
+    } else {
+        syntax(&s, "");
     }
     /* Nothing but white space may follow the value. */
-    for (size_t i = json_tokener_get_parse_end(tok); i < len; i++) {
-        if (body[i] != ' ' && body[i] != '\t' && body[i] != '\n' && body[i] != '\r') {
-            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                          "malformed JSON: trailing bytes after the value");
-            goto out_put_root;
-        }
-    }
-    if (!json_object_is_type(root, json_type_object)) {
-        rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "the body is not a JSON object");
-        goto out_put_root;
-    }
-    struct json_object *examples = NULL;
-    if (json_object_object_get_ex(root, "examples", &examples)) {
-        if (json_object_object_length(root) != 1) {
-            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size,
-                          "\"examples\" must be the only field");
-            goto out_put_root;
-        }
-        if (!json_object_is_type(examples, json_type_array)) {
-            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "\"examples\" is not an array");
-            goto out_put_root;
-        }
-        size_t n = json_object_array_length(examples);
-        if (n == 0 || n > limits->max_examples) {
-            rc = spw_errf(SPW_ERR_INVALID, errstr, errstr_size, "%zu examples (1..%u allowed)", n,
-                          limits->max_examples);
-            goto out_put_root;
-        }
-        out->examples = spw_arena_calloc(arena, n, sizeof(*out->examples));
-        if (!out->examples) {
-            rc = SPW_ERR_NOMEM;
-            goto out_put_root;
-        }
-        for (size_t i = 0; i < n && rc == SPW_OK; i++)
-            rc = parse_example(json_object_array_get_idx(examples, i), limits, schema, arena,
-                               &out->examples[i], i, errstr, errstr_size);
-        out->n = n;
-    } else {
-        out->examples = spw_arena_calloc(arena, 1, sizeof(*out->examples));
-        if (!out->examples) {
-            rc = SPW_ERR_NOMEM;
-            goto out_put_root;
-        }
-        rc = parse_example(root, limits, schema, arena, &out->examples[0], 0, errstr, errstr_size);
-        out->n = 1;
-    }
-out_put_root:
-    json_object_put(root);
-out_free_tok:
-    json_tokener_free(tok);
-    return rc;
+    ws(&s);
+    if (!s.bad && s.p < s.end)
+        syntax(&s, "trailing bytes after the value");
+    if (s.tok)
+        json_tokener_free(s.tok);
+    if (s.bad)
+        return SPW_ERR_INVALID;
+    return s.refused;
 }
