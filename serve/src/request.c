@@ -281,12 +281,13 @@ static bool next_element(struct scan *s, size_t *i)
             return false;
         }
         *i = 0;
-        return !s->bad;
+        return s->p < s->end || (syntax(s, ""), false);
     }
     if (s->p < s->end && *s->p == ',') {
         s->p++;
         (*i)++;
-        return true;
+        ws(s);
+        return s->p < s->end || (syntax(s, ""), false);
     }
     expect(s, ']');
     return false;
@@ -643,24 +644,39 @@ static void scan_examples(struct scan *s, struct spw_serve_request *out)
         syntax(s, "nesting too deep");
         return;
     }
-    size_t n = count_elements(s), max = s->limits->max_examples;
-    if (n == 0 || n > max) {
-        refuse(s, SPW_ERR_INVALID, "%zu examples (1..%u allowed)", n, s->limits->max_examples);
-        skip_value(s, 1);
-        return;
-    }
-    out->examples = spw_arena_calloc(s->arena, n, sizeof(*out->examples));
-    if (!out->examples) {
-        refuse(s, SPW_ERR_NOMEM, "out of memory");
-        skip_value(s, 1);
-        return;
-    }
+    /* Grown by doubling in the arena rather than counted ahead: a pre-count would read the
+     * whole body a second time. */
+    size_t max = s->limits->max_examples, cap = 0;
+    struct spw_serve_example scratch;
     size_t i = SIZE_MAX;
     while (next_element(s, &i)) {
-        struct spw_serve_example scratch = {0};
-        scan_example(s, i, i < n ? &out->examples[i] : &scratch, 2);
+        if (i >= max) { /* refused below, with the count */
+            skip_value(s, 2);
+            continue;
+        }
+        if (i >= cap && keeping(s)) {
+            size_t cap2 = cap ? cap * 2 : 16;
+            cap2 = cap2 < max ? cap2 : max;
+            struct spw_serve_example *grown = spw_arena_alloc(s->arena, cap2 * sizeof(*grown));
+            if (!grown) {
+                refuse(s, SPW_ERR_NOMEM, "out of memory");
+            } else {
+                if (cap)
+                    memcpy(grown, out->examples, cap * sizeof(*grown));
+                out->examples = grown;
+                cap = cap2;
+            }
+        }
+        memset(&scratch, 0, sizeof(scratch));
+        bool keep = i < cap && keeping(s);
+        if (keep)
+            memset(&out->examples[i], 0, sizeof(out->examples[i]));
+        scan_example(s, i, keep ? &out->examples[i] : &scratch, 2);
     }
-    out->n = i == SIZE_MAX ? 0 : i + 1;
+    size_t n = i == SIZE_MAX ? 0 : i + 1;
+    if (n == 0 || n > max)
+        refuse(s, SPW_ERR_INVALID, "%zu examples (1..%zu allowed)", n, max);
+    out->n = n;
 }
 
 spw_err_t spw_serve_request_parse(const char *body, size_t len,
