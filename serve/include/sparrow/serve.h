@@ -83,8 +83,11 @@ size_t spw_serve_table_get_many(spw_serve_table_t *table, const uint64_t *keys, 
  * as ingest hashes them (spw_parse_json_line under the same schema); "keys" are pre-hashed feature
  * keys (integers or decimal strings, 0..2^64-1) with optional "weights" (finite, one per key).
  * An example holds "features" or "keys", not both; "id" and "ts" are accepted and ignored. Any
- * other member, a duplicate layout, too many examples or features, a non-finite weight, or
- * malformed JSON is refused with a message.
+ * other member, a member given twice, a duplicate layout, too many examples or features, a
+ * non-finite weight, or malformed JSON is refused with a message (malformed JSON anywhere wins
+ * over a refusal of content; of two refusals the first in the body). A key string holds its
+ * digits only (no escapes). The body is scanned once without a JSON document: only the values of
+ * "features"/"weight" go through json-c.
  */
 struct spw_serve_limits {
     uint32_t max_features; /* per example */
