@@ -226,6 +226,7 @@ spw_err_t spw_serve_table_get(spw_serve_table_t *table, uint64_t key, float *wei
  * counting sort), and each stripe's share read under one acquisition of its lock, with the
  * slots of its keys prefetched first so that their cache misses overlap. */
 #define GET_CHUNK 1024u
+#define GET_SMALL 64u /* fewer keys: one get each */
 
 /* Rows of n keys of stripe s (their hashes h, positions pos into keys/rows). Caller holds the
  * read lock. */
@@ -260,6 +261,16 @@ size_t spw_serve_table_get_many(spw_serve_table_t *table, const uint64_t *keys, 
 {
     const uint32_t dim = table->dim;
     size_t found = 0;
+    if (n < GET_SMALL) { /* the grouping's fixed cost (two 1 KiB tables) outweighs its gain */
+        for (size_t i = 0; i < n; i++) {
+            float *row = rows + i * dim;
+            if (spw_serve_table_get(table, keys[i], row, NULL) == SPW_OK)
+                found++;
+            else
+                memset(row, 0, dim * sizeof(float));
+        }
+        return found;
+    }
     uint64_t h[GET_CHUNK];
     uint16_t pos[GET_CHUNK];
     uint32_t start[SPW_SERVE_STRIPES + 1];
