@@ -149,6 +149,13 @@ def serve_rows(c):
                      ("yes" if m.group(4) == "met" else "**no**") + suffix))
     for m in re.finditer(r"held (\d+) single req/s while training: achieved ([\d.]+) req/s, p50 "
                          r"([\d.]+) ms, p99 ([\d.]+) ms, errors (\d+)", out):
+        fig = "%s req/s achieved, p50 %s ms, p99 %s ms, %s errors" % (
+            f0(rl.num(m.group(2))), m.group(3), m.group(4), m.group(5))
+        same = [i for i, r in enumerate(rows) if r[0] == "serve: single-example requests held at "
+                "%s req/s while the demo trains" % m.group(1)]
+        if same:  # the issue 7 target's row: give it the p50 too
+            rows[same[0]] = (rows[same[0]][0], fig) + rows[same[0]][2:]
+            continue
         rows.append(("serve: single-example requests held at %s req/s while the demo trains" %
                      f0(rl.num(m.group(1))),
                      "%s req/s achieved, p50 %s ms, p99 %s ms, %s errors" %
