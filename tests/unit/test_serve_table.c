@@ -130,6 +130,18 @@ static void *reader(void *arg)
                 if (got[i] != got[0])
                     atomic_fetch_add(&r->bad, 1);
         }
+        /* A batch read (grouped by stripe) sees every row whole as well. */
+        enum { N_BATCH = 200 };
+        uint64_t keys[N_BATCH];
+        float rows[N_BATCH * 16];
+        for (size_t j = 0; j < N_BATCH; j++)
+            keys[j] = (j * 13u) % 64u;
+        if (spw_serve_table_get_many(r->t, keys, N_BATCH, rows) != N_BATCH)
+            atomic_fetch_add(&r->bad, 1);
+        for (size_t j = 0; j < N_BATCH; j++)
+            for (int i = 1; i < 16; i++)
+                if (rows[j * 16 + i] != rows[j * 16])
+                    atomic_fetch_add(&r->bad, 1);
     }
     return NULL;
 }
