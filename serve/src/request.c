@@ -11,319 +11,7 @@
 
 #include "sparrow/serve.h"
 
-/*
- * One pass over the body, without building a document: a strict RFC 8259 scanner that takes
- * "keys" and "weights" arrays straight into the arena (the pre-hashed form, the one batch
- * clients send, costs no allocation per element), and hands only the text of a "features" or
- * "weight" value to json-c, for ingest's hashing step (spw_ingest_json_features), so that raw
- * features are hashed exactly as ingest hashes them.
- *
- * Errors: a syntax error anywhere wins over a refusal of content (as when the whole body was
- * parsed first): the first refusal is kept in errstr while the scan goes on to the end, and a
- * later syntax error replaces it. Of two refusals, the first in the body is reported.
- */
-struct scan {
-    const char *p, *end;
-    const struct spw_serve_limits *limits;
-    const spw_schema_t *schema;
-    spw_arena_t *arena;
-    struct json_tokener *tok; /* for "features" values; made on first use */
-    bool bad;                 /* a syntax error: the scan stopped */
-    spw_err_t refused;        /* the first refusal of content (SPW_OK: none) */
-    char *errstr;
-    size_t errstr_size;
-};
-
-static void syntax(struct scan *s, const char *what)
-{
-    if (s->bad)
-        return;
-    s->bad = true;
-    snprintf(s->errstr, s->errstr_size, "malformed JSON: %s",
-             s->p >= s->end ? "unexpected end of input" : what);
-    s->p = s->end;
-}
-
-static void refuse(struct scan *s, spw_err_t rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void refuse(struct scan *s, spw_err_t rc, const char *fmt, ...)
-{
-    if (s->refused != SPW_OK || s->bad)
-        return;
-    s->refused = rc;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s->errstr, s->errstr_size, fmt, ap);
-    va_end(ap);
-}
-
-/* Nothing more is kept once something was refused or the syntax failed; the scan goes on. */
-static bool keeping(const struct scan *s)
-{
-    return s->refused == SPW_OK && !s->bad;
-}
-
-static void ws(struct scan *s)
-{
-    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
-        s->p++;
-}
-
-/* Consumes ch after white space; a syntax error when it is not there. */
-static bool expect(struct scan *s, char ch)
-{
-    ws(s);
-    if (s->p < s->end && *s->p == ch) {
-        s->p++;
-        return true;
-    }
-    syntax(s, "unexpected character");
-    return false;
-}
-
-/* A string at s->p ('"'): its raw contents [*str, *str + *len), *escaped when it holds escapes
- * (the contents are then not its value). */
-static bool scan_string(struct scan *s, const char **str, size_t *len, bool *escaped)
-{
-    const char *p = s->p + 1;
-    *escaped = false;
-    while (p < s->end) {
-        unsigned char ch = (unsigned char)*p;
-        if (ch == '"') {
-            *str = s->p + 1;
-            *len = (size_t)(p - *str);
-            s->p = p + 1;
-            return true;
-        }
-        if (ch < 0x20) {
-            s->p = p;
-            syntax(s, "control character in a string");
-            return false;
-        }
-        if (ch == '\\') {
-            *escaped = true;
-            if (++p >= s->end)
-                break;
-            if (*p == 'u') {
-                for (int i = 1; i <= 4; i++)
-                    if (p + i >= s->end || !strchr("0123456789abcdefABCDEF", p[i]) || !p[i]) {
-                        s->p = p;
-                        syntax(s, "bad \\u escape");
-                        return false;
-                    }
-                p += 4;
-            } else if (!strchr("\"\\/bfnrt", *p) || !*p) {
-                s->p = p;
-                syntax(s, "bad escape");
-                return false;
-            }
-        }
-        p++;
-    }
-    s->p = s->end;
-    syntax(s, "unterminated string");
-    return false;
-}
-
-static bool is_digit(char ch)
-{
-    return ch >= '0' && ch <= '9';
-}
-
-/* A number at s->p: its text [*text, s->p); *integer when it has no fraction or exponent. */
-static bool scan_number(struct scan *s, const char **text, bool *integer)
-{
-    const char *p = s->p, *e = s->end;
-    *text = p;
-    *integer = true;
-    if (p < e && *p == '-')
-        p++;
-    if (p < e && *p == '0')
-        p++;
-    else if (p < e && is_digit(*p))
-        while (p < e && is_digit(*p))
-            p++;
-    else
-        goto out_bad;
-    if (p < e && *p == '.') {
-        *integer = false;
-        if (++p >= e || !is_digit(*p))
-            goto out_bad;
-        while (p < e && is_digit(*p))
-            p++;
-    }
-    if (p < e && (*p == 'e' || *p == 'E')) {
-        *integer = false;
-        p++;
-        if (p < e && (*p == '+' || *p == '-'))
-            p++;
-        if (p >= e || !is_digit(*p))
-            goto out_bad;
-        while (p < e && is_digit(*p))
-            p++;
-    }
-    s->p = p;
-    return true;
-out_bad:
-    s->p = p;
-    syntax(s, "bad number");
-    return false;
-}
-
-static bool scan_literal(struct scan *s, const char *word)
-{
-    size_t n = strlen(word);
-    if ((size_t)(s->end - s->p) >= n && memcmp(s->p, word, n) == 0) {
-        s->p += n;
-        return true;
-    }
-    syntax(s, "unexpected character");
-    return false;
-}
-
-/* Checks and skips one value of any kind; depth: the nesting of containers it is inside. */
-static bool skip_value(struct scan *s, uint32_t depth)
-{
-    ws(s);
-    if (s->p >= s->end) {
-        syntax(s, "");
-        return false;
-    }
-    const char *str;
-    size_t len;
-    bool flag;
-    char open = *s->p;
-    switch (open) {
-    case '"':
-        return scan_string(s, &str, &len, &flag);
-    case 't':
-        return scan_literal(s, "true");
-    case 'f':
-        return scan_literal(s, "false");
-    case 'n':
-        return scan_literal(s, "null");
-    case '{':
-    case '[':
-        break;
-    default:
-        return scan_number(s, &str, &flag);
-    }
-    if (depth + 1 > s->limits->max_depth) {
-        syntax(s, "nesting too deep");
-        return false;
-    }
-    char close = open == '{' ? '}' : ']';
-    s->p++;
-    ws(s);
-    if (s->p < s->end && *s->p == close) {
-        s->p++;
-        return true;
-    }
-    for (;;) {
-        if (open == '{') {
-            ws(s);
-            if (s->p >= s->end || *s->p != '"') {
-                syntax(s, "expected a member name");
-                return false;
-            }
-            if (!scan_string(s, &str, &len, &flag) || !expect(s, ':'))
-                return false;
-        }
-        if (!skip_value(s, depth + 1))
-            return false;
-        ws(s);
-        if (s->p < s->end && *s->p == ',') {
-            s->p++;
-            continue;
-        }
-        return expect(s, close);
-    }
-}
-
-/* Elements of the array at s->p ('['), counted ahead of the scan that checks them (exact for
- * well-formed JSON; the scan never stores more than this many). */
-static size_t count_elements(const struct scan *s)
-{
-    size_t depth = 0, commas = 0;
-    bool any = false;
-    for (const char *p = s->p; p < s->end; p++) {
-        char ch = *p;
-        if (ch == '"') {
-            for (p++; p < s->end && *p != '"'; p++)
-                if (*p == '\\')
-                    p++;
-            any = true;
-        } else if (ch == '[' || ch == '{') {
-            if (depth++ > 0)
-                any = true;
-        } else if (ch == ']' || ch == '}') {
-            if (--depth == 0)
-                break;
-        } else if (ch == ',' && depth == 1) {
-            commas++;
-        } else if (ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r') {
-            any = true;
-        }
-    }
-    return any ? commas + 1 : 0;
-}
-
-/* Iterates over the elements of the array at s->p: call first with *i = SIZE_MAX; true while
- * there is an element at s->p (index *i), false at the end or on a syntax error. */
-static bool next_element(struct scan *s, size_t *i)
-{
-    ws(s);
-    if (*i == SIZE_MAX) {
-        s->p++; /* '[' */
-        ws(s);
-        if (s->p < s->end && *s->p == ']') {
-            s->p++;
-            return false;
-        }
-        *i = 0;
-        return s->p < s->end || (syntax(s, ""), false);
-    }
-    if (s->p < s->end && *s->p == ',') {
-        s->p++;
-        (*i)++;
-        ws(s);
-        return s->p < s->end || (syntax(s, ""), false);
-    }
-    expect(s, ']');
-    return false;
-}
-
-/* The members of the object at s->p: call first with *first true; true with the name's raw
- * text while there is a member (s->p at its value), false at the end or on a syntax error. */
-static bool next_member(struct scan *s, bool *first, const char **name, size_t *len, bool *escaped)
-{
-    ws(s);
-    if (*first) {
-        *first = false;
-        s->p++; /* '{' */
-        ws(s);
-        if (s->p < s->end && *s->p == '}') {
-            s->p++;
-            return false;
-        }
-    } else if (s->p < s->end && *s->p == ',') {
-        s->p++;
-        ws(s);
-    } else {
-        expect(s, '}');
-        return false;
-    }
-    if (s->p >= s->end || *s->p != '"') {
-        syntax(s, "expected a member name");
-        return false;
-    }
-    return scan_string(s, name, len, escaped) && expect(s, ':');
-}
-
-static bool name_is(const char *name, size_t len, bool escaped, const char *want)
-{
-    return !escaped && strlen(want) == len && memcmp(name, want, len) == 0;
-}
+#include "scan_int.h"
 
 /* A key: a JSON integer or a string of its decimal digits, 0..2^64-1, no leading zeros. */
 static bool key_text(const char *t, size_t len, uint64_t *out)
@@ -332,7 +20,7 @@ static bool key_text(const char *t, size_t len, uint64_t *out)
         return false;
     uint64_t k = 0;
     for (size_t i = 0; i < len; i++) {
-        if (!is_digit(t[i]))
+        if (!spw_serve__scan_is_digit(t[i]))
             return false;
         uint64_t d = (uint64_t)(t[i] - '0');
         if (k > (UINT64_MAX - d) / 10)
@@ -353,76 +41,82 @@ struct example_scan {
     size_t n_weights;
 };
 
-static void scan_keys(struct scan *s, struct example_scan *ex, uint32_t depth)
+static void scan_keys(struct spw_serve__scan *s, struct example_scan *ex, uint32_t depth)
 {
-    ws(s);
+    spw_serve__scan_ws(s);
     if (s->p >= s->end || *s->p != '[') {
-        refuse(s, SPW_ERR_INVALID, "example %zu: \"keys\" is not an array", ex->idx);
-        skip_value(s, depth);
+        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "example %zu: \"keys\" is not an array",
+                               ex->idx);
+        spw_serve__scan_skip_value(s, depth);
         return;
     }
-    size_t n = count_elements(s);
+    size_t n = spw_serve__scan_count_elements(s);
     if (n > s->limits->max_features) {
-        refuse(s, SPW_ERR_INVALID, "example %zu: %zu features, more than the limit %u", ex->idx, n,
-               s->limits->max_features);
-        skip_value(s, depth);
+        spw_serve__scan_refuse(s, SPW_ERR_INVALID,
+                               "example %zu: %zu features, more than the limit %u", ex->idx, n,
+                               s->limits->max_features);
+        spw_serve__scan_skip_value(s, depth);
         return;
     }
     if (depth + 1 > s->limits->max_depth) {
-        syntax(s, "nesting too deep");
+        spw_serve__scan_syntax(s, "nesting too deep");
         return;
     }
-    ex->keys = keeping(s) ? spw_arena_alloc(s->arena, (n ? n : 1) * sizeof(*ex->keys)) : NULL;
-    if (keeping(s) && !ex->keys)
-        refuse(s, SPW_ERR_NOMEM, "out of memory");
+    ex->keys = spw_serve__scan_keeping(s)
+                   ? spw_arena_alloc(s->arena, (n ? n : 1) * sizeof(*ex->keys))
+                   : NULL;
+    if (spw_serve__scan_keeping(s) && !ex->keys)
+        spw_serve__scan_refuse(s, SPW_ERR_NOMEM, "out of memory");
     size_t i = SIZE_MAX;
-    while (next_element(s, &i)) {
+    while (spw_serve__scan_next_element(s, &i)) {
         const char *t;
         size_t len;
         bool ok = false, flag;
         if (*s->p == '"') {
-            if (!scan_string(s, &t, &len, &flag))
+            if (!spw_serve__scan_string(s, &t, &len, &flag))
                 return;
-            ok = !flag && i < n && keeping(s) && key_text(t, len, &ex->keys[i]);
-        } else if (*s->p == '-' || is_digit(*s->p)) {
-            if (!scan_number(s, &t, &flag))
+            ok = !flag && i < n && spw_serve__scan_keeping(s) && key_text(t, len, &ex->keys[i]);
+        } else if (*s->p == '-' || spw_serve__scan_is_digit(*s->p)) {
+            if (!spw_serve__scan_number(s, &t, &flag))
                 return;
-            ok = flag && *t != '-' && i < n && keeping(s) &&
+            ok = flag && *t != '-' && i < n && spw_serve__scan_keeping(s) &&
                  key_text(t, (size_t)(s->p - t), &ex->keys[i]);
-        } else if (!skip_value(s, depth + 1)) {
+        } else if (!spw_serve__scan_skip_value(s, depth + 1)) {
             return;
         }
         if (!ok)
-            refuse(s, SPW_ERR_INVALID,
-                   "example %zu: key %zu is not an integer in 0..18446744073709551615", ex->idx, i);
+            spw_serve__scan_refuse(
+                s, SPW_ERR_INVALID,
+                "example %zu: key %zu is not an integer in 0..18446744073709551615", ex->idx, i);
     }
     ex->n_keys = i == SIZE_MAX ? 0 : i + 1;
 }
 
-static void scan_weights(struct scan *s, struct example_scan *ex, uint32_t depth)
+static void scan_weights(struct spw_serve__scan *s, struct example_scan *ex, uint32_t depth)
 {
-    ws(s);
+    spw_serve__scan_ws(s);
     if (s->p >= s->end || *s->p != '[') {
-        refuse(s, SPW_ERR_INVALID, "example %zu: \"weights\" is not an array", ex->idx);
-        skip_value(s, depth);
+        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "example %zu: \"weights\" is not an array",
+                               ex->idx);
+        spw_serve__scan_skip_value(s, depth);
         return;
     }
-    size_t n = count_elements(s);
+    size_t n = spw_serve__scan_count_elements(s);
     if (depth + 1 > s->limits->max_depth) {
-        syntax(s, "nesting too deep");
+        spw_serve__scan_syntax(s, "nesting too deep");
         return;
     }
     /* more weights than features are refused below (by count), not stored */
-    bool store = keeping(s) && n <= s->limits->max_features;
+    bool store = spw_serve__scan_keeping(s) && n <= s->limits->max_features;
     ex->weights = store ? spw_arena_alloc(s->arena, (n ? n : 1) * sizeof(*ex->weights)) : NULL;
     if (store && !ex->weights)
-        refuse(s, SPW_ERR_NOMEM, "out of memory");
+        spw_serve__scan_refuse(s, SPW_ERR_NOMEM, "out of memory");
     size_t i = SIZE_MAX;
-    while (next_element(s, &i)) {
+    while (spw_serve__scan_next_element(s, &i)) {
         const char *t;
         bool flag, ok = false;
-        if (*s->p == '-' || is_digit(*s->p)) {
-            if (!scan_number(s, &t, &flag))
+        if (*s->p == '-' || spw_serve__scan_is_digit(*s->p)) {
+            if (!spw_serve__scan_number(s, &t, &flag))
                 return;
             size_t len = (size_t)(s->p - t);
             if (ex->weights && i < n) {
@@ -439,21 +133,21 @@ static void scan_weights(struct scan *s, struct example_scan *ex, uint32_t depth
             } else {
                 ok = true; /* not stored: refused already, or by count below */
             }
-        } else if (!skip_value(s, depth + 1)) {
+        } else if (!spw_serve__scan_skip_value(s, depth + 1)) {
             return;
         }
         if (!ok)
-            refuse(s, SPW_ERR_INVALID, "example %zu: weight %zu is not a finite number", ex->idx,
-                   i);
+            spw_serve__scan_refuse(s, SPW_ERR_INVALID,
+                                   "example %zu: weight %zu is not a finite number", ex->idx, i);
     }
     ex->n_weights = i == SIZE_MAX ? 0 : i + 1;
 }
 
 /* Marks a member seen; a second one of the same name is refused. */
-static bool first_time(struct scan *s, bool *seen, size_t idx, const char *name)
+static bool first_time(struct spw_serve__scan *s, bool *seen, size_t idx, const char *name)
 {
     if (*seen) {
-        refuse(s, SPW_ERR_INVALID, "example %zu: \"%s\" twice", idx, name);
+        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "example %zu: \"%s\" twice", idx, name);
         return false;
     }
     *seen = true;
@@ -462,31 +156,33 @@ static bool first_time(struct scan *s, bool *seen, size_t idx, const char *name)
 
 /* One member of an example object (or of a body that is one example): false when the name is
  * not an example's (the caller decides). */
-static bool example_member(struct scan *s, struct example_scan *ex, const char *name, size_t len,
-                           bool escaped, uint32_t depth)
+static bool example_member(struct spw_serve__scan *s, struct example_scan *ex, const char *name,
+                           size_t len, bool escaped, uint32_t depth)
 {
-    if (name_is(name, len, escaped, "keys")) {
+    if (spw_serve__scan_name_is(name, len, escaped, "keys")) {
         if (first_time(s, &ex->seen_keys, ex->idx, "keys"))
             scan_keys(s, ex, depth);
         else
-            skip_value(s, depth);
-    } else if (name_is(name, len, escaped, "weights")) {
+            spw_serve__scan_skip_value(s, depth);
+    } else if (spw_serve__scan_name_is(name, len, escaped, "weights")) {
         if (first_time(s, &ex->seen_weights, ex->idx, "weights"))
             scan_weights(s, ex, depth);
         else
-            skip_value(s, depth);
-    } else if (name_is(name, len, escaped, "features") || name_is(name, len, escaped, "weight")) {
+            spw_serve__scan_skip_value(s, depth);
+    } else if (spw_serve__scan_name_is(name, len, escaped, "features") ||
+               spw_serve__scan_name_is(name, len, escaped, "weight")) {
         bool f = len == 8; /* "features" */
         const char **at = f ? &ex->features : &ex->weight;
         const char **at_end = f ? &ex->features_end : &ex->weight_end;
         first_time(s, f ? &ex->seen_features : &ex->seen_weight, ex->idx,
                    f ? "features" : "weight");
-        ws(s);
+        spw_serve__scan_ws(s);
         *at = s->p;
-        skip_value(s, depth);
+        spw_serve__scan_skip_value(s, depth);
         *at_end = s->p;
-    } else if (name_is(name, len, escaped, "id") || name_is(name, len, escaped, "ts")) {
-        skip_value(s, depth);
+    } else if (spw_serve__scan_name_is(name, len, escaped, "id") ||
+               spw_serve__scan_name_is(name, len, escaped, "ts")) {
+        spw_serve__scan_skip_value(s, depth);
     } else {
         return false;
     }
@@ -495,12 +191,12 @@ static bool example_member(struct scan *s, struct example_scan *ex, const char *
 
 /* A "features"/"weight" value's text through json-c (already checked by the scan; depth: its
  * nesting in the body). NULL on failure (refused). */
-static struct json_object *json_of(struct scan *s, const char *text, const char *end)
+static struct json_object *json_of(struct spw_serve__scan *s, const char *text, const char *end)
 {
     if (!s->tok) {
         s->tok = json_tokener_new_ex((int)s->limits->max_depth);
         if (!s->tok) {
-            refuse(s, SPW_ERR_NOMEM, "out of memory");
+            spw_serve__scan_refuse(s, SPW_ERR_NOMEM, "out of memory");
             return NULL;
         }
         json_tokener_set_flags(s->tok, JSON_TOKENER_STRICT);
@@ -509,8 +205,8 @@ static struct json_object *json_of(struct scan *s, const char *text, const char 
     struct json_object *v = json_tokener_parse_ex(s->tok, text, (int)(end - text));
     if (!v || json_tokener_get_error(s->tok) != json_tokener_success) {
         json_object_put(v);
-        refuse(s, SPW_ERR_INVALID, "malformed JSON: %s",
-               json_tokener_error_desc(json_tokener_get_error(s->tok)));
+        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "malformed JSON: %s",
+                               json_tokener_error_desc(json_tokener_get_error(s->tok)));
         return NULL;
     }
     return v;
@@ -552,17 +248,20 @@ static spw_err_t parse_features(struct json_object *features, struct json_object
 }
 
 /* The checks of a whole example, in the order of the documentation, into *out. */
-static void finish_example(struct scan *s, struct example_scan *ex, struct spw_serve_example *out)
+static void finish_example(struct spw_serve__scan *s, struct example_scan *ex,
+                           struct spw_serve_example *out)
 {
-    if (!keeping(s))
+    if (!spw_serve__scan_keeping(s))
         return;
     size_t idx = ex->idx;
     if (ex->features && ex->seen_keys) {
-        refuse(s, SPW_ERR_INVALID, "example %zu: both \"features\" and \"keys\"", idx);
+        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "example %zu: both \"features\" and \"keys\"",
+                               idx);
     } else if (ex->features) {
         if (ex->seen_weights) {
-            refuse(s, SPW_ERR_INVALID,
-                   "example %zu: \"weights\" goes with \"keys\" (use \"weight\")", idx);
+            spw_serve__scan_refuse(s, SPW_ERR_INVALID,
+                                   "example %zu: \"weights\" goes with \"keys\" (use \"weight\")",
+                                   idx);
             return;
         }
         struct json_object *features = json_of(s, ex->features, ex->features_end);
@@ -578,20 +277,21 @@ static void finish_example(struct scan *s, struct example_scan *ex, struct spw_s
         json_object_put(weight);
     } else if (ex->seen_keys) {
         if (ex->weight) {
-            refuse(s, SPW_ERR_INVALID,
-                   "example %zu: \"weight\" goes with \"features\" (use \"weights\")", idx);
+            spw_serve__scan_refuse(
+                s, SPW_ERR_INVALID,
+                "example %zu: \"weight\" goes with \"features\" (use \"weights\")", idx);
             return;
         }
         if (ex->seen_weights && ex->n_weights != ex->n_keys) {
-            refuse(s, SPW_ERR_INVALID, "example %zu: %zu weights for %zu keys", idx, ex->n_weights,
-                   ex->n_keys);
+            spw_serve__scan_refuse(s, SPW_ERR_INVALID, "example %zu: %zu weights for %zu keys", idx,
+                                   ex->n_weights, ex->n_keys);
             return;
         }
         float *w = ex->weights;
         if (!ex->seen_weights) {
             w = spw_arena_alloc(s->arena, (ex->n_keys ? ex->n_keys : 1) * sizeof(*w));
             if (!w) {
-                refuse(s, SPW_ERR_NOMEM, "out of memory");
+                spw_serve__scan_refuse(s, SPW_ERR_NOMEM, "out of memory");
                 return;
             }
             for (size_t i = 0; i < ex->n_keys; i++)
@@ -602,46 +302,48 @@ static void finish_example(struct scan *s, struct example_scan *ex, struct spw_s
         out->weights = w;
         out->fields = NULL;
     } else {
-        refuse(s, SPW_ERR_INVALID, "example %zu: needs \"features\" or \"keys\"", idx);
+        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "example %zu: needs \"features\" or \"keys\"",
+                               idx);
     }
 }
 
-static void scan_example(struct scan *s, size_t idx, struct spw_serve_example *out, uint32_t depth)
+static void scan_example(struct spw_serve__scan *s, size_t idx, struct spw_serve_example *out,
+                         uint32_t depth)
 {
-    ws(s);
+    spw_serve__scan_ws(s);
     if (s->p >= s->end || *s->p != '{') {
-        refuse(s, SPW_ERR_INVALID, "example %zu is not an object", idx);
-        skip_value(s, depth);
+        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "example %zu is not an object", idx);
+        spw_serve__scan_skip_value(s, depth);
         return;
     }
     if (depth + 1 > s->limits->max_depth) {
-        syntax(s, "nesting too deep");
+        spw_serve__scan_syntax(s, "nesting too deep");
         return;
     }
     struct example_scan ex = {.idx = idx};
     const char *name;
     size_t len;
     bool first = true, escaped;
-    while (next_member(s, &first, &name, &len, &escaped)) {
+    while (spw_serve__scan_next_member(s, &first, &name, &len, &escaped)) {
         if (!example_member(s, &ex, name, len, escaped, depth + 1)) {
-            refuse(s, SPW_ERR_INVALID, "example %zu: unknown field \"%.*s\"", idx,
-                   len > 64 ? 64 : (int)len, name);
-            skip_value(s, depth + 1);
+            spw_serve__scan_refuse(s, SPW_ERR_INVALID, "example %zu: unknown field \"%.*s\"", idx,
+                                   len > 64 ? 64 : (int)len, name);
+            spw_serve__scan_skip_value(s, depth + 1);
         }
     }
     finish_example(s, &ex, out);
 }
 
-static void scan_examples(struct scan *s, struct spw_serve_request *out)
+static void scan_examples(struct spw_serve__scan *s, struct spw_serve_request *out)
 {
-    ws(s);
+    spw_serve__scan_ws(s);
     if (s->p >= s->end || *s->p != '[') {
-        refuse(s, SPW_ERR_INVALID, "\"examples\" is not an array");
-        skip_value(s, 1);
+        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "\"examples\" is not an array");
+        spw_serve__scan_skip_value(s, 1);
         return;
     }
     if (2 > s->limits->max_depth) {
-        syntax(s, "nesting too deep");
+        spw_serve__scan_syntax(s, "nesting too deep");
         return;
     }
     /* Grown by doubling in the arena rather than counted ahead: a pre-count would read the
@@ -649,17 +351,17 @@ static void scan_examples(struct scan *s, struct spw_serve_request *out)
     size_t max = s->limits->max_examples, cap = 0;
     struct spw_serve_example scratch;
     size_t i = SIZE_MAX;
-    while (next_element(s, &i)) {
+    while (spw_serve__scan_next_element(s, &i)) {
         if (i >= max) { /* refused below, with the count */
-            skip_value(s, 2);
+            spw_serve__scan_skip_value(s, 2);
             continue;
         }
-        if (i >= cap && keeping(s)) {
+        if (i >= cap && spw_serve__scan_keeping(s)) {
             size_t cap2 = cap ? cap * 2 : 16;
             cap2 = cap2 < max ? cap2 : max;
             struct spw_serve_example *grown = spw_arena_alloc(s->arena, cap2 * sizeof(*grown));
             if (!grown) {
-                refuse(s, SPW_ERR_NOMEM, "out of memory");
+                spw_serve__scan_refuse(s, SPW_ERR_NOMEM, "out of memory");
             } else {
                 if (cap)
                     memcpy(grown, out->examples, cap * sizeof(*grown));
@@ -668,14 +370,14 @@ static void scan_examples(struct scan *s, struct spw_serve_request *out)
             }
         }
         memset(&scratch, 0, sizeof(scratch));
-        bool keep = i < cap && keeping(s);
+        bool keep = i < cap && spw_serve__scan_keeping(s);
         if (keep)
             memset(&out->examples[i], 0, sizeof(out->examples[i]));
         scan_example(s, i, keep ? &out->examples[i] : &scratch, 2);
     }
     size_t n = i == SIZE_MAX ? 0 : i + 1;
     if (n == 0 || n > max)
-        refuse(s, SPW_ERR_INVALID, "%zu examples (1..%zu allowed)", n, max);
+        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "%zu examples (1..%zu allowed)", n, max);
     out->n = n;
 }
 
@@ -689,21 +391,21 @@ spw_err_t spw_serve_request_parse(const char *body, size_t len,
                         len ? "body too large" : "empty body");
     if (errstr_size)
         errstr[0] = '\0';
-    struct scan s = {.p = body,
-                     .end = body + len,
-                     .limits = limits,
-                     .schema = schema,
-                     .arena = arena,
-                     .errstr = errstr,
-                     .errstr_size = errstr_size};
+    struct spw_serve__scan s = {.p = body,
+                                .end = body + len,
+                                .limits = limits,
+                                .schema = schema,
+                                .arena = arena,
+                                .errstr = errstr,
+                                .errstr_size = errstr_size};
     out->n = 0;
     out->examples = NULL;
-    ws(&s);
+    spw_serve__scan_ws(&s);
     if (s.p < s.end && *s.p != '{') {
-        skip_value(&s, 0);
-        refuse(&s, SPW_ERR_INVALID, "the body is not a JSON object");
+        spw_serve__scan_skip_value(&s, 0);
+        spw_serve__scan_refuse(&s, SPW_ERR_INVALID, "the body is not a JSON object");
     } else if (s.p < s.end && limits->max_depth < 1) {
-        syntax(&s, "nesting too deep");
+        spw_serve__scan_syntax(&s, "nesting too deep");
     } else if (s.p < s.end) {
         /* members of the body: "examples" alone, or those of one example */
         struct example_scan ex = {.idx = 0};
@@ -711,45 +413,45 @@ spw_err_t spw_serve_request_parse(const char *body, size_t len,
         size_t others = 0;
         const char *name;
         size_t nlen;
-        while (next_member(&s, &first, &name, &nlen, &escaped)) {
-            if (name_is(name, nlen, escaped, "examples")) {
+        while (spw_serve__scan_next_member(&s, &first, &name, &nlen, &escaped)) {
+            if (spw_serve__scan_name_is(name, nlen, escaped, "examples")) {
                 if (examples)
-                    refuse(&s, SPW_ERR_INVALID, "\"examples\" twice");
+                    spw_serve__scan_refuse(&s, SPW_ERR_INVALID, "\"examples\" twice");
                 examples = true;
-                if (others == 0 && keeping(&s))
+                if (others == 0 && spw_serve__scan_keeping(&s))
                     scan_examples(&s, out);
                 else
-                    skip_value(&s, 1);
+                    spw_serve__scan_skip_value(&s, 1);
                 continue;
             }
             others++;
             if (examples) {
-                refuse(&s, SPW_ERR_INVALID, "\"examples\" must be the only field");
-                skip_value(&s, 1);
+                spw_serve__scan_refuse(&s, SPW_ERR_INVALID, "\"examples\" must be the only field");
+                spw_serve__scan_skip_value(&s, 1);
             } else if (!example_member(&s, &ex, name, nlen, escaped, 1)) {
-                refuse(&s, SPW_ERR_INVALID, "example 0: unknown field \"%.*s\"",
-                       nlen > 64 ? 64 : (int)nlen, name);
-                skip_value(&s, 1);
+                spw_serve__scan_refuse(&s, SPW_ERR_INVALID, "example 0: unknown field \"%.*s\"",
+                                       nlen > 64 ? 64 : (int)nlen, name);
+                spw_serve__scan_skip_value(&s, 1);
             }
         }
         if (examples && others)
-            refuse(&s, SPW_ERR_INVALID, "\"examples\" must be the only field");
-        else if (!examples && keeping(&s)) {
+            spw_serve__scan_refuse(&s, SPW_ERR_INVALID, "\"examples\" must be the only field");
+        else if (!examples && spw_serve__scan_keeping(&s)) {
             out->examples = spw_arena_calloc(arena, 1, sizeof(*out->examples));
             if (!out->examples)
-                refuse(&s, SPW_ERR_NOMEM, "out of memory");
+                spw_serve__scan_refuse(&s, SPW_ERR_NOMEM, "out of memory");
             else {
                 finish_example(&s, &ex, &out->examples[0]);
                 out->n = 1;
             }
         }
     } else {
-        syntax(&s, "");
+        spw_serve__scan_syntax(&s, "");
     }
     /* Nothing but white space may follow the value. */
-    ws(&s);
+    spw_serve__scan_ws(&s);
     if (!s.bad && s.p < s.end)
-        syntax(&s, "trailing bytes after the value");
+        spw_serve__scan_syntax(&s, "trailing bytes after the value");
     if (s.tok)
         json_tokener_free(s.tok);
     if (s.bad)
