@@ -193,7 +193,10 @@ static struct req_ctx *ctx_get(spw_serve_t *s)
     if (!c)
         return NULL;
     c->arena = spw_arena_new(1 << 16, s->max_body * 16 + (1u << 20));
-    c->batch = spw_batch_new(64, 64 * 40, errstr, sizeof(errstr));
+    /* Sized for one example: a batch grows (and keeps) what a larger request needs, while a
+     * key index sized for 64 examples would be 128 KiB of slots a single example's keys land
+     * in cold (the pool holds a context per concurrent request). */
+    c->batch = spw_batch_new(1, 64, errstr, sizeof(errstr));
     if (s->dense)
         c->deep = spw_deep_new(&s->conf.model, errstr, sizeof(errstr));
     if (!c->arena || !c->batch || (s->dense && !c->deep)) {

@@ -91,6 +91,21 @@ static void test_serve_request_keys_and_batches(void **state)
     assert_int_equal(req.examples[2].n, 1);
     assert_int_equal(parse(arena, " {\"keys\":[5]} \n", &req, errstr, sizeof(errstr)), SPW_OK);
     assert_true(req.examples[0].weights[0] == 1.0f);
+    /* White space wherever JSON allows it. */
+    assert_int_equal(parse(arena,
+                           "{ \"examples\" : [ { \"keys\" : [ 7 , \"8\" ] , \"weights\" : [ 0.5 ,"
+                           "\n\t2 ] } , {\"id\": {\"x\": [true, null]}, \"keys\":[ ]} ] }",
+                           &req, errstr, sizeof(errstr)),
+                     SPW_OK);
+    assert_int_equal(req.n, 2);
+    assert_int_equal(req.examples[0].n, 2);
+    assert_true(req.examples[0].keys[0] == 7 && req.examples[0].keys[1] == 8);
+    assert_true(req.examples[0].weights[0] == 0.5f && req.examples[0].weights[1] == 2.0f);
+    assert_int_equal(req.examples[1].n, 0);
+    /* The largest key as a JSON integer is exact (not saturated). */
+    assert_int_equal(
+        parse(arena, "{\"keys\":[18446744073709551615]}", &req, errstr, sizeof(errstr)), SPW_OK);
+    assert_true(req.examples[0].keys[0] == UINT64_MAX);
     spw_arena_destroy(arena);
 }
 
@@ -132,6 +147,14 @@ static void test_serve_request_refusals(void **state)
     expect_bad(arena, "{\"features\":[1]}", "not an object");
     expect_bad(arena, "{\"features\":{\"a\":{\"b\":1}}}", "example 0:");
     expect_bad(arena, "{\"keys\":[[[[[[[[[[[[1]]]]]]]]]]]]}", "malformed JSON");
+    /* A syntax error later in the body wins over a refusal of content before it. */
+    expect_bad(arena, "{\"keys\":[-1],\"id\":[1,}", "malformed JSON");
+    expect_bad(arena, "{\"keys\":[1,]}", "malformed JSON");
+    expect_bad(arena, "{\"keys\":[01]}", "malformed JSON");
+    expect_bad(arena, "{\"keys\":[1],\"id\":\"a\x01\"}", "malformed JSON");
+    expect_bad(arena, "{\"keys\":[1],\"keys\":[2]}", "twice");
+    expect_bad(arena, "{\"keys\":[1], \"weights\":[\"1\"]}", "weight 0");
+    expect_bad(arena, "{\"keys\":[1],\"features\":{\"a\":1}", "malformed JSON");
     char errstr[64];
     struct spw_serve_request req;
     assert_int_equal(

@@ -26,7 +26,8 @@
  * key -> (weights[dim], version). Concurrency: the keys are split over SPW_SERVE_STRIPES stripes
  * by a mix of the key; each stripe is an open-addressing table (linear probing, backward-shift
  * deletion) under its own reader-writer lock. Readers take the read lock of one stripe for the
- * time it takes to copy one row; the single writer (the update tail) takes one stripe's write
+ * time it takes to copy one row (a batch read: the rows of its keys in that stripe, taken in one
+ * acquisition per stripe); the single writer (the update tail) takes one stripe's write
  * lock per put or delete, and for a stripe's rehash. Chosen over RCU because rows change in
  * place at a high rate (an RCU copy per update would allocate per row), while a stripe lock is
  * held for a few hundred nanoseconds and 256 stripes make reader contention rare.
@@ -63,8 +64,11 @@ spw_err_t spw_serve_table_delete(spw_serve_table_t *table, uint64_t key);
 spw_err_t spw_serve_table_get(spw_serve_table_t *table, uint64_t key, float *weights,
                               uint32_t *version);
 
-/* Rows of n keys into rows (n × dim floats): a found row is copied, an absent one is zeros.
- * Returns how many were found. Thread-safe against the writer. */
+/* Rows of n keys into rows (n × dim floats, borrowed): a found row is copied, an absent one is
+ * zeros. The keys are hashed together and grouped by stripe, each stripe's lock taken once per
+ * 1024 keys; each row is one version of itself, rows of two stripes may be of two moments (as with
+ * one get per key). Returns how many were found. Thread-safe against the writer; allocates nothing
+ * (about 12 KiB of stack). */
 size_t spw_serve_table_get_many(spw_serve_table_t *table, const uint64_t *keys, size_t n,
                                 float *rows);
 
@@ -79,8 +83,11 @@ size_t spw_serve_table_get_many(spw_serve_table_t *table, const uint64_t *keys, 
  * as ingest hashes them (spw_parse_json_line under the same schema); "keys" are pre-hashed feature
  * keys (integers or decimal strings, 0..2^64-1) with optional "weights" (finite, one per key).
  * An example holds "features" or "keys", not both; "id" and "ts" are accepted and ignored. Any
- * other member, a duplicate layout, too many examples or features, a non-finite weight, or
- * malformed JSON is refused with a message.
+ * other member, a member given twice, a duplicate layout, too many examples or features, a
+ * non-finite weight, or malformed JSON is refused with a message (malformed JSON anywhere wins
+ * over a refusal of content; of two refusals the first in the body). A key string holds its
+ * digits only (no escapes). The body is scanned once without a JSON document: only the values of
+ * "features"/"weight" go through json-c.
  */
 struct spw_serve_limits {
     uint32_t max_features; /* per example */
