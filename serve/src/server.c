@@ -673,7 +673,8 @@ spw_err_t spw_serve_run(spw_serve_t *s)
 
 /* ---- lifecycle ---- */
 
-static const double FRESH_BOUNDS[] = {0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30, 60, 300};
+static const double FRESH_BOUNDS[] = {0.05, 0.1, 0.25, 0.5, 0.75, 1,  1.25, 1.5,
+                                      2,    3,   5,    10,  30,   60, 300};
 static const double LAT_BOUNDS[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                     0.01,   0.025,   0.05,   0.1,   0.25,   1};
 
