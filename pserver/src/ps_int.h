@@ -53,8 +53,8 @@ void spw_ps__row_init(const struct spw_ps_optim_conf *conf, uint32_t dim, uint64
  * them into mix), so that a store computes them once rather than per row created. */
 void spw_ps__row_init_mixes(uint64_t seed, uint32_t dim, uint64_t *mix);
 /* spw_ps__row_init with mix from spw_ps__row_init_mixes(seed, dim): the same row. */
-void spw_ps__row_init_mixed(const struct spw_ps_optim_conf *conf, uint32_t dim,
-                            const uint64_t *mix, uint64_t key, float *data);
+void spw_ps__row_init_mixed(const struct spw_ps_optim_conf *conf, uint32_t dim, const uint64_t *mix,
+                            uint64_t key, float *data);
 
 /* Applies one gradient row g (dim floats) with step scale alpha to weights w and slots.
  * Returns false (row untouched) when g has a non-finite value. */
