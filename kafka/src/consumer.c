@@ -382,7 +382,12 @@ spw_kafka_consumer_t *spw_kafka_consumer_new(const spw_kafka_props_t *props,
 
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     spw_kafka__conf_route_log(conf);
-    if (spw_kafka__conf_apply(conf, props, errstr, errstr_size) != SPW_OK)
+    /* A broker may hold a fetch that found a partition's end for fetch.wait.max.ms (librdkafka's
+     * default 500 ms) while new records arrive (the mock cluster does): each record would wait
+     * that long, and serve, behind a fast update stream, fell behind it for good. 50 ms unless
+     * the pass-through sets it (applied next, so it wins). */
+    if (spw_kafka__conf_force(conf, "fetch.wait.max.ms", "50", errstr, errstr_size) ||
+        spw_kafka__conf_apply(conf, props, errstr, errstr_size) != SPW_OK)
         goto out_destroy_conf;
     /* The wrapper's semantics rest on these; they override the pass-through. */
     if (spw_kafka__conf_force(conf, "group.id", opts->group_id, errstr, errstr_size) ||
