@@ -84,7 +84,7 @@ const struct spw_config_prop spw_pserver_config_props[] = {
      "File with the shard's Z85 CURVE secret key; empty disables CurveZMQ."},
     {"pserver.curve.allowed_clients_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
      "File of allowed client Z85 public keys, one per line (required with CURVE)."},
-    {"pserver.publish.interval", SPW_CONFIG_DURATION_MS, "100ms", 0, 3600000, NULL,
+    {"pserver.publish.interval", SPW_CONFIG_DURATION_MS, "250ms", 0, 3600000, NULL,
      "Changed rows and TTL tombstones are published to the update stream this often (a row "
      "that changes again within an interval is published once); 0 disables (publishing is "
      "also off without kafka.bootstrap.servers or pserver.publish.brokers). Shorter is "
