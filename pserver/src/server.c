@@ -452,10 +452,9 @@ static void handle_pull(spw_ps_server_t *srv, struct peer *peer, const Sparrow__
 }
 
 /* The batch of one request: per histogram (sparrow_ps_staleness, then one per row class) the
- * counts per bucket and the sum, added with one atomic add per bucket used. */
+ * counts per bucket, added with one atomic add per bucket used. */
 struct tau_batch {
     uint64_t counts[1 + SPW_PS_CLASSES][SPW_HISTOGRAM_MAX_BUCKETS + 1];
-    double sum[1 + SPW_PS_CLASSES];
 };
 
 /* sparrow_ps_staleness and, by row class (classes may be NULL: not observed),

@@ -41,25 +41,36 @@ struct example_scan {
     size_t n_weights;
 };
 
-static void scan_keys(struct spw_serve__scan *s, struct example_scan *ex, uint32_t depth)
+/* The start of member `name`'s array value: false (refused or a syntax error, the value skipped
+ * or the scan ended) when it is not an array or nests too deep, else *n its element count. */
+static bool array_start(struct spw_serve__scan *s, const struct example_scan *ex, const char *name,
+                        uint32_t depth, size_t *n)
 {
     spw_serve__scan_ws(s);
     if (s->p >= s->end || *s->p != '[') {
-        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "example %zu: \"keys\" is not an array",
-                               ex->idx);
+        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "example %zu: \"%s\" is not an array", ex->idx,
+                               name);
         spw_serve__scan_skip_value(s, depth);
-        return;
+        return false;
     }
-    size_t n = spw_serve__scan_count_elements(s);
+    *n = spw_serve__scan_count_elements(s);
+    if (depth + 1 > s->limits->max_depth) {
+        spw_serve__scan_syntax(s, "nesting too deep");
+        return false;
+    }
+    return true;
+}
+
+static void scan_keys(struct spw_serve__scan *s, struct example_scan *ex, uint32_t depth)
+{
+    size_t n;
+    if (!array_start(s, ex, "keys", depth, &n))
+        return;
     if (n > s->limits->max_features) {
         spw_serve__scan_refuse(s, SPW_ERR_INVALID,
                                "example %zu: %zu features, more than the limit %u", ex->idx, n,
                                s->limits->max_features);
         spw_serve__scan_skip_value(s, depth);
-        return;
-    }
-    if (depth + 1 > s->limits->max_depth) {
-        spw_serve__scan_syntax(s, "nesting too deep");
         return;
     }
     ex->keys = spw_serve__scan_keeping(s)
@@ -94,18 +105,9 @@ static void scan_keys(struct spw_serve__scan *s, struct example_scan *ex, uint32
 
 static void scan_weights(struct spw_serve__scan *s, struct example_scan *ex, uint32_t depth)
 {
-    spw_serve__scan_ws(s);
-    if (s->p >= s->end || *s->p != '[') {
-        spw_serve__scan_refuse(s, SPW_ERR_INVALID, "example %zu: \"weights\" is not an array",
-                               ex->idx);
-        spw_serve__scan_skip_value(s, depth);
+    size_t n;
+    if (!array_start(s, ex, "weights", depth, &n))
         return;
-    }
-    size_t n = spw_serve__scan_count_elements(s);
-    if (depth + 1 > s->limits->max_depth) {
-        spw_serve__scan_syntax(s, "nesting too deep");
-        return;
-    }
     /* more weights than features are refused below (by count), not stored */
     bool store = spw_serve__scan_keeping(s) && n <= s->limits->max_features;
     ex->weights = store ? spw_arena_alloc(s->arena, (n ? n : 1) * sizeof(*ex->weights)) : NULL;
