@@ -1,7 +1,8 @@
 /* Unit tests of the trainer's worker loop with Kafka input (librdkafka's mock cluster in this
  * process) and in-process shards: ExampleBatch records over three partitions with malformed
  * records and invalid examples, which are counted and skipped; checkpoint positions (record
- * offset + examples taken) that account for exactly the examples trained; offsets committed at
+ * offset + examples taken, and the count taken up to them) that account for exactly the examples
+ * trained, not a prefetched micro-batch's; offsets committed at
  * the end, so that the group resumes after them (only a record added later is trained); and a
  * resume from checkpoint positions through on_assign that trains exactly the rest. */
 #include <stdarg.h>
@@ -220,6 +221,9 @@ struct kstate {
     uint64_t idle_since_ms;
     uint64_t idle_stop_ms;
     uint64_t start_ms;
+    /* trainer.threads (0: 1); with 2 the loop reads the next micro-batch while one is computed,
+     * so a checkpoint has one read and not trained (in-process shards: no prefetch) */
+    uint32_t threads;
 };
 
 static spw_err_t k_after_step(void *opaque, spw_trainer_loop_t *loop,
@@ -234,17 +238,23 @@ static spw_err_t k_after_step(void *opaque, spw_trainer_loop_t *loop,
     size_t n = 0;
     assert_int_equal(spw_trainer_loop_checkpoint(loop, WAIT_MS, pos, 8, &n), SPW_OK);
     assert_true(n <= PARTS);
-    uint64_t sum = 0;
+    uint64_t sum = 0, taken = 0;
     bool mid = false;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        taken += pos[i].taken;
         if (pos[i].offset >= 0) {
             sum += trained_before(pos[i].partition, pos[i].offset, pos[i].skip);
             k->mid_record += pos[i].skip > 0;
             mid |= pos[i].skip > 0;
         }
-    if (sum != k->seen) {
-        print_message("checkpoint %d: positions account for %llu examples, trained %llu\n",
-                      k->checkpoints, (unsigned long long)sum, (unsigned long long)k->seen);
+    }
+    /* taken: the examples up to the stored positions, never a prefetched micro-batch's (the
+     * coordinator glue of recovery=continue counts a partition's examples since LATEST by it) */
+    if (sum != k->seen || taken != k->seen) {
+        print_message("checkpoint %d: positions account for %llu examples (taken %llu), "
+                      "trained %llu\n",
+                      k->checkpoints, (unsigned long long)sum, (unsigned long long)taken,
+                      (unsigned long long)k->seen);
         k->positions_ok = false;
     }
     /* the first checkpoint after the first, with a position inside a record, is resumed from */
@@ -306,6 +316,7 @@ static struct spw_trainer_loop_stats run_loop(const char *group, uint64_t max_ex
     c.params.topk.dim = c.params.model.dim;
     c.params.backend = SPW_BACKEND_CPU;
     c.params.batch = 100;
+    c.params.threads = k->threads ? k->threads : 1;
     c.params.eval_window = 5000;
     c.in = g_url;
     c.group = group;
@@ -335,7 +346,7 @@ static struct spw_trainer_loop_stats run_loop(const char *group, uint64_t max_ex
 static void test_trn_loop_kafka_trains_commits_and_resumes(void **state)
 {
     (void)state;
-    struct kstate k1 = {.every = 7, .positions_ok = true};
+    struct kstate k1 = {.every = 7, .positions_ok = true, .threads = 2};
     struct spw_trainer_loop_stats st = run_loop("trainers-1", g_total_valid, &k1);
     print_message("run 1: %llu examples of %llu, %llu records, %llu rejected, %llu offsets "
                   "stored, %d checkpoints\n",

@@ -64,9 +64,9 @@ struct seen {
     int64_t value;
 };
 
-static spw_err_t no_pos(void *opaque, int32_t part, int64_t offset, uint32_t skip)
+static spw_err_t no_pos(void *opaque, int32_t part, int64_t offset, uint32_t skip, uint64_t taken)
 {
-    (void)opaque, (void)part, (void)offset, (void)skip;
+    (void)opaque, (void)part, (void)offset, (void)skip, (void)taken;
     return SPW_OK;
 }
 

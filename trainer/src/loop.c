@@ -49,7 +49,8 @@ struct mark {
     int32_t part;
     int64_t offset; /* smark: the source high-water mark's value */
     uint32_t skip;
-    bool smark; /* a source high-water mark of (part, stopic, spart), not a position */
+    uint64_t taken; /* the partition's examples handed out up to this position */
+    bool smark;     /* a source high-water mark of (part, stopic, spart), not a position */
     uint32_t stopic;
     int32_t spart;
 };
@@ -362,14 +363,15 @@ void spw_trainer_loop_destroy(spw_trainer_loop_t *loop)
 
 static spw_err_t push_mark(spw_trainer_loop_t *loop, const struct mark *mk);
 
-static spw_err_t add_mark(void *opaque, int32_t part, int64_t offset, uint32_t skip)
+static spw_err_t add_mark(void *opaque, int32_t part, int64_t offset, uint32_t skip, uint64_t taken)
 {
     spw_trainer_loop_t *loop = opaque;
     return push_mark(loop, &(struct mark){.batch_id = loop->filling_id,
                                           .seq = SEQ_UNSET,
                                           .part = part,
                                           .offset = offset,
-                                          .skip = skip});
+                                          .skip = skip,
+                                          .taken = taken});
 }
 
 static spw_err_t add_smark(void *opaque, int32_t part, uint32_t stopic, int32_t spart,
@@ -421,7 +423,8 @@ static spw_err_t store_acked(spw_trainer_loop_t *loop)
             continue;
         }
         bool stored = false;
-        spw_err_t err = spw_trn__source_store(&loop->src, mk->part, mk->offset, mk->skip, &stored);
+        spw_err_t err =
+            spw_trn__source_store(&loop->src, mk->part, mk->offset, mk->skip, mk->taken, &stored);
         if (err)
             return err;
         if (stored) {

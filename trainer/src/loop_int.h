@@ -28,7 +28,8 @@ struct spw_trn__part {
     bool stored_valid; /* stored_*: the last position handed to the consumer */
     int64_t stored_offset;
     uint32_t stored_skip;
-    uint64_t taken; /* valid examples handed out since the assignment */
+    uint64_t stored_taken; /* taken at the stored position (0 before the first store) */
+    uint64_t taken;        /* valid examples handed out since the assignment */
 };
 
 /* Source high-water marks (docs/ARCHITECTURE.md §5) a trainer keeps, over every partition, and
@@ -119,16 +120,17 @@ spw_err_t spw_trn__source_release(struct spw_trn__source *src);
 /* Counts one example the batch refused (reason index 0). */
 void spw_trn__source_reject(struct spw_trn__source *src);
 
-/* Calls fn for every partition read from since the last call, with its position now, then
- * smark_fn for every source high-water mark moved since (value: the highest source offset
- * taken), and clears the marks. Returns the first non-zero return of a callback (the marks of
- * later partitions are kept then). */
-spw_err_t
-spw_trn__source_snapshot(struct spw_trn__source *src,
-                         spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset, uint32_t skip),
-                         spw_err_t (*smark_fn)(void *opaque, int32_t part, uint32_t stopic,
-                                               int32_t spart, int64_t value),
-                         void *opaque);
+/* Calls fn for every partition read from since the last call, with its position now and its
+ * examples taken, then smark_fn for every source high-water mark moved since (value: the highest
+ * source offset taken), and clears the marks. Returns the first non-zero return of a callback (the
+ * marks of later partitions are kept then). */
+spw_err_t spw_trn__source_snapshot(struct spw_trn__source *src,
+                                   spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset,
+                                                   uint32_t skip, uint64_t taken),
+                                   spw_err_t (*smark_fn)(void *opaque, int32_t part,
+                                                         uint32_t stopic, int32_t spart,
+                                                         int64_t value),
+                                   void *opaque);
 
 /* The acknowledged value of a source high-water mark (from a snapshot): ignored for partitions
  * no longer assigned. */
@@ -150,11 +152,11 @@ spw_err_t spw_trn__source_set_smark(struct spw_trn__source *src, int32_t part, c
 size_t spw_trn__source_smarks(const struct spw_trn__source *src, struct spw_trainer_mark *out,
                               size_t n_max);
 
-/* Hands a partition's position to the consumer (offset only; skip is kept for checkpoints).
- * *stored is set when the consumer was given a new offset. Ignored for partitions no longer
- * assigned. */
+/* Hands a partition's position to the consumer (offset only; skip and taken, the partition's
+ * examples handed out up to the position, are kept for checkpoints). *stored is set when the
+ * consumer was given a new offset. Ignored for partitions no longer assigned. */
 spw_err_t spw_trn__source_store(struct spw_trn__source *src, int32_t part, int64_t offset,
-                                uint32_t skip, bool *stored);
+                                uint32_t skip, uint64_t taken, bool *stored);
 
 /* Positions of the assigned partitions as last stored (see spw_trainer_loop_checkpoint). */
 size_t spw_trn__source_positions(const struct spw_trn__source *src,

@@ -238,12 +238,13 @@ static void part_advance(struct spw_trn__source *src, int32_t p, int64_t offset,
     pt->touched = true;
 }
 
-spw_err_t
-spw_trn__source_snapshot(struct spw_trn__source *src,
-                         spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset, uint32_t skip),
-                         spw_err_t (*smark_fn)(void *opaque, int32_t part, uint32_t stopic,
-                                               int32_t spart, int64_t value),
-                         void *opaque)
+spw_err_t spw_trn__source_snapshot(struct spw_trn__source *src,
+                                   spw_err_t (*fn)(void *opaque, int32_t part, int64_t offset,
+                                                   uint32_t skip, uint64_t taken),
+                                   spw_err_t (*smark_fn)(void *opaque, int32_t part,
+                                                         uint32_t stopic, int32_t spart,
+                                                         int64_t value),
+                                   void *opaque)
 {
     for (size_t i = 0; i < src->n_smarks; i++) {
         struct spw_trn__smark *m = &src->smarks[i];
@@ -258,7 +259,7 @@ spw_trn__source_snapshot(struct spw_trn__source *src,
         struct spw_trn__part *pt = &src->parts[p];
         if (!pt->touched)
             continue;
-        spw_err_t err = fn(opaque, (int32_t)p, pt->offset, pt->skip);
+        spw_err_t err = fn(opaque, (int32_t)p, pt->offset, pt->skip, pt->taken);
         if (err)
             return err;
         pt->touched = false;
@@ -279,7 +280,7 @@ size_t spw_trn__source_positions(const struct spw_trn__source *src,
                 .partition = (int32_t)p,
                 .offset = pt->stored_valid ? pt->stored_offset : SPW_TRAINER_OFFSET_STORED,
                 .skip = pt->stored_valid ? pt->stored_skip : 0,
-                .taken = pt->taken,
+                .taken = pt->stored_taken,
             };
         n++;
     }
@@ -492,7 +493,7 @@ static spw_err_t next_kafka(struct spw_trn__source *src, int timeout_ms, Sparrow
 }
 
 spw_err_t spw_trn__source_store(struct spw_trn__source *src, int32_t part, int64_t offset,
-                                uint32_t skip, bool *stored)
+                                uint32_t skip, uint64_t taken, bool *stored)
 {
     *stored = false;
     if (part < 0 || (size_t)part >= src->n_parts || !src->parts[part].assigned)
@@ -502,6 +503,7 @@ spw_err_t spw_trn__source_store(struct spw_trn__source *src, int32_t part, int64
     pt->stored_valid = true;
     pt->stored_offset = offset;
     pt->stored_skip = skip;
+    pt->stored_taken = taken;
     if (!changed)
         return SPW_OK;
     *stored = true;

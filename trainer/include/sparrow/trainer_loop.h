@@ -51,8 +51,10 @@ struct spw_trainer_position {
     bool read_valid;
     uint32_t read_skip;
     int64_t read_offset;
-    uint64_t taken; /* on_revoke and checkpoint positions: examples trained from it since its
-                       assignment */
+    /* examples handed out from it since its assignment: on_revoke, all of them (each is trained,
+     * or dropped with the revoke before it is counted); checkpoint positions, those up to the
+     * stored offset (not a prefetched micro-batch's, whose pushes are not acknowledged yet) */
+    uint64_t taken;
 };
 #define SPW_TRAINER_OFFSET_STORED (-1000)
 
