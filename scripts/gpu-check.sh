@@ -11,7 +11,9 @@
 #       on the GPU machine: the device, the GPU tests (CUDA against the CPU oracle),
 #       bench/backend_bench (the compute step, CUDA vs CPU), bench/dense_bench (the dense
 #       towers' step, cuBLAS vs OpenBLAS, batch 4096 and 65536), `sparrow trainer` end to end on the
-#       CPU and the CUDA backend (in-process shard, GPU_CHECK_EXAMPLES examples, default 1M), then
+#       CPU and the CUDA backend (in-process shard, GPU_CHECK_EXAMPLES examples, default 1M; FM
+#       k=64 and 16, and DeepFM k=16 with its network on cuBLAS on the first
+#       GPU_CHECK_DEEP_EXAMPLES, default 300k), then
 #       compute-sanitizer (memcheck, racecheck) where it works. Logs go to OUT_DIR; a summary is
 #       printed last. Exit status 1 when a test or a check failed. About 7 minutes on an H200.
 set -uo pipefail
@@ -86,6 +88,19 @@ run() {
                 note "  $(grep ' finished ' "$out/trainer-$m$k-$be.log" | tail -1 |
                     grep -o -E '(examples|ex_per_s|window_logloss|backend)=[^ ]*' | tr '\n' ' ')"
             done
+        done
+        # a deep model: DeepFM's network on cuBLAS (network=cublas in the started line), the
+        # embeddings' pooling and the FM part on the host; the first GPU_CHECK_DEEP_EXAMPLES
+        local fields nd=${GPU_CHECK_DEEP_EXAMPLES:-300000}
+        fields=$(printf 'I%d,' $(seq 1 13))$(printf 'C%d,' $(seq 1 26))
+        for be in cpu cuda; do
+            step "trainer-deepfm16-$be" 300 "$bin/sparrow" trainer --in "file:$data" \
+                --shards inproc --backend "$be" --model deepfm --latent-dim 16 --batch 4096 \
+                --fields "${fields%,}" --mlp 400,400 --max-examples "$nd" --http-port -1 \
+                --set trainer.log.interval=0
+            note "  $(grep -o -E 'network=[^ ]*' "$out/trainer-deepfm16-$be.log" | head -1) $(
+                grep ' finished ' "$out/trainer-deepfm16-$be.log" | tail -1 |
+                    grep -o -E '(examples|ex_per_s|window_logloss)=[^ ]*' | tr '\n' ' ')"
         done
         rm -f "$data"
     else

@@ -1,11 +1,15 @@
 // dense: the CUDA network: the CPU network's forward and backward (src/dense_cpu.c) with the
 // matrix products on cuBLAS (column-major: a row-major n × m array is the column-major m × n
 // array, so every product below is the CPU's with its operands swapped) and small kernels for
-// the bias, ReLU + dropout and the cross layers' elementwise terms.
+// the bias, ReLU + dropout and the cross layers' elementwise terms. cuBLAS is opened at run
+// time (dlopen), not linked: the sparrow binary of a CUDA build then runs where libcublas is
+// absent (the CPU images), and a network on the device fails cleanly there, naming the library.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <dlfcn.h>
 #include <new>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +23,58 @@ extern "C" {
 
 namespace
 {
+
+// The five cuBLAS entry points the network uses, from the library dlopen found.
+struct Blas {
+    decltype(&cublasCreate_v2) create;
+    decltype(&cublasDestroy_v2) destroy;
+    decltype(&cublasSetStream_v2) set_stream;
+    decltype(&cublasSgemm_v2) sgemm;
+    decltype(&cublasSgemv_v2) sgemv;
+    bool ok;
+    char why[256]; // when !ok
+};
+
+Blas g_blas;
+pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+
+template <typename F> bool load_sym(void *lib, const char *name, F *out)
+{
+    *out = reinterpret_cast<F>(dlsym(lib, name));
+    if (!*out)
+        snprintf(g_blas.why, sizeof(g_blas.why), "libcublas has no %s", name);
+    return *out != nullptr;
+}
+
+// The library of the toolkit this was built with first (its major version), then any.
+void blas_load()
+{
+    char major[32];
+    snprintf(major, sizeof(major), "libcublas.so.%d", CUDART_VERSION / 1000);
+    const char *names[] = {major, "libcublas.so"};
+    void *lib = nullptr;
+    for (const char *name : names)
+        if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+            break;
+    if (!lib) {
+        snprintf(g_blas.why, sizeof(g_blas.why), "cannot open %s or libcublas.so (%s)", major,
+                 dlerror());
+        return;
+    }
+    g_blas.ok = load_sym(lib, "cublasCreate_v2", &g_blas.create) &&
+                load_sym(lib, "cublasDestroy_v2", &g_blas.destroy) &&
+                load_sym(lib, "cublasSetStream_v2", &g_blas.set_stream) &&
+                load_sym(lib, "cublasSgemm_v2", &g_blas.sgemm) &&
+                load_sym(lib, "cublasSgemv_v2", &g_blas.sgemv);
+}
+
+// The loaded library (nullptr and *why when it could not be opened). Thread-safe.
+const Blas *blas(const char **why)
+{
+    pthread_once(&g_blas_once, blas_load);
+    *why = g_blas.why;
+    return g_blas.ok ? &g_blas : nullptr;
+}
 
 constexpr unsigned kThreads = 256;
 constexpr size_t kMaxBlocks = 65535;
@@ -103,6 +159,7 @@ struct spw_dense_cuda {
     uint32_t wmax;
     int device;
     cudaStream_t stream;
+    const Blas *bl; // the library (set when blas is)
     cublasHandle_t blas;
     float *params, *grads; // n_params each
     size_t cap;
@@ -155,7 +212,7 @@ extern "C" void spw_dense_cuda_destroy(spw_dense_cuda_t *cu)
         return;
     cudaSetDevice(cu->device);
     if (cu->blas)
-        cublasDestroy(cu->blas);
+        cu->bl->destroy(cu->blas);
     if (cu->stream)
         cudaStreamDestroy(cu->stream);
     cudaFree(cu->params);
@@ -200,10 +257,22 @@ extern "C" spw_dense_cuda_t *spw_dense_cuda_new(const struct spw_dense_spec *spe
         spw_dense_cuda_destroy(cu);
         return nullptr;
     }
-    if (cublasCreate(&cu->blas) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetStream(cu->blas, cu->stream) != CUBLAS_STATUS_SUCCESS) {
+    const char *why = "";
+    const Blas *bl = blas(&why);
+    if (!bl) {
+        spw_errf(SPW_ERR_UNSUPPORTED, errstr, errstr_size, "dense CUDA network: %s", why);
+        spw_dense_cuda_destroy(cu);
+        return nullptr;
+    }
+    cu->bl = bl;
+    if (bl->create(&cu->blas) != CUBLAS_STATUS_SUCCESS) {
         spw_errf(SPW_ERR_CUDA, errstr, errstr_size, "dense CUDA network: cublasCreate failed");
         cu->blas = nullptr;
+        spw_dense_cuda_destroy(cu);
+        return nullptr;
+    }
+    if (bl->set_stream(cu->blas, cu->stream) != CUBLAS_STATUS_SUCCESS) {
+        spw_errf(SPW_ERR_CUDA, errstr, errstr_size, "dense CUDA network: cublasSetStream failed");
         spw_dense_cuda_destroy(cu);
         return nullptr;
     }
@@ -257,7 +326,7 @@ static spw_err_t linear_forward(spw_dense_cuda_t *cu, size_t n, size_t in, size_
                                 const float *x, const float *w, float *z)
 {
     const float one = 1.0f, zero = 0.0f;
-    BL(cublasSgemm(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, &one, w, (int)in,
+    BL(cu->bl->sgemm(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, &one, w, (int)in,
                    x, (int)in, &zero, z, (int)out));
     return SPW_OK;
 }
@@ -268,12 +337,12 @@ static spw_err_t linear_backward(spw_dense_cuda_t *cu, size_t n, size_t in, size
                                  float *db, float *dx, float beta)
 {
     const float one = 1.0f, zero = 0.0f;
-    BL(cublasSgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)n, &one, x, (int)in,
+    BL(cu->bl->sgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)n, &one, x, (int)in,
                    dz, (int)out, &zero, dw, (int)in));
-    BL(cublasSgemv(cu->blas, CUBLAS_OP_N, (int)out, (int)n, &one, dz, (int)out, cu->ones, 1, &zero,
+    BL(cu->bl->sgemv(cu->blas, CUBLAS_OP_N, (int)out, (int)n, &one, dz, (int)out, cu->ones, 1, &zero,
                    db, 1));
     if (dx)
-        BL(cublasSgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, (int)n, (int)out, &one, w,
+        BL(cu->bl->sgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, (int)n, (int)out, &one, w,
                        (int)in, dz, (int)out, &beta, dx, (int)in));
     return SPW_OK;
 }
@@ -333,6 +402,16 @@ extern "C" spw_err_t spw_dense_cuda_forward(spw_dense_cuda_t *cu, const float *p
     cu->drop_scale = scale;
     cu->have_forward = true;
     return SPW_OK;
+}
+
+extern "C" uint64_t spw_dense_cuda_train_forwards(const spw_dense_cuda_t *cu)
+{
+    return cu->t;
+}
+
+extern "C" void spw_dense_cuda_set_train_forwards(spw_dense_cuda_t *cu, uint64_t t)
+{
+    cu->t = t;
 }
 
 extern "C" spw_err_t spw_dense_cuda_backward(spw_dense_cuda_t *cu, const float *dlogit,

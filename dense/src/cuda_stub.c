@@ -48,6 +48,18 @@ spw_err_t spw_dense_cuda_backward(spw_dense_cuda_t *cu, const float *dlogit, flo
     (void)dx;
     return SPW_ERR_UNSUPPORTED;
 }
+
+uint64_t spw_dense_cuda_train_forwards(const spw_dense_cuda_t *cu)
+{
+    (void)cu;
+    return 0;
+}
+
+void spw_dense_cuda_set_train_forwards(spw_dense_cuda_t *cu, uint64_t t)
+{
+    (void)cu;
+    (void)t;
+}
 #else
 /* ISO C forbids an empty translation unit */
 typedef int spw_dense__cuda_stub_unused;

@@ -1,6 +1,6 @@
 /* GPU test: the CUDA backend's forward, backward, row norms and top-k selection against the CPU
- * oracle on the same batches (generated and synthetic), and the compressor and reference trainer
- * on either backend. Skips when no CUDA device is present. */
+ * oracle on the same batches (generated and synthetic), deep models (the network on cuBLAS), and
+ * the compressor and reference trainer on either backend. Skips when no CUDA device is present. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -190,6 +190,111 @@ static void test_cuda_model_fm_matches_cpu(void **state)
         check_model(SPW_MODEL_FM, ks[i]);
 }
 
+/* Deep models: the network on cuBLAS (the backend says so), pooling and the FM part on the host;
+ * against the CPU backend (OpenBLAS) on the same rows, dropout masks included, over growing,
+ * shrinking and empty batches. Tolerance as tests/gpu/test_cuda_dense.c's: a block's largest
+ * difference over its largest CPU element (the products sum in other orders on the device). */
+#define DEEP_TOL 1e-4
+
+static const struct spw_model_field DEEP_FIELDS[3] = {
+    {.id = 7, .pooling = SPW_POOL_SUM},
+    {.id = 9, .pooling = SPW_POOL_MEAN},
+    {.id = 11, .pooling = SPW_POOL_SUM},
+};
+
+/* n examples of 0 .. 6 features over 40 keys, fields among the model's and an unknown one (5) */
+static spw_batch_t *deep_batch(const struct spw_model *m, size_t n, uint64_t seed)
+{
+    char err[128];
+    spw_batch_t *b = spw_batch_new(0, 0, err, sizeof(err));
+    assert_non_null(b);
+    assert_int_equal(spw_batch_set_model(b, m), SPW_OK);
+    static const uint32_t field_ids[4] = {7, 9, 11, 5};
+    for (size_t i = 0; i < n; i++) {
+        uint64_t keys[6];
+        float w[6];
+        uint32_t fields[6];
+        size_t nf = rng_next(&seed) % 7;
+        for (size_t j = 0; j < nf; j++) {
+            keys[j] = 100 + rng_next(&seed) % 40;
+            w[j] = rng_uniform(&seed, 0.25f, 2.0f);
+            fields[j] = field_ids[rng_next(&seed) % 4];
+        }
+        float label = (rng_next(&seed) & 1) ? 1.0f : 0.0f;
+        assert_int_equal(spw_batch_add_fields(b, label, NAN, 0, nf, keys, w, fields), SPW_OK);
+    }
+    return b;
+}
+
+static double block_diff(const float *gpu, const float *cpu, size_t n)
+{
+    double diff = 0.0, scale = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)gpu[i] - cpu[i]);
+        if (!(d <= diff)) /* NaN counts as a failure */
+            diff = isnan(d) ? INFINITY : d;
+        scale = fmax(scale, fabs(cpu[i]));
+    }
+    return diff / scale;
+}
+
+static void check_deep(enum spw_model_kind kind, uint32_t cross, const char *mlp, float dropout)
+{
+    char err[256];
+    struct spw_model m;
+    if (spw_model_init_deep(&m, kind, 4, DEEP_FIELDS, 3, mlp, cross, dropout, 5, err,
+                            sizeof(err)) != SPW_OK)
+        fail_msg("model: %s", err);
+    spw_backend_t *cpu = new_backend(SPW_BACKEND_CPU, &m);
+    spw_backend_t *gpu = new_backend(SPW_BACKEND_CUDA, &m);
+    assert_string_equal(spw_backend_network(cpu), "openblas");
+    assert_string_equal(spw_backend_network(gpu), "cublas");
+    const size_t sizes[] = {37, 4096, 3, 0, 1, 500};
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        spw_batch_t *b = deep_batch(&m, sizes[s], 11 + s);
+        size_t n = spw_batch_examples(b), nv = spw_batch_unique(b) * m.dim;
+        float *rows = malloc(nv * sizeof(float) + 4);
+        float *pc = calloc(n + 1, sizeof(float)), *pg = calloc(n + 1, sizeof(float));
+        float *gc = calloc(nv + 1, sizeof(float)), *gg = calloc(nv + 1, sizeof(float));
+        assert_true(rows && pc && pg && gc && gg);
+        uint64_t seed = 99 + s;
+        for (size_t j = 0; j < nv; j++)
+            rows[j] = rng_uniform(&seed, -0.3f, 0.3f);
+        const float scale = 1.0f / (float)(n ? n : 1);
+        double lc = -1, lg = -1;
+        assert_int_equal(spw_backend_forward_backward(cpu, b, rows, scale, pc, gc, &lc), SPW_OK);
+        assert_int_equal(spw_backend_forward_backward(gpu, b, rows, scale, pg, gg, &lg), SPW_OK);
+        double dp = block_diff(pg, pc, n), dg = block_diff(gg, gc, nv);
+        print_message("%s, %zu examples: preds %.3g, grads %.3g (relative to the largest)\n",
+                      spw_model_kind_name(kind), n, dp, dg);
+        if (n > 0 && (dp > DEEP_TOL || dg > DEEP_TOL))
+            fail_msg("%s, %zu examples: cuda differs from cpu: preds %.3g grads %.3g",
+                     spw_model_kind_name(kind), n, dp, dg);
+        assert_true(fabs(lc - lg) <= DEEP_TOL * (1.0 + fabs(lc)));
+        /* scoring alone (no dropout) agrees too */
+        assert_int_equal(spw_backend_forward(cpu, b, rows, pc, &lc), SPW_OK);
+        assert_int_equal(spw_backend_forward(gpu, b, rows, pg, &lg), SPW_OK);
+        if (n > 0 && block_diff(pg, pc, n) > DEEP_TOL)
+            fail_msg("%s, %zu examples: forward differs", spw_model_kind_name(kind), n);
+        free(rows);
+        free(pc);
+        free(pg);
+        free(gc);
+        free(gg);
+        spw_batch_destroy(b);
+    }
+    spw_backend_destroy(cpu);
+    spw_backend_destroy(gpu);
+}
+
+static void test_cuda_model_deep_matches_cpu(void **state)
+{
+    (void)state;
+    require_device();
+    check_deep(SPW_MODEL_DEEPFM, 0, "16,8", 0.3f); /* dropout: the device draws the same masks */
+    check_deep(SPW_MODEL_DCNV2, 2, "8", 0.0f);
+}
+
 static void test_cuda_model_norms_and_topk_match_cpu(void **state)
 {
     (void)state;
@@ -291,6 +396,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_model_lr_matches_cpu),
         cmocka_unit_test(test_cuda_model_fm_matches_cpu),
+        cmocka_unit_test(test_cuda_model_deep_matches_cpu),
         cmocka_unit_test(test_cuda_model_norms_and_topk_match_cpu),
         cmocka_unit_test(test_cuda_model_reference_trainer_agrees),
     };

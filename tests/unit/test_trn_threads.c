@@ -130,6 +130,8 @@ static void check_model(enum spw_model_kind kind)
         assert_non_null(be[t]);
         assert_int_equal(spw_backend_threads_start(be[t], threads[t], err, sizeof(err)), SPW_OK);
         assert_int_equal(spw_backend_threads(be[t]), threads[t]);
+        assert_string_equal(spw_backend_network(be[t]),
+                            spw_model_is_deep(&m) ? "openblas" : "none");
     }
     static const size_t sizes[] = {37, 3, 1, 0, 50};
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {

@@ -5,6 +5,8 @@
 
 #include <assert.h>
 #include <stdio.h>
+
+#include "sparrow/log.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,8 +14,9 @@ struct spw_backend {
     enum spw_backend_kind kind; /* CPU or CUDA */
     struct spw_model model;
     struct spw_trn__cuda *cu; /* CUDA only */
-    spw_deep_t *deep;         /* deep models: pooling, FM part and network, on the host */
-    uint64_t *scratch;        /* CPU top-k */
+    spw_deep_t *deep;  /* deep models: pooling and FM part on the host, the network on the host
+                        * or (CUDA backend) on the device */
+    uint64_t *scratch; /* CPU top-k */
     size_t cap_scratch;
     struct spw_trn__par *par; /* NULL: one compute thread (spw_backend_threads_start) */
     bool started;             /* a forward_backward_start not yet finished */
@@ -48,8 +51,8 @@ const char *spw_backend_kind_name(enum spw_backend_kind kind)
 }
 
 /* Adds a deep model's network to be; frees be and returns NULL on failure. The network runs on
- * OpenBLAS on either backend: the trainer links the dense module without cuBLAS (see
- * dense/CMakeLists.txt), so with the CUDA backend a deep model computes on the host. */
+ * OpenBLAS with the CPU backend and on cuBLAS with the CUDA one, or on the host when the device
+ * network cannot be made (libcublas missing: dense/CMakeLists.txt), said in a warning. */
 static spw_backend_t *with_deep(spw_backend_t *be, char *errstr, size_t errstr_size)
 {
     if (!spw_model_is_deep(&be->model))
@@ -61,7 +64,17 @@ static spw_backend_t *with_deep(spw_backend_t *be, char *errstr, size_t errstr_s
         spw_backend_destroy(be);
         return NULL;
     }
+    if (be->kind == SPW_BACKEND_CUDA &&
+        spw_trn__deep_use_cuda(be->deep, 0, derr, sizeof(derr)) != SPW_OK)
+        SPW_WARN("deep network on the host", "backend=cuda reason=\"%s\"", derr);
     return be;
+}
+
+const char *spw_backend_network(const spw_backend_t *be)
+{
+    if (!be->deep)
+        return "none";
+    return spw_trn__deep_on_cuda(be->deep) ? "cublas" : "openblas";
 }
 
 spw_backend_t *spw_backend_new(enum spw_backend_kind want, const struct spw_model *model,

@@ -309,15 +309,17 @@ spw_trainer_loop_t *spw_trainer_loop_new(const struct spw_trainer_loop_conf *con
     if (err)
         goto out_destroy;
     SPW_INFO("started",
-             "in=\"%s\" model=%s latent_dim=%u backend=%s threads=%u batch=%u acc_steps=%u topk=%g "
+             "in=\"%s\" model=%s latent_dim=%u backend=%s network=%s threads=%u batch=%u "
+             "acc_steps=%u topk=%g "
              "error_feedback=%d fp16=%d shards=%u transport=%s trainer_id=%u epoch=%llu "
              "prefetch=%d sync_rows=%s model_desc=\"%s\"",
              conf->in, spw_model_kind_name(p->model.kind), p->model.latent_dim,
-             spw_backend_kind_name(spw_backend_kind(loop->be)), spw_backend_threads(loop->be),
-             p->batch, p->acc_steps, p->compress ? p->topk.ratio : 1.0, p->topk.error_feedback,
-             p->topk.fp16, spw_ps_client_shards(loop->client),
-             conf->inproc_shards ? "inproc" : "zmq", cc.trainer_id, (unsigned long long)cc.epoch,
-             loop->prefetch, conf->sync_dense_only ? "dense" : "all", loop->model_desc);
+             spw_backend_kind_name(spw_backend_kind(loop->be)), spw_backend_network(loop->be),
+             spw_backend_threads(loop->be), p->batch, p->acc_steps,
+             p->compress ? p->topk.ratio : 1.0, p->topk.error_feedback, p->topk.fp16,
+             spw_ps_client_shards(loop->client), conf->inproc_shards ? "inproc" : "zmq",
+             cc.trainer_id, (unsigned long long)cc.epoch, loop->prefetch,
+             conf->sync_dense_only ? "dense" : "all", loop->model_desc);
     return loop;
 
 out_destroy:

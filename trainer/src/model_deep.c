@@ -1,5 +1,6 @@
 /* trainer: deep models (DeepFM, DCN-v2): field pooling into the network's input, the network on
- * sparrow/dense.h (OpenBLAS), and the FM part of model_cpu.c. */
+ * sparrow/dense.h (OpenBLAS, or cuBLAS on a device for the CUDA backend), and the FM part of
+ * model_cpu.c. */
 #include "trainer_int.h"
 
 #include <stdio.h>
@@ -14,14 +15,15 @@
 
 struct spw_deep {
     struct spw_model model;
-    spw_dense_t *net;
-    float *base;        /* the initial weights (P) */
-    float *dgrad;       /* the network's gradient (P) */
-    float *dense;       /* weights gathered from rows (P, spw_deep_dense_from_rows) */
-    float *x, *dx;      /* n × in_dim */
-    float *extra, *dz;  /* n */
-    uint32_t *occ_slot; /* per occurrence: the field's slot, UINT32_MAX unknown */
-    float *occ_scale;   /* per occurrence: weight (sum) or weight / count (mean) */
+    spw_dense_t *net;     /* the host network; its count of training forwards is the model's */
+    spw_dense_cuda_t *cu; /* the network on a device (spw_trn__deep_use_cuda), or NULL */
+    float *base;          /* the initial weights (P) */
+    float *dgrad;         /* the network's gradient (P) */
+    float *dense;         /* weights gathered from rows (P, spw_deep_dense_from_rows) */
+    float *x, *dx;        /* n × in_dim */
+    float *extra, *dz;    /* n */
+    uint32_t *occ_slot;   /* per occurrence: the field's slot, UINT32_MAX unknown */
+    float *occ_scale;     /* per occurrence: weight (sum) or weight / count (mean) */
     size_t cap_x, cap_dx, cap_extra, cap_dz, cap_occ_slot, cap_occ_scale;
     uint32_t count[SPW_TRN_MAX_FIELDS]; /* per example: features per slot */
     uint32_t table_id[SLOT_TABLE];
@@ -85,6 +87,7 @@ void spw_deep_destroy(spw_deep_t *deep)
 {
     if (!deep)
         return;
+    spw_dense_cuda_destroy(deep->cu);
     spw_dense_destroy(deep->net);
     free(deep->base);
     free(deep->dgrad);
@@ -96,6 +99,19 @@ void spw_deep_destroy(spw_deep_t *deep)
     free(deep->occ_slot);
     free(deep->occ_scale);
     free(deep);
+}
+
+spw_err_t spw_trn__deep_use_cuda(spw_deep_t *deep, int device, char *errstr, size_t errstr_size)
+{
+    if (deep->cu)
+        return SPW_OK;
+    deep->cu = spw_dense_cuda_new(&deep->model.dense, device, errstr, errstr_size);
+    return deep->cu ? SPW_OK : SPW_ERR_UNSUPPORTED;
+}
+
+bool spw_trn__deep_on_cuda(const spw_deep_t *deep)
+{
+    return deep->cu != NULL;
 }
 
 uint64_t spw_deep_unknown_field_features(const spw_deep_t *deep)
@@ -193,7 +209,9 @@ spw_err_t spw_deep_forward(spw_deep_t *deep, const spw_batch_t *batch, const flo
     if (rc != SPW_OK)
         return rc;
     pool(deep, batch, rows, 0, n);
-    if ((rc = spw_dense_forward(deep->net, dense, deep->x, n, deep->extra, false)) != SPW_OK)
+    rc = deep->cu ? spw_dense_cuda_forward(deep->cu, dense, deep->x, n, deep->extra, false)
+                  : spw_dense_forward(deep->net, dense, deep->x, n, deep->extra, false);
+    if (rc != SPW_OK)
         return rc;
     double loss = spw_trn__fm_forward_extra(&deep->model, batch, rows, deep->extra, preds);
     if (loss_sum)
@@ -213,12 +231,21 @@ static spw_err_t backward_rows(spw_deep_t *deep, const spw_batch_t *batch, const
     if (rc != SPW_OK)
         return rc;
     pool(deep, batch, rows, i0, i1);
-    if ((rc = spw_dense_forward_rows(deep->net, dense, deep->x, n, deep->extra, true, t, i0)) !=
-        SPW_OK)
+    if (deep->cu) { /* the whole batch (one host thread drives the device): the masks of rows 0.. */
+        if (i0 != 0)
+            return SPW_ERR_STATE;
+        spw_dense_cuda_set_train_forwards(deep->cu, t);
+        rc = spw_dense_cuda_forward(deep->cu, dense, deep->x, n, deep->extra, true);
+    } else {
+        rc = spw_dense_forward_rows(deep->net, dense, deep->x, n, deep->extra, true, t, i0);
+    }
+    if (rc != SPW_OK)
         return rc;
     double loss = spw_trn__fm_backward_slice(m, batch, i0, i1, rows, deep->extra, grad_scale, preds,
                                              grads, deep->dz);
-    if ((rc = spw_dense_backward(deep->net, dense, deep->dz, deep->dgrad, deep->dx)) != SPW_OK)
+    rc = deep->cu ? spw_dense_cuda_backward(deep->cu, deep->dz, deep->dgrad, deep->dx)
+                  : spw_dense_backward(deep->net, dense, deep->dz, deep->dgrad, deep->dx);
+    if (rc != SPW_OK)
         return rc;
     /* the network's gradient into the dense-block rows, its input's into the latent vectors */
     size_t p = spw_model_dense_params(m);

@@ -111,6 +111,15 @@ spw_err_t spw_trn__deep_backward_slice(spw_deep_t *deep, const spw_batch_t *batc
                                        const float *rows, const float *dense, size_t i0, size_t i1,
                                        uint64_t t, float grad_scale, float *preds, float *grads,
                                        double *loss_sum);
+/* Runs deep's network on CUDA device `device` (cuBLAS) from now on: the whole batch at a time
+ * (spw_trn__deep_backward_slice of a slice not starting at row 0 fails with SPW_ERR_STATE), the
+ * same masks as on the host. SPW_ERR_UNSUPPORTED with errstr when the device network cannot be
+ * made (no CUDA build, device or libcublas): deep stays on the host. One owner thread. */
+spw_err_t spw_trn__deep_use_cuda(spw_deep_t *deep, int device, char *errstr, size_t errstr_size);
+
+/* Whether deep's network runs on a device. */
+bool spw_trn__deep_on_cuda(const spw_deep_t *deep);
+
 /* deep's count of training forwards (the next batch's mask stream), and its setter. */
 uint64_t spw_trn__deep_train_forwards(const spw_deep_t *deep);
 void spw_trn__deep_set_train_forwards(spw_deep_t *deep, uint64_t t);

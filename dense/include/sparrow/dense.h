@@ -242,6 +242,11 @@ spw_err_t spw_dense_cuda_forward(spw_dense_cuda_t *cu, const float *params, cons
 spw_err_t spw_dense_cuda_backward(spw_dense_cuda_t *cu, const float *dlogit, float *grads,
                                   float *dx);
 
+/* The count of training forwards (the next one's dropout mask stream, as
+ * spw_dense_train_forwards), and its setter. One owner thread. */
+uint64_t spw_dense_cuda_train_forwards(const spw_dense_cuda_t *cu);
+void spw_dense_cuda_set_train_forwards(spw_dense_cuda_t *cu, uint64_t t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -361,6 +361,10 @@ uint32_t spw_backend_threads(const spw_backend_t *be);
 /* The kind in use: CPU or CUDA, never AUTO. */
 enum spw_backend_kind spw_backend_kind(const spw_backend_t *be);
 
+/* Where a deep model's network runs: "openblas" (CPU backend, or a CUDA one whose device network
+ * could not be made), "cublas" (on the device), "none" (LR, FM). Static string; thread-safe. */
+const char *spw_backend_network(const spw_backend_t *be);
+
 /* The model be computes. */
 const struct spw_model *spw_backend_model(const spw_backend_t *be);
 
