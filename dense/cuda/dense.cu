@@ -326,8 +326,8 @@ static spw_err_t linear_forward(spw_dense_cuda_t *cu, size_t n, size_t in, size_
                                 const float *x, const float *w, float *z)
 {
     const float one = 1.0f, zero = 0.0f;
-    BL(cu->bl->sgemm(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, &one, w, (int)in,
-                   x, (int)in, &zero, z, (int)out));
+    BL(cu->bl->sgemm(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, &one, w,
+                     (int)in, x, (int)in, &zero, z, (int)out));
     return SPW_OK;
 }
 
@@ -337,13 +337,13 @@ static spw_err_t linear_backward(spw_dense_cuda_t *cu, size_t n, size_t in, size
                                  float *db, float *dx, float beta)
 {
     const float one = 1.0f, zero = 0.0f;
-    BL(cu->bl->sgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)n, &one, x, (int)in,
-                   dz, (int)out, &zero, dw, (int)in));
-    BL(cu->bl->sgemv(cu->blas, CUBLAS_OP_N, (int)out, (int)n, &one, dz, (int)out, cu->ones, 1, &zero,
-                   db, 1));
+    BL(cu->bl->sgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)n, &one, x,
+                     (int)in, dz, (int)out, &zero, dw, (int)in));
+    BL(cu->bl->sgemv(cu->blas, CUBLAS_OP_N, (int)out, (int)n, &one, dz, (int)out, cu->ones, 1,
+                     &zero, db, 1));
     if (dx)
         BL(cu->bl->sgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, (int)n, (int)out, &one, w,
-                       (int)in, dz, (int)out, &beta, dx, (int)in));
+                         (int)in, dz, (int)out, &beta, dx, (int)in));
     return SPW_OK;
 }
 
