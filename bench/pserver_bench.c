@@ -215,18 +215,26 @@ static double bench_flat(const struct opts *o, const uint32_t *ranks, const floa
     return (double)o->batches * BATCH / dt;
 }
 
-/* Pushes n_batches batches into store; rows/s. Exits unless every row was applied. */
-static double run_store(spw_ps_store_t *s, const uint32_t *ranks, int n_batches, const float *g)
+/* Pushes n_batches batches into store, each pulled first when pull_first (what a trainer does:
+ * pull a batch's rows, compute, push their gradients with the versions pulled); rows pushed per
+ * second. Exits unless every row was applied. */
+static double run_store_pattern(spw_ps_store_t *s, const uint32_t *ranks, int n_batches,
+                                const float *g, bool pull_first)
 {
     uint64_t *keys = malloc(BATCH * sizeof(uint64_t));
     uint32_t *vers = calloc(BATCH, sizeof(uint32_t));
+    float *vals = malloc(BATCH * DIM * sizeof(float));
     struct spw_ps_store_stats st0, st1;
     spw_ps_store_get_stats(s, &st0);
     double t0 = now_s();
     for (int b = 0; b < n_batches; b++) {
         for (int i = 0; i < BATCH; i++)
             keys[i] = spw_hash_mix64(ranks[(size_t)b * BATCH + i]);
-        if (spw_ps_store_push(s, keys, BATCH, g, NULL, NULL, NULL) != SPW_OK) {
+        if (pull_first && spw_ps_store_pull(s, keys, BATCH, vals, vers) != SPW_OK) {
+            fprintf(stderr, "pull failed\n");
+            exit(1);
+        }
+        if (spw_ps_store_push(s, keys, BATCH, g, pull_first ? vers : NULL, NULL, NULL) != SPW_OK) {
             fprintf(stderr, "push failed\n");
             exit(1);
         }
@@ -240,7 +248,14 @@ static double run_store(spw_ps_store_t *s, const uint32_t *ranks, int n_batches,
     }
     free(keys);
     free(vers);
+    free(vals);
     return (double)n_batches * BATCH / dt;
+}
+
+/* Pushes only (run_store_pattern without pulls). */
+static double run_store(spw_ps_store_t *s, const uint32_t *ranks, int n_batches, const float *g)
+{
+    return run_store_pattern(s, ranks, n_batches, g, false);
 }
 
 /* (c) RocksDB get + put per update, same value layout. */
@@ -614,7 +629,7 @@ int main(int argc, char **argv)
     uint32_t *ranks = make_batches(&z, nb);
     float *g = make_grads();
 
-    double a = 0, b = 0;
+    double a = 0, b = 0, b_pp = 0; /* b_pp: (b) pulled then pushed */
     if (want(&o, 'a')) {
         a = bench_flat(&o, ranks, g);
         printf("(a) flat array Adagrad loop        %12.0f rows/s\n", a);
@@ -641,6 +656,12 @@ int main(int argc, char **argv)
         b = run_store(s, ranks, o.batches, g);
         printf("(b) row store, batched pushes      %12.0f rows/s   b/a = %.2f (target >= 0.5)\n", b,
                b / a);
+        double bp = run_store_pattern(s, ranks, o.batches, g, true);
+        b_pp = bp;
+        printf(
+            "    (b) pull then push             %12.0f rows/s   (a trainer's pattern: each batch "
+            "pulled, then pushed with the versions pulled)\n",
+            bp);
         printf("    resident per DRAM row           %10.1f bytes   payload %.0f -> limit %.1f "
                "(1.3 x payload + 24) %s\n",
                per_row, payload, 1.3 * payload + 24,
@@ -697,7 +718,8 @@ int main(int argc, char **argv)
         zipf_init(&ze, o.e_keys, 1.1, 43);
         /* e_batches / 2 untimed warm-up batches first, then the e_batches timed ones. */
         int e_warm = o.e_batches / 2;
-        uint32_t *er = make_batches(&ze, e_warm + o.e_batches);
+        /* Then e_batches more, timed pulled then pushed (the trainer's pattern). */
+        uint32_t *er = make_batches(&ze, e_warm + 2 * o.e_batches);
         zipf_fini(&ze);
         snprintf(path, sizeof(path), "%s/e-store", o.dir);
         uint64_t model = o.e_keys * (SPW_PS_ROW_HDR + 2 * DIM * sizeof(float));
@@ -742,8 +764,24 @@ int main(int argc, char **argv)
         printf("    (e) CPU per row: pushing thread %.3f us, all threads (RocksDB's included) "
                "%.3f us; wall %.3f us\n",
                (cpu1 - cpu0) / rows_e * 1e6, (all1 - all0) / rows_e * 1e6, 1e6 / e);
+        /* (e) as a trainer drives it: each batch pulled (the pull brings the missing rows in
+         * with one MultiGet), then pushed with the versions pulled; against (b) the same way. */
+        er += (size_t)o.e_batches * BATCH;
+        spw_ps_store_get_stats(es, &st0);
+        cpu0 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
+        all0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+        double ep = run_store_pattern(es, er, o.e_batches, g, true);
+        cpu1 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
+        all1 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+        spw_ps_store_get_stats(es, &st);
+        printf("    (e) pull then push             %12.0f rows/s   vs (b) pull then push: %.2f "
+               "(target >= 0.1); misses read from RocksDB %.1f%%; CPU per row: pulling and "
+               "pushing thread %.3f us, all threads %.3f us; wall %.3f us\n",
+               ep, b_pp > 0 ? ep / b_pp : 0,
+               100.0 * (double)(st.db_reads - st0.db_reads) / ((double)o.e_batches * BATCH),
+               (cpu1 - cpu0) / rows_e * 1e6, (all1 - all0) / rows_e * 1e6, 1e6 / ep);
         spw_ps_store_close(es);
-        free(er - (size_t)e_warm * BATCH);
+        free(er - (size_t)(e_warm + o.e_batches) * BATCH);
     }
     spw_fs_remove_tree(o.dir);
     free(ranks);
