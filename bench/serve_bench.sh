@@ -8,8 +8,12 @@
 #   predict1  POST /v1/predict, 1 example of 1 feature
 #   single    POST /v1/predict, 1 example of 39 features  (bodies rotate over 1024 key sets)
 #   batch64   POST /v1/predict, 64 examples of 39 features (rotating over 64 bodies)
+#   batch64_pb  the same 64 batches as protobuf PredictRequest bodies (Content-Type
+#             application/x-protobuf, answered with PredictReply); its p50/p99 are also printed as
+#             ratios against batch64 of the same run
 #   batch64_1conn  the same bodies on one connection (1 thread): a batch's own latency on an idle
 #             serve, not the queueing of 16 connections on 2 cores (the issue 20 target's figure)
+#   batch64_pb_1conn  batch64_1conn's protobuf twin
 # Figures: requests/s, p50/p99 latency (wrk's), and ratios against healthz of the same run.
 #
 # Part 2, training: the demo pipeline's roles (kafka-mock, gen at 3,000 examples/s, coordinator,
@@ -114,9 +118,28 @@ with open("predict1.txt", "w") as f:
     for _ in range(1024): f.write(json.dumps(ex(1)) + "\n")
 with open("single.txt", "w") as f:
     for _ in range(1024): f.write(json.dumps(ex(39)) + "\n")
+batches = [[ex(39) for _ in range(64)] for _ in range(64)]
 with open("batch64.txt", "w") as f:
-    for _ in range(64): f.write(json.dumps({"examples": [ex(39) for _ in range(64)]}) + "\n")
+    for b in batches: f.write(json.dumps({"examples": b}) + "\n")
+# The same batches as PredictRequest bytes, one hex line each (wrk's Lua decodes them).
+def varint(v):
+    out = bytearray()
+    while True:
+        out.append((v & 0x7f) | (0x80 if v > 0x7f else 0)); v >>= 7
+        if not v: return bytes(out)
+def ld(field, b): return varint(field << 3 | 2) + varint(len(b)) + b
+import struct
+bodies = [b"".join(ld(1, ld(1, struct.pack("<%dQ" % len(e["keys"]), *e["keys"]))) for e in b)
+          for b in batches]
+with open("batch64_pb.hex", "w") as f:
+    for b in bodies: f.write(b.hex() + "\n")
+open("pb1.bin", "wb").write(bodies[0])
 PY
+# One protobuf batch answered 200 with a PredictReply before it is measured.
+pb_status=$(curl -s -o pb1.reply -w '%{http_code} %{content_type}' -X POST \
+    -H 'Content-Type: application/x-protobuf' --data-binary @pb1.bin "http://127.0.0.1:$PORT/v1/predict")
+[ "$pb_status" = "200 application/x-protobuf" ] ||
+    { echo "serve_bench: a protobuf batch got $pb_status: $(head -c 300 pb1.reply)" >&2; exit 1; }
 
 # wrk script: POST bodies rotating over a file (or GET with none); optional held rate.
 write_lua() { # KIND BODYFILE RATE_PER_THREAD (0: closed loop)
@@ -130,11 +153,15 @@ local ts = ffi.new("bench_timespec")
 local function now_ms() ffi.C.clock_gettime(1, ts); return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6 end
 local bodies, i, per_thread, next_ms = {}, 0, $3, nil
 local reqs = {}
+local function unhex(h) return (h:gsub("..", function(cc) return string.char(tonumber(cc, 16)) end)) end
 init = function(args)
   local f = "$2"
   if f ~= "" then
+    -- a .hex file holds protobuf bodies, one hex line each; any other file JSON lines
+    local pb = f:sub(-4) == ".hex"
+    local ctype = pb and "application/x-protobuf" or "application/json"
     for line in io.lines(f) do
-      reqs[#reqs + 1] = wrk.format("POST", "/v1/predict", {["Content-Type"] = "application/json"}, line)
+      reqs[#reqs + 1] = wrk.format("POST", "/v1/predict", {["Content-Type"] = ctype}, pb and unhex(line) or line)
     end
   end
 end
@@ -179,7 +206,9 @@ for kind in healthz predict1 single batch64; do
     [ "$kind" = healthz ] || body="$DIR/$kind.txt"
     run_wrk idle "$kind" "$body" "$PORT" "$SECS" 2 16 0 "$HELD_ROWS"
 done
+run_wrk idle batch64_pb "$DIR/batch64_pb.hex" "$PORT" "$SECS" 2 16 0 "$HELD_ROWS"
 run_wrk idle batch64_1conn "$DIR/batch64.txt" "$PORT" "$SECS" 1 1 0 "$HELD_ROWS"
+run_wrk idle batch64_pb_1conn "$DIR/batch64_pb.hex" "$PORT" "$SECS" 1 1 0 "$HELD_ROWS"
 # the same held rate as under training, for comparison
 run_wrk idle single_held "$DIR/single.txt" "$PORT" "$SECS" 2 32 $((RATE / 2)) "$HELD_ROWS"
 kill -TERM "$SERVE"
@@ -321,6 +350,14 @@ for scen, rate in (("single_held", sys.argv[2]), ("single_held2", sys.argv[3])):
 b1 = next(r for r in rows if r["scenario"] == "batch64_1conn")
 print("target batch64 p99 <= 2 ms, idle, one connection: p99 %s ms (p50 %s ms) -> %s" % (
       b1["p99_ms"], b1["p50_ms"], "met" if float(b1["p99_ms"]) <= 2 else "MISSED"))
+for js, pb in (("batch64", "batch64_pb"), ("batch64_1conn", "batch64_pb_1conn")):
+    a = next(r for r in rows if r["scenario"] == js)
+    b = next(r for r in rows if r["scenario"] == pb)
+    print("%s (protobuf) vs %s (JSON), same run: p50 %s / %s ms = %.2f, p99 %s / %s ms = %.2f, "
+          "req/s %.0f / %.0f = %.2f" % (pb, js, b["p50_ms"], a["p50_ms"],
+          float(b["p50_ms"]) / float(a["p50_ms"]), b["p99_ms"], a["p99_ms"],
+          float(b["p99_ms"]) / float(a["p99_ms"]), float(b["requests_per_s"]),
+          float(a["requests_per_s"]), float(b["requests_per_s"]) / float(a["requests_per_s"])))
 single = next(r for r in rows if r["scenario"] == "single" and r["part"] == "idle")
 print("target single req/s vs healthz >= 0.8 (closed loop, same run): %s (%.0f / %.0f req/s) -> %s" % (
       single["rps_vs_healthz"], float(single["requests_per_s"]), float(base["requests_per_s"]),

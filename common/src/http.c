@@ -437,7 +437,10 @@ static enum MHD_Result serve_route(struct request *req, struct MHD_Connection *c
                                    const char *method, const char *url)
 {
     struct spw_http_response resp = {0};
-    req->route->fn(req->route->opaque, method, url, req->len ? req->body : NULL, req->len, &resp);
+    const char *content_type =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    req->route->fn(req->route->opaque, method, url, content_type, req->len ? req->body : NULL,
+                   req->len, &resp);
     int status = resp.status ? resp.status : MHD_HTTP_OK;
     if (status < 100 || status > 599) {
         SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 10000, "http: handler returned an invalid status",

@@ -406,3 +406,14 @@ spw_err_t spw_wire_unpack_manifest(const void *data, size_t len, size_t max_len,
     *out = manifest;
     return SPW_OK;
 }
+
+spw_err_t spw_wire_unpack_predict_request(const void *data, size_t len, size_t max_len,
+                                          spw_arena_t *arena, Sparrow__PredictRequest **out)
+{
+    ProtobufCMessage *msg;
+    spw_err_t rc = unpack(&sparrow__predict_request__descriptor, data, len, max_len, arena, &msg);
+    if (rc != SPW_OK)
+        return rc;
+    *out = (Sparrow__PredictRequest *)msg;
+    return SPW_OK;
+}

@@ -177,6 +177,38 @@ static void respond_error(struct spw_http_response *resp, int status, const char
     resp->body_len = o;
 }
 
+#define PB_CONTENT_TYPE "application/x-protobuf"
+
+/* Packs reply into a malloc'd body of resp (status, the protobuf content type); false when out of
+ * memory (resp untouched). */
+static bool respond_pb(struct spw_http_response *resp, int status,
+                       const Sparrow__PredictReply *reply)
+{
+    size_t n = protobuf_c_message_get_packed_size(&reply->base);
+    uint8_t *body = malloc(n ? n : 1);
+    if (!body)
+        return false;
+    protobuf_c_message_pack(&reply->base, body);
+    resp->status = status;
+    resp->content_type = PB_CONTENT_TYPE;
+    resp->body = (char *)body;
+    resp->body_len = n;
+    return true;
+}
+
+/* An error in the request's own format: a PredictReply holding only error for protobuf requests,
+ * else the JSON {"error": msg}. */
+static void respond_error_as(struct spw_http_response *resp, bool pb, int status, const char *msg)
+{
+    if (pb) {
+        Sparrow__PredictReply reply = SPARROW__PREDICT_REPLY__INIT;
+        reply.error = (char *)msg;
+        if (respond_pb(resp, status, &reply))
+            return;
+    }
+    respond_error(resp, status, msg);
+}
+
 /* ---- context pool ---- */
 
 static struct req_ctx *ctx_get(spw_serve_t *s)
@@ -255,23 +287,58 @@ static void append_state(spw_serve_t *s, struct req_ctx *c)
     outf(c, "}");
 }
 
-static void on_predict(void *opaque, const char *method, const char *path, const char *body,
-                       size_t body_len, struct spw_http_response *resp)
+/* The protobuf answer: predictions, epoch and update offsets as the JSON one carries them, drawn
+ * from the request's arena. False when out of memory. */
+static bool respond_predict_pb(spw_serve_t *s, struct req_ctx *c, size_t n, bool deep,
+                               uint32_t dense_version, struct spw_http_response *resp)
+{
+    Sparrow__PredictReply reply = SPARROW__PREDICT_REPLY__INIT;
+    reply.n_predictions = n;
+    reply.predictions = c->preds;
+    reply.has_epoch = true;
+    reply.epoch = atomic_load_explicit(&s->epoch, memory_order_relaxed);
+    if (deep) {
+        reply.has_dense_version = true;
+        reply.dense_version = dense_version;
+    }
+    int np = atomic_load_explicit(&s->n_partitions, memory_order_acquire);
+    Sparrow__PartitionOffset *offs = spw_arena_alloc(c->arena, ((size_t)np + 1) * sizeof(*offs));
+    Sparrow__PartitionOffset **ptrs = spw_arena_alloc(c->arena, ((size_t)np + 1) * sizeof(*ptrs));
+    if (!offs || !ptrs)
+        return false;
+    for (int p = 0; p < np; p++) {
+        int64_t off = atomic_load_explicit(&s->offsets[p], memory_order_relaxed);
+        if (off < 0)
+            continue;
+        Sparrow__PartitionOffset *o = &offs[reply.n_update_offsets];
+        sparrow__partition_offset__init(o);
+        o->has_partition = o->has_offset = true;
+        o->partition = p;
+        o->offset = off;
+        ptrs[reply.n_update_offsets++] = o;
+    }
+    reply.update_offsets = ptrs;
+    return respond_pb(resp, 200, &reply);
+}
+
+static void on_predict(void *opaque, const char *method, const char *path, const char *content_type,
+                       const char *body, size_t body_len, struct spw_http_response *resp)
 {
     spw_serve_t *s = opaque;
     uint64_t t0 = spw_time_mono_ns();
+    bool pb = spw_serve_content_is_pb(content_type);
     spw_counter_inc(s->m_requests);
     if (strcmp(path, "/v1/predict") != 0) {
-        respond_error(resp, 404, "no such resource");
+        respond_error_as(resp, pb, 404, "no such resource");
         return;
     }
     if (strcmp(method, "POST") != 0) {
-        respond_error(resp, 405, "use POST");
+        respond_error_as(resp, pb, 405, "use POST");
         return;
     }
     struct req_ctx *c = ctx_get(s);
     if (!c) {
-        respond_error(resp, 503, "out of memory");
+        respond_error_as(resp, pb, 503, "out of memory");
         return;
     }
     spw_arena_reset(c->arena);
@@ -279,15 +346,18 @@ static void on_predict(void *opaque, const char *method, const char *path, const
     c->out_len = 0;
     char errstr[256];
     struct spw_serve_request req = {0};
-    spw_err_t rc = spw_serve_request_parse(body ? body : "", body_len, &s->limits, s->schema,
-                                           c->arena, &req, errstr, sizeof(errstr));
+    spw_err_t rc =
+        pb ? spw_serve_request_parse_pb((const uint8_t *)body, body ? body_len : 0, &s->limits,
+                                        c->arena, &req, errstr, sizeof(errstr))
+           : spw_serve_request_parse(body ? body : "", body_len, &s->limits, s->schema, c->arena,
+                                     &req, errstr, sizeof(errstr));
     if (rc == SPW_ERR_NOMEM) {
-        respond_error(resp, 413, "request too large to hold");
+        respond_error_as(resp, pb, 413, "request too large to hold");
         goto out_put;
     }
     if (rc != SPW_OK) {
         spw_counter_inc(s->m_bad);
-        respond_error(resp, 400, errstr);
+        respond_error_as(resp, pb, 400, errstr);
         goto out_put;
     }
     for (size_t i = 0; i < req.n; i++) {
@@ -296,7 +366,7 @@ static void on_predict(void *opaque, const char *method, const char *path, const
         if (rc != SPW_OK) {
             spw_counter_inc(s->m_bad);
             snprintf(errstr, sizeof(errstr), "example %zu: %s", i, spw_err_str(rc));
-            respond_error(resp, 400, errstr);
+            respond_error_as(resp, pb, 400, errstr);
             goto out_put;
         }
     }
@@ -309,57 +379,68 @@ static void on_predict(void *opaque, const char *method, const char *path, const
         snap = spw_serve_dense_acquire(s->dense);
         if (!snap || !table || dim != model.dim) {
             spw_serve_dense_release(s->dense, snap);
-            respond_error(resp, 503,
-                          !snap ? "the deep model's dense weights have not arrived yet"
-                                : "the rows are not the deep model's (their dim differs)");
+            respond_error_as(resp, pb, 503,
+                             !snap ? "the deep model's dense weights have not arrived yet"
+                                   : "the rows are not the deep model's (their dim differs)");
             goto out_put;
         }
     } else if (dim == 1)
         spw_model_init(&model, SPW_MODEL_LR, 0);
     else if (spw_model_init(&model, SPW_MODEL_FM, dim - 1) != SPW_OK) {
-        respond_error(resp, 500, "the model's row width is not an FM's");
+        respond_error_as(resp, pb, 500, "the model's row width is not an FM's");
         goto out_put;
     }
     size_t nu = spw_batch_unique(c->batch);
     if (!grow(&c->rows, &c->rows_cap, nu * dim + 1) || !grow(&c->preds, &c->preds_cap, req.n)) {
-        respond_error(resp, 503, "out of memory");
+        respond_error_as(resp, pb, 503, "out of memory");
         goto out_put;
     }
     if (table)
         spw_serve_table_get_many(table, spw_batch_keys(c->batch), nu, c->rows);
     else
         memset(c->rows, 0, nu * dim * sizeof(float));
+    uint32_t dense_version = 0;
     if (snap) {
         rc = spw_deep_forward(c->deep, c->batch, c->rows, snap->w, c->preds, NULL);
-        uint32_t dense_version = snap->version;
+        dense_version = snap->version;
         spw_serve_dense_release(s->dense, snap);
         if (rc != SPW_OK) {
+            respond_error_as(resp, pb, 503, "out of memory");
+            goto out_put;
+        }
+    } else {
+        spw_cpu_forward(&model, c->batch, c->rows, c->preds);
+    }
+    if (pb) {
+        if (!respond_predict_pb(s, c, req.n, s->dense != NULL, dense_version, resp)) {
+            respond_error_as(resp, pb, 503, "out of memory");
+            goto out_put;
+        }
+    } else {
+        if (s->dense)
+            outf(c, "{\"dense_version\":%u,\"predictions\":[", dense_version);
+        else
+            outf(c, "{\"predictions\":[");
+        for (size_t i = 0; i < req.n; i++)
+            outf(c, "%s%.9g", i ? "," : "", (double)c->preds[i]);
+        outf(c, "]");
+        append_state(s, c);
+        if (!outf(c, "}\n")) {
             respond_error(resp, 503, "out of memory");
             goto out_put;
         }
-        outf(c, "{\"dense_version\":%u,\"predictions\":[", dense_version);
-    } else {
-        spw_cpu_forward(&model, c->batch, c->rows, c->preds);
-        outf(c, "{\"predictions\":[");
+        respond(resp, 200, c);
     }
-    for (size_t i = 0; i < req.n; i++)
-        outf(c, "%s%.9g", i ? "," : "", (double)c->preds[i]);
-    outf(c, "]");
-    append_state(s, c);
-    if (!outf(c, "}\n")) {
-        respond_error(resp, 503, "out of memory");
-        goto out_put;
-    }
-    respond(resp, 200, c);
     spw_counter_add(s->m_predictions, req.n);
     spw_histogram_observe(s->m_latency, (double)(spw_time_mono_ns() - t0) * 1e-9);
 out_put:
     ctx_put(s, c);
 }
 
-static void on_rows(void *opaque, const char *method, const char *path, const char *body,
-                    size_t body_len, struct spw_http_response *resp)
+static void on_rows(void *opaque, const char *method, const char *path, const char *content_type,
+                    const char *body, size_t body_len, struct spw_http_response *resp)
 {
+    (void)content_type;
     (void)body;
     (void)body_len;
     spw_serve_t *s = opaque;

@@ -136,9 +136,11 @@ static void assert_body(const struct reply *r, const char *want)
 }
 
 /* Echoes "METHOD PATH\n" and the body, with status 201. */
-static void echo_handler(void *opaque, const char *method, const char *path, const char *body,
-                         size_t body_len, struct spw_http_response *resp)
+static void echo_handler(void *opaque, const char *method, const char *path,
+                         const char *content_type, const char *body, size_t body_len,
+                         struct spw_http_response *resp)
 {
+    (void)content_type;
     spw_counter_inc(opaque);
     size_t head = strlen(method) + 1 + strlen(path) + 1;
     resp->body = malloc(head + body_len + 1);
@@ -154,9 +156,11 @@ static void echo_handler(void *opaque, const char *method, const char *path, con
     resp->content_type = "application/octet-stream";
 }
 
-static void short_handler(void *opaque, const char *method, const char *path, const char *body,
-                          size_t body_len, struct spw_http_response *resp)
+static void short_handler(void *opaque, const char *method, const char *path,
+                          const char *content_type, const char *body, size_t body_len,
+                          struct spw_http_response *resp)
 {
+    (void)content_type;
     (void)opaque;
     (void)method;
     (void)path;
@@ -166,9 +170,11 @@ static void short_handler(void *opaque, const char *method, const char *path, co
     resp->body_len = 6;
 }
 
-static void bad_status_handler(void *opaque, const char *method, const char *path, const char *body,
-                               size_t body_len, struct spw_http_response *resp)
+static void bad_status_handler(void *opaque, const char *method, const char *path,
+                               const char *content_type, const char *body, size_t body_len,
+                               struct spw_http_response *resp)
 {
+    (void)content_type;
     (void)opaque;
     (void)method;
     (void)path;

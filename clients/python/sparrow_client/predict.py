@@ -2,9 +2,12 @@
 GET /v1/rows/KEY, /readyz and /healthz. Standard library only (urllib)."""
 
 import json
+import struct
 import time
 import urllib.error
 import urllib.request
+
+from . import predictpb
 
 __all__ = ["Client", "ServeError"]
 
@@ -45,20 +48,24 @@ class Client:
         self.timeout = timeout
 
     def _request(self, method, path, body=None):
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode("utf-8")
-            headers["Content-Type"] = "application/json"
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        status, raw = self._send(method, path, data, "application/json")
+        return status, raw.decode("utf-8", "replace")
+
+    def _send(self, method, path, data, content_type):
+        """(status, body bytes) of a request with data (None: no body) of content_type."""
+        headers = {"Accept": content_type}
+        if data is not None:
+            headers["Content-Type"] = content_type
         if self.token:
             headers["Authorization"] = "Bearer " + self.token
         req = urllib.request.Request(self.base_url + path, data=data, method=method,
                                      headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.status, resp.read().decode("utf-8")
+                return resp.status, resp.read()
         except urllib.error.HTTPError as e:
-            return e.code, e.read().decode("utf-8", "replace")
+            return e.code, e.read()
 
     def _json(self, method, path, body=None):
         status, text = self._request(method, path, body)
@@ -90,6 +97,20 @@ class Client:
         """The whole answer to a predict body: {"predictions": [...], "epoch": E,
         "update_offsets": {partition: next offset}}."""
         return self._json("POST", "/v1/predict", body)
+
+    def predict_keys_pb(self, examples):
+        """The answer to a protobuf body (Content-Type application/x-protobuf, the pre-hashed
+        fast path): examples is a list of (keys, weights or None). Returns the dict of
+        predict_response (predictions are float32 values); ServeError on a refusal."""
+        data = predictpb.encode_predict_request(examples)
+        status, raw = self._send("POST", "/v1/predict", data, predictpb.CONTENT_TYPE)
+        try:
+            doc = predictpb.decode_predict_reply(raw)
+        except (ValueError, IndexError, struct.error):
+            doc = {"error": raw.decode("utf-8", "replace")}  # the HTTP layer's text answers
+        if status != 200:
+            raise ServeError(status, doc.get("error") or raw.decode("utf-8", "replace"))
+        return doc
 
     def row(self, key):
         """The row of a feature key: {"key": "K", "version": V, "weights": [...], "epoch": E,

@@ -96,6 +96,50 @@ class TestAgainstServe(unittest.TestCase):
         whole = self.client.predict_response({"features": f})
         self.assertEqual(whole["epoch"], 1)
 
+    def _bad_requests(self):
+        status, text = self.client._request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        line = [l for l in text.splitlines() if l.startswith("sparrow_serve_bad_requests_total")]
+        return float(line[0].split()[-1])
+
+    def test_protobuf_agrees_with_json(self):
+        examples = []
+        for i, ex in enumerate(self.held[:64]):
+            keys = [feature_key(name, v) for name, v in ex["features"].items()]
+            weights = [0.25 + 0.5 * (j % 3) for j in range(len(keys))] if i % 2 else None
+            examples.append((keys, weights))
+        examples.append(([2 ** 64 - 1, 0], None))  # a key above 2^53 and the bias key
+        body = {"examples": [{"keys": [str(k) for k in keys]} if w is None else
+                             {"keys": [str(k) for k in keys], "weights": w}
+                             for keys, w in examples]}
+        want = self.client.predict_response(body)
+        got = self.client.predict_keys_pb(examples)
+        self.assertEqual(len(got["predictions"]), len(examples))
+        # the same float32 probabilities: JSON prints them with %.9g, which round-trips a float32
+        self.assertEqual(got["predictions"], [f32(p) for p in want["predictions"]])
+        self.assertEqual(got["epoch"], want["epoch"])
+        self.assertEqual(got["update_offsets"], {k: v for k, v in want["update_offsets"].items()})
+        self.assertNotIn("dense_version", got)
+        self.assertGreater(len(set(got["predictions"])), 20)
+
+    def test_protobuf_refusals(self):
+        from sparrow_client.predictpb import CONTENT_TYPE, decode_predict_reply
+        before = self._bad_requests()
+        status, raw = self.client._send("POST", "/v1/predict", b"\x0a\x05\x0a", CONTENT_TYPE)
+        self.assertEqual(status, 400)
+        self.assertIn("undecodable protobuf", decode_predict_reply(raw)["error"])
+        with self.assertRaises(ServeError) as e:
+            self.client.predict_keys_pb([([1], None)] * 1025)
+        self.assertEqual(e.exception.status, 400)
+        self.assertIn("1025 examples (1..1024 allowed)", e.exception.message)
+        with self.assertRaises(ServeError) as e:
+            self.client.predict_keys_pb([(list(range(4097)), None)])
+        self.assertIn("more than the limit 4096", e.exception.message)
+        self.assertEqual(self._bad_requests(), before + 3)
+        # serve goes on (a body above serve.max_body is the HTTP layer's 413, tested in test_http)
+        self.assertTrue(self.client.ready())
+        self.assertEqual(len(self.client.predict_keys_pb([([1, 2], None)])["predictions"]), 1)
+
     def test_rows(self):
         key = feature_key("C1", self.held[0]["features"]["C1"])
         row = self.client.row(key)

@@ -19,11 +19,12 @@ struct spw_http_response {
     size_t body_len;
 };
 
-/* A route handler: method ("GET", "POST"), path (without query), request body (NULL when empty;
- * at most the configured maximum), and the response to fill. Called from libmicrohttpd's
- * internal threads: it must be thread-safe. */
+/* A route handler: method ("GET", "POST"), path (without query), the request's Content-Type
+ * header as sent (NULL when absent; borrowed for the call), request body (NULL when empty; at
+ * most the configured maximum), and the response to fill. Called from libmicrohttpd's internal
+ * threads: it must be thread-safe. */
 typedef void (*spw_http_handler_fn)(void *opaque, const char *method, const char *path,
-                                    const char *body, size_t body_len,
+                                    const char *content_type, const char *body, size_t body_len,
                                     struct spw_http_response *resp);
 
 /* Starts an HTTP server on addr:port (addr "0.0.0.0" or "127.0.0.1"; port 0 picks a free port,

@@ -77,6 +77,10 @@ spw_err_t spw_wire_unpack_model_update(const void *data, size_t len, size_t max_
                                        spw_arena_t *arena, Sparrow__ModelUpdate **out);
 spw_err_t spw_wire_unpack_manifest(const void *data, size_t len, size_t max_len, spw_arena_t *arena,
                                    Sparrow__CheckpointManifest **out);
+/* A predict request (serve's protobuf bodies): decoded only. Its receiver checks weights against
+ * keys, unknown fields and its limits itself, so that a refusal can name the example. */
+spw_err_t spw_wire_unpack_predict_request(const void *data, size_t len, size_t max_len,
+                                          spw_arena_t *arena, Sparrow__PredictRequest **out);
 
 /* Longest base-128 varint: 64 bits in 7-bit groups. */
 #define SPW_WIRE_VARINT_MAX 10

@@ -116,6 +116,25 @@ spw_err_t spw_serve_request_parse(const char *body, size_t len,
                                   spw_arena_t *arena, struct spw_serve_request *out, char *errstr,
                                   size_t errstr_size);
 
+/*
+ * The protobuf form (Content-Type application/x-protobuf): body[0..len) is a PredictRequest
+ * (proto/sparrow.proto) of 1..max_examples PredictExample, each of at most max_features keys with
+ * no weights or one finite weight per key. Unknown fields are refused (a newer client's member
+ * would otherwise be ignored silently), as are undecodable bytes. Named features have no protobuf
+ * form. *out as spw_serve_request_parse's (fields NULL), every byte in arena; keys and weights
+ * point into the unpacked message. SPW_ERR_INVALID with a message in errstr for a bad request;
+ * SPW_ERR_NOMEM when the arena's budget runs out. The examples are counted before protobuf-c
+ * allocates, so that an oversized batch costs no memory. Thread-safe given distinct arenas.
+ */
+spw_err_t spw_serve_request_parse_pb(const uint8_t *body, size_t len,
+                                     const struct spw_serve_limits *limits, spw_arena_t *arena,
+                                     struct spw_serve_request *out, char *errstr,
+                                     size_t errstr_size);
+
+/* True when a Content-Type header value (NULL: absent) names application/x-protobuf (case
+ * insensitive, parameters after ';' ignored): the body is then a PredictRequest. Pure. */
+bool spw_serve_content_is_pb(const char *content_type);
+
 /* ---- bootstrap from a checkpoint ---- */
 
 /* Next offset per partition of the model-update stream. */
