@@ -153,8 +153,14 @@ static void test_coord_epochs_shard_restart_restores_everyone(void **state)
     int trainer_restores = t.restores;
     /* shard 1 "restarts": the coordinator notices on its next stats poll */
     atomic_store(&e.shards[1].started_ms, 99999);
-    spw_time_sleep_ms(600);
-    assert_int_equal(train(c, &t, 0, 3, &clock), SPW_OK);
+    /* steps until the restore comes (the poll's timing is the machine's: no fixed wait), then 2 */
+    uint64_t deadline = spw_time_mono_ms() + 30000;
+    while (t.restores == trainer_restores) {
+        assert_true(spw_time_mono_ms() < deadline);
+        spw_time_sleep_ms(20);
+        assert_int_equal(train(c, &t, 0, 1, &clock), SPW_OK);
+    }
+    assert_int_equal(train(c, &t, 0, 2, &clock), SPW_OK);
     assert_true(t.restores > trainer_restores);
     assert_true(atomic_load(&e.shards[0].restores) > restores_before);
     /* everyone went back to LATEST: the trainer's offset is the manifest's plus the 2 steps
