@@ -227,9 +227,17 @@ static void test_coord_recovery_continue_ssp_checkpoints_go_on(void **state)
     assert_int_equal(st.members_removed, 1);
     assert_true(atomic_load(&t1.checkpoints) >= 1);
     assert_true(st.epochs_completed >= 3);
-    /* some of its 25 x 3 examples were in a completed epoch: fewer are re-trained, in steps of 3 */
-    assert_true(st.examples_retrained < 75);
-    assert_int_equal(st.examples_retrained % 3, 0);
+    /* some of its 25 x 3 examples were in a completed epoch: fewer are re-trained, in steps of 3,
+     * beside any steps of 2 trainer-0 took before the startup recovery threw them away (under
+     * load its first Clock can come before it) */
+    bool split = false;
+    for (uint64_t early = 0; early <= 2 * 5 && early <= st.examples_retrained; early += 2) {
+        uint64_t dead = st.examples_retrained - early;
+        split |= dead < 75 && dead % 3 == 0;
+    }
+    if (!split)
+        fail_msg("examples_retrained %llu is not 3 x (< 25) + 2 x (<= 5)",
+                 (unsigned long long)st.examples_retrained);
 }
 
 /* A member that registered before checkpoints completed holds stale offsets;
