@@ -321,6 +321,23 @@ static bool respond_predict_pb(spw_serve_t *s, struct req_ctx *c, size_t n, bool
     return respond_pb(resp, 200, &reply);
 }
 
+/* Ends a JSON answer whose text so far opens an array: v's n values, "]", the state fields and
+ * "}", then answers 200; false when the text ran out of memory (answered 503 then). */
+static bool respond_floats_and_state(spw_serve_t *s, struct req_ctx *c, const float *v, size_t n,
+                                     struct spw_http_response *resp)
+{
+    for (size_t i = 0; i < n; i++)
+        outf(c, "%s%.9g", i ? "," : "", (double)v[i]);
+    outf(c, "]");
+    append_state(s, c);
+    if (!outf(c, "}\n")) {
+        respond_error(resp, 503, "out of memory");
+        return false;
+    }
+    respond(resp, 200, c);
+    return true;
+}
+
 static void on_predict(void *opaque, const char *method, const char *path, const char *content_type,
                        const char *body, size_t body_len, struct spw_http_response *resp)
 {
@@ -421,15 +438,8 @@ static void on_predict(void *opaque, const char *method, const char *path, const
             outf(c, "{\"dense_version\":%u,\"predictions\":[", dense_version);
         else
             outf(c, "{\"predictions\":[");
-        for (size_t i = 0; i < req.n; i++)
-            outf(c, "%s%.9g", i ? "," : "", (double)c->preds[i]);
-        outf(c, "]");
-        append_state(s, c);
-        if (!outf(c, "}\n")) {
-            respond_error(resp, 503, "out of memory");
+        if (!respond_floats_and_state(s, c, c->preds, req.n, resp))
             goto out_put;
-        }
-        respond(resp, 200, c);
     }
     spw_counter_add(s->m_predictions, req.n);
     spw_histogram_observe(s->m_latency, (double)(spw_time_mono_ns() - t0) * 1e-9);
@@ -482,15 +492,7 @@ static void on_rows(void *opaque, const char *method, const char *path, const ch
         goto out_put;
     }
     outf(c, "{\"key\":\"%" PRIu64 "\",\"version\":%u,\"weights\":[", key, version);
-    for (uint32_t i = 0; i < dim; i++)
-        outf(c, "%s%.9g", i ? "," : "", (double)c->rows[i]);
-    outf(c, "]");
-    append_state(s, c);
-    if (!outf(c, "}\n")) {
-        respond_error(resp, 503, "out of memory");
-        goto out_put;
-    }
-    respond(resp, 200, c);
+    respond_floats_and_state(s, c, c->rows, dim, resp);
 out_put:
     ctx_put(s, c);
 }
