@@ -16,6 +16,7 @@
 #include "sparrow/trainer.h"
 #include "trainer_cuda.h" /* SPW_TRN_CUDA_CHUNK */
 #include "../unit/test_rng.h"
+#include "../unit/test_fields_batch.h"
 
 #define REL_TOL 1e-5
 
@@ -196,36 +197,6 @@ static void test_cuda_model_fm_matches_cpu(void **state)
  * difference over its largest CPU element (the products sum in other orders on the device). */
 #define DEEP_TOL 1e-4
 
-static const struct spw_model_field DEEP_FIELDS[3] = {
-    {.id = 7, .pooling = SPW_POOL_SUM},
-    {.id = 9, .pooling = SPW_POOL_MEAN},
-    {.id = 11, .pooling = SPW_POOL_SUM},
-};
-
-/* n examples of 0 .. 6 features over 40 keys, fields among the model's and an unknown one (5) */
-static spw_batch_t *deep_batch(const struct spw_model *m, size_t n, uint64_t seed)
-{
-    char err[128];
-    spw_batch_t *b = spw_batch_new(0, 0, err, sizeof(err));
-    assert_non_null(b);
-    assert_int_equal(spw_batch_set_model(b, m), SPW_OK);
-    static const uint32_t field_ids[4] = {7, 9, 11, 5};
-    for (size_t i = 0; i < n; i++) {
-        uint64_t keys[6];
-        float w[6];
-        uint32_t fields[6];
-        size_t nf = rng_next(&seed) % 7;
-        for (size_t j = 0; j < nf; j++) {
-            keys[j] = 100 + rng_next(&seed) % 40;
-            w[j] = rng_uniform(&seed, 0.25f, 2.0f);
-            fields[j] = field_ids[rng_next(&seed) % 4];
-        }
-        float label = (rng_next(&seed) & 1) ? 1.0f : 0.0f;
-        assert_int_equal(spw_batch_add_fields(b, label, NAN, 0, nf, keys, w, fields), SPW_OK);
-    }
-    return b;
-}
-
 static double block_diff(const float *gpu, const float *cpu, size_t n)
 {
     double diff = 0.0, scale = 1e-30;
@@ -242,7 +213,7 @@ static void check_deep(enum spw_model_kind kind, uint32_t cross, const char *mlp
 {
     char err[256];
     struct spw_model m;
-    if (spw_model_init_deep(&m, kind, 4, DEEP_FIELDS, 3, mlp, cross, dropout, 5, err,
+    if (spw_model_init_deep(&m, kind, 4, TEST_FIELDS, 3, mlp, cross, dropout, 5, err,
                             sizeof(err)) != SPW_OK)
         fail_msg("model: %s", err);
     spw_backend_t *cpu = new_backend(SPW_BACKEND_CPU, &m);
@@ -251,7 +222,7 @@ static void check_deep(enum spw_model_kind kind, uint32_t cross, const char *mlp
     assert_string_equal(spw_backend_network(gpu), "cublas");
     const size_t sizes[] = {37, 4096, 3, 0, 1, 500};
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
-        spw_batch_t *b = deep_batch(&m, sizes[s], 11 + s);
+        spw_batch_t *b = test_fields_batch(&m, sizes[s], 11 + s);
         size_t n = spw_batch_examples(b), nv = spw_batch_unique(b) * m.dim;
         float *rows = malloc(nv * sizeof(float) + 4);
         float *pc = calloc(n + 1, sizeof(float)), *pg = calloc(n + 1, sizeof(float));

@@ -12,6 +12,7 @@
 
 #include "sparrow/trainer.h"
 #include "test_rng.h"
+#include "test_fields_batch.h"
 
 /*
  * Tolerance: a row's gradient is a float sum over its occurrences; with T threads it is summed
@@ -24,12 +25,6 @@
 #define RTOL 1e-5
 #define PTOL 1e-6
 
-static const struct spw_model_field FIELDS3[3] = {
-    {.id = 7, .pooling = SPW_POOL_SUM},
-    {.id = 9, .pooling = SPW_POOL_MEAN},
-    {.id = 11, .pooling = SPW_POOL_SUM},
-};
-
 static void make_model(struct spw_model *m, enum spw_model_kind kind)
 {
     char err[256];
@@ -39,37 +34,11 @@ static void make_model(struct spw_model *m, enum spw_model_kind kind)
     else if (kind == SPW_MODEL_LR)
         rc = spw_model_init(m, kind, 0);
     else if (kind == SPW_MODEL_DEEPFM) /* dropout on: the slices must draw the batch's masks */
-        rc = spw_model_init_deep(m, kind, 3, FIELDS3, 3, "8,6", 0, 0.3f, 5, err, sizeof(err));
+        rc = spw_model_init_deep(m, kind, 3, TEST_FIELDS, 3, "8,6", 0, 0.3f, 5, err, sizeof(err));
     else
-        rc = spw_model_init_deep(m, kind, 3, FIELDS3, 3, "5", 2, 0.0f, 5, err, sizeof(err));
+        rc = spw_model_init_deep(m, kind, 3, TEST_FIELDS, 3, "5", 2, 0.0f, 5, err, sizeof(err));
     if (rc != SPW_OK)
         fail_msg("model: %s", err);
-}
-
-/* n examples of 0 .. 6 features over a vocabulary of 40 keys (so that rows recur across the
- * slices), fields among the model's and an unknown one (5). */
-static spw_batch_t *make_batch(const struct spw_model *m, size_t n, uint64_t seed)
-{
-    char err[128];
-    spw_batch_t *b = spw_batch_new(0, 0, err, sizeof(err));
-    assert_non_null(b);
-    if (spw_model_is_deep(m))
-        assert_int_equal(spw_batch_set_model(b, m), SPW_OK);
-    static const uint32_t field_ids[4] = {7, 9, 11, 5};
-    for (size_t i = 0; i < n; i++) {
-        uint64_t keys[6];
-        float w[6];
-        uint32_t fields[6];
-        size_t nf = rng_next(&seed) % 7;
-        for (size_t j = 0; j < nf; j++) {
-            keys[j] = 100 + rng_next(&seed) % 40;
-            w[j] = rng_uniform(&seed, 0.25f, 2.0f);
-            fields[j] = field_ids[rng_next(&seed) % 4];
-        }
-        float label = (rng_next(&seed) & 1) ? 1.0f : 0.0f;
-        assert_int_equal(spw_batch_add_fields(b, label, NAN, 0, nf, keys, w, fields), SPW_OK);
-    }
-    return b;
 }
 
 struct result {
@@ -135,7 +104,7 @@ static void check_model(enum spw_model_kind kind)
     }
     static const size_t sizes[] = {37, 3, 1, 0, 50};
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
-        spw_batch_t *b = make_batch(&m, sizes[s], 11 + s);
+        spw_batch_t *b = test_fields_batch(&m, sizes[s], 11 + s);
         size_t nu = spw_batch_unique(b), nf = nu * m.dim;
         uint64_t seed = 99 + s;
         float *rows = malloc((nf + 1) * sizeof(float));
@@ -193,7 +162,7 @@ static void test_trn_threads_forward_after_training(void **state)
     assert_non_null(one);
     assert_non_null(two);
     assert_int_equal(spw_backend_threads_start(two, 2, err, sizeof(err)), SPW_OK);
-    spw_batch_t *b = make_batch(&m, 21, 5);
+    spw_batch_t *b = test_fields_batch(&m, 21, 5);
     size_t nf = spw_batch_unique(b) * m.dim;
     float *rows = malloc(nf * sizeof(float));
     assert_non_null(rows);
