@@ -54,8 +54,8 @@ fuzz: deps
 	cmake -S . -B $(BUILD_FUZZ) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
 	    -DSPARROW_FUZZ=ON -DSPARROW_SANITIZE=address,undefined -DSPARROW_CUDA=off \
 	    -DSPARROW_BENCH=OFF -DSPARROW_TESTS=ON
-	cmake --build $(BUILD_FUZZ) -j $(JOBS)
-	scripts/run-fuzzers.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
+	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_targets
+	scripts/run-fuzzers.sh $(BUILD_FUZZ) $(FUZZ_SECONDS) $(JOBS)
 
 format:
 	clang-format -i $(SOURCES)

@@ -81,7 +81,8 @@ TARGETS = [
      r"target >= 99% of valid predictions within 100 ms with \d+ slow connections open: "
      r"([\d.]+)%", lambda v: v >= 99),
     ("http_slowloris", "serve: p99 latency with the slow connections open / with none", "(no target)",
-     r"p99 slow/baseline ([\d.]+)", None),    ("pipeline", "whole pipeline (launch, 2 shards, 4 trainers, async) / one trainer with an "
+     r"p99 slow/baseline ([\d.]+)", None),
+    ("pipeline", "whole pipeline (launch, 2 shards, 4 trainers, async) / one trainer with an "
      "in-process shard, examples/s, same stream, same run", ">= 0.7",
      r"pipeline/one-trainer examples/s " + NUM, lambda v: v >= 0.7),
 ]
