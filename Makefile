@@ -49,7 +49,8 @@ tsan: deps
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp \
 	    ctest --test-dir $(BUILD_TSAN) -L tsan --output-on-failure -j $(JOBS) --timeout 900
 
-# Builds every libFuzzer target (clang) and fuzzes each for FUZZ_SECONDS.
+# Builds only the libFuzzer targets (clang; target fuzz_targets) and fuzzes each for FUZZ_SECONDS,
+# JOBS at a time.
 fuzz: deps
 	cmake -S . -B $(BUILD_FUZZ) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
 	    -DSPARROW_FUZZ=ON -DSPARROW_SANITIZE=address,undefined -DSPARROW_CUDA=off \
