@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # pipeline_bench (issue 20): the whole pipeline against one trainer, same 2 cores, same stream.
 #   (p) `sparrow launch` with 2 shards, 4 trainers, --mode async, on a stream produced beforehand
-#       (--backlog, as bench/modes_bench.sh): examples/s between the first 100 ms sample that saw
-#       any example and the first that saw all N (summary.json's train_ex_per_s);
+#       (--backlog, as bench/modes_bench.sh): examples/s, N over the time from the last 100 ms
+#       sample that saw no example trained to the first that saw all N (summary.json's
+#       train_ex_per_s);
 #   (b) the baseline, measured in the same run: `sparrow trainer --shards inproc` (one trainer, one
 #       in-process shard) on the same examples (`sparrow gen` with launch's generator settings:
 #       seed, 39 fields, FM k=4, drift 0.5, written to a file) and the same model settings as

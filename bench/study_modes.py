@@ -9,8 +9,8 @@ trainers start (--backlog) so that the trainers, not the generator, set the pace
 until drained (the coordinator's LATEST checkpoint counts every example). A run that does not
 drain within its --duration is reported as not drained, with the figures it had.
 
-Per run, from DIR/summary.json: examples/s (launch's train_ex_per_s: the examples trained between
-the first 100 ms sample that saw any and the first that saw all N, over that time), the final
+Per run, from DIR/summary.json: examples/s (launch's train_ex_per_s: N over the time from the last
+100 ms sample that saw no example trained to the first that saw all N), the final
 window logloss/AUC and the Bayes-optimal logloss/AUC of the same windows (means over the
 trainers), the shards' staleness histogram (sparrow_ps_staleness: bucket bounds and counts), the
 trainers' checkpoint pause (p50/p99, bucket bounds), the examples each trainer trained; from

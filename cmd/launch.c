@@ -53,6 +53,8 @@ static const struct spw_cli_flag flags[] = {
     {"--set", "launch.set", NULL, ';', role_set},
 };
 
+_Static_assert(SPW_PIPELINE_MAX_PARTITIONS == 64, "the usage below says 64 partitions at most");
+
 static const char usage[] =
     "usage: sparrow launch [--run-dir DIR] [--shards N] [--trainers M] [--partitions P]\n"
     "         [--mode async|sync|ssp:S|hybrid:K|group:G] [--penalty PENALTY]\n"
@@ -65,7 +67,7 @@ static const char usage[] =
     "         [--dump-config] [--help]\n"
     "\n"
     "Runs a local cluster on 127.0.0.1: `sparrow kafka-mock` (topics examples:P, default 4,\n"
-    "and model-updates:1; P at most ), N parameter-server shards shard-<i> (1..,\n"
+    "and model-updates:1; P at most 64), N parameter-server shards shard-<i> (1..,\n"
     "default 2; --penalty sets pserver.staleness.penalty, and dc:L trainer.push.pulled=true\n"
     "on the trainers), the coordinator (--mode, default\n"
     "async; checkpoints every --checkpoint-interval, default 10s, under DIR/checkpoints),\n"

@@ -24,8 +24,8 @@ struct tally {
     double base[SPW_PIPELINE_MAX_TRAINERS], last[SPW_PIPELINE_MAX_TRAINERS];
     double total;         /* latest sum */
     uint64_t still_since; /* when total last changed, ms since start */
+    uint64_t zero_ms;     /* the last sample before first_ms, which saw no example trained */
     uint64_t first_ms;    /* first sample with examples trained; 0: none yet */
-    double first_total;   /* the total then */
     uint64_t reach_ms;    /* first sample where total >= the examples produced; 0: none */
     bool lag_zero;        /* every trainer that answered reports lag 0 */
     /* coord_wait_s at the first sample that read it (the waits before the run started) */
@@ -64,10 +64,10 @@ static void sample(spw_pipeline_t *p, const struct spw_launch_run_conf *conf, FI
         fflush(csv);
     if (total != ty->total)
         ty->still_since = now_ms;
-    if (ty->first_ms == 0 && total > 0) {
+    if (ty->first_ms == 0 && total == 0)
+        ty->zero_ms = now_ms;
+    if (ty->first_ms == 0 && total > 0)
         ty->first_ms = now_ms > 0 ? now_ms : 1;
-        ty->first_total = total;
-    }
     if (ty->reach_ms == 0 && conf->examples && total >= (double)conf->examples)
         ty->reach_ms = now_ms > 0 ? now_ms : 1;
     ty->total = total;
@@ -166,14 +166,16 @@ static void collect(spw_pipeline_t *p, const struct spw_launch_run_conf *conf,
     for (int k = 0; k < 4; k++)
         *dst[k] = counts[k] ? sums[k] / counts[k] : NAN;
     r->ex_per_s = r->duration_s > 0 ? r->examples_trained / r->duration_s : NAN;
-    /* with --examples: the examples trained between the first sample that saw any and the first
-     * that saw N, over that time; without: the rate over the run */
+    /* with --examples: N over the time from the last sample that saw no example trained to the
+     * first that saw N (at most one sampling interval more than the training took, so a lower
+     * bound; counting from the first sample that saw some would drop what was trained before
+     * it, most of a run that fits in a few intervals); without: the rate over the run */
     r->train_ex_per_s = r->ex_per_s;
     if (conf->examples)
-        r->train_ex_per_s = ty->reach_ms > ty->first_ms
-                                ? ((double)conf->examples - ty->first_total) * 1000.0 /
-                                      (double)(ty->reach_ms - ty->first_ms)
-                                : NAN;
+        r->train_ex_per_s =
+            ty->first_ms && ty->reach_ms > ty->zero_ms
+                ? (double)conf->examples * 1000.0 / (double)(ty->reach_ms - ty->zero_ms)
+                : NAN;
     const char *gen_log = spw_launch_log(l, spw_launch_find(l, "gen"));
     r->examples_produced = spw_pipeline_log_value(gen_log, "gen done", "examples");
     uint64_t epoch, examples;
