@@ -460,6 +460,10 @@ spw_pipeline_t *spw_pipeline_start(const struct spw_pipeline_conf *conf, char *e
         goto out_free;
     if (start_trainers(p, errstr, errstr_size))
         goto out_free;
+    /* before the stream: its start-up check would otherwise let resumed trainers train
+     * unsampled (launch's train_ex_per_s counts from the last sample that saw none trained) */
+    if (conf->serve)
+        start_serve(p);
     if (conf->gen_n)
         wait_assigned(p);
     if (conf->gen_n && conf->gen_first) {
@@ -472,8 +476,6 @@ spw_pipeline_t *spw_pipeline_start(const struct spw_pipeline_conf *conf, char *e
     } else if (start_gen(p, errstr, errstr_size)) {
         goto out_free;
     }
-    if (conf->serve)
-        start_serve(p);
     fflush(stdout);
     return p;
 

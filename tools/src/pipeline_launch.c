@@ -24,7 +24,8 @@ struct tally {
     double base[SPW_PIPELINE_MAX_TRAINERS], last[SPW_PIPELINE_MAX_TRAINERS];
     double total;         /* latest sum */
     uint64_t still_since; /* when total last changed, ms since start */
-    uint64_t zero_ms;     /* the last sample before first_ms, which saw no example trained */
+    bool zero_seen;       /* a sample saw no example trained */
+    uint64_t zero_ms;     /* the last such sample before first_ms */
     uint64_t first_ms;    /* first sample with examples trained; 0: none yet */
     uint64_t reach_ms;    /* first sample where total >= the examples produced; 0: none */
     bool lag_zero;        /* every trainer that answered reports lag 0 */
@@ -64,8 +65,10 @@ static void sample(spw_pipeline_t *p, const struct spw_launch_run_conf *conf, FI
         fflush(csv);
     if (total != ty->total)
         ty->still_since = now_ms;
-    if (ty->first_ms == 0 && total == 0)
+    if (ty->first_ms == 0 && total == 0) {
+        ty->zero_seen = true;
         ty->zero_ms = now_ms;
+    }
     if (ty->first_ms == 0 && total > 0)
         ty->first_ms = now_ms > 0 ? now_ms : 1;
     if (ty->reach_ms == 0 && conf->examples && total >= (double)conf->examples)
@@ -173,7 +176,7 @@ static void collect(spw_pipeline_t *p, const struct spw_launch_run_conf *conf,
     r->train_ex_per_s = r->ex_per_s;
     if (conf->examples)
         r->train_ex_per_s =
-            ty->first_ms && ty->reach_ms > ty->zero_ms
+            ty->zero_seen && ty->first_ms && ty->reach_ms > ty->zero_ms
                 ? (double)conf->examples * 1000.0 / (double)(ty->reach_ms - ty->zero_ms)
                 : NAN;
     const char *gen_log = spw_launch_log(l, spw_launch_find(l, "gen"));
