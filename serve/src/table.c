@@ -226,7 +226,7 @@ spw_err_t spw_serve_table_get(spw_serve_table_t *table, uint64_t key, float *wei
  * counting sort), and each stripe's share read under one acquisition of its lock, with the
  * slots of its keys prefetched first so that their cache misses overlap. */
 #define GET_CHUNK 1024u
-#define GET_SMALL 64u /* fewer keys: one get each */
+#define GET_SMALL 64u /* fewer keys: get_small */
 
 /* Rows of n keys of stripe s (their hashes h, positions pos into keys/rows). Caller holds the
  * read lock. */
@@ -256,21 +256,57 @@ static size_t get_stripe_locked(const struct stripe *s, uint32_t dim, const uint
     return found;
 }
 
+/* Fewer than GET_SMALL keys, mostly of distinct stripes (a single example's): the read lock of
+ * every stripe involved is taken once, in stripe order, then every key's slot is prefetched
+ * before the first probe, so that their cache misses overlap instead of following one another.
+ * Holding several read locks cannot deadlock: the writer (put) holds one stripe's lock at a
+ * time and waits for no other. */
+static size_t get_small(spw_serve_table_t *table, const uint64_t *keys, size_t n, float *rows)
+{
+    const uint32_t dim = table->dim;
+    uint64_t h[GET_SMALL];
+    uint64_t held[SPW_SERVE_STRIPES / 64] = {0}; /* bit st: stripe st's read lock is held */
+    for (size_t k = 0; k < n; k++) {
+        h[k] = key_hash(keys[k]);
+        held[(h[k] >> 56) / 64] |= 1ull << ((h[k] >> 56) % 64);
+    }
+    for (uint32_t w = 0; w < SPW_SERVE_STRIPES / 64; w++)
+        for (uint64_t b = held[w]; b; b &= b - 1)
+            pthread_rwlock_rdlock(&table->stripes[w * 64 + (uint32_t)__builtin_ctzll(b)].lock);
+    for (size_t k = 0; k < n; k++) {
+        const struct stripe *s = stripe_of(table, h[k]);
+        if (!s->cap)
+            continue;
+        uint32_t i = (uint32_t)h[k] & (s->cap - 1);
+        __builtin_prefetch(&s->used[i]);
+        __builtin_prefetch(&s->keys[i]);
+        __builtin_prefetch(s->vals + (size_t)i * dim);
+    }
+    size_t found = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct stripe *s = stripe_of(table, h[k]);
+        float *row = rows + k * dim;
+        long at = find_locked(s, keys[k], h[k]);
+        if (at >= 0) {
+            memcpy(row, s->vals + (size_t)at * dim, dim * sizeof(float));
+            found++;
+        } else {
+            memset(row, 0, dim * sizeof(float));
+        }
+    }
+    for (uint32_t w = 0; w < SPW_SERVE_STRIPES / 64; w++)
+        for (uint64_t b = held[w]; b; b &= b - 1)
+            pthread_rwlock_unlock(&table->stripes[w * 64 + (uint32_t)__builtin_ctzll(b)].lock);
+    return found;
+}
+
 size_t spw_serve_table_get_many(spw_serve_table_t *table, const uint64_t *keys, size_t n,
                                 float *rows)
 {
     const uint32_t dim = table->dim;
     size_t found = 0;
-    if (n < GET_SMALL) { /* the grouping's fixed cost (two 1 KiB tables) outweighs its gain */
-        for (size_t i = 0; i < n; i++) {
-            float *row = rows + i * dim;
-            if (spw_serve_table_get(table, keys[i], row, NULL) == SPW_OK)
-                found++;
-            else
-                memset(row, 0, dim * sizeof(float));
-        }
-        return found;
-    }
+    if (n < GET_SMALL) /* the grouping's fixed cost (two 1 KiB tables) outweighs its gain */
+        return get_small(table, keys, n, rows);
     uint64_t h[GET_CHUNK];
     uint16_t pos[GET_CHUNK];
     uint32_t start[SPW_SERVE_STRIPES + 1];
