@@ -1,8 +1,8 @@
 /* Unit tests of trainer.threads: the CPU backend's forward/backward split over 2 and 4 compute
  * threads gives one thread's predictions, loss and gradients (FM, LR, DeepFM with dropout,
  * DCN-v2), for batches that do not divide evenly, batches smaller than the thread count and
- * empty ones, over several batches (the buffers' reuse and the dropout stream), and the setting's
- * range. */
+ * empty ones, over several batches (the buffers' reuse and the dropout stream), staged batches
+ * (the owner's pull and push around the compute on a thread), and the setting's range. */
 #include "test_main.h" /* cmocka and what it needs first */
 
 #include <math.h>
@@ -187,6 +187,153 @@ static void test_trn_threads_forward_after_training(void **state)
     spw_backend_destroy(two);
 }
 
+/* A staged batch's stages (spw_backend_forward_backward_start_staged): pre brings the rows in,
+ * post copies the outputs out, each counted; fail_pre makes pre fail. */
+struct stage_ctx {
+    const float *src_rows;
+    float *rows;
+    size_t nf, n;
+    const float *preds, *grads;
+    struct result out;
+    int pres, posts;
+    bool fail_pre;
+};
+
+static spw_err_t stage_pre(void *opaque)
+{
+    struct stage_ctx *sc = opaque;
+    sc->pres++;
+    if (sc->fail_pre)
+        return SPW_ERR_IO;
+    memcpy(sc->rows, sc->src_rows, sc->nf * sizeof(float));
+    return SPW_OK;
+}
+
+static spw_err_t stage_post(void *opaque)
+{
+    struct stage_ctx *sc = opaque;
+    sc->posts++;
+    memcpy(sc->out.preds, sc->preds, sc->n * sizeof(float));
+    memcpy(sc->out.grads, sc->grads, sc->nf * sizeof(float));
+    return SPW_OK;
+}
+
+/* Staged on 1, 2 and 4 threads, three batches each: pre and post run once per batch, and on one
+ * thread the result is the unstaged one's. Then staged on 2 threads against an unstaged single
+ * thread, batch by batch: pre's rows are the ones computed on (a deep model's network weights
+ * gathered from them after pre), post sees the reduced gradient; and a failing pre computes
+ * nothing, skips post and is finish's error. */
+static void check_staged(enum spw_model_kind kind)
+{
+    struct spw_model m;
+    make_model(&m, kind);
+    char err[256];
+    spw_backend_t *ref = spw_backend_new(SPW_BACKEND_CPU, &m, err, sizeof(err));
+    assert_non_null(ref);
+    const uint32_t threads[3] = {1, 2, 4};
+    for (int t = 0; t < 3; t++) {
+        spw_backend_t *be = spw_backend_new(SPW_BACKEND_CPU, &m, err, sizeof(err));
+        assert_non_null(be);
+        assert_int_equal(spw_backend_threads_start(be, threads[t], err, sizeof(err)), SPW_OK);
+        for (size_t s = 0; s < 3; s++) {
+            const size_t n = 29 + 7 * s;
+            spw_batch_t *b = test_fields_batch(&m, n, 40 + s);
+            size_t nf = spw_batch_unique(b) * m.dim;
+            float *src = malloc(nf * sizeof(float)), *rows = calloc(nf, sizeof(float));
+            float *preds = calloc(n, sizeof(float)), *grads = calloc(nf, sizeof(float));
+            assert_true(src && rows && preds && grads);
+            uint64_t seed = 7 + s;
+            for (size_t j = 0; j < nf; j++)
+                src[j] = rng_uniform(&seed, -0.3f, 0.3f);
+            struct result one;
+            if (t == 0)
+                run(ref, b, src, &one); /* the reference's dropout stream: one per batch */
+            struct stage_ctx sc = {
+                .src_rows = src, .rows = rows, .nf = nf, .n = n, .preds = preds, .grads = grads};
+            sc.out.preds = calloc(n, sizeof(float));
+            sc.out.grads = calloc(nf, sizeof(float));
+            assert_true(sc.out.preds && sc.out.grads);
+            struct spw_backend_stages st = {.pre = stage_pre, .post = stage_post, .ctx = &sc};
+            spw_backend_forward_backward_start_staged(be, b, rows, 1.0f / (float)n, preds, grads,
+                                                      &st);
+            assert_int_equal(spw_backend_forward_backward_finish(be, &sc.out.loss), SPW_OK);
+            assert_int_equal(sc.pres, 1);
+            assert_int_equal(sc.posts, 1);
+            if (t == 0) {
+                char what[96];
+                snprintf(what, sizeof(what), "%s staged, %zu examples, 1 thread",
+                         spw_model_kind_name(kind), n);
+                check_same(&one, &sc.out, n, nf, what);
+                free_result(&one);
+            }
+            free_result(&sc.out);
+            free(src);
+            free(rows);
+            free(preds);
+            free(grads);
+            spw_batch_destroy(b);
+        }
+        spw_backend_destroy(be);
+    }
+    /* the same three batches through a fresh reference and a staged 2-thread backend, compared */
+    spw_backend_destroy(ref);
+    spw_backend_t *one = spw_backend_new(SPW_BACKEND_CPU, &m, err, sizeof(err));
+    spw_backend_t *two = spw_backend_new(SPW_BACKEND_CPU, &m, err, sizeof(err));
+    assert_true(one && two);
+    assert_int_equal(spw_backend_threads_start(two, 2, err, sizeof(err)), SPW_OK);
+    for (size_t s = 0; s < 3; s++) {
+        const size_t n = 29 + 7 * s;
+        spw_batch_t *b = test_fields_batch(&m, n, 40 + s);
+        size_t nf = spw_batch_unique(b) * m.dim;
+        float *src = malloc(nf * sizeof(float)), *rows = calloc(nf, sizeof(float));
+        float *preds = calloc(n, sizeof(float)), *grads = calloc(nf, sizeof(float));
+        assert_true(src && rows && preds && grads);
+        uint64_t seed = 7 + s;
+        for (size_t j = 0; j < nf; j++)
+            src[j] = rng_uniform(&seed, -0.3f, 0.3f);
+        struct result r1;
+        run(one, b, src, &r1);
+        struct stage_ctx sc = {
+            .src_rows = src, .rows = rows, .nf = nf, .n = n, .preds = preds, .grads = grads};
+        sc.out.preds = calloc(n, sizeof(float));
+        sc.out.grads = calloc(nf, sizeof(float));
+        assert_true(sc.out.preds && sc.out.grads);
+        struct spw_backend_stages st = {.pre = stage_pre, .post = stage_post, .ctx = &sc};
+        spw_backend_forward_backward_start_staged(two, b, rows, 1.0f / (float)n, preds, grads, &st);
+        assert_int_equal(spw_backend_forward_backward_finish(two, &sc.out.loss), SPW_OK);
+        char what[96];
+        snprintf(what, sizeof(what), "%s staged, %zu examples, 2 threads",
+                 spw_model_kind_name(kind), n);
+        check_same(&r1, &sc.out, n, nf, what);
+        /* a failing pre: nothing computed (grads untouched), no post, the error from finish */
+        memset(grads, 0x7f, nf * sizeof(float));
+        sc.fail_pre = true;
+        sc.pres = sc.posts = 0;
+        spw_backend_forward_backward_start_staged(two, b, rows, 1.0f / (float)n, preds, grads, &st);
+        assert_int_equal(spw_backend_forward_backward_finish(two, NULL), SPW_ERR_IO);
+        assert_int_equal(sc.pres, 1);
+        assert_int_equal(sc.posts, 0);
+        for (size_t j = 0; j < nf; j++)
+            assert_true(memcmp(&grads[j], &(uint32_t){0x7f7f7f7fu}, sizeof(float)) == 0);
+        free_result(&r1);
+        free_result(&sc.out);
+        free(src);
+        free(rows);
+        free(preds);
+        free(grads);
+        spw_batch_destroy(b);
+    }
+    spw_backend_destroy(one);
+    spw_backend_destroy(two);
+}
+
+static void test_trn_threads_staged_equals_one_thread(void **state)
+{
+    (void)state;
+    check_staged(SPW_MODEL_FM);
+    check_staged(SPW_MODEL_DEEPFM);
+}
+
 /* 1 .. SPW_TRN_MAX_THREADS; a second start is refused; the setting's table refuses 0 and 65. */
 static void test_trn_threads_range(void **state)
 {
@@ -223,4 +370,4 @@ static void test_trn_threads_range(void **state)
 
 SPW_TEST_MAIN(test_trn_threads_fm_equals_one_thread, test_trn_threads_deepfm_equals_one_thread,
               test_trn_threads_dcnv2_equals_one_thread, test_trn_threads_forward_after_training,
-              test_trn_threads_range)
+              test_trn_threads_staged_equals_one_thread, test_trn_threads_range)

@@ -242,6 +242,31 @@ void spw_backend_forward_backward_start(spw_backend_t *be, const spw_batch_t *ba
     spw_trn__par_start(be->par, be->deep, batch, rows, dense, grad_scale, preds, grads);
 }
 
+void spw_backend_forward_backward_start_staged(spw_backend_t *be, const spw_batch_t *batch,
+                                               float *rows, float grad_scale, float *preds,
+                                               float *grads,
+                                               const struct spw_backend_stages *stages)
+{
+    assert(!be->started);
+    if (be->par) {
+        be->started = true;
+        be->start_err = SPW_OK;
+        be->start_loss = 0.0;
+        spw_trn__par_start_staged(be->par, be->deep, batch, rows, grad_scale, preds, grads, stages);
+        return;
+    }
+    spw_err_t err = stages->pre ? stages->pre(stages->ctx) : SPW_OK;
+    if (err) {
+        be->started = true;
+        be->start_err = err;
+        be->start_loss = 0.0;
+        return;
+    }
+    spw_backend_forward_backward_start(be, batch, rows, grad_scale, preds, grads);
+    if (!be->start_err && stages->post)
+        be->start_err = stages->post(stages->ctx);
+}
+
 spw_err_t spw_backend_forward_backward_finish(spw_backend_t *be, double *loss_sum)
 {
     assert(be->started);

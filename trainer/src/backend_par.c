@@ -2,6 +2,7 @@
 #include "pool.h"
 #include "trainer_int.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,11 @@
  * differs from one thread's only where a row has occurrences in more than one slice, by the
  * reassociation of its float sum (and, for a deep model, of the network's gradient sum over
  * examples, which OpenBLAS's sgemm orders by its own blocking anyway).
+ *
+ * A staged batch (spw_trn__par_start_staged) adds the owner's serial work on thread 0: its pre
+ * stage (the pull of the batch's rows) before phase 1, the others waiting at the barrier, and
+ * its post stage (scoring and the push) after phase 2, behind one more barrier. The owner thread
+ * is then free for the whole step, not only its compute.
  *
  * Nothing is shared for writing between threads within a phase: preds slices, loss and error
  * per slot, row ranges of grads. The barrier orders phase 1's writes before phase 2's reads, the
@@ -51,6 +57,10 @@ struct spw_trn__par {
     float grad_scale;
     float *preds, *grads;
     uint64_t t; /* the batch's training forward (deep models) */
+    /* a staged batch (spw_trn__par_start_staged): the owner's serial work around it, on thread 0
+     * (NULL: none); stage_err is thread 0's, read by the others after a barrier */
+    const struct spw_backend_stages *stages;
+    spw_err_t stage_err;
 };
 
 struct spw_trn__par *spw_trn__par_new(const struct spw_model *model, uint32_t threads, char *errstr,
@@ -145,9 +155,28 @@ static void reduce_phase(struct spw_trn__par *par, uint32_t t, uint32_t threads)
     }
 }
 
+/* Staged batches: thread 0 runs the owner's pre stage (the pull) and a deep model's gather of
+ * the network's weights from the rows it brought, while the others wait at the barrier. */
+static void pre_phase(struct spw_trn__par *par)
+{
+    spw_err_t err = par->stages->pre ? par->stages->pre(par->stages->ctx) : SPW_OK;
+    if (!err && par->deep0 &&
+        !(par->dense = spw_trn__deep_gather_dense(par->deep0, par->batch, par->rows)))
+        err = SPW_ERR_INVALID;
+    par->stage_err = err;
+}
+
 static void job(void *ctx, uint32_t t, uint32_t threads)
 {
     struct spw_trn__par *par = ctx;
+    const struct spw_backend_stages *st = par->stages;
+    if (st) {
+        if (t == 0)
+            pre_phase(par);
+        pthread_barrier_wait(&par->phase);
+        if (par->stage_err != SPW_OK)
+            return; /* every thread sees it after the barrier: none computes */
+    }
     compute_phase(par, t, threads);
     pthread_barrier_wait(&par->phase);
     for (uint32_t s = 0; s < threads; s++)
@@ -155,6 +184,11 @@ static void job(void *ctx, uint32_t t, uint32_t threads)
             return; /* the batch failed: finish reports it, grads are unspecified */
     if (par->batch->n_uniq)
         reduce_phase(par, t, threads);
+    if (!st || !st->post)
+        return;
+    pthread_barrier_wait(&par->phase); /* every row reduced before post reads grads */
+    if (t == 0)
+        par->stage_err = st->post(st->ctx);
 }
 
 void spw_trn__par_start(struct spw_trn__par *par, spw_deep_t *deep, const spw_batch_t *batch,
@@ -168,9 +202,30 @@ void spw_trn__par_start(struct spw_trn__par *par, spw_deep_t *deep, const spw_ba
     par->grad_scale = grad_scale;
     par->preds = preds;
     par->grads = grads;
+    par->stages = NULL;
+    par->stage_err = SPW_OK;
     par->in_flight = true;
     if (deep && batch->n == 0)
         return; /* as spw_deep_forward_backward: nothing written, no forward counted */
+    par->t = deep ? spw_trn__deep_train_forwards(deep) : 0;
+    spw_trn__pool_submit(par->pool, job, par);
+}
+
+void spw_trn__par_start_staged(struct spw_trn__par *par, spw_deep_t *deep, const spw_batch_t *batch,
+                               const float *rows, float grad_scale, float *preds, float *grads,
+                               const struct spw_backend_stages *stages)
+{
+    assert(batch->n > 0);
+    par->deep0 = deep;
+    par->batch = batch;
+    par->rows = rows;
+    par->dense = NULL; /* pre_phase gathers it once the rows are in */
+    par->grad_scale = grad_scale;
+    par->preds = preds;
+    par->grads = grads;
+    par->stages = stages;
+    par->stage_err = SPW_OK;
+    par->in_flight = true;
     par->t = deep ? spw_trn__deep_train_forwards(deep) : 0;
     spw_trn__pool_submit(par->pool, job, par);
 }
@@ -184,6 +239,8 @@ spw_err_t spw_trn__par_finish(struct spw_trn__par *par, double *loss_sum)
         return SPW_OK;
     }
     spw_trn__pool_wait(par->pool);
+    if (par->stages && par->stage_err != SPW_OK)
+        return par->stage_err; /* pre failed (nothing computed) or post did */
     double loss = 0.0;
     for (uint32_t t = 0; t < par->threads; t++) {
         if (par->slot[t].err != SPW_OK)

@@ -103,6 +103,17 @@ struct spw_trainer_loop {
     uint64_t step_compute_ns, step_pull_ns;
     uint64_t compute_t0; /* when the micro-batch being computed started */
     uint64_t ahead_ns;   /* of which read_ahead's reading of the next one took this long */
+    /* a staged micro-batch (staged_step): its pull, scoring and push on compute thread 0 */
+    struct staged {
+        spw_trainer_loop_t *loop;
+        struct mb *mb;
+        uint64_t tag, examples; /* of the push: the step's tag and examples with mb's */
+        int64_t max_event;
+        uint64_t t0, pulled_ns, scored_ns, pushed_ns; /* spw_time_mono_ns */
+        uint64_t seq;                                 /* of the push */
+        spw_err_t push_err;
+    } staged;
+    struct spw_backend_stages stages; /* pre, post: staged_pre, staged_post on &staged */
     uint64_t step_last_mb;
 
     float *grads, *preds;
@@ -930,36 +941,32 @@ static void step_reset(spw_trainer_loop_t *loop)
     loop->step_compute_ns = loop->step_pull_ns = 0;
 }
 
-/* Ends the step: pushes its gradient (the accumulator, or mb's), assigns its offset marks, calls
- * after_step when hooks is set. A step ended outside the hooks (a checkpoint, the end of a run) is
- * not one the coordinator clocks, so its pushes apply at once. */
-static spw_err_t end_step(spw_trainer_loop_t *loop, struct mb *mb, bool hooks)
+/* The step's gradient (the accumulator, or mb's) to the shards; *seq: the last push's. */
+static spw_err_t step_push(spw_trainer_loop_t *loop, struct mb *mb, uint64_t tag, uint64_t *seq)
 {
-    uint64_t t0 = spw_time_mono_ns();
-    uint64_t before = loop->stats.rows_pushed;
-    uint64_t seq = 0;
-    uint64_t tag = hooks ? loop->step_tag : 0;
-    /* the next micro-batch's rows were pulled before this push: its acknowledgement brings the
-     * pushed rows back into them, so that the trainer is never stale against itself (two-phase
-     * steps pull the next step's rows after the commit instead) */
-    struct mb *next = loop->next;
-    loop->echo_to = loop->conf.fresh_reads && !tag && next != mb && next->filled &&
-                            (next->pulling || next->ready)
-                        ? next
-                        : NULL;
     spw_err_t err;
     if (loop->acc)
         err = push_rows(loop, spw_grad_acc_keys(loop->acc), spw_grad_acc_grads(loop->acc),
                         spw_grad_acc_versions(loop->acc), spw_grad_acc_pulled(loop->acc),
                         spw_grad_acc_rows(loop->acc), loop->step_examples, loop->step_max_event,
-                        tag, &seq);
+                        tag, seq);
     else
         err = push_rows(loop, spw_batch_keys(mb->batch), loop->grads, mb->versions,
                         loop->conf.push_pulled ? mb->rows : NULL, spw_batch_unique(mb->batch),
-                        loop->step_examples, loop->step_max_event, tag, &seq);
+                        loop->step_examples, loop->step_max_event, tag, seq);
     loop->echo_to = NULL;
     if (loop->acc)
         spw_grad_acc_reset(loop->acc);
+    return err;
+}
+
+/* The rest of end_step once step_push returned err (seq, after push_ns): the counter push, the
+ * offset marks, the step's accounting and after_step. before: stats.rows_pushed before the
+ * step's push. */
+static spw_err_t end_step_rest(spw_trainer_loop_t *loop, bool hooks, uint64_t tag, uint64_t before,
+                               uint64_t seq, spw_err_t err, uint64_t push_ns)
+{
+    uint64_t t0 = spw_time_mono_ns();
     if (!err && loop->conf.counter_key && loop->step_examples)
         err = push_counter(loop, loop->step_examples, tag, &seq);
     if (err) {
@@ -967,7 +974,7 @@ static spw_err_t end_step(spw_trainer_loop_t *loop, struct mb *mb, bool hooks)
         step_reset(loop);
         return err;
     }
-    uint64_t dt = spw_time_mono_ns() - t0;
+    uint64_t dt = push_ns + (spw_time_mono_ns() - t0);
     loop->step_compute_ns += dt;
     loop->stats.compute_ns += dt;
     /* with nothing sent, the step's offsets wait for every earlier push */
@@ -996,6 +1003,27 @@ static spw_err_t end_step(spw_trainer_loop_t *loop, struct mb *mb, bool hooks)
     err = loop->hooks.after_step(loop->hooks.opaque, loop, &info);
     loop->slow_hook_ns += spw_time_mono_ns() - h0;
     return err;
+}
+
+/* Ends the step: pushes its gradient (the accumulator, or mb's), assigns its offset marks, calls
+ * after_step when hooks is set. A step ended outside the hooks (a checkpoint, the end of a run) is
+ * not one the coordinator clocks, so its pushes apply at once. */
+static spw_err_t end_step(spw_trainer_loop_t *loop, struct mb *mb, bool hooks)
+{
+    uint64_t t0 = spw_time_mono_ns();
+    uint64_t before = loop->stats.rows_pushed;
+    uint64_t seq = 0;
+    uint64_t tag = hooks ? loop->step_tag : 0;
+    /* the next micro-batch's rows were pulled before this push: its acknowledgement brings the
+     * pushed rows back into them, so that the trainer is never stale against itself (two-phase
+     * steps pull the next step's rows after the commit instead) */
+    struct mb *next = loop->next;
+    loop->echo_to = loop->conf.fresh_reads && !tag && next != mb && next->filled &&
+                            (next->pulling || next->ready)
+                        ? next
+                        : NULL;
+    spw_err_t err = step_push(loop, mb, tag, &seq);
+    return end_step_rest(loop, hooks, tag, before, seq, err, spw_time_mono_ns() - t0);
 }
 
 /* Straggler injection: sleeps (slow_factor - 1) times the loop's own work since the last call
@@ -1053,6 +1081,8 @@ static spw_err_t read_ahead(spw_trainer_loop_t *loop)
     return err;
 }
 
+static void compute_account(spw_trainer_loop_t *loop, struct mb *mb, double loss, uint64_t dt);
+
 static spw_err_t compute_finish(spw_trainer_loop_t *loop, struct mb *mb)
 {
     const spw_batch_t *b = mb->batch;
@@ -1069,6 +1099,15 @@ static spw_err_t compute_finish(spw_trainer_loop_t *loop, struct mb *mb)
         return err;
     uint64_t dt =
         spw_time_mono_ns() - loop->compute_t0 - loop->ahead_ns; /* reading is not compute */
+    compute_account(loop, mb, loss, dt);
+    return SPW_OK;
+}
+
+/* A computed micro-batch's accounting: loss (summed), dt (its compute, ns). */
+static void compute_account(spw_trainer_loop_t *loop, struct mb *mb, double loss, uint64_t dt)
+{
+    const spw_batch_t *b = mb->batch;
+    const size_t n = spw_batch_examples(b);
     mb->filled = false;
     mb->ready = false;
     loop->micro++;
@@ -1087,7 +1126,111 @@ static spw_err_t compute_finish(spw_trainer_loop_t *loop, struct mb *mb)
         spw_counter_inc(loop->m.micro_batches);
         spw_histogram_observe(loop->m.compute_s, (double)dt * 1e-9);
     }
-    return SPW_OK;
+}
+
+/* ---- staged micro-batches ---- */
+
+static spw_err_t hook_result(spw_trainer_loop_t *loop, spw_err_t err);
+
+/*
+ * With compute threads and in-process shards (whose pull and push are the loop's own work, not a
+ * wait), a micro-batch's pull, its progressive-validation scoring and its step's push run on
+ * compute thread 0 around the forward and backward (spw_backend_forward_backward_start_staged),
+ * in the order one thread runs them, while this thread reads the next micro-batch (read_ahead) the
+ * whole time. What the stages touch: mb (its rows, versions, pull state), the client and its
+ * stores, pv, grads and preds, the push buffers (tk, split_*, echo_*), stats.rows_pushed. What
+ * read_ahead touches: the source, the other mb, the marks, read_examples, eof, stats.records.
+ * The two sets are disjoint; finish's wait orders the stages' writes before this thread reads
+ * them.
+ */
+static bool can_stage(const spw_trainer_loop_t *loop, const struct mb *cur)
+{
+    return spw_backend_threads(loop->be) >= 2 && loop->inproc.stores && !loop->src.kafka &&
+           !loop->acc && !loop->prefetch && !cur->echo_hi && !cur->pulling && !loop->next->filled &&
+           !loop->eof && !loop->stopped && !spw_signal_stop_requested();
+}
+
+static spw_err_t staged_pre(void *ctx)
+{
+    struct staged *st = ctx;
+    spw_trainer_loop_t *loop = st->loop;
+    struct mb *mb = st->mb;
+    spw_err_t err = mb->ready ? SPW_OK : start_pull(loop, mb); /* rows already grown: no alloc */
+    while (!err && mb->pulling &&
+           (err = spw_ps_client_pull_wait(loop->client, mb->token, PULL_WAIT_SLICE_MS)) ==
+               SPW_ERR_TIMEOUT)
+        err = SPW_OK; /* in-process: answered at once; the loop stays for the contract */
+    if (!err && mb->pulling) {
+        mb->pulling = false;
+        mb->ready = true;
+    }
+    st->pulled_ns = spw_time_mono_ns();
+    return err;
+}
+
+static spw_err_t staged_post(void *ctx)
+{
+    struct staged *st = ctx;
+    spw_trainer_loop_t *loop = st->loop;
+    const spw_batch_t *b = st->mb->batch;
+    spw_pv_add(loop->pv, loop->preds, spw_batch_labels(b), spw_batch_oracle(b),
+               spw_batch_examples(b));
+    st->scored_ns = spw_time_mono_ns();
+    /* step_push with the step's figures as compute_account will leave them */
+    uint64_t examples = loop->step_examples, seq = 0;
+    int64_t max_event = loop->step_max_event;
+    loop->step_examples = st->examples;
+    loop->step_max_event = st->max_event;
+    loop->echo_to = NULL; /* next is being read, not pulled (can_stage: no prefetch) */
+    st->push_err = step_push(loop, st->mb, st->tag, &seq);
+    loop->step_examples = examples;
+    loop->step_max_event = max_event;
+    st->seq = seq;
+    st->pushed_ns = spw_time_mono_ns();
+    return SPW_OK; /* a push error is end_step's to handle (push_err) */
+}
+
+/* One micro-batch that ends its step (acc_steps 1), staged; see can_stage. */
+static spw_err_t staged_step(spw_trainer_loop_t *loop, struct mb *mb)
+{
+    const spw_batch_t *b = mb->batch;
+    const size_t n = spw_batch_examples(b), nu = spw_batch_unique(b);
+    if (spw_trn__grow((void **)&loop->grads, &loop->cap_grads, nu * loop->dim, sizeof(float)) ||
+        spw_trn__grow((void **)&loop->preds, &loop->cap_preds, n, sizeof(float)) ||
+        spw_trn__grow((void **)&mb->rows, &mb->cap_rows, nu * loop->dim, sizeof(float)) ||
+        spw_trn__grow((void **)&mb->versions, &mb->cap_versions, nu, sizeof(uint32_t)))
+        return SPW_ERR_NOMEM;
+    struct staged *st = &loop->staged;
+    int64_t ev = spw_batch_max_event_time(b);
+    *st = (struct staged){
+        .loop = loop,
+        .mb = mb,
+        .tag = loop->step_tag,
+        .examples = loop->step_examples + n,
+        .max_event = ev > loop->step_max_event ? ev : loop->step_max_event,
+        .t0 = spw_time_mono_ns(),
+    };
+    loop->stages = (struct spw_backend_stages){.pre = staged_pre, .post = staged_post, .ctx = st};
+    const uint64_t before = loop->stats.rows_pushed;
+    float scale = (float)(1.0 / ((double)n * loop->conf.params.acc_steps));
+    spw_backend_forward_backward_start_staged(loop->be, b, mb->rows, scale, loop->preds,
+                                              loop->grads, &loop->stages);
+    spw_err_t ahead = read_ahead(loop);
+    double loss = 0.0;
+    spw_err_t err = spw_backend_forward_backward_finish(loop->be, &loss);
+    if (err)
+        return err; /* a failed pull leaves mb pulling or not: finish() drops it */
+    uint64_t waited = st->pulled_ns - st->t0;
+    set_ready(loop, true, NULL);
+    loop->step_pull_ns += waited;
+    loop->stats.pull_wait_ns += waited;
+    if (loop->m.pull_wait_s)
+        spw_histogram_observe(loop->m.pull_wait_s, (double)waited * 1e-9);
+    compute_account(loop, mb, loss, st->scored_ns - st->pulled_ns);
+    /* the push went out: its step is ended here even when the reading failed */
+    err = hook_result(loop, end_step_rest(loop, true, st->tag, before, st->seq, st->push_err,
+                                          st->pushed_ns - st->scored_ns));
+    return err ? err : ahead;
 }
 
 /* ---- reports ---- */
@@ -1452,6 +1595,11 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
             if (loop->stopped)
                 break;
         }
+        if (can_stage(loop, cur)) {
+            if ((err = staged_step(loop, cur)))
+                break;
+            goto stepped;
+        }
         if (!cur->ready && !cur->pulling && (err = start_pull(loop, cur)))
             break;
         /* in a two-phase step, the next micro-batch's rows are read here only when it belongs
@@ -1474,6 +1622,7 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
             break;
         if (loop->micro == acc_steps && (err = hook_result(loop, end_step(loop, cur, true))))
             break;
+    stepped:
         slow_down(loop);
         if ((err = store_acked(loop)) || (err = periodic(loop)))
             break;

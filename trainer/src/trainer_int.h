@@ -149,6 +149,13 @@ uint32_t spw_trn__par_threads(const struct spw_trn__par *par);
 void spw_trn__par_start(struct spw_trn__par *par, spw_deep_t *deep, const spw_batch_t *batch,
                         const float *rows, const float *dense, float grad_scale, float *preds,
                         float *grads);
+/* spw_trn__par_start with the owner's serial stages on thread 0 (see spw_backend_stages): pre
+ * before the compute (then, for a deep model, the gather of the network's weights from rows,
+ * which pre may fill), post after the reduction. batch holds at least one example. finish returns
+ * the first error of pre, the compute or post. stages is borrowed until finish. */
+void spw_trn__par_start_staged(struct spw_trn__par *par, spw_deep_t *deep, const spw_batch_t *batch,
+                               const float *rows, float grad_scale, float *preds, float *grads,
+                               const struct spw_backend_stages *stages);
 spw_err_t spw_trn__par_finish(struct spw_trn__par *par, double *loss_sum);
 /* Whether a batch was started and not finished. */
 bool spw_trn__par_in_flight(const struct spw_trn__par *par);

@@ -392,6 +392,30 @@ void spw_backend_forward_backward_start(spw_backend_t *be, const spw_batch_t *ba
                                         float *grads);
 spw_err_t spw_backend_forward_backward_finish(spw_backend_t *be, double *loss_sum);
 
+/*
+ * The owner's serial work around a batch, handed to spw_backend_forward_backward_start_staged:
+ * pre (may be NULL) brings the batch's rows into the rows buffer given to start (the pull), post
+ * (may be NULL) consumes preds and grads (scoring, the push). On the compute threads both run
+ * on thread 0 while the owner thread does other work (it reads the next micro-batch), so they
+ * may touch only what the owner leaves alone until finish. A non-zero return fails the batch
+ * (pre's: nothing computed, post not called) and finish returns it. ctx is the callbacks'.
+ */
+struct spw_backend_stages {
+    spw_err_t (*pre)(void *ctx);
+    spw_err_t (*post)(void *ctx);
+    void *ctx;
+};
+
+/* spw_backend_forward_backward_start with stages: pre, the forward and backward, post, in that
+ * order. On the compute threads (spw_backend_threads > 1) all of it runs there and start
+ * returns at once; otherwise start runs the three in the caller. batch holds at least one
+ * example. rows, preds, grads and stages are borrowed until finish, which returns the first
+ * error. Owner thread only. */
+void spw_backend_forward_backward_start_staged(spw_backend_t *be, const spw_batch_t *batch,
+                                               float *rows, float grad_scale, float *preds,
+                                               float *grads,
+                                               const struct spw_backend_stages *stages);
+
 /* spw_cpu_row_norms over rows of the model's dim. */
 spw_err_t spw_backend_row_norms(spw_backend_t *be, const float *grads, size_t n, float *norms);
 
