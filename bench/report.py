@@ -976,13 +976,17 @@ def deep_section(res):
         lines += ["`sparrow launch` (2 shards, coordinator, Kafka mock, trainers of batch 256, "
                   "DeepFM k=4 over launch's 39 fields) on the deep stream, %s examples, scored on "
                   "%s held-out: K trainers against one trainer (async's baseline, batch 256) and "
-                  "one of batch K x 256 (sync's: the same examples per step). Rows in the steps: "
+                  "one of batch K x 256 (sync's: the same examples per step; a sync run whose dense "
+                  "network steps at sqrt(K) its rate, pserver.sync.dense_lr_scale's default, "
+                  "against the one of batch K x 256 whose pserver.lr.dense is sqrt(K) x 0.005). "
+                  "Rows in the steps: "
                   "which rows wait for a synchronous step's commit (all; dense: the bias and the "
                   "dense blocks only, `trainer.sync.rows=dense`, the embedding rows applied as "
                   "they arrive)." % (f0(k.get("examples")), f0(k.get("heldout"))), ""]
 
-        def one(batch):
-            r = next((x for x in k["rows"] if x["k"] == 1 and x["batch"] == batch), None)
+        def one(batch, sqrt=False):
+            r = next((x for x in k["rows"] if x["k"] == 1 and x["batch"] == batch and
+                      bool(x.get("dense_lr_sqrt")) == sqrt), None)
             return (r.get("eval") or {}).get("logloss") if r else None
         t = []
         for r in k["rows"]:
@@ -991,7 +995,8 @@ def deep_section(res):
                       r.get("sync_rows", "all") if r["mode"] == "sync" else "—",
                       f4(ev.get("logloss")),
                       _pct(ev.get("logloss"), one(256)) if r["k"] > 1 else "—",
-                      _pct(ev.get("logloss"), one(256 * r["k"])) if r["k"] > 1 else "—",
+                      _pct(ev.get("logloss"), one(256 * r["k"], bool(r.get("dense_lr_sqrt"))))
+                      if r["k"] > 1 else "—",
                       sgn4(ev["logloss"] - ev["bayes_logloss"]) if ev else "—",
                       f0(r.get("ex_per_s")), "" if r.get("ok") else r.get("why", "")[:120]))
         lines += [table(["run", "K", "mode", "rows in the steps", "held-out logloss",

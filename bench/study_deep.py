@@ -15,15 +15,18 @@ the same held-out examples; its examples/s is the training loop alone with torch
 the machine's cores (the input was read and made tensors before its clock starts).
 Part 3, `sparrow launch` (2 shards, the coordinator, the Kafka mock, trainers of batch 256) with
 DeepFM (k=4, launch's) on the deep stream: K trainers in sync and in async against one trainer of the same batch
-(async's baseline) and of batch K x 256 (sync's), held-out logloss as part 1. Three modes: sync
-(every row, dense blocks included, applied once per step from the aggregated pushes), sync with
-trainer.sync.rows=dense (only the bias and the dense blocks wait for the step's commit; the
-embedding rows apply as they arrive) and async (everything as it arrives).
+(async's baseline) and of batch K x 256 (sync's; with the dense rate at 0.005 and at sqrt(K) times
+it, which is what a sync step of K trainers gives the dense network by default,
+pserver.sync.dense_lr_scale = sqrt), held-out logloss as part 1. Modes: sync (every row, dense
+blocks included, applied once per step from the aggregated pushes), the same with the dense rate
+unscaled, sync with trainer.sync.rows=dense (only the bias and the dense blocks wait for the
+step's commit; the embedding rows apply as they arrive) and async (everything as it arrives).
 
 Standalone: bench/study_deep.py BUILD_DIR [--quick] [--part models|k] [--json FILE]
 (prints JSON unless --json; --part: parts 1-2 or part 3 alone)"""
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -51,8 +54,12 @@ SIZES = {False: {"n": 1000000, "h": 50000, "kn": 300000, "kh": 20000, "partition
 # (label, mode, penalty, family, trainer settings): sync with every row in its two-phase steps,
 # sync with only the dense parameters in them (trainer.sync.rows=dense, Persia's hybrid), async
 K_MODES = [("sync", "sync", "inverse", "sync", []),
-           ("sync, dense rows only", "sync", "inverse", "sync", ["trainer.sync.rows=dense"]),
+           ("sync, dense lr unscaled", "sync", "inverse", "sync",
+            ["pserver:pserver.sync.dense_lr_scale=none"]),
+           ("sync, dense rows only", "sync", "inverse", "sync",
+            ["trainer:trainer.sync.rows=dense"]),
            ("async", "async", "none", "async", [])]
+DENSE_LR = 0.005  # pserver.lr.dense's default
 
 
 def model_sets(model):
@@ -176,15 +183,25 @@ def k_part(rec, sparrow, work, size):
     for k in size["ks"]:
         specs.append(("one trainer, batch %d" % (k * ss.BATCH), "async", "none", "async", 1,
                       k * ss.BATCH, []))
+        # sync's exact analogue: the batch of K trainers, the dense rate sync gives it
+        # (pserver.sync.dense_lr_scale = sqrt)
+        specs.append(("one trainer, batch %d, dense lr x sqrt(%d)" % (k * ss.BATCH, k), "async",
+                      "none", "async", 1, k * ss.BATCH,
+                      ["pserver:pserver.lr.dense=%g" % (DENSE_LR * math.sqrt(k))]))
         for label, mode, pen, fam, extra in K_MODES:
             specs.append(("%s, %d trainers" % (label, k), mode, pen, fam, k, None, extra))
     rows = []
     for desc, mode, pen, fam, k, batch, extra in specs:
-        cfg = ss._config(desc, mode, pen, sets + ["trainer:" + e for e in extra], fam)
+        cfg = ss._config(desc, mode, pen, sets + extra, fam)
         spec = {"part": "deep", "stream": "deep", "config": "%s/%s" % (mode, pen), "cfg": cfg,
                 "k": k, "slow": 0, "batch": batch}
         r = ss.one_run(rec, sparrow, evaluator, work, st, spec, lsize)
-        r["desc"], r["sync_rows"] = desc, "dense" if extra else "all"
+        r["desc"] = desc
+        r["sync_rows"] = "dense" if "trainer:trainer.sync.rows=dense" in extra else "all"
+        # the dense network stepped at sqrt(K) its rate: sync's default, or the baseline given it
+        r["dense_lr_sqrt"] = (mode == "sync" and
+                              "pserver:pserver.sync.dense_lr_scale=none" not in extra) or \
+            any(e.startswith("pserver:pserver.lr.dense=") for e in extra)
         rows.append(r)
         ev = r.get("eval") or {}
         rec.note("deep:   %s: held-out logloss %s ex/s %s%s" % (

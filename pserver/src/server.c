@@ -3,6 +3,7 @@
  * readiness. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -886,8 +887,16 @@ static void handle_commit(spw_ps_server_t *srv, struct peer *peer, const Sparrow
     struct spw_ps__step_sum sum;
     spw_err_t err = spw_ps__steps_take(srv->steps, &commit, &sum);
     struct spw_ps_push_result res = {0};
-    struct spw_ps_push_args args = {
-        .n = sum.n, .keys = sum.keys, .grads = sum.grads, .versions = sum.versions};
+    /* the step averaged K trainers' batches: a K times larger batch for the dense network,
+     * which takes one step where one trainer would have taken K */
+    float dense_scale = srv->conf.sync_dense_lr_sqrt && commit.n_trainers > 1
+                            ? sqrtf((float)commit.n_trainers)
+                            : 0.0f;
+    struct spw_ps_push_args args = {.n = sum.n,
+                                    .keys = sum.keys,
+                                    .grads = sum.grads,
+                                    .versions = sum.versions,
+                                    .dense_lr_scale = dense_scale};
     if (!err)
         err = apply_push(srv, &args, sum.max_event_ms, &res);
     /* the unit's members that came too late, each weighted as one contributor more, after the

@@ -635,6 +635,10 @@ spw_err_t spw_ps_store_push_args(spw_ps_store_t *store, const struct spw_ps_push
     struct spw_ps_optim_conf dense_oc = *oc; /* the dense blocks' (pserver.lr.dense) */
     if (oc->lr_dense > 0.0f)
         dense_oc.lr = dense_oc.lr_latent = oc->lr_dense;
+    if (args->dense_lr_scale > 0.0f) {
+        dense_oc.lr *= args->dense_lr_scale;
+        dense_oc.lr_latent *= args->dense_lr_scale;
+    }
     const struct spw_ps_penalty *pen = &store->conf.penalty;
     const bool dc = pen->kind == SPW_PS_PENALTY_DC;
     const float lambda = (float)pen->lambda;

@@ -501,6 +501,36 @@ static void test_ps_store_dense_blocks(void **state)
     spw_ps_store_close(s);
 }
 
+/* A committed step's dense_lr_scale multiplies the dense blocks' rate only: an embedding row
+ * of the same push steps at its own rate. */
+static void test_ps_store_dense_lr_scale(void **state)
+{
+    struct test_dir_fixture *fx = *state;
+    char p[128];
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_SGD, 2);
+    c.optim.init_scale = 0.0f;
+    c.optim.lr = 1.0f;
+    c.optim.lr_dense = 0.1f;
+    spw_ps_store_t *s = open_ok(&c);
+    uint64_t keys[2] = {spw_dense_block_key(0), 77};
+    float g[4] = {0.5f, 0.5f, 0.5f, 0.5f}, v[4];
+    struct spw_ps_push_args args = {.n = 2, .keys = keys, .grads = g, .dense_lr_scale = 3.0f};
+    struct spw_ps_push_result r;
+    assert_int_equal(spw_ps_store_push_args(s, &args, &r), SPW_OK);
+    assert_int_equal(r.applied, 2);
+    assert_int_equal(spw_ps_store_pull(s, keys, 2, v, NULL), SPW_OK);
+    assert_float_equal(v[0], -0.15f, 1e-6); /* 0.1 x 3 x 0.5 */
+    assert_float_equal(v[1], -0.15f, 1e-6);
+    assert_float_equal(v[2], -0.5f, 1e-6); /* 1.0 x 0.5, unscaled */
+    assert_float_equal(v[3], -0.5f, 1e-6);
+    args.dense_lr_scale = 0.0f; /* 0: the configured rate */
+    assert_int_equal(spw_ps_store_push_args(s, &args, &r), SPW_OK);
+    assert_int_equal(spw_ps_store_pull(s, keys, 2, v, NULL), SPW_OK);
+    assert_float_equal(v[0], -0.2f, 1e-6);
+    assert_float_equal(v[2], -1.0f, 1e-6);
+    spw_ps_store_close(s);
+}
+
 static void test_ps_store_reopen_persists_and_checks_layout(void **state)
 {
     struct test_dir_fixture *fx = *state;
@@ -625,5 +655,6 @@ SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_store_pull
                    test_ps_store_nonfinite_rejected, test_ps_store_spill_readback_identical,
                    test_ps_store_index_grows_with_rows, test_ps_store_large_flush_roundtrip,
                    test_ps_store_admission, test_ps_store_counter_key, test_ps_store_ttl,
-                   test_ps_store_dense_blocks, test_ps_store_reopen_persists_and_checks_layout,
+                   test_ps_store_dense_blocks, test_ps_store_dense_lr_scale,
+                   test_ps_store_reopen_persists_and_checks_layout,
                    test_ps_store_db_options_insert_hint, test_ps_store_new_keys_skip_rocksdb)

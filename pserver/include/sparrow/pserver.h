@@ -210,6 +210,10 @@ struct spw_ps_push_args {
     /* may be NULL: filled on the way, the echoed rows cost no second lookup; a row not admitted
      * echoes its initial weights and version 0, as a pull would */
     const struct spw_ps_echo *echo;
+    /* A deep model's dense blocks (spw_key_is_dense) step at their learning rate times this; 0
+     * or 1: as configured. A committed two-phase step of K trainers passes sqrt(K)
+     * (pserver.sync.dense_lr_scale). */
+    float dense_lr_scale;
 };
 
 /* The push all others are: applies args->grads through the optimizer with the staleness
@@ -326,10 +330,13 @@ struct spw_http;
 #define SPW_PS_DEDUP_WINDOW   64
 
 struct spw_ps_server_conf {
-    const char *listen;         /* ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:7000" */
-    uint32_t shards;            /* shard count (keys of other shards are refused) */
-    size_t max_frame;           /* largest request accepted, bytes */
-    size_t steps_max_bytes;     /* bound of the two-phase pending table (0: 1 GiB) */
+    const char *listen;     /* ZeroMQ endpoint to bind, e.g. "tcp://0.0.0.0:7000" */
+    uint32_t shards;        /* shard count (keys of other shards are refused) */
+    size_t max_frame;       /* largest request accepted, bytes */
+    size_t steps_max_bytes; /* bound of the two-phase pending table (0: 1 GiB) */
+    /* a committed step of K trainers steps the dense blocks at sqrt(K) times their rate
+     * (pserver.sync.dense_lr_scale = sqrt) */
+    bool sync_dense_lr_sqrt;
     const char *data_dir;       /* <data_dir>/db is the live RocksDB */
     const char *checkpoint_dir; /* root of checkpoints/<epoch>/shard-<i>; NULL: data_dir */
     bool restore;               /* open the newest valid checkpoint at start (else start empty) */
