@@ -382,6 +382,17 @@ spw_err_t spw_trn__source_open_kafka(struct spw_trn__source *src, const char *ur
         snprintf(errstr, errstr_size, "trainer: out of memory");
         goto out_destroy_props;
     }
+    /* librdkafka's 45 s session: a member gone without leaving (a killed trainer, or a member
+     * id orphaned by a retried join) holds the group's next rebalance, and so every partition,
+     * that long. The heartbeats come from librdkafka's own thread, whatever the loop does, so
+     * the 10 s of Kafka before 3.0 is safe; a setting of the user's wins. */
+    if (!spw_kafka_props_get(props, "session.timeout.ms") &&
+        !spw_kafka_props_get(props, "heartbeat.interval.ms") &&
+        (spw_kafka_props_set(props, "session.timeout.ms", "10000") ||
+         spw_kafka_props_set(props, "heartbeat.interval.ms", "1000"))) {
+        snprintf(errstr, errstr_size, "trainer: out of memory");
+        goto out_destroy_props;
+    }
     if ((err = spw_kafka_props_validate(props, errstr, errstr_size)))
         goto out_destroy_props;
     const char *topics[1] = {src->topic};
