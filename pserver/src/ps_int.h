@@ -72,6 +72,10 @@ extern size_t spw_ps__flush_part_rows;
  * timeout_ms; false on timeout. For benchmarks that must not time the debt of a setup phase. */
 bool spw_ps__store_wait_idle(spw_ps_store_t *store, uint32_t timeout_ms);
 
+/* A RocksDB property of the store's database as text (rocksdb_property_value), or NULL; the
+ * caller frees it with free(). For tests and benchmarks. */
+char *spw_ps__store_property(spw_ps_store_t *store, const char *name);
+
 /* Handles one request frame as if received from a peer, packing (not sending) the reply. For
  * the fuzz target. */
 int spw_ps__server_handle_frame(spw_ps_server_t *srv, const void *data, size_t len);
