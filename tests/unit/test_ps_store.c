@@ -585,6 +585,53 @@ static void test_ps_store_new_keys_skip_rocksdb(void **state)
     free(ver);
 }
 
+/* GCLOCK: with DRAM full, rows touched by several requests outlast rows touched once. A quarter
+ * of the rows is pulled twice more (heat 3), then as many new keys as half the rows are pushed:
+ * the evictions take rows touched once only, and the hot quarter is still in DRAM (pulling it
+ * reads nothing from RocksDB). Under CLOCK's single reference bit the hand's second pass evicted
+ * the hot quarter first, as it holds the first slots. */
+static void test_ps_store_eviction_keeps_hot_rows(void **state)
+{
+    struct test_dir_fixture *fx = *state;
+    char p[128];
+    const uint32_t dim = 2;
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, dim);
+    c.memory_bytes = 64 * 1024;
+    spw_ps_store_t *s = open_ok(&c);
+    struct spw_ps_store_stats st0, st;
+    spw_ps_store_get_stats(s, &st0);
+    const uint32_t r = (uint32_t)st0.rows_dram_max, hot = r / 4, fresh = r / 2;
+    assert_true(r >= 256);
+    uint64_t *keys = malloc((size_t)(r + fresh) * sizeof(uint64_t));
+    float *g = calloc((size_t)(r + fresh) * dim, sizeof(float));
+    float *v = malloc((size_t)r * dim * sizeof(float));
+    for (uint32_t i = 0; i < r + fresh; i++)
+        keys[i] = spw_hash_mix64(i + 1);
+    for (uint32_t off = 0; off < r; off += 32) /* DRAM full, every row touched once */
+        assert_int_equal(
+            spw_ps_store_push(s, keys + off, r - off < 32 ? r - off : 32, g, NULL, NULL, NULL),
+            SPW_OK);
+    for (int t = 0; t < 2; t++)
+        assert_int_equal(spw_ps_store_pull(s, keys, hot, v, NULL), SPW_OK);
+    spw_ps_store_get_stats(s, &st);
+    assert_int_equal(st.evictions, 0);
+    for (uint32_t off = r; off < r + fresh; off += 32)
+        assert_int_equal(spw_ps_store_push(s, keys + off,
+                                           r + fresh - off < 32 ? r + fresh - off : 32, g, NULL,
+                                           NULL, NULL),
+                         SPW_OK);
+    spw_ps_store_get_stats(s, &st0);
+    assert_true(st0.evictions >= fresh);
+    assert_int_equal(spw_ps_store_pull(s, keys, hot, v, NULL), SPW_OK);
+    spw_ps_store_get_stats(s, &st);
+    assert_int_equal(st.db_reads, st0.db_reads);
+    assert_int_equal(st.rows_created, st0.rows_created);
+    spw_ps_store_close(s);
+    free(keys);
+    free(g);
+    free(v);
+}
+
 /* Pushed keys (a skewed draw, distinct per batch) over n keys. */
 static void skewed_batch(uint64_t *rng, uint64_t *keys, uint32_t m, uint32_t n)
 {
@@ -633,6 +680,7 @@ static void test_ps_store_cold_tier_sst_readback_exact(void **state)
         assert_int_equal(spw_ps_store_push(a, keys + off, m, g, NULL, NULL, NULL), SPW_OK);
         assert_int_equal(spw_ps_store_push(b, keys + off, m, g, NULL, NULL, NULL), SPW_OK);
     }
+    assert_true(spw_ps__store_wait_idle(a, 60000)); /* the memtables' flushes done */
     char *sst = spw_ps__store_property(a, "rocksdb.live-sst-files-size");
     assert_non_null(sst);
     assert_true(strtoull(sst, NULL, 10) > (4u << 20));
@@ -735,4 +783,5 @@ SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_store_pull
                    test_ps_store_admission, test_ps_store_counter_key, test_ps_store_ttl,
                    test_ps_store_dense_blocks, test_ps_store_reopen_persists_and_checks_layout,
                    test_ps_store_db_options_insert_hint, test_ps_store_new_keys_skip_rocksdb,
-                   test_ps_store_cold_tier_sst_readback_exact)
+                   test_ps_store_cold_tier_sst_readback_exact,
+                   test_ps_store_eviction_keeps_hot_rows)
