@@ -35,11 +35,16 @@ struct spw_ps_row {
     float data[];
 };
 
-#define SPW_PS_ROW_HDR      24u
-#define SPW_PS_ROW_DIRTY    1u  /* changed since last written to RocksDB */
-#define SPW_PS_ROW_REF      2u  /* touched since the clock hand last passed */
+#define SPW_PS_ROW_HDR   24u
+#define SPW_PS_ROW_DIRTY 1u /* changed since last written to RocksDB */
+/* 2u: unused (was the CLOCK reference bit; the heat below replaced it) */
 #define SPW_PS_ROW_PIN      4u  /* in use by the current request; not evictable */
 #define SPW_PS_DB_VALUE_OFF 12u /* RocksDB value = row bytes from here to the last float */
+/* Bits 4..5: the row's heat for eviction (GCLOCK), 0..3: a new or loaded row starts at 1, each
+ * request that touches it adds 1, each pass of the clock hand takes 1, and the hand evicts rows
+ * at 0. */
+#define SPW_PS_ROW_HEAT_ONE  16u
+#define SPW_PS_ROW_HEAT_MASK 48u
 
 /* Bits 16..31 of a DRAM row's flags: the tag of the top-class estimation period that last saw
  * the row (stale.c; 0: none, which every row loaded or created has). */
@@ -71,6 +76,10 @@ extern size_t spw_ps__flush_part_rows;
 /* Waits (polling) until RocksDB has no flush or compaction pending or running, at most
  * timeout_ms; false on timeout. For benchmarks that must not time the debt of a setup phase. */
 bool spw_ps__store_wait_idle(spw_ps_store_t *store, uint32_t timeout_ms);
+
+/* A RocksDB property of the store's database as text (rocksdb_property_value), or NULL; the
+ * caller frees it with free(). For tests and benchmarks. */
+char *spw_ps__store_property(spw_ps_store_t *store, const char *name);
 
 /* Handles one request frame as if received from a peer, packing (not sending) the reply. For
  * the fuzz target. */

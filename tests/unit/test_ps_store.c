@@ -615,9 +615,162 @@ static void test_ps_store_new_keys_skip_rocksdb(void **state)
     free(ver);
 }
 
+/* GCLOCK: with DRAM full, rows touched by several requests outlast rows touched once. A quarter
+ * of the rows is pulled twice more (heat 3), then as many new keys as half the rows are pushed:
+ * the evictions take rows touched once only, and the hot quarter is still in DRAM (pulling it
+ * reads nothing from RocksDB). Under CLOCK's single reference bit the hand's second pass evicted
+ * the hot quarter first, as it holds the first slots. */
+static void test_ps_store_eviction_keeps_hot_rows(void **state)
+{
+    struct test_dir_fixture *fx = *state;
+    char p[128];
+    const uint32_t dim = 2;
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, dim);
+    c.memory_bytes = 64 * 1024;
+    spw_ps_store_t *s = open_ok(&c);
+    struct spw_ps_store_stats st0, st;
+    spw_ps_store_get_stats(s, &st0);
+    const uint32_t r = (uint32_t)st0.rows_dram_max, hot = r / 4, fresh = r / 2;
+    assert_true(r >= 256);
+    uint64_t *keys = malloc((size_t)(r + fresh) * sizeof(uint64_t));
+    float *g = calloc((size_t)(r + fresh) * dim, sizeof(float));
+    float *v = malloc((size_t)r * dim * sizeof(float));
+    for (uint32_t i = 0; i < r + fresh; i++)
+        keys[i] = spw_hash_mix64(i + 1);
+    for (uint32_t off = 0; off < r; off += 32) /* DRAM full, every row touched once */
+        assert_int_equal(
+            spw_ps_store_push(s, keys + off, r - off < 32 ? r - off : 32, g, NULL, NULL, NULL),
+            SPW_OK);
+    for (int t = 0; t < 2; t++)
+        assert_int_equal(spw_ps_store_pull(s, keys, hot, v, NULL), SPW_OK);
+    spw_ps_store_get_stats(s, &st);
+    assert_int_equal(st.evictions, 0);
+    for (uint32_t off = r; off < r + fresh; off += 32)
+        assert_int_equal(spw_ps_store_push(s, keys + off,
+                                           r + fresh - off < 32 ? r + fresh - off : 32, g, NULL,
+                                           NULL, NULL),
+                         SPW_OK);
+    spw_ps_store_get_stats(s, &st0);
+    assert_true(st0.evictions >= fresh);
+    assert_int_equal(spw_ps_store_pull(s, keys, hot, v, NULL), SPW_OK);
+    spw_ps_store_get_stats(s, &st);
+    assert_int_equal(st.db_reads, st0.db_reads);
+    assert_int_equal(st.rows_created, st0.rows_created);
+    spw_ps_store_close(s);
+    free(keys);
+    free(g);
+    free(v);
+}
+
+/* Pushed keys (a skewed draw, distinct per batch) over n keys. */
+static void skewed_batch(uint64_t *rng, uint64_t *keys, uint32_t m, uint32_t n)
+{
+    for (uint32_t i = 0; i < m;) {
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(*rng >> 11) / 9007199254740992.0;
+        uint64_t k = spw_hash_mix64((uint64_t)(u * u * u * n) + 1);
+        bool dup = false;
+        for (uint32_t j = 0; j < i && !dup; j++)
+            dup = keys[j] == k;
+        if (!dup)
+            keys[i++] = k;
+    }
+}
+
+/* The cold tier through SST files (the model is larger than the memtables, so most evicted rows
+ * are read back from table files, through the options spw_ps__db_options sets: one restart
+ * point per row, hashed block index, no block cache, checksums not verified on the misses'
+ * MultiGet): rows evicted and read back by pushes alone and by pulls then pushes keep their
+ * values, optimizer state, version, count and last update exactly, against a store holding
+ * every row in DRAM; so do all rows after a close (flush) and reopen. */
+static void test_ps_store_cold_tier_sst_readback_exact(void **state)
+{
+    struct test_dir_fixture *fx = *state;
+    char p1[128], p2[128];
+    const uint32_t dim = 16, n_keys = 80000, batch = 1024;
+    struct spw_ps_store_conf small = base_conf(fx, p1, sizeof(p1), SPW_PS_ADAGRAD, dim);
+    small.memory_bytes = n_keys * (SPW_PS_ROW_HDR + 2 * dim * sizeof(float)) / 10;
+    struct spw_ps_store_conf big = base_conf(fx, p2, sizeof(p2), SPW_PS_ADAGRAD, dim);
+    big.memory_bytes = 64u << 20;
+    spw_ps_store_t *a = open_ok(&small), *b = open_ok(&big);
+    spw_ps_store_set_now(a, 1000);
+    spw_ps_store_set_now(b, 1000);
+    uint64_t *keys = malloc(n_keys * sizeof(uint64_t));
+    float *g = malloc((size_t)batch * dim * sizeof(float));
+    float *va = malloc((size_t)batch * dim * sizeof(float));
+    float *vb = malloc((size_t)batch * dim * sizeof(float));
+    uint32_t *vera = malloc(batch * sizeof(uint32_t)), *verb = malloc(batch * sizeof(uint32_t));
+    for (uint32_t i = 0; i < batch * dim; i++)
+        g[i] = (float)((int)(i * 7919 % 1000) - 500) / 1000.0f;
+    /* every key once, so that most rows live in RocksDB's table files */
+    for (uint32_t i = 0; i < n_keys; i++)
+        keys[i] = spw_hash_mix64(i + 1);
+    for (uint32_t off = 0; off < n_keys; off += batch) {
+        uint32_t m = n_keys - off < batch ? n_keys - off : batch;
+        assert_int_equal(spw_ps_store_push(a, keys + off, m, g, NULL, NULL, NULL), SPW_OK);
+        assert_int_equal(spw_ps_store_push(b, keys + off, m, g, NULL, NULL, NULL), SPW_OK);
+    }
+    assert_true(spw_ps__store_wait_idle(a, 60000)); /* the memtables' flushes done */
+    char *sst = spw_ps__store_property(a, "rocksdb.live-sst-files-size");
+    assert_non_null(sst);
+    assert_true(strtoull(sst, NULL, 10) > (4u << 20));
+    free(sst);
+    struct spw_ps_store_stats st0, st;
+    spw_ps_store_get_stats(a, &st0);
+    uint64_t rng = 3;
+    for (int round = 0; round < 60; round++) {
+        spw_ps_store_set_now(a, 1001 + (uint32_t)round);
+        spw_ps_store_set_now(b, 1001 + (uint32_t)round);
+        skewed_batch(&rng, keys, batch, n_keys);
+        for (uint32_t i = 0; i < batch * dim; i++)
+            g[i] = -g[i] * 0.9f;
+        if (round % 2 == 0) { /* pushes alone: the push's own lookups read the misses */
+            assert_int_equal(spw_ps_store_push(a, keys, batch, g, NULL, NULL, NULL), SPW_OK);
+            assert_int_equal(spw_ps_store_push(b, keys, batch, g, NULL, NULL, NULL), SPW_OK);
+            continue;
+        }
+        assert_int_equal(spw_ps_store_pull(a, keys, batch, va, vera), SPW_OK);
+        assert_int_equal(spw_ps_store_pull(b, keys, batch, vb, verb), SPW_OK);
+        assert_memory_equal(va, vb, (size_t)batch * dim * sizeof(float));
+        assert_memory_equal(vera, verb, batch * sizeof(uint32_t));
+        assert_int_equal(spw_ps_store_push(a, keys, batch, g, vera, NULL, NULL), SPW_OK);
+        assert_int_equal(spw_ps_store_push(b, keys, batch, g, verb, NULL, NULL), SPW_OK);
+    }
+    spw_ps_store_get_stats(a, &st);
+    assert_true(st.db_reads - st0.db_reads > 10000);
+    assert_true(st.evictions - st0.evictions > 10000);
+    size_t sz = sizeof(struct spw_ps_row_copy) + 2 * dim * sizeof(float);
+    struct spw_ps_row_copy *ra = malloc(sz), *rb = malloc(sz);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { /* every row from RocksDB after the close's flush */
+            spw_ps_store_close(a);
+            a = open_ok(&small);
+        }
+        for (uint32_t i = 0; i < n_keys; i++) {
+            uint64_t k = spw_hash_mix64(i + 1);
+            assert_int_equal(spw_ps_store_get_row(a, k, ra), SPW_OK);
+            assert_int_equal(spw_ps_store_get_row(b, k, rb), SPW_OK);
+            assert_int_equal(ra->version, rb->version);
+            assert_int_equal(ra->count, rb->count);
+            assert_int_equal(ra->last_update, rb->last_update);
+            assert_memory_equal(ra->data, rb->data, 2 * dim * sizeof(float));
+        }
+    }
+    free(ra);
+    free(rb);
+    spw_ps_store_close(a);
+    spw_ps_store_close(b);
+    free(keys);
+    free(g);
+    free(va);
+    free(vb);
+    free(vera);
+    free(verb);
+}
+
 /* The shard database's options, as RocksDB persisted them: the memtable insert hint (applied
  * through an options string) is there, and applying it kept the table options set before it
- * (bloom filters, XXH3 checksums). */
+ * (bloom filters, XXH3 checksums, one restart point per row, the hash ratio, no block cache). */
 static void test_ps_store_db_options_insert_hint(void **state)
 {
     struct test_dir_fixture *fx = *state;
@@ -647,6 +800,9 @@ static void test_ps_store_db_options_insert_hint(void **state)
     assert_non_null(strstr(text, "bloomfilter"));
     assert_non_null(strstr(text, "checksum=kXXH3"));
     assert_non_null(strstr(text, "allow_mmap_reads=true"));
+    assert_non_null(strstr(text, " block_restart_interval=1\n"));
+    assert_non_null(strstr(text, "data_block_hash_table_util_ratio=0.250000"));
+    assert_non_null(strstr(text, "no_block_cache=true"));
     spw_ps_store_close(s);
 }
 
@@ -657,4 +813,6 @@ SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_store_pull
                    test_ps_store_admission, test_ps_store_counter_key, test_ps_store_ttl,
                    test_ps_store_dense_blocks, test_ps_store_dense_lr_scale,
                    test_ps_store_reopen_persists_and_checks_layout,
-                   test_ps_store_db_options_insert_hint, test_ps_store_new_keys_skip_rocksdb)
+                   test_ps_store_db_options_insert_hint, test_ps_store_new_keys_skip_rocksdb,
+                   test_ps_store_cold_tier_sst_readback_exact,
+                   test_ps_store_eviction_keeps_hot_rows)
