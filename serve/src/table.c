@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "sparrow/hash.h"
 #include "sparrow/serve.h"
@@ -36,12 +37,24 @@ struct slot {
     _Atomic uint32_t vals[];
 };
 
-/* A stripe's slots with their count: one allocation, so that a reader loads the array and its
- * bounds with one pointer (never a new array with an old cap). */
+/* A stripe's slots as a reader sees them, decoded from one word (struct stripe's slots: the
+ * array's address, 64-byte aligned, with log2 of cap in its low 6 bits), so that a reader loads
+ * an array and its bounds together, never a new array with an old cap. */
 struct slots {
-    uint32_t cap;                        /* power of two */
-    _Alignas(LINE) unsigned char data[]; /* cap × stride bytes */
+    unsigned char *data; /* cap × stride bytes; NULL before the first put */
+    uint32_t cap;        /* power of two */
 };
+
+static inline struct slots slots_of(uintptr_t word)
+{
+    return (struct slots){.data = (unsigned char *)(word & ~(uintptr_t)(LINE - 1)),
+                          .cap = word ? 1u << (word & (LINE - 1)) : 0};
+}
+
+static inline uintptr_t slots_word(struct slots a)
+{
+    return (uintptr_t)a.data | (uintptr_t)__builtin_ctz(a.cap);
+}
 
 /*
  * One stripe, on its own cache line. Writes come from the table's one writer only; readers write
@@ -53,8 +66,8 @@ struct slots {
  */
 struct stripe {
     _Alignas(LINE) _Atomic uint32_t seq;
-    uint32_t n;                    /* rows held (writer only) */
-    _Atomic(struct slots *) slots; /* NULL before the first put */
+    uint32_t n;              /* rows held (writer only) */
+    _Atomic uintptr_t slots; /* struct slots's word; 0 before the first put */
 };
 
 /*
@@ -71,6 +84,7 @@ struct spw_serve_table {
     _Alignas(LINE) _Atomic uint64_t gen;
     _Alignas(LINE) _Atomic uint64_t readers[2];
     struct stripe stripes[SPW_SERVE_STRIPES];
+    struct chunk *chunks; /* the huge-page chunks holding small slot arrays (writer only) */
 };
 
 static inline uint64_t key_hash(uint64_t key)
@@ -85,7 +99,7 @@ static inline struct stripe *stripe_of(spw_serve_table_t *t, uint64_t h)
 
 static inline struct slot *slot_at(const struct slots *a, uint32_t stride, uint32_t i)
 {
-    return (struct slot *)(void *)((unsigned char *)a->data + (size_t)i * stride);
+    return (struct slot *)(void *)(a->data + (size_t)i * stride);
 }
 
 static inline void cpu_relax(void)
@@ -105,6 +119,103 @@ static uint32_t slot_stride(uint32_t dim)
     while (stride < size)
         stride *= 2;
     return stride;
+}
+
+/*
+ * Slot arrays live in 2 MiB chunks advised as transparent huge pages (MADV_HUGEPAGE), so that a
+ * lookup's slot costs a TLB entry per 2 MiB rather than per 4 KiB: a single example's 39 keys
+ * land on 39 distinct pages of a large table, each a page walk with 4 KiB pages. Arrays of at
+ * most half a chunk share chunks of their own size (stripes grow together, so the arrays of one
+ * size are freed together and their chunks unmapped); larger ones are mapped whole, rounded up
+ * to a chunk. Writer only (and destroy).
+ */
+#define CHUNK (2u << 20)
+
+struct chunk {
+    struct chunk *next;
+    unsigned char *base; /* CHUNK bytes, CHUNK-aligned */
+    size_t block;        /* bytes per array */
+    uint32_t n_blocks, used;
+    uint32_t fresh;   /* arrays from here on were never handed out (still zero) */
+    void *free_block; /* freed arrays, linked through their first word */
+};
+
+/* bytes (a multiple of CHUNK) of zeroed memory aligned to CHUNK, advised as huge pages; NULL when
+ * out of memory. */
+static unsigned char *map_huge(size_t bytes)
+{
+    unsigned char *p =
+        mmap(NULL, bytes + CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    size_t head = (CHUNK - (uintptr_t)p % CHUNK) % CHUNK;
+    if (head)
+        munmap(p, head);
+    if (CHUNK - head)
+        munmap(p + head + bytes, CHUNK - head);
+    p += head;
+    (void)madvise(p, bytes, MADV_HUGEPAGE); /* a hint: without THP the pages stay small */
+    return p;
+}
+
+static size_t round_chunk(size_t bytes)
+{
+    return (bytes + CHUNK - 1) / CHUNK * CHUNK;
+}
+
+/* A zeroed array of bytes (a multiple of 256), 64-byte aligned; NULL when out of memory. */
+static unsigned char *arrays_alloc(spw_serve_table_t *t, size_t bytes)
+{
+    if (bytes > CHUNK / 2)
+        return map_huge(round_chunk(bytes));
+    struct chunk *c = t->chunks;
+    while (c && !(c->block == bytes && (c->free_block || c->fresh < c->n_blocks)))
+        c = c->next;
+    if (!c) {
+        c = calloc(1, sizeof(*c));
+        if (!c)
+            return NULL;
+        if (!(c->base = map_huge(CHUNK))) {
+            free(c);
+            return NULL;
+        }
+        c->block = bytes;
+        c->n_blocks = (uint32_t)(CHUNK / bytes);
+        c->next = t->chunks;
+        t->chunks = c;
+    }
+    unsigned char *p;
+    if (c->free_block) {
+        p = c->free_block;
+        memcpy(&c->free_block, p, sizeof(void *));
+        memset(p, 0, bytes);
+    } else {
+        p = c->base + (size_t)c->fresh++ * bytes;
+    }
+    c->used++;
+    return p;
+}
+
+/* Returns an array of arrays_alloc (bytes as allocated); no reader may hold it. */
+static void arrays_free(spw_serve_table_t *t, unsigned char *p, size_t bytes)
+{
+    if (bytes > CHUNK / 2) {
+        munmap(p, round_chunk(bytes));
+        return;
+    }
+    unsigned char *base = p - (uintptr_t)p % CHUNK;
+    struct chunk **at = &t->chunks;
+    while ((*at)->base != base)
+        at = &(*at)->next;
+    struct chunk *c = *at;
+    if (--c->used == 0) {
+        munmap(c->base, CHUNK);
+        *at = c->next;
+        free(c);
+        return;
+    }
+    memcpy(p, &c->free_block, sizeof(void *));
+    c->free_block = p;
 }
 
 spw_serve_table_t *spw_serve_table_new(uint32_t dim, uint64_t max_rows, char *errstr,
@@ -129,7 +240,7 @@ spw_serve_table_t *spw_serve_table_new(uint32_t dim, uint64_t max_rows, char *er
     atomic_init(&t->readers[1], 0);
     for (uint32_t i = 0; i < SPW_SERVE_STRIPES; i++) {
         atomic_init(&t->stripes[i].seq, 0);
-        atomic_init(&t->stripes[i].slots, NULL);
+        atomic_init(&t->stripes[i].slots, 0);
     }
     return t;
 }
@@ -138,8 +249,12 @@ void spw_serve_table_destroy(spw_serve_table_t *table)
 {
     if (!table)
         return;
-    for (uint32_t i = 0; i < SPW_SERVE_STRIPES; i++)
-        free(atomic_load_explicit(&table->stripes[i].slots, memory_order_relaxed));
+    for (uint32_t i = 0; i < SPW_SERVE_STRIPES; i++) {
+        struct slots a =
+            slots_of(atomic_load_explicit(&table->stripes[i].slots, memory_order_relaxed));
+        if (a.data)
+            arrays_free(table, a.data, (size_t)a.cap * table->stride);
+    }
     free(table);
 }
 
@@ -193,10 +308,10 @@ static const struct slot *probe(const struct slots *a, uint32_t stride, uint64_t
 /* Starts loading the lines of the slot where the probe for hash h begins. */
 static inline void prefetch_home(const struct stripe *s, uint32_t stride, uint64_t h)
 {
-    const struct slots *a = atomic_load_explicit(&s->slots, memory_order_relaxed);
-    if (!a)
+    struct slots a = slots_of(atomic_load_explicit(&s->slots, memory_order_relaxed));
+    if (!a.data)
         return;
-    const unsigned char *p = a->data + (size_t)((uint32_t)h & (a->cap - 1)) * stride;
+    const unsigned char *p = a.data + (size_t)((uint32_t)h & (a.cap - 1)) * stride;
     /* a wide row's later lines follow in order, which the hardware prefetcher handles */
     uint32_t lines = stride / LINE < PREFETCH_LINES ? stride / LINE : PREFETCH_LINES;
     __builtin_prefetch(p);
@@ -222,8 +337,8 @@ static bool read_row(const struct stripe *s, uint32_t stride, uint32_t dim, uint
                 sched_yield();
             continue;
         }
-        const struct slots *a = atomic_load_explicit(&s->slots, memory_order_acquire);
-        const struct slot *at = a ? probe(a, stride, key, h) : NULL;
+        struct slots a = slots_of(atomic_load_explicit(&s->slots, memory_order_acquire));
+        const struct slot *at = a.data ? probe(&a, stride, key, h) : NULL;
         uint32_t v = 0;
         if (at) {
             for (uint32_t j = 0; j < dim; j++) {
@@ -299,8 +414,8 @@ static inline void write_end(struct stripe *s)
 /* Slot of key in s, or NULL (the writer's own view: nothing changes under it). */
 static struct slot *find(const struct stripe *s, uint32_t stride, uint64_t key, uint64_t h)
 {
-    const struct slots *a = atomic_load_explicit(&s->slots, memory_order_relaxed);
-    return a ? (struct slot *)probe(a, stride, key, h) : NULL;
+    struct slots a = slots_of(atomic_load_explicit(&s->slots, memory_order_relaxed));
+    return a.data ? (struct slot *)probe(&a, stride, key, h) : NULL;
 }
 
 /* Copies a whole slot (the writer's, field by field: readers may be loading dst). */
@@ -320,9 +435,9 @@ static void slot_copy(struct slot *dst, const struct slot *src, uint32_t dim)
 
 /* Frees old once no reader can hold it: advances the generation and waits for the readers of
  * the previous one to leave (each holds it for one lookup call). */
-static void retire(spw_serve_table_t *t, struct slots *old)
+static void retire(spw_serve_table_t *t, struct slots old)
 {
-    if (!old)
+    if (!old.data)
         return;
     uint64_t g = atomic_load(&t->gen);
     atomic_store(&t->gen, g + 1);
@@ -332,29 +447,27 @@ static void retire(spw_serve_table_t *t, struct slots *old)
         else
             sched_yield();
     }
-    free(old);
+    arrays_free(t, old.data, (size_t)old.cap * t->stride);
 }
 
-/* A new array of cap slots holding s's rows (s unchanged); NULL when out of memory. */
-static struct slots *rebuild(const struct stripe *s, uint32_t cap, uint32_t stride, uint32_t dim)
+/* A new array of cap slots holding s's rows (s unchanged); data NULL when out of memory. */
+static struct slots rebuild(spw_serve_table_t *t, const struct stripe *s, uint32_t cap)
 {
-    size_t bytes = sizeof(struct slots) + (size_t)cap * stride; /* a multiple of LINE */
-    struct slots *a = aligned_alloc(LINE, bytes);
-    if (!a)
-        return NULL;
-    memset(a, 0, bytes);
-    a->cap = cap;
-    const struct slots *old = atomic_load_explicit(&s->slots, memory_order_relaxed);
+    const uint32_t stride = t->stride;
+    struct slots a = {.data = arrays_alloc(t, (size_t)cap * stride), .cap = cap};
+    if (!a.data)
+        return a;
+    struct slots old = slots_of(atomic_load_explicit(&s->slots, memory_order_relaxed));
     uint32_t mask = cap - 1;
-    for (uint32_t j = 0; old && j < old->cap; j++) {
-        const struct slot *from = slot_at(old, stride, j);
+    for (uint32_t j = 0; j < old.cap; j++) {
+        const struct slot *from = slot_at(&old, stride, j);
         if (!atomic_load_explicit(&from->used, memory_order_relaxed))
             continue;
         uint32_t i =
             (uint32_t)key_hash(atomic_load_explicit(&from->key, memory_order_relaxed)) & mask;
-        while (atomic_load_explicit(&slot_at(a, stride, i)->used, memory_order_relaxed))
+        while (atomic_load_explicit(&slot_at(&a, stride, i)->used, memory_order_relaxed))
             i = (i + 1) & mask;
-        slot_copy(slot_at(a, stride, i), from, dim);
+        slot_copy(slot_at(&a, stride, i), from, t->dim);
     }
     return a;
 }
@@ -369,25 +482,27 @@ spw_err_t spw_serve_table_put(spw_serve_table_t *table, uint64_t key, const floa
     if (!at) {
         if (atomic_load_explicit(&table->rows, memory_order_relaxed) >= table->max_rows)
             return SPW_ERR_NOMEM;
-        struct slots *a = atomic_load_explicit(&s->slots, memory_order_relaxed);
-        uint32_t cap = a ? a->cap : 0;
+        struct slots a = slots_of(atomic_load_explicit(&s->slots, memory_order_relaxed));
+        uint32_t cap = a.cap;
         /* Keep the load factor at most 3/4. */
         if ((uint64_t)(s->n + 1) * 4 > (uint64_t)cap * 3) {
             uint64_t ncap = cap ? (uint64_t)cap * 2 : STRIPE_MIN_CAP;
-            struct slots *na = ncap > (1ull << 31) ? NULL : rebuild(s, (uint32_t)ncap, stride, dim);
-            if (!na)
+            struct slots na = {0};
+            if (ncap <= (1ull << 31))
+                na = rebuild(table, s, (uint32_t)ncap);
+            if (!na.data)
                 return SPW_ERR_NOMEM;
             write_begin(s);
-            atomic_store_explicit(&s->slots, na, memory_order_release);
+            atomic_store_explicit(&s->slots, slots_word(na), memory_order_release);
             write_end(s);
             retire(table, a);
             a = na;
         }
-        uint32_t mask = a->cap - 1;
+        uint32_t mask = a.cap - 1;
         uint32_t i = (uint32_t)h & mask;
-        while (atomic_load_explicit(&slot_at(a, stride, i)->used, memory_order_relaxed))
+        while (atomic_load_explicit(&slot_at(&a, stride, i)->used, memory_order_relaxed))
             i = (i + 1) & mask;
-        at = slot_at(a, stride, i);
+        at = slot_at(&a, stride, i);
         write_begin(s);
         atomic_store_explicit(&at->key, key, memory_order_relaxed);
         atomic_store_explicit(&at->used, 1, memory_order_relaxed);
@@ -414,7 +529,8 @@ spw_err_t spw_serve_table_delete(spw_serve_table_t *table, uint64_t key)
     struct slot *at = find(s, stride, key, h);
     if (!at)
         return SPW_ERR_NOT_FOUND;
-    struct slots *a = atomic_load_explicit(&s->slots, memory_order_relaxed);
+    struct slots sa = slots_of(atomic_load_explicit(&s->slots, memory_order_relaxed));
+    const struct slots *a = &sa;
     /* Backward-shift deletion: move later members of the probe run into the hole so that no
      * lookup stops early (no tombstones to clean up later). */
     uint32_t mask = a->cap - 1, hole = (uint32_t)(((unsigned char *)at - a->data) / stride);

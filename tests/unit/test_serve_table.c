@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "sparrow/hash.h"
 #include "sparrow/serve.h"
 
 static void test_serve_table_put_get_delete(void **state)
@@ -183,6 +184,47 @@ static void test_serve_table_slot_widths(void **state)
     }
 }
 
+/* One stripe grown past half of a 2 MiB chunk (its array then mapped on its own) and back to
+ * empty, beside rows of other stripes in shared chunks: rows survive every move. The keys of one
+ * stripe are found with the table's hash (stripe = top byte of mix64(key ^ 0x9e3779b97f4a7c15));
+ * were the hash to change, the test would still pass without reaching the large mapping. */
+static void test_serve_table_large_stripe(void **state)
+{
+    (void)state;
+    enum { DIM = SPW_SERVE_MAX_DIM, N_ONE = 80 }; /* 80 rows: cap 128 × 16448 bytes > 1 MiB */
+    char errstr[128];
+    spw_serve_table_t *t = spw_serve_table_new(DIM, 1000, errstr, sizeof(errstr));
+    assert_non_null(t);
+    static float w[DIM], got[DIM];
+    uint64_t keys[N_ONE];
+    size_t n = 0;
+    for (uint64_t k = 1; n < N_ONE; k++)
+        if (spw_hash_mix64(k ^ 0x9e3779b97f4a7c15ull) >> 56 == 7)
+            keys[n++] = k;
+    for (size_t i = 0; i < N_ONE; i++) {
+        for (uint32_t j = 0; j < DIM; j += 512)
+            w[j] = (float)(i + j);
+        assert_int_equal(spw_serve_table_put(t, keys[i], w, (uint32_t)i), SPW_OK);
+        /* a row of another stripe now and then */
+        w[0] = -(float)i;
+        assert_int_equal(spw_serve_table_put(t, 1u << 20 | i, w, 0), SPW_OK);
+    }
+    for (size_t i = 0; i < N_ONE; i++) {
+        uint32_t v;
+        assert_int_equal(spw_serve_table_get(t, keys[i], got, &v), SPW_OK);
+        assert_int_equal(v, (uint32_t)i);
+        for (uint32_t j = 0; j < DIM; j += 512)
+            assert_true(got[j] == (float)(i + j));
+        assert_int_equal(spw_serve_table_get(t, 1u << 20 | i, got, NULL), SPW_OK);
+        assert_true(got[0] == -(float)i);
+    }
+    for (size_t i = 0; i < N_ONE; i++)
+        assert_int_equal(spw_serve_table_delete(t, keys[i]), SPW_OK);
+    assert_int_equal(spw_serve_table_rows(t), N_ONE);
+    assert_int_equal(spw_serve_table_get(t, keys[0], got, NULL), SPW_ERR_NOT_FOUND);
+    spw_serve_table_destroy(t);
+}
+
 static void test_serve_table_capacity(void **state)
 {
     (void)state;
@@ -284,5 +326,5 @@ static void test_serve_table_concurrent_readers(void **state)
 }
 
 SPW_TEST_MAIN(test_serve_table_put_get_delete, test_serve_table_many_keys,
-              test_serve_table_slot_widths, test_serve_table_capacity,
-              test_serve_table_concurrent_readers)
+              test_serve_table_slot_widths, test_serve_table_large_stripe,
+              test_serve_table_capacity, test_serve_table_concurrent_readers)

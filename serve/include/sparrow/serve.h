@@ -33,7 +33,9 @@
  * stripe cost a single example 37 lock round trips). A stripe's rehash builds the new array
  * beside the old one and frees the old one once the readers that may hold it have left (two
  * atomic operations per lookup call, not per key). Chosen over RCU copies of rows because rows
- * change in place at a high rate (an RCU copy per update would allocate per row).
+ * change in place at a high rate (an RCU copy per update would allocate per row). The slot arrays
+ * are mapped in 2 MiB chunks advised as transparent huge pages (one TLB entry per 2 MiB: a
+ * single example's keys land on as many distinct pages).
  */
 #define SPW_SERVE_STRIPES 256u
 /* Widest row the table takes (as the wire's limit). */
