@@ -14,6 +14,7 @@
 
 #include "sparrow/ckpt_layout.h"
 #include "sparrow/coordinator.h"
+#include "sparrow/fmt.h"
 #include "sparrow/http.h"
 #include "sparrow/kafka.h"
 #include "sparrow/log.h"
@@ -132,6 +133,33 @@ static bool outf(struct req_ctx *c, const char *fmt, ...)
             return false;
     }
     return false;
+}
+
+/* Appends n bytes of text. False when out of memory (nothing appended). */
+static bool out_bytes(struct req_ctx *c, const char *text, size_t n)
+{
+    if (!out_reserve(c, n))
+        return false;
+    memcpy(c->out + c->out_len, text, n);
+    c->out_len += n;
+    return true;
+}
+
+/* Appends a string literal (its length known at compile time). */
+#define OUT_LIT(c, lit) out_bytes((c), (lit), sizeof(lit) - 1)
+
+/* Appends v in decimal without the cost of a format string (the predict answer carries an
+ * epoch and an offset per partition). */
+static bool out_i64(struct req_ctx *c, int64_t v)
+{
+    char buf[SPW_FMT_INT_MAX];
+    return out_bytes(c, buf, spw_fmt_i64(buf, v));
+}
+
+static bool out_u64(struct req_ctx *c, uint64_t v)
+{
+    char buf[SPW_FMT_INT_MAX];
+    return out_bytes(c, buf, spw_fmt_u64(buf, v));
 }
 
 /* Hands the buffer to the response (a malloc'd copy: the context keeps its own). */
@@ -271,20 +299,23 @@ static bool grow(float **p, size_t *cap, size_t n)
 
 /* ---- HTTP handlers ---- */
 
-static void append_state(spw_serve_t *s, struct req_ctx *c)
+/* ,"epoch":E,"update_offsets":{"P":O,...} (false when out of memory). */
+static bool append_state(spw_serve_t *s, struct req_ctx *c)
 {
-    outf(c, ",\"epoch\":%" PRIu64 ",\"update_offsets\":{",
-         atomic_load_explicit(&s->epoch, memory_order_relaxed));
+    bool ok = OUT_LIT(c, ",\"epoch\":") &&
+              out_u64(c, atomic_load_explicit(&s->epoch, memory_order_relaxed)) &&
+              OUT_LIT(c, ",\"update_offsets\":{");
     int n = atomic_load_explicit(&s->n_partitions, memory_order_acquire);
     bool first = true;
-    for (int p = 0; p < n; p++) {
+    for (int p = 0; ok && p < n; p++) {
         int64_t off = atomic_load_explicit(&s->offsets[p], memory_order_relaxed);
         if (off < 0)
             continue;
-        outf(c, "%s\"%d\":%" PRId64, first ? "" : ",", p, off);
+        ok = (first || OUT_LIT(c, ",")) && OUT_LIT(c, "\"") && out_i64(c, p) && OUT_LIT(c, "\":") &&
+             out_i64(c, off);
         first = false;
     }
-    outf(c, "}");
+    return ok && OUT_LIT(c, "}");
 }
 
 /* The protobuf answer: predictions, epoch and update offsets as the JSON one carries them, drawn
@@ -326,11 +357,10 @@ static bool respond_predict_pb(spw_serve_t *s, struct req_ctx *c, size_t n, bool
 static bool respond_floats_and_state(spw_serve_t *s, struct req_ctx *c, const float *v, size_t n,
                                      struct spw_http_response *resp)
 {
-    for (size_t i = 0; i < n; i++)
-        outf(c, "%s%.9g", i ? "," : "", (double)v[i]);
-    outf(c, "]");
-    append_state(s, c);
-    if (!outf(c, "}\n")) {
+    bool ok = true;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (i == 0 || OUT_LIT(c, ",")) && outf(c, "%.9g", (double)v[i]);
+    if (!(ok && OUT_LIT(c, "]") && append_state(s, c) && OUT_LIT(c, "}\n"))) {
         respond_error(resp, 503, "out of memory");
         return false;
     }
@@ -437,7 +467,7 @@ static void on_predict(void *opaque, const char *method, const char *path, const
         if (s->dense)
             outf(c, "{\"dense_version\":%u,\"predictions\":[", dense_version);
         else
-            outf(c, "{\"predictions\":[");
+            OUT_LIT(c, "{\"predictions\":[");
         if (!respond_floats_and_state(s, c, c->preds, req.n, resp))
             goto out_put;
     }

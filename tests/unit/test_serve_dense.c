@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "sparrow/hash.h"
@@ -118,6 +119,10 @@ static void test_serve_dense_concurrent_readers(void **state)
                 spw_serve_dense_refresh(dense, t);
         }
         spw_serve_dense_refresh(dense, t);
+        /* the readers are running before the next 299 versions: on busy cores the writer could
+         * otherwise finish before any reader thread was scheduled */
+        while (v == 1 && atomic_load(&checked) == 0)
+            sched_yield();
     }
     atomic_store(&stop, true);
     for (int i = 0; i < 4; i++)

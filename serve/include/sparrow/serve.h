@@ -25,12 +25,17 @@
 /*
  * key -> (weights[dim], version). Concurrency: the keys are split over SPW_SERVE_STRIPES stripes
  * by a mix of the key; each stripe is an open-addressing table (linear probing, backward-shift
- * deletion) under its own reader-writer lock. Readers take the read lock of one stripe for the
- * time it takes to copy one row (a batch read: the rows of its keys in that stripe, taken in one
- * acquisition per stripe); the single writer (the update tail) takes one stripe's write
- * lock per put or delete, and for a stripe's rehash. Chosen over RCU because rows change in
- * place at a high rate (an RCU copy per update would allocate per row), while a stripe lock is
- * held for a few hundred nanoseconds and 256 stripes make reader contention rare.
+ * deletion) of slots that hold key, version and weights together, under a sequence lock. The
+ * single writer (the update tail) changes a row in place between two bumps of its stripe's
+ * sequence; readers write nothing shared per key: they copy a row between two equal, even reads
+ * of the sequence, else copy it again, so that every row read is one version of itself, and
+ * concurrent readers on two cores do not pass a lock's cache line between them (a rwlock per
+ * stripe cost a single example 37 lock round trips). A stripe's rehash builds the new array
+ * beside the old one and frees the old one once the readers that may hold it have left (two
+ * atomic operations per lookup call, not per key). Chosen over RCU copies of rows because rows
+ * change in place at a high rate (an RCU copy per update would allocate per row). The slot arrays
+ * are mapped in 2 MiB chunks advised as transparent huge pages (one TLB entry per 2 MiB: a
+ * single example's keys land on as many distinct pages).
  */
 #define SPW_SERVE_STRIPES 256u
 /* Widest row the table takes (as the wire's limit). */
@@ -46,29 +51,33 @@ spw_serve_table_t *spw_serve_table_new(uint32_t dim, uint64_t max_rows, char *er
 /* Frees the table. NULL is a no-op. No reader may be inside. */
 void spw_serve_table_destroy(spw_serve_table_t *table);
 
+/* Floats per row (fixed when made). Thread-safe. */
 uint32_t spw_serve_table_dim(const spw_serve_table_t *table);
 
 /* Rows held (approximate while a writer runs). Thread-safe. */
 uint64_t spw_serve_table_rows(const spw_serve_table_t *table);
 
 /* Inserts or replaces key's row (dim floats copied) and version. SPW_ERR_NOMEM when the table
- * holds max_rows rows (or cannot grow) and key is new. One writer at a time. */
+ * holds max_rows rows (or cannot grow) and key is new. One writer at a time; when the stripe
+ * grows, waits for the lookups in progress to end (a lookup call's length) before freeing the old
+ * slots. */
 spw_err_t spw_serve_table_put(spw_serve_table_t *table, uint64_t key, const float *weights,
                               uint32_t version);
 
 /* Removes key. SPW_ERR_NOT_FOUND when absent. One writer at a time. */
 spw_err_t spw_serve_table_delete(spw_serve_table_t *table, uint64_t key);
 
-/* Copies key's row into weights (dim floats) and its version into *version (may be NULL).
- * SPW_ERR_NOT_FOUND when absent (weights untouched). Thread-safe against the writer. */
+/* Copies key's row into weights (dim floats) and its version into *version (may be NULL), both
+ * of one write. SPW_ERR_NOT_FOUND when absent (weights untouched). Thread-safe against the
+ * writer; about 16 KiB of stack. */
 spw_err_t spw_serve_table_get(spw_serve_table_t *table, uint64_t key, float *weights,
                               uint32_t *version);
 
 /* Rows of n keys into rows (n × dim floats, borrowed): a found row is copied, an absent one is
- * zeros. The keys are hashed together and grouped by stripe, each stripe's lock taken once per
- * 1024 keys; each row is one version of itself, rows of two stripes may be of two moments (as with
- * one get per key). Returns how many were found. Thread-safe against the writer; allocates nothing
- * (about 12 KiB of stack). */
+ * zeros. The keys are hashed and their slots prefetched 64 at a time, so that the cache misses
+ * overlap; each row is one version of itself, rows of two keys may be of two moments (as with
+ * one get per key). Returns how many were found. Thread-safe against the writer (waits only while
+ * the writer changes a row it reads); allocates nothing. */
 size_t spw_serve_table_get_many(spw_serve_table_t *table, const uint64_t *keys, size_t n,
                                 float *rows);
 
