@@ -84,12 +84,6 @@ struct spw_ps_store {
     rocksdb_column_family_handle_t *cf; /* the default family (batched MultiGet needs it) */
     rocksdb_options_t *opts;
     rocksdb_readoptions_t *ropts;
-    /* The misses' MultiGet: block checksums not verified. Verifying hashed the whole 4 KB
-     * block (and so brought all of it into cache) to read one row of about 150 bytes: a fifth
-     * of the pushing thread's samples in pserver_bench (e) (perf). A damaged block is still caught
-     * where every block is read whole: by compactions (RocksDB verifies their inputs), by the
-     * checkpoint reader (ckpt_io.c verifies) and by checkpoint digests. */
-    rocksdb_readoptions_t *miss_ropts;
     rocksdb_writeoptions_t *wopts;
     rocksdb_writebatch_t *wb;
     rocksdb_envoptions_t *envopts;
@@ -520,8 +514,11 @@ static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
     }
     /* Batched MultiGet: RocksDB sorts the keys and looks them up file by file, sharing filter,
      * index and block reads between them. The values are copied out (and their pins released)
-     * before any row is inserted, since inserting may evict and so write to the database. */
-    rocksdb_batched_multi_get_cf(store->db, store->miss_ropts, store->cf, n_miss, store->miss_kptr,
+     * before any row is inserted, since inserting may evict and so write to the database.
+     * Block checksums are verified here too (XXH3 over the 4 KB block, 13% of pserver_bench
+     * (e)'s samples): a row read unverified from a damaged block would be trained on and
+     * written back, into the next checkpoint, with nothing to tell. */
+    rocksdb_batched_multi_get_cf(store->db, store->ropts, store->cf, n_miss, store->miss_kptr,
                                  store->miss_klen, store->miss_val, store->miss_err, true);
     spw_err_t ret = SPW_OK;
     for (size_t m = 0; m < n_miss; m++) {
@@ -1489,8 +1486,6 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
         store->opts = base;
     }
     store->ropts = rocksdb_readoptions_create();
-    store->miss_ropts = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_verify_checksums(store->miss_ropts, 0);
     store->wopts = rocksdb_writeoptions_create();
     /* Durability comes from checkpoints plus Kafka replay, not from a WAL
      * (docs/ARCHITECTURE.md §3). */
@@ -1547,8 +1542,6 @@ void spw_ps_store_close(spw_ps_store_t *store)
         rocksdb_writeoptions_destroy(store->wopts);
     if (store->ropts)
         rocksdb_readoptions_destroy(store->ropts);
-    if (store->miss_ropts)
-        rocksdb_readoptions_destroy(store->miss_ropts);
     if (store->envopts)
         rocksdb_envoptions_destroy(store->envopts);
     if (store->ingest_opts)
