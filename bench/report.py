@@ -143,11 +143,15 @@ def serve_rows(c):
         else:
             rows.append(("serve: single-example p99 while training runs",
                          status if status != "ok" else "not in the output", t_lat, "—"))
-    m = re.search(r"target freshness p99 <= (?:3 s \(1 s|1 s \(\d+ ms) publish interval\): p99 ([\d.na]+) s -> "
-                  r"(met|MISSED)", out)
+    m = re.search(r"target freshness p99 <= (?:3 s \(1 s|1 s \(\d+ ms) publish interval\): p99 ([\d.na]+) s"
+                  r"(?: over (\d+) updates)? -> (met|MISSED)", out)
     if m:
-        rows.append(("serve: freshness p99, event time to visible in serving", m.group(1) + " s",
-                     t_fresh, ("yes" if m.group(2) == "met" else "**no**") + suffix))
+        rows.append(("serve: freshness p99, event time to visible in serving", m.group(1) + " s" +
+                     (" (%s updates)" % f0(int(m.group(2))) if m.group(2) else ""),
+                     t_fresh, ("yes" if m.group(3) == "met" else "**no**") + suffix))
+    elif "NOT MEASURED, no update reached serve" in out:
+        rows.append(("serve: freshness p99, event time to visible in serving",
+                     "not measured: no update reached serve", t_fresh, "**no**"))
     else:
         rows.append(("serve: freshness p99, event time to visible in serving",
                      status if status not in ("ok",) else "not measured by this serve_bench",
