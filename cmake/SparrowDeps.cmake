@@ -8,7 +8,15 @@ pkg_check_modules(ROCKSDB REQUIRED IMPORTED_TARGET rocksdb)
 # reaches its thread-locals (perf and IO counters and levels, touched several times per lookup)
 # through a __tls_get_addr call each, which a static link resolves to fixed offsets. Off, or
 # without the archive: the shared library.
-option(SPARROW_ROCKSDB_STATIC "Link RocksDB's static archive where it is installed" ON)
+# Sanitizer builds keep the shared library: tests/tsan.supp names RocksDB by its module
+# (librocksdb.so), which a static link would fold into each test binary.
+if(SPARROW_SANITIZE)
+    set(_spw_rocksdb_static_default OFF)
+else()
+    set(_spw_rocksdb_static_default ON)
+endif()
+option(SPARROW_ROCKSDB_STATIC "Link RocksDB's static archive where it is installed"
+       ${_spw_rocksdb_static_default})
 if(SPARROW_ROCKSDB_STATIC)
     find_library(SPARROW_ROCKSDB_ARCHIVE NAMES librocksdb.a HINTS ${ROCKSDB_LIBRARY_DIRS})
     set(_spw_rocksdb_static ${SPARROW_ROCKSDB_ARCHIVE})
