@@ -735,7 +735,7 @@ int main(int argc, char **argv)
          * the hot set instead (at full size 31.5% of rows read from RocksDB, against 25.4% with
          * this start, and about 26% in a simulation of CLOCK on these batches after 1000). So the
          * coldest ranks go first, and untimed warm-up batches let DRAM settle from there to what
-         * CLOCK keeps. */
+         * the eviction policy keeps. */
         fill(es, o.e_keys, g, true);
         /* The fill's evictions leave RocksDB flushes and compactions behind; let them finish so
          * that (e) times its own work (its own evictions' compactions included), not the fill's. */

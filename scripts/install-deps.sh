@@ -7,6 +7,9 @@ packages=(
     build-essential cmake make pkg-config git
     clang llvm libclang-rt-14-dev clang-format clang-tidy
     librdkafka-dev librocksdb-dev
+    # RocksDB's libraries, for its static archive (cmake/SparrowDeps.cmake; librocksdb-dev depends
+    # on them too)
+    libgflags-dev libsnappy-dev libbz2-dev liblz4-dev libzstd-dev
     libprotobuf-c-dev protobuf-c-compiler
     libcmocka-dev libzmq3-dev libmicrohttpd-dev
     libxxhash-dev libjson-c-dev libopenblas-dev zlib1g-dev
