@@ -27,13 +27,18 @@ struct spw_psc__sorter {
     size_t cap;
     uint32_t *seg; /* n_shards + 1 offsets into the sorted entries */
     uint32_t n_shards;
+    /* The last call's keys (a step pushes the keys it pulled: the push reuses the pull's sort) */
+    uint64_t *last;
+    size_t last_n, last_cap;
+    bool last_valid; /* a, b and seg hold the result for last[0..last_n) */
 };
 
 spw_err_t spw_psc__sorter_init(struct spw_psc__sorter *st, uint32_t n_shards);
 void spw_psc__sorter_fini(struct spw_psc__sorter *st);
 
 /* Sorts keys[0..n) by (shard, key) into st->a (stable in pos for equal keys) and fills st->seg:
- * shard s holds entries [seg[s], seg[s+1]). SPW_ERR_NOMEM when scratch cannot grow. */
+ * shard s holds entries [seg[s], seg[s+1]). When keys equal the last call's, keeps its result
+ * without sorting again. SPW_ERR_NOMEM when scratch cannot grow. */
 spw_err_t spw_psc__slice(struct spw_psc__sorter *st, const uint64_t *keys, size_t n);
 
 /* ---- the client ---- */

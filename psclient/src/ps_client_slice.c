@@ -20,6 +20,7 @@ void spw_psc__sorter_fini(struct spw_psc__sorter *st)
     free(st->a);
     free(st->b);
     free(st->seg);
+    free(st->last);
     memset(st, 0, sizeof(*st));
 }
 
@@ -97,10 +98,32 @@ static void msd_sort(struct spw_psc__ent *a, struct spw_psc__ent *tmp, size_t n,
     insertion_sort(a, n);
 }
 
+/* Whether keys[0..n) are the last slice's keys (its result still in st); else remembers them
+ * (not when their copy cannot grow: the next call sorts again). */
+static bool same_as_last(struct spw_psc__sorter *st, const uint64_t *keys, size_t n)
+{
+    if (st->last_valid && n == st->last_n && (n == 0 || !memcmp(keys, st->last, n * sizeof(*keys))))
+        return true;
+    st->last_valid = false;
+    if (n > st->last_cap) {
+        uint64_t *k = realloc(st->last, n * sizeof(*k));
+        if (!k)
+            return false;
+        st->last = k;
+        st->last_cap = n;
+    }
+    if (n)
+        memcpy(st->last, keys, n * sizeof(*keys));
+    st->last_n = n;
+    return false;
+}
+
 /* One stable counting pass by shard (when there are several), then an MSD radix sort of each
  * shard's keys, so that entries end up ordered by (shard, key, pos). */
 spw_err_t spw_psc__slice(struct spw_psc__sorter *st, const uint64_t *keys, size_t n)
 {
+    if (same_as_last(st, keys, n))
+        return SPW_OK;
     if (reserve(st, n ? n : 1) != SPW_OK)
         return SPW_ERR_NOMEM;
     uint32_t shards = st->n_shards;
@@ -129,5 +152,6 @@ spw_err_t spw_psc__slice(struct spw_psc__sorter *st, const uint64_t *keys, size_
     for (uint32_t s = 0; s < (shards ? shards : 1); s++)
         if (seg[s + 1] - seg[s] > 1)
             msd_sort(st->a + seg[s], st->b + seg[s], seg[s + 1] - seg[s], 7);
+    st->last_valid = st->last_n == n; /* not when the copy could not grow */
     return SPW_OK;
 }

@@ -293,6 +293,28 @@ static void test_psc_inproc_fp16_rounded(void **state)
     spw_ps_client_destroy(c);
 }
 
+/* st holds keys[0..n) sorted by (shard of 5, key, pos), each position once. */
+static void assert_sliced(const struct spw_psc__sorter *st, const uint64_t *keys, size_t n)
+{
+    assert_int_equal(st->seg[0], 0);
+    assert_int_equal(st->seg[5], n);
+    uint8_t *seen = calloc(n + 1, 1);
+    for (uint32_t s = 0; s < 5; s++) {
+        for (uint32_t j = st->seg[s]; j < st->seg[s + 1]; j++) {
+            const struct spw_psc__ent *x = &st->a[j];
+            assert_int_equal(spw_hash_shard(x->key, 5), s);
+            assert_int_equal(keys[x->pos], x->key);
+            assert_false(seen[x->pos]);
+            seen[x->pos] = 1;
+            if (j > st->seg[s]) {
+                const struct spw_psc__ent *y = &st->a[j - 1];
+                assert_true(y->key < x->key || (y->key == x->key && y->pos < x->pos));
+            }
+        }
+    }
+    free(seen);
+}
+
 static void test_psc_slice_sorted_by_shard_and_key(void **state)
 {
     (void)state;
@@ -311,25 +333,43 @@ static void test_psc_slice_sorted_by_shard_and_key(void **state)
                 keys[i] = (uint64_t)(N - i) << 20;
         }
         assert_int_equal(spw_psc__slice(&st, keys, n), SPW_OK);
-        assert_int_equal(st.seg[0], 0);
-        assert_int_equal(st.seg[5], n);
-        uint8_t *seen = calloc(n + 1, 1);
-        for (uint32_t s = 0; s < 5; s++) {
-            for (uint32_t j = st.seg[s]; j < st.seg[s + 1]; j++) {
-                const struct spw_psc__ent *x = &st.a[j];
-                assert_int_equal(spw_hash_shard(x->key, 5), s);
-                assert_int_equal(keys[x->pos], x->key);
-                assert_false(seen[x->pos]);
-                seen[x->pos] = 1;
-                if (j > st.seg[s]) {
-                    const struct spw_psc__ent *y = &st.a[j - 1];
-                    assert_true(y->key < x->key || (y->key == x->key && y->pos < x->pos));
-                }
-            }
-        }
-        free(seen);
+        assert_sliced(&st, keys, n);
     }
     free(keys);
+    spw_psc__sorter_fini(&st);
+}
+
+/* A slice of the last call's keys keeps its result (a step's push after its pull); a key changed
+ * in place, a shorter or longer list, or other keys in between are sorted again. */
+static void test_psc_slice_reuses_the_last_sort(void **state)
+{
+    (void)state;
+    struct spw_psc__sorter st;
+    assert_int_equal(spw_psc__sorter_init(&st, 5), SPW_OK);
+    enum { N = 2000 };
+    uint64_t *keys = malloc(N * sizeof(uint64_t)), *copy = malloc(N * sizeof(uint64_t));
+    for (size_t i = 0; i < N; i++)
+        keys[i] = key_of(i % 700);
+    memcpy(copy, keys, N * sizeof(uint64_t));
+    assert_int_equal(spw_psc__slice(&st, keys, N), SPW_OK);
+    assert_true(st.last_valid);
+    assert_int_equal(spw_psc__slice(&st, copy, N), SPW_OK); /* equal keys, another buffer */
+    assert_true(st.last_valid);
+    assert_sliced(&st, copy, N);
+
+    keys[N / 2] = key_of(5000); /* changed in place: the same buffer, other contents */
+    assert_int_equal(spw_psc__slice(&st, keys, N), SPW_OK);
+    assert_sliced(&st, keys, N);
+    assert_int_equal(spw_psc__slice(&st, keys, N - 1), SPW_OK); /* a prefix */
+    assert_sliced(&st, keys, N - 1);
+    assert_int_equal(spw_psc__slice(&st, copy, 3), SPW_OK); /* other keys, then back */
+    assert_sliced(&st, copy, 3);
+    assert_int_equal(spw_psc__slice(&st, keys, N), SPW_OK);
+    assert_sliced(&st, keys, N);
+    assert_int_equal(spw_psc__slice(&st, keys, 0), SPW_OK);
+    assert_int_equal(st.seg[5], 0);
+    free(keys);
+    free(copy);
     spw_psc__sorter_fini(&st);
 }
 
@@ -412,6 +452,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_psc_inproc_fp16_rounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_psc_inproc_pulled_dc, setup, teardown),
         cmocka_unit_test(test_psc_slice_sorted_by_shard_and_key),
+        cmocka_unit_test(test_psc_slice_reuses_the_last_sort),
         cmocka_unit_test(test_psc_config_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -148,7 +148,12 @@ spw_err_t spw_batch_add_fields(spw_batch_t *batch, float label, float oracle_p,
     }
     uint32_t ex = (uint32_t)batch->n;
     size_t o = batch->n_occ, n_uniq = batch->n_uniq;
+    enum { AHEAD = 8 }; /* keys hinted before their upsert: the table is larger than the caches */
+    for (size_t j = 0; j < n && j < AHEAD; j++)
+        spw_trn__keyidx_prefetch(&batch->dedup, keys[j]);
     for (size_t j = 0; j < n; j++, o++) {
+        if (j + AHEAD < n)
+            spw_trn__keyidx_prefetch(&batch->dedup, keys[j + AHEAD]);
         uint32_t u = spw_trn__keyidx_upsert(&batch->dedup, keys[j], (uint32_t)n_uniq, &inserted);
         if (inserted)
             batch->keys[n_uniq++] = keys[j];

@@ -91,6 +91,12 @@ uint32_t spw_trn__keyidx_find(const struct spw_trn__keyidx *idx, uint64_t key)
     }
 }
 
+void spw_trn__keyidx_prefetch(const struct spw_trn__keyidx *idx, uint64_t key)
+{
+    if (idx->cap)
+        __builtin_prefetch(&idx->slots[home_of(key, idx->cap - 1)], 1);
+}
+
 uint32_t spw_trn__keyidx_upsert(struct spw_trn__keyidx *idx, uint64_t key, uint32_t val,
                                 bool *inserted)
 {

@@ -42,6 +42,9 @@ uint32_t spw_trn__keyidx_find(const struct spw_trn__keyidx *idx, uint64_t key);
 /* Value of key; inserts (key, val) when absent (room must be reserved) and sets *inserted. */
 uint32_t spw_trn__keyidx_upsert(struct spw_trn__keyidx *idx, uint64_t key, uint32_t val,
                                 bool *inserted);
+/* Hints the CPU to fetch key's home slot (a batch's keys are upserted a few after the hint, so
+ * that the table's cache misses overlap). No effect on the contents; read-only. */
+void spw_trn__keyidx_prefetch(const struct spw_trn__keyidx *idx, uint64_t key);
 /* Removes key; its value, or SPW_TRN__NONE when absent. */
 uint32_t spw_trn__keyidx_remove(struct spw_trn__keyidx *idx, uint64_t key);
 /* Replaces the value of a present key (asserted). */
