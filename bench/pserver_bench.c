@@ -602,7 +602,8 @@ static double bench_dd(const struct opts *o, uint64_t bytes)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: pserver_bench --sparrow PATH [--dir DIR] [--keys N] [--e-keys N]\n"
+            "usage: pserver_bench --sparrow PATH [--dir DIR (an existing directory: the bench\n"
+            "                     works in a fresh one inside it)] [--keys N] [--e-keys N]\n"
             "                     [--batches N] [--c-batches N] [--d-batches N] [--e-batches N]\n"
             "                     [--rocksdb-options STRING]\n"
             "                     [--only LETTERS]   (sections to run, e.g. \"abf\"; b is needed\n"
@@ -647,14 +648,16 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    char tmpl[] = "/tmp/pserver_bench.XXXXXX";
-    if (!o.dir) {
-        o.dir = mkdtemp(tmpl);
-        if (!o.dir)
-            return 1;
-    }
     if (o.keys < BATCH * 2 || o.e_keys < BATCH * 2) {
         usage();
+        return 2;
+    }
+    /* Its own fresh directory, inside --dir (which must exist) or /tmp, removed at the end: never
+     * the caller's directory itself, which may hold anything. */
+    char tmpl[4096];
+    int tn = snprintf(tmpl, sizeof(tmpl), "%s/pserver_bench.XXXXXX", o.dir ? o.dir : "/tmp");
+    if (tn < 0 || (size_t)tn >= sizeof(tmpl) || !(o.dir = mkdtemp(tmpl))) {
+        fprintf(stderr, "pserver_bench: cannot make a directory %s: %s\n", tmpl, strerror(errno));
         return 2;
     }
     printf("pserver_bench: Zipf(1.1), dim %d, Adagrad, %d keys/batch, keys %" PRIu64
