@@ -256,6 +256,8 @@ void spw_backend_forward_backward_start_staged(spw_backend_t *be, const spw_batc
         return;
     }
     spw_err_t err = stages->pre ? stages->pre(stages->ctx) : SPW_OK;
+    if (stages->beside_pre)
+        stages->beside_pre(stages->ctx);
     if (err) {
         be->started = true;
         be->start_err = err;
@@ -265,6 +267,8 @@ void spw_backend_forward_backward_start_staged(spw_backend_t *be, const spw_batc
     spw_backend_forward_backward_start(be, batch, rows, grad_scale, preds, grads);
     if (!be->start_err && stages->post)
         be->start_err = stages->post(stages->ctx);
+    if (!be->start_err && stages->beside_post)
+        stages->beside_post(stages->ctx);
 }
 
 spw_err_t spw_backend_forward_backward_finish(spw_backend_t *be, double *loss_sum)

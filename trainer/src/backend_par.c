@@ -26,9 +26,11 @@
  * examples, which OpenBLAS's sgemm orders by its own blocking anyway).
  *
  * A staged batch (spw_trn__par_start_staged) adds the owner's serial work on thread 0: its pre
- * stage (the pull of the batch's rows) before phase 1, the others waiting at the barrier, and
- * its post stage (scoring and the push) after phase 2, behind one more barrier. The owner thread
- * is then free for the whole step, not only its compute.
+ * stage (the pull of the batch's rows) before phase 1 and its post stage (the push) after phase
+ * 2, behind one more barrier, with the stages' beside work on thread 1 at the same time (the
+ * reading of the next micro-batch beside the pull, the scoring beside the push), the others
+ * waiting at the barrier. The owner thread then only waits: on a machine with as many cores as
+ * compute threads, no third thread takes a core from a thread that a barrier waits for.
  *
  * Nothing is shared for writing between threads within a phase: preds slices, loss and error
  * per slot, row ranges of grads. The barrier orders phase 1's writes before phase 2's reads, the
@@ -173,6 +175,8 @@ static void job(void *ctx, uint32_t t, uint32_t threads)
     if (st) {
         if (t == 0)
             pre_phase(par);
+        else if (t == 1 && st->beside_pre)
+            st->beside_pre(st->ctx);
         pthread_barrier_wait(&par->phase);
         if (par->stage_err != SPW_OK)
             return; /* every thread sees it after the barrier: none computes */
@@ -184,11 +188,13 @@ static void job(void *ctx, uint32_t t, uint32_t threads)
             return; /* the batch failed: finish reports it, grads are unspecified */
     if (par->batch->n_uniq)
         reduce_phase(par, t, threads);
-    if (!st || !st->post)
+    if (!st || (!st->post && !st->beside_post))
         return;
     pthread_barrier_wait(&par->phase); /* every row reduced before post reads grads */
-    if (t == 0)
+    if (t == 0 && st->post)
         par->stage_err = st->post(st->ctx);
+    else if (t == 1 && st->beside_post)
+        st->beside_post(st->ctx);
 }
 
 void spw_trn__par_start(struct spw_trn__par *par, spw_deep_t *deep, const spw_batch_t *batch,

@@ -109,11 +109,13 @@ struct spw_trainer_loop {
         struct mb *mb;
         uint64_t tag, examples; /* of the push: the step's tag and examples with mb's */
         int64_t max_event;
-        uint64_t t0, pulled_ns, scored_ns, pushed_ns; /* spw_time_mono_ns */
+        uint64_t t0, pulled_ns, posted_ns, pushed_ns; /* spw_time_mono_ns */
         uint64_t seq;                                 /* of the push */
         spw_err_t push_err;
+        spw_err_t read_err; /* of the next micro-batch's reading (staged_read) */
     } staged;
-    struct spw_backend_stages stages; /* pre, post: staged_pre, staged_post on &staged */
+    /* pre, post: staged_pre, staged_post; beside: staged_read, staged_score; all on &staged */
+    struct spw_backend_stages stages;
     uint64_t step_last_mb;
 
     float *grads, *preds;
@@ -1134,14 +1136,16 @@ static spw_err_t hook_result(spw_trainer_loop_t *loop, spw_err_t err);
 
 /*
  * With compute threads and in-process shards (whose pull and push are the loop's own work, not a
- * wait), a micro-batch's pull, its progressive-validation scoring and its step's push run on
- * compute thread 0 around the forward and backward (spw_backend_forward_backward_start_staged),
- * in the order one thread runs them, while this thread reads the next micro-batch (read_ahead) the
- * whole time. What the stages touch: mb (its rows, versions, pull state), the client and its
- * stores, pv, grads and preds, the push buffers (tk, split_*, echo_*), stats.rows_pushed. What
- * read_ahead touches: the source, the other mb, the marks, read_examples, eof, stats.records.
- * The two sets are disjoint; finish's wait orders the stages' writes before this thread reads
- * them.
+ * wait), a micro-batch's pull and its step's push run on compute thread 0 around the forward and
+ * backward (spw_backend_forward_backward_start_staged), in the order one thread runs them, while
+ * compute thread 1 reads the next micro-batch beside the pull (staged_read) and scores this one
+ * beside the push (staged_score); this thread only waits. What each touches:
+ * - pull and push (thread 0): mb (its rows, versions, pull state), the client and its stores,
+ *   grads, the push buffers (tk, split_*, echo_*), stats.rows_pushed;
+ * - the reading (thread 1, beside the pull): the source, the other mb, the marks,
+ *   read_examples, eof, ahead_ns, stats.records;
+ * - the scoring (thread 1, beside the push): pv, preds.
+ * The sets are disjoint; finish's wait orders all of it before this thread reads it.
  */
 static bool can_stage(const spw_trainer_loop_t *loop, const struct mb *cur)
 {
@@ -1168,14 +1172,17 @@ static spw_err_t staged_pre(void *ctx)
     return err;
 }
 
+static void staged_read(void *ctx)
+{
+    struct staged *st = ctx;
+    st->read_err = read_ahead(st->loop);
+}
+
 static spw_err_t staged_post(void *ctx)
 {
     struct staged *st = ctx;
     spw_trainer_loop_t *loop = st->loop;
-    const spw_batch_t *b = st->mb->batch;
-    spw_pv_add(loop->pv, loop->preds, spw_batch_labels(b), spw_batch_oracle(b),
-               spw_batch_examples(b));
-    st->scored_ns = spw_time_mono_ns();
+    st->posted_ns = spw_time_mono_ns();
     /* step_push with the step's figures as compute_account will leave them */
     uint64_t examples = loop->step_examples, seq = 0;
     int64_t max_event = loop->step_max_event;
@@ -1188,6 +1195,14 @@ static spw_err_t staged_post(void *ctx)
     st->seq = seq;
     st->pushed_ns = spw_time_mono_ns();
     return SPW_OK; /* a push error is end_step's to handle (push_err) */
+}
+
+static void staged_score(void *ctx)
+{
+    struct staged *st = ctx;
+    const spw_batch_t *b = st->mb->batch;
+    spw_pv_add(st->loop->pv, st->loop->preds, spw_batch_labels(b), spw_batch_oracle(b),
+               spw_batch_examples(b));
 }
 
 /* One micro-batch that ends its step (acc_steps 1), staged; see can_stage. */
@@ -1210,12 +1225,15 @@ static spw_err_t staged_step(spw_trainer_loop_t *loop, struct mb *mb)
         .max_event = ev > loop->step_max_event ? ev : loop->step_max_event,
         .t0 = spw_time_mono_ns(),
     };
-    loop->stages = (struct spw_backend_stages){.pre = staged_pre, .post = staged_post, .ctx = st};
+    loop->stages = (struct spw_backend_stages){.pre = staged_pre,
+                                               .post = staged_post,
+                                               .beside_pre = staged_read,
+                                               .beside_post = staged_score,
+                                               .ctx = st};
     const uint64_t before = loop->stats.rows_pushed;
     float scale = (float)(1.0 / ((double)n * loop->conf.params.acc_steps));
     spw_backend_forward_backward_start_staged(loop->be, b, mb->rows, scale, loop->preds,
                                               loop->grads, &loop->stages);
-    spw_err_t ahead = read_ahead(loop);
     double loss = 0.0;
     spw_err_t err = spw_backend_forward_backward_finish(loop->be, &loss);
     if (err)
@@ -1226,11 +1244,11 @@ static spw_err_t staged_step(spw_trainer_loop_t *loop, struct mb *mb)
     loop->stats.pull_wait_ns += waited;
     if (loop->m.pull_wait_s)
         spw_histogram_observe(loop->m.pull_wait_s, (double)waited * 1e-9);
-    compute_account(loop, mb, loss, st->scored_ns - st->pulled_ns);
+    compute_account(loop, mb, loss, st->posted_ns - st->pulled_ns);
     /* the push went out: its step is ended here even when the reading failed */
     err = hook_result(loop, end_step_rest(loop, true, st->tag, before, st->seq, st->push_err,
-                                          st->pushed_ns - st->scored_ns));
-    return err ? err : ahead;
+                                          st->pushed_ns - st->posted_ns));
+    return err ? err : st->read_err;
 }
 
 /* ---- reports ---- */

@@ -396,13 +396,21 @@ spw_err_t spw_backend_forward_backward_finish(spw_backend_t *be, double *loss_su
  * The owner's serial work around a batch, handed to spw_backend_forward_backward_start_staged:
  * pre (may be NULL) brings the batch's rows into the rows buffer given to start (the pull), post
  * (may be NULL) consumes preds and grads (scoring, the push). On the compute threads both run
- * on thread 0 while the owner thread does other work (it reads the next micro-batch), so they
- * may touch only what the owner leaves alone until finish. A non-zero return fails the batch
+ * on thread 0 while the owner thread waits or does other work, so they may touch only what the
+ * owner leaves alone until finish. A non-zero return fails the batch
  * (pre's: nothing computed, post not called) and finish returns it. ctx is the callbacks'.
  */
 struct spw_backend_stages {
     spw_err_t (*pre)(void *ctx);
     spw_err_t (*post)(void *ctx);
+    /* Work that runs beside pre and beside post (may be NULL): on compute thread 1 at the same
+     * time as pre / post on thread 0, so it must touch nothing that they (or the forward and
+     * backward) touch; with one compute thread, after pre / post. It cannot fail the batch: it
+     * keeps its own outcome in ctx. On the compute threads it is how the owner's other work
+     * (reading the next micro-batch, scoring this one) runs on a thread that would otherwise
+     * wait, with no third thread competing for the cores. */
+    void (*beside_pre)(void *ctx);
+    void (*beside_post)(void *ctx);
     void *ctx;
 };
 
