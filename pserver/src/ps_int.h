@@ -118,11 +118,21 @@ void spw_ps__publisher_tick(spw_ps__publisher_t *pub, spw_ps_store_t *store, uin
  * them. SPW_ERR_KAFKA / SPW_ERR_TIMEOUT when the offsets are unknown (*n = 0). */
 spw_err_t spw_ps__publisher_sync(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch,
                                  int timeout_ms, struct spw_kafka_partition *out, size_t *n);
-/* For a CheckpointReply: spw_ps__publisher_sync, then the offsets as ck->update_offsets
- * (allocated from arena). On failure logs and leaves ck without offsets. */
+/*
+ * A checkpoint's update offsets, in two halves around the store's checkpoint so that the flush
+ * and the brokers' answers overlap the RocksDB work: checkpoint_start asks the thread for the
+ * high-water offsets once what it was handed is produced and flushed, and returns a ticket;
+ * fill_offsets waits for them and sets ck->update_offsets (allocated from arena), or logs and
+ * leaves ck without offsets on failure. The changes not yet handed off are not forced out first:
+ * the loop thread hands nothing off between the two calls, so they are published after the
+ * offsets were taken, with values at least as new as the checkpoint's, and a reader that loads
+ * the checkpoint and tails from the offsets replays them harmlessly; what was handed off before
+ * (older values) is below the offsets, never replayed over the checkpoint.
+ */
 struct spw_arena;
 struct Sparrow__CheckpointReply;
-void spw_ps__publisher_fill_offsets(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch,
+uint64_t spw_ps__publisher_checkpoint_start(spw_ps__publisher_t *pub);
+void spw_ps__publisher_fill_offsets(spw_ps__publisher_t *pub, uint64_t ticket, uint64_t epoch,
                                     struct spw_arena *arena, struct Sparrow__CheckpointReply *ck);
 /* After the store was restored to checkpoint epoch (epoch 0: the empty model): the publisher
  * thread reads the stream back and re-publishes every key this shard published since that epoch

@@ -316,18 +316,27 @@ void spw_ps__publisher_tick(spw_ps__publisher_t *pub, spw_ps_store_t *store, uin
     hand_off(pub, store, epoch, false);
 }
 
-spw_err_t spw_ps__publisher_sync(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch,
-                                 int timeout_ms, struct spw_kafka_partition *out, size_t *n)
+/* Asks the thread for the high-water offsets once what it holds is produced and flushed; the
+ * ticket to wait for them with. */
+static uint64_t sync_start(spw_ps__publisher_t *pub, int timeout_ms)
 {
-    *n = 0;
-    hand_off(pub, store, epoch, true);
     pthread_mutex_lock(&pub->mu);
-    while (pub->busy || pub->has_batch)
+    while (pub->want_sync) /* one sync at a time (a ticket covers one request) */
         pthread_cond_wait(&pub->cv, &pub->mu);
     uint64_t ticket = pub->sync_done + 1;
     pub->want_sync = true;
     pub->sync_timeout_ms = timeout_ms;
     pthread_cond_broadcast(&pub->cv);
+    pthread_mutex_unlock(&pub->mu);
+    return ticket;
+}
+
+/* The offsets of sync ticket: into out (*n entries), or its error (*n = 0). */
+static spw_err_t sync_wait(spw_ps__publisher_t *pub, uint64_t ticket,
+                           struct spw_kafka_partition *out, size_t *n)
+{
+    *n = 0;
+    pthread_mutex_lock(&pub->mu);
     while (pub->sync_done < ticket)
         pthread_cond_wait(&pub->cv, &pub->mu);
     spw_err_t rc = pub->sync_rc;
@@ -339,17 +348,29 @@ spw_err_t spw_ps__publisher_sync(spw_ps__publisher_t *pub, spw_ps_store_t *store
     return rc;
 }
 
-void spw_ps__publisher_fill_offsets(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch,
+spw_err_t spw_ps__publisher_sync(spw_ps__publisher_t *pub, spw_ps_store_t *store, uint64_t epoch,
+                                 int timeout_ms, struct spw_kafka_partition *out, size_t *n)
+{
+    hand_off(pub, store, epoch, true);
+    return sync_wait(pub, sync_start(pub, timeout_ms), out, n);
+}
+
+uint64_t spw_ps__publisher_checkpoint_start(spw_ps__publisher_t *pub)
+{
+    return sync_start(pub, SYNC_TIMEOUT_MS);
+}
+
+void spw_ps__publisher_fill_offsets(spw_ps__publisher_t *pub, uint64_t ticket, uint64_t epoch,
                                     spw_arena_t *arena, Sparrow__CheckpointReply *ck)
 {
     struct spw_kafka_partition *marks =
         spw_arena_alloc(arena, SPW_PS_PUBLISH_MAX_PARTITIONS * sizeof(*marks));
     size_t n = 0;
-    if (!marks) {
+    if (!marks) { /* the sync goes on; the next one waits for it */
         SPW_ERROR("checkpoint without update offsets", "reason=\"out of memory\"");
         return;
     }
-    spw_err_t rc = spw_ps__publisher_sync(pub, store, epoch, SYNC_TIMEOUT_MS, marks, &n);
+    spw_err_t rc = sync_wait(pub, ticket, marks, &n);
     if (rc != SPW_OK) {
         SPW_ERROR("checkpoint without update offsets", "epoch=%" PRIu64 " err=\"%s\"", epoch,
                   spw_err_str(rc));

@@ -806,6 +806,8 @@ static void handle_checkpoint(spw_ps_server_t *srv, struct peer *peer, const Spa
         return;
     }
     uint64_t t0 = spw_time_mono_ns();
+    /* the update offsets' flush and queries run on the publisher thread meanwhile */
+    uint64_t pub_ticket = srv->pub ? spw_ps__publisher_checkpoint_start(srv->pub) : 0;
     struct spw_ps_checkpoint_info info;
     char err[1024] = "";
     spw_err_t rc = spw_ps__store_checkpoint(srv->store, srv->ckpt_dir, cr->epoch, &srv->dedup,
@@ -855,7 +857,7 @@ static void handle_checkpoint(spw_ps_server_t *srv, struct peer *peer, const Spa
     ck.path = info.path;
     ck.checksum = info.checksum;
     if (srv->pub)
-        spw_ps__publisher_fill_offsets(srv->pub, srv->store, cr->epoch, srv->arena, &ck);
+        spw_ps__publisher_fill_offsets(srv->pub, pub_ticket, cr->epoch, srv->arena, &ck);
     Sparrow__Reply reply = reply_for(req->request_id);
     reply.body_case = SPARROW__REPLY__BODY_CHECKPOINT;
     reply.checkpoint = &ck;
