@@ -38,9 +38,10 @@ struct spw_coord_client {
     size_t n_offsets;
     uint64_t latest_epoch, generation;
     bool recovery_continue; /* the coordinator's last reply said coordinator.recovery=continue */
-    uint64_t registrations; /* registrations so far (each makes a waiting Clock resend) */
-    uint32_t trainer_id;    /* sent with every Clock (0: none) */
-    bool input_done;        /* every Clock says the input ended (Clock.input_done) */
+    uint32_t clock_interval_ms; /* the last reply's ClockReply.clock_interval_ms (0: none) */
+    uint64_t registrations;     /* registrations so far (each makes a waiting Clock resend) */
+    uint32_t trainer_id;        /* sent with every Clock (0: none) */
+    bool input_done;            /* every Clock says the input ended (Clock.input_done) */
     spw_coord_wait_fn wait;
     void *wait_opaque;
 };
@@ -178,6 +179,7 @@ static int recv_reply_on(spw_coord_client_t *c, void *sock, int timeout_ms,
                 c->latest_epoch = cr->latest_epoch;
             /* heartbeat answers go to the other socket: every reply here is a full one */
             c->recovery_continue = cr->has_recovery_continue && cr->recovery_continue;
+            c->clock_interval_ms = cr->has_clock_interval_ms ? cr->clock_interval_ms : 0;
             *out = cr;
             got = 1;
         }
@@ -501,6 +503,11 @@ spw_err_t spw_coord_client_offset(const spw_coord_client_t *c, const char *topic
 bool spw_coord_client_recovery_continue(const spw_coord_client_t *c)
 {
     return c->recovery_continue;
+}
+
+uint32_t spw_coord_client_clock_interval_ms(const spw_coord_client_t *c)
+{
+    return c->clock_interval_ms;
 }
 
 const struct spw_coord_offset *spw_coord_client_offsets(const spw_coord_client_t *c, size_t *n)

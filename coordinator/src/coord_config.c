@@ -50,6 +50,12 @@ const struct spw_config_prop spw_coordinator_config_props[] = {
     {"coordinator.checkpoint.steps", SPW_CONFIG_INT, "0", 0, 1000000000, NULL,
      "Checkpoint every this many steps of the fastest trainer (hybrid: of barriers' steps); 0: "
      "off (hybrid: every barrier)."},
+    {"coordinator.async.clock_interval", SPW_CONFIG_DURATION_MS, "50ms", 0, 10000, NULL,
+     "async: a trainer sends its Clock at most this often, not after every step (each Clock waits "
+     "for the coordinator's answer: a round trip per step on a loaded machine); a checkpoint "
+     "epoch reaches it at most this late, and a trainer killed loses up to this much of its "
+     "examples from the retrained count. Not with coordinator.checkpoint.steps (which counts "
+     "Clocks). 0: a Clock after every step."},
     {"coordinator.checkpoint.interval", SPW_CONFIG_DURATION_MS, "30s", 0, 86400000, NULL,
      "Checkpoint at least this often; 0: no time trigger."},
     {"coordinator.checkpoint.timeout", SPW_CONFIG_DURATION_MS, "30s", 100, 3600000, NULL,
@@ -126,6 +132,8 @@ spw_err_t spw_coord_server_conf_from_config(const spw_config_t *cfg,
     c.checkpoint_steps = (uint64_t)spw_config_int(cfg, "coordinator.checkpoint.steps");
     c.checkpoint_interval_ms =
         (uint64_t)spw_config_duration_ms(cfg, "coordinator.checkpoint.interval");
+    c.async_clock_interval_ms =
+        (uint32_t)spw_config_duration_ms(cfg, "coordinator.async.clock_interval");
     c.checkpoint_timeout_ms =
         (uint64_t)spw_config_duration_ms(cfg, "coordinator.checkpoint.timeout");
     c.keep = (uint32_t)spw_config_int(cfg, "coordinator.checkpoint.keep");

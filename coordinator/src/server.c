@@ -250,6 +250,12 @@ static void reply_member(spw_coord_server_t *srv, struct member *m, enum reply_k
     switch (kind) {
     case REPLY_PROCEED:
         cr.proceed = true;
+        /* not with a step trigger for checkpoints: that counts Clocks */
+        if (srv->conf.mode.kind == SPW_COORD_ASYNC && srv->conf.async_clock_interval_ms &&
+            !srv->conf.checkpoint_steps) {
+            cr.has_clock_interval_ms = true;
+            cr.clock_interval_ms = srv->conf.async_clock_interval_ms;
+        }
         cr.has_drop_cache = cr.has_commit = true;
         cr.drop_cache = m->pending_drop;
         cr.commit = m->pending_commit;

@@ -21,8 +21,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/cluster_lib.sh"
 start_broker examples:4
 CK="$DIR/ck"
 start_shards 2 5 --set pserver.checkpoint.dir="$CK" --set pserver.debug.counter_key=$KEY
+# a Clock after every step (coordinator.async.clock_interval=0): the re-trained count below is
+# checked to a batch, and with an interval a killed trainer's unclocked steps are not in it
 start_coordinator async "$CK" --set coordinator.recovery=continue \
-    --set coordinator.checkpoint.interval=1s --set coordinator.member.timeout=2s
+    --set coordinator.checkpoint.interval=1s --set coordinator.member.timeout=2s \
+    --set coordinator.async.clock_interval=0
 TARGS=(--set trainer.debug.counter_key=$KEY --set trainer.debug.delay_ms=5
     --set kafka.session.timeout.ms=6000 --set kafka.heartbeat.interval.ms=500
     --set trainer.shutdown.grace=3s)

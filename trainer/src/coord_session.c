@@ -32,7 +32,8 @@ struct spw_trainer_coord {
      * too, so that it never holds a barrier the others wait at, and the barriers (and the
      * checkpoints taken there) go on while the whole stream is quiet. */
     uint64_t clock;
-    uint64_t clock_sent_ms;          /* when the Clock now waiting was sent */
+    uint64_t clock_sent_ms;          /* when the Clock now waiting (or the last one) was sent */
+    uint64_t unclocked;              /* examples of steps not clocked yet (async clock interval) */
     uint64_t step;                   /* two-phase tag of the step being computed (0: none) */
     uint64_t examples_base;          /* the loop's example count at the last restore */
     int64_t resume[COORD_MAX_PARTS]; /* offset a partition (re)started from; -1 unknown */
@@ -162,6 +163,7 @@ static spw_err_t restore(spw_trainer_coord_t *tc, const struct spw_coord_event *
     if (err)
         return err;
     tc->report_pending = false; /* everyone is back at LATEST */
+    tc->unclocked = 0;          /* rolled back with the rest */
     tc->moved_reported = 0;
     /* the manifest's source high-water marks of this trainer's partitions, with the offsets */
     const char *topic = spw_trainer_loop_topic(tc->loop);
@@ -204,6 +206,8 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t exam
     spw_err_t err = SPW_OK;
     tc->clock = clock;
     tc->clock_sent_ms = spw_time_mono_ms();
+    examples += tc->unclocked; /* the steps the interval let go unclocked */
+    tc->unclocked = 0;
     if (tc->m_clock)
         spw_gauge_set(tc->m_clock, (double)clock);
     for (;;) {
@@ -269,6 +273,13 @@ static spw_err_t coord_after_step(void *opaque, spw_trainer_loop_t *loop,
         spw_err_t err = spw_ps_client_flush(spw_trainer_loop_client(loop), -1);
         if (err)
             return err;
+    }
+    /* async: each Clock waits for the coordinator's answer, a round trip that a loaded machine
+     * stretches to milliseconds; within the interval it grants, the steps go on unclocked */
+    uint32_t interval = spw_coord_client_clock_interval_ms(tc->client);
+    if (!tc->step && interval && spw_time_mono_ms() - tc->clock_sent_ms < interval) {
+        tc->unclocked += info->examples;
+        return SPW_OK;
     }
     return clock_at(tc, tc->clock + 1, info->examples, NULL);
 }

@@ -144,6 +144,10 @@ uint64_t spw_coord_client_latest_epoch(const spw_coord_client_t *client);
  * LATEST's offsets (spw_coord_client_offset) and one kept resumes where it was. Same thread as
  * the clock calls. */
 bool spw_coord_client_recovery_continue(const spw_coord_client_t *client);
+
+/* The last reply's ClockReply.clock_interval_ms: in async mode, the trainer need not send a Clock
+ * more often than this (0: after every step). Same thread as the clock calls. */
+uint32_t spw_coord_client_clock_interval_ms(const spw_coord_client_t *client);
 uint64_t spw_coord_client_generation(const spw_coord_client_t *client);
 
 #endif

@@ -288,10 +288,13 @@ struct spw_coord_server_conf {
     uint64_t member_timeout_ms;      /* silence that removes a member */
     uint64_t checkpoint_steps;       /* 0: no step trigger (hybrid: 0 means every barrier) */
     uint64_t checkpoint_interval_ms; /* 0: no time trigger */
-    uint64_t checkpoint_timeout_ms;  /* longest wait for shards (and trainers) in an epoch */
-    uint32_t keep;                   /* epochs kept (>= 1) */
-    uint64_t startup_grace_ms;       /* wait for members to (re)join before the first recovery */
-    spw_coord_verify_fn verify;      /* NULL: spw_coord_verify_default */
+    /* async only: the trainers clock at most this often (0: after every step); see
+     * coordinator.async.clock_interval */
+    uint32_t async_clock_interval_ms;
+    uint64_t checkpoint_timeout_ms; /* longest wait for shards (and trainers) in an epoch */
+    uint32_t keep;                  /* epochs kept (>= 1) */
+    uint64_t startup_grace_ms;      /* wait for members to (re)join before the first recovery */
+    spw_coord_verify_fn verify;     /* NULL: spw_coord_verify_default */
     /* CurveZMQ (each NULL or "": off). Towards members, a CURVE server: its secret key and the
      * members' allowed public keys (coordinator.curve.secret_key_file, .allowed_clients_file);
      * towards the shards, a CURVE client: their public key and its own secret key, whose public
