@@ -265,9 +265,12 @@ void spw_backend_forward_backward_start_staged(spw_backend_t *be, const spw_batc
         return;
     }
     spw_backend_forward_backward_start(be, batch, rows, grad_scale, preds, grads);
-    if (!be->start_err && stages->post)
+    if (be->start_err)
+        return;
+    /* as on the compute threads: beside_post runs whenever post does, whatever post returns */
+    if (stages->post)
         be->start_err = stages->post(stages->ctx);
-    if (!be->start_err && stages->beside_post)
+    if (stages->beside_post)
         stages->beside_post(stages->ctx);
 }
 
