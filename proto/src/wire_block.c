@@ -178,6 +178,45 @@ void spw_wire_f32_to_f16_n(const float *restrict src, uint16_t *restrict dst, si
         dst[i] = f32_to_f16(src[i]);
 }
 
+/* One value rounded stochastically with the random bits r (see the header). A half's magnitude
+ * bits are the single's shifted: for a normal half, (a - (112 << 23)) >> 13 (the exponent rebased
+ * from 127 to 15), whose dropped 13 bits are the fraction of a half-step the value lies above the
+ * half below it; adding 13 random bits before the shift carries into the half above with exactly
+ * that probability (into the exponent too: the next binade's first half). A subnormal half is the
+ * value in units of 2^-24: the single's 24-bit significand shifted right by 126 - e, rounded up
+ * likewise with shift random bits. */
+static inline uint16_t f32_to_f16_stochastic(float f, uint64_t r)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof(x));
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t a = x & 0x7fffffffu;
+    if (a >= 0x477fe000u) /* >= 65504, inf, nan: no half above to round to */
+        return f32_to_f16(f);
+    if (a >= 0x38800000u) /* >= 2^-14: a normal half */
+        return (uint16_t)(sign | ((a - 0x38000000u + (uint32_t)(r & 0x1fffu)) >> 13));
+    uint32_t e = a >> 23;
+    if (e < 64) /* below 2^-63 (single subnormals and zero included) */
+        return sign;
+    uint64_t m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - e; /* 14..62 */
+    /* at most 0x400, the smallest normal half's encoding, when the carry goes all the way */
+    return (uint16_t)(sign | ((m + (r & ((UINT64_C(1) << shift) - 1))) >> shift));
+}
+
+void spw_wire_f32_to_f16_stochastic_n(const float *restrict src, uint16_t *restrict dst, size_t n,
+                                      uint64_t *rng)
+{
+    uint64_t s = *rng ? *rng : UINT64_C(0x9e3779b97f4a7c15);
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        dst[i] = f32_to_f16_stochastic(src[i], s * UINT64_C(0x2545f4914f6cdd1d)); /* xorshift64* */
+    }
+    *rng = s;
+}
+
 void spw_wire_f16_to_f32_n(const uint16_t *restrict src, float *restrict dst, size_t n)
 {
     for (size_t i = 0; i < n; i++)

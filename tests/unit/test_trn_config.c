@@ -43,6 +43,9 @@ static void test_trn_config_defaults(void **state)
     assert_true(d.topk.ratio == p.topk.ratio && d.topk.dim == p.topk.dim);
     assert_int_equal(d.topk.error_feedback, p.topk.error_feedback);
     assert_int_equal(d.topk.fp16, p.topk.fp16);
+    assert_int_equal(d.topk.rounding, p.topk.rounding);
+    assert_int_equal(p.topk.rounding, SPW_TOPK_ROUND_STOCHASTIC);
+    assert_true(d.topk.seed == p.topk.seed && p.topk.seed == p.seed);
     assert_int_equal(d.topk.residual_max_rows, p.topk.residual_max_rows);
     assert_int_equal(d.eval_window, p.eval_window);
     assert_int_equal(d.optimizer, p.optimizer);
@@ -66,8 +69,8 @@ static void test_trn_config_settings_reach_params(void **state)
                           "trainer.push.fp16=true", "trainer.error_feedback=false",
                           "trainer.backend=cpu",    "trainer.acc_steps=4",
                           "trainer.optimizer=sgd",  "trainer.residual.max_rows=77",
-                          "trainer.latent_dim=16"};
-    assert_int_equal(spw_config_load(cfg, NULL, NULL, sets, 9, errstr, sizeof(errstr)), SPW_OK);
+                          "trainer.latent_dim=16",  "trainer.push.fp16.rounding=feedback"};
+    assert_int_equal(spw_config_load(cfg, NULL, NULL, sets, 10, errstr, sizeof(errstr)), SPW_OK);
     struct spw_trainer_params p;
     assert_int_equal(spw_trainer_params_from_config(cfg, &p, errstr, sizeof(errstr)), SPW_OK);
     assert_int_equal(p.model.kind, SPW_MODEL_LR);
@@ -76,6 +79,7 @@ static void test_trn_config_settings_reach_params(void **state)
     assert_true(p.compress);
     assert_true(p.topk.ratio == 0.1);
     assert_true(p.topk.fp16);
+    assert_int_equal(p.topk.rounding, SPW_TOPK_ROUND_FEEDBACK);
     assert_false(p.topk.error_feedback);
     assert_int_equal(p.topk.residual_max_rows, 77);
     assert_int_equal(p.backend, SPW_BACKEND_CPU);

@@ -380,6 +380,77 @@ static void test_trn_topk_fp16_rounding_fed_back(void **state)
     }
 }
 
+/* fp16 with stochastic rounding keeps no rounding error: with ratio 1 the residual table stays
+ * empty and a flush sends nothing; with ratio < 1 only the unsent rows are residuals. Each value
+ * sent is one of the two halves around the gradient, and over many steps of the same gradient
+ * the sum sent is the sum computed (unbiased), where rounding to nearest without feedback is off
+ * by the rounding error every step. */
+static void test_trn_topk_fp16_stochastic(void **state)
+{
+    (void)state;
+    enum { ROWS = 64, STEPS = 4000 };
+    uint64_t s = 99, keys[ROWS];
+    float orig[ROWS * DIM], grads[ROWS * DIM];
+    for (size_t r = 0; r < ROWS; r++) {
+        keys[r] = 500 + r;
+        for (int d = 0; d < DIM; d++)
+            orig[r * DIM + d] = rng_uniform(&s, -3, 3) * (r % 2 ? 1e-3f : 1.0f);
+    }
+    for (int ratio_one = 1; ratio_one >= 0; ratio_one--) {
+        char errstr[256];
+        struct spw_topk_conf conf = {.dim = DIM,
+                                     .ratio = ratio_one ? 1.0 : 0.5,
+                                     .error_feedback = true,
+                                     .fp16 = true,
+                                     .rounding = SPW_TOPK_ROUND_STOCHASTIC,
+                                     .seed = 3,
+                                     .residual_max_rows = 1000};
+        spw_topk_t *tk = spw_topk_new(&conf, NULL, errstr, sizeof(errstr));
+        assert_non_null(tk);
+        double sent_sum[ROWS * DIM] = {0}, near_sum[ROWS * DIM] = {0};
+        for (int step = 0; step < (ratio_one ? STEPS : 1); step++) {
+            memcpy(grads, orig, sizeof(grads));
+            struct spw_push_set set;
+            assert_int_equal(spw_topk_compress(tk, keys, grads, NULL, ROWS, &set), SPW_OK);
+            assert_true(set.fp16);
+            assert_int_equal(set.n, ratio_one ? ROWS : ROWS / 2);
+            for (size_t i = 0; i < set.n; i++) {
+                size_t r = set.keys[i] - 500;
+                for (int d = 0; d < DIM; d++) {
+                    float x = orig[r * DIM + d], v = set.values[i * DIM + d];
+                    assert_true(v == spw_wire_f16_to_f32(set.values_f16[i * DIM + d]));
+                    /* within one half-step (2^-10 relative, or a subnormal's 2^-24) */
+                    assert_true(fabsf(v - x) <= fabsf(x) * 0x1p-10f + 0x1p-24f);
+                    sent_sum[r * DIM + d] += v;
+                    near_sum[r * DIM + d] += spw_wire_f16_to_f32(spw_wire_f32_to_f16(x));
+                }
+            }
+            struct spw_topk_stats st;
+            spw_topk_get_stats(tk, &st);
+            /* no rounding error kept: only the unsent rows */
+            assert_int_equal(st.residual_rows, ratio_one ? 0 : ROWS - set.n);
+            assert_int_equal(st.fp16_errors_kept, 0);
+        }
+        if (ratio_one) {
+            struct spw_push_set flushed;
+            assert_int_equal(spw_topk_flush(tk, &flushed), SPW_OK);
+            assert_int_equal(flushed.n, 0);
+            /* the sums: stochastic within 5 standard deviations of STEPS draws of at most a
+             * half-step each; nearest is off by STEPS times its error, more than that in total */
+            double sto_err = 0, near_err = 0;
+            for (size_t i = 0; i < ROWS * DIM; i++) {
+                double want = (double)STEPS * orig[i];
+                double step = fabs(orig[i]) * 0x1p-10 + 0x1p-24;
+                assert_true(fabs(sent_sum[i] - want) <= 5 * step * sqrt(STEPS) / 2);
+                sto_err += fabs(sent_sum[i] - want);
+                near_err += fabs(near_sum[i] - want);
+            }
+            assert_true(sto_err * 4 < near_err);
+        }
+        spw_topk_destroy(tk);
+    }
+}
+
 /* A rounding error is the remainder of a row sent at version v: sent on its own it carries v + 1,
  * the version that push gave the row, so that the shard does not count the trainer's own push as
  * staleness; a pull that still shows v (taken before the push landed) is no reset. */
@@ -785,7 +856,8 @@ SPW_TEST_MAIN(test_trn_topk_pulled_follow_rows, test_trn_acc_pulled_latest,
               test_trn_topk_full_table_sends_oldest, test_trn_topk_flush_and_drop,
               test_trn_topk_without_error_feedback_discards,
               test_trn_topk_fp16_values_are_what_the_server_decodes,
-              test_trn_topk_fp16_rounding_fed_back, test_trn_topk_fp16_error_needs_room,
-              test_trn_topk_fp16_error_versions, test_trn_topk_drops_residual_of_reset_row,
+              test_trn_topk_fp16_rounding_fed_back, test_trn_topk_fp16_stochastic,
+              test_trn_topk_fp16_error_needs_room, test_trn_topk_fp16_error_versions,
+              test_trn_topk_drops_residual_of_reset_row,
               test_trn_topk_inproc_eviction_drops_residual, test_trn_topk_rejects_bad_conf,
               test_trn_topk_backend_selection_matches_cpu, test_trn_topk_grad_acc_sums_rows)

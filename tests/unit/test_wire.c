@@ -1649,6 +1649,80 @@ static void test_wire_f16_matches_reference(void **state)
 #endif
 }
 
+/* Stochastic rounding: every result is one of the two halves around the value (the value itself
+ * when it is one), and over many draws the mean half is the value: for normal halves, subnormal
+ * ones, a carry into the next binade, both signs. */
+static void test_wire_f16_stochastic_unbiased(void **state)
+{
+    (void)state;
+    const float values[] = {1.0f + 0x1p-12f,    /* a quarter step above 1 */
+                            -(1.0f + 0x1p-12f), /* the same below -1 */
+                            0.1f,               /* 0.1's rounding error, up */
+                            2047.9f,            /* between 2047 and 2048: into the next binade */
+                            3e-7f,              /* a subnormal half: 5.03 units of 2^-24 */
+                            -1e-8f,             /* below half the smallest: 0.17 units */
+                            1023.7f * 0x1p-24f, /* the largest subnormal into the smallest normal */
+                            60000.3f};          /* near the top */
+    enum { DRAWS = 200000 };
+    static float src[DRAWS];
+    static uint16_t dst[DRAWS];
+    uint64_t rng = 12345;
+    for (size_t v = 0; v < sizeof(values) / sizeof(values[0]); v++) {
+        const float x = values[v];
+        for (size_t i = 0; i < DRAWS; i++)
+            src[i] = x;
+        spw_wire_f32_to_f16_stochastic_n(src, dst, DRAWS, &rng);
+        /* the halves around x: the nearest, and its neighbour on x's other side */
+        uint16_t near = spw_wire_f32_to_f16(x);
+        float nearf = spw_wire_f16_to_f32(near);
+        uint16_t other = fabsf(nearf) > fabsf(x) ? (uint16_t)(near - 1) : (uint16_t)(near + 1);
+        float otherf = spw_wire_f16_to_f32(other);
+        double lo = fmin(nearf, otherf), hi = fmax(nearf, otherf);
+        double sum = 0.0;
+        size_t ups = 0;
+        for (size_t i = 0; i < DRAWS; i++) {
+            assert_true(dst[i] == near || dst[i] == other);
+            double h = spw_wire_f16_to_f32(dst[i]);
+            sum += h;
+            ups += h == hi;
+        }
+        double p = ((double)x - lo) / (hi - lo); /* the chance of the half above */
+        double sd = sqrt(p * (1 - p) / DRAWS);
+        double got = (double)ups / DRAWS;
+        if (fabs(got - p) > 5 * sd + 1e-9) {
+            fprintf(stderr, "value %.9g: the half above %.9g drawn %.5f of the time, want %.5f\n",
+                    (double)x, hi, got, p);
+            fail();
+        }
+        /* so the mean is the value, within 5 standard deviations of the draws */
+        assert_true(fabs(sum / DRAWS - (double)x) <= 5 * sd * (hi - lo) + 1e-12);
+    }
+    /* exact halves stay themselves; zero keeps its sign; the top, inf and nan as nearest */
+    const float exact[] = {1.0f, -2.0f, 0x1p-24f, 0.0f, -0.0f, 65504.0f, INFINITY, -INFINITY};
+    for (size_t v = 0; v < sizeof(exact) / sizeof(exact[0]); v++) {
+        uint16_t h;
+        spw_wire_f32_to_f16_stochastic_n(&exact[v], &h, 1, &rng);
+        assert_int_equal(h, spw_wire_f32_to_f16(exact[v]));
+    }
+    float nan_in = NAN, big = 1e6f, tiny = 0x1p-70f;
+    uint16_t h;
+    spw_wire_f32_to_f16_stochastic_n(&nan_in, &h, 1, &rng);
+    assert_true(isnan(spw_wire_f16_to_f32(h)));
+    spw_wire_f32_to_f16_stochastic_n(&big, &h, 1, &rng);
+    assert_int_equal(h, 0x7c00);
+    spw_wire_f32_to_f16_stochastic_n(&tiny, &h, 1, &rng);
+    assert_int_equal(h, 0x0000);
+    /* the same state and values give the same halves */
+    uint64_t a = 7, b = 7;
+    uint16_t ha[64], hb[64];
+    for (size_t i = 0; i < 64; i++)
+        src[i] = 0.1f * (float)i;
+    spw_wire_f32_to_f16_stochastic_n(src, ha, 64, &a);
+    spw_wire_f32_to_f16_stochastic_n(src, hb, 64, &b);
+    assert_memory_equal(ha, hb, sizeof(ha));
+    assert_true(a == b && a != 7);
+}
+
 static void test_wire_f16_bulk_matches_scalar(void **state)
 {
     (void)state;
@@ -1995,6 +2069,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_wire_f16_all_halves_round_trip),
         cmocka_unit_test(test_wire_f16_matches_reference),
         cmocka_unit_test(test_wire_f16_bulk_matches_scalar),
+        cmocka_unit_test(test_wire_f16_stochastic_unbiased),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,6 +20,7 @@ struct spw_topk {
     struct spw_topk_conf conf;
     spw_backend_t *be; /* borrowed; NULL: CPU functions */
     struct spw_topk_stats stats;
+    uint64_t rng; /* SPW_TOPK_ROUND_STOCHASTIC's xorshift64* state */
 
     /* per-step scratch */
     float *norms;
@@ -59,6 +60,12 @@ struct spw_topk {
     uint32_t free_head;
 };
 
+/* Whether fp16 rounding errors are kept as residuals (error feedback of the rounding). */
+static bool keeps_f16_errors(const spw_topk_t *tk)
+{
+    return tk->conf.fp16 && tk->conf.error_feedback && tk->conf.rounding == SPW_TOPK_ROUND_FEEDBACK;
+}
+
 spw_topk_t *spw_topk_new(const struct spw_topk_conf *conf, spw_backend_t *be, char *errstr,
                          size_t errstr_size)
 {
@@ -80,6 +87,7 @@ spw_topk_t *spw_topk_new(const struct spw_topk_conf *conf, spw_backend_t *be, ch
         return NULL;
     }
     tk->conf = *conf;
+    tk->rng = spw_hash_mix64(conf->seed ^ UINT64_C(0x5eed0f16)) | 1; /* xorshift: never 0 */
     tk->be = be;
     spw_trn__keyidx_init(&tk->index);
     tk->head = tk->tail = tk->free_head = SPW_TRN__NONE;
@@ -161,10 +169,13 @@ static spw_err_t finish_out(spw_topk_t *tk, struct spw_push_set *out, bool fp16)
 {
     size_t dim = tk->conf.dim, vals = tk->out_n * dim;
     if (fp16 && vals) {
-        spw_wire_f32_to_f16_n(tk->out_values, tk->out_f16, vals);
+        if (tk->conf.rounding == SPW_TOPK_ROUND_STOCHASTIC)
+            spw_wire_f32_to_f16_stochastic_n(tk->out_values, tk->out_f16, vals, &tk->rng);
+        else
+            spw_wire_f32_to_f16_n(tk->out_values, tk->out_f16, vals);
         /* The server applies the decoded halves: values must say exactly that (keep_f16_errors
          * writes them as it goes). */
-        if (tk->conf.error_feedback) {
+        if (keeps_f16_errors(tk)) {
             spw_err_t err = keep_f16_errors(tk);
             if (err)
                 return err;
@@ -417,7 +428,7 @@ static spw_err_t compress_step(spw_topk_t *tk, const uint64_t *keys, float *grad
     if (tk->conf.pulled && !pulled && n > 0)
         return SPW_ERR_INVALID;
     /* the unsent rows, and with fp16 the rounding errors of up to 2n rows sent */
-    size_t index_need = tk->count + (tk->conf.fp16 ? 3 * n : n);
+    size_t index_need = tk->count + (keeps_f16_errors(tk) ? 3 * n : n);
     if (index_need > tk->conf.residual_max_rows)
         index_need = tk->conf.residual_max_rows;
     if (spw_trn__grow((void **)&tk->norms, &tk->cap_norms, n, sizeof(float)) ||
@@ -496,9 +507,10 @@ static spw_err_t compress_step(spw_topk_t *tk, const uint64_t *keys, float *grad
         if (tk->selected[r])
             append_out(tk, keys[r], grads + r * dim, versions ? versions[r] : 0,
                        pulled ? pulled + r * dim : NULL, (uint32_t)r);
-    /* Without fp16 a sent row leaves nothing: its slot is free for the unsent rows at once, as
-     * if it had never been held. With fp16 it waits for the row's rounding error. */
-    if (ef && !tk->conf.fp16 && tk->detached) {
+    /* Without fp16 (or with stochastic rounding) a sent row leaves nothing: its slot is free for
+     * the unsent rows at once, as if it had never been held. With fp16's rounding errors kept it
+     * waits for the row's. */
+    if (ef && !keeps_f16_errors(tk) && tk->detached) {
         for (size_t r = 0; r < n; r++) {
             if (!tk->selected[r] || tk->step_slot[r] == SPW_TRN__NONE)
                 continue;

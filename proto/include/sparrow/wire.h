@@ -132,4 +132,14 @@ float spw_wire_f16_to_f32(uint16_t h);
 void spw_wire_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
 void spw_wire_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 
+/* Converts n values to halves with stochastic rounding: each value goes to one of the two halves
+ * around it, the farther one with probability its distance from the nearer over their spacing, so
+ * that the expected half equals the value (unbiased: rounding to nearest moves a value that
+ * recurs the same way every time, and sends every magnitude below 2^-25 as zero). Subnormal
+ * halves are rounded so too; values of 2^-63 and less in magnitude become zero; at or beyond 65504
+ * in magnitude, inf and nan convert as spw_wire_f32_to_f16. *rng is an xorshift64* state, owned by
+ * the caller and advanced once per value (one state per thread; 0 is replaced by a fixed nonzero
+ * seed); the same state and values give the same halves. src and dst must not overlap. */
+void spw_wire_f32_to_f16_stochastic_n(const float *src, uint16_t *dst, size_t n, uint64_t *rng);
+
 #endif

@@ -469,13 +469,25 @@ void spw_grad_acc_reset(spw_grad_acc_t *acc);
 
 /* ---- top-k compression with error feedback ---- */
 
+/* How fp16 pushes round values to halves. */
+enum spw_topk_rounding {
+    /* to nearest, each sent row's rounding error kept as its key's residual (with error feedback:
+     * it rides on the key's next push, or the flush) */
+    SPW_TOPK_ROUND_FEEDBACK = 0,
+    /* stochastically (spw_wire_f32_to_f16_stochastic_n: unbiased), keeping nothing: a sent row
+     * leaves no residual, so with ratio 1 the table stays empty and a flush sends nothing */
+    SPW_TOPK_ROUND_STOCHASTIC,
+};
+
 struct spw_topk_conf {
-    uint32_t dim;             /* floats per row */
-    double ratio;             /* fraction of a step's rows sent, in (0, 1]; 1 sends every row */
-    bool error_feedback;      /* keep unsent rows as residuals (false: discard them) */
-    bool fp16;                /* values travel as IEEE half */
-    size_t residual_max_rows; /* bound of the residual table (0: no residual can be kept, so
-                                 every row is sent at once) */
+    uint32_t dim;        /* floats per row */
+    double ratio;        /* fraction of a step's rows sent, in (0, 1]; 1 sends every row */
+    bool error_feedback; /* keep unsent rows as residuals (false: discard them) */
+    bool fp16;           /* values travel as IEEE half */
+    enum spw_topk_rounding rounding; /* fp16's rounding */
+    uint64_t seed;                   /* SPW_TOPK_ROUND_STOCHASTIC's random bits */
+    size_t residual_max_rows;        /* bound of the residual table (0: no residual can be kept, so
+                                        every row is sent at once) */
     /* the push sets carry pulled values (spw_topk_compress_pulled): a residual keeps those of
      * the step that left it (dim more floats per residual) */
     bool pulled;
