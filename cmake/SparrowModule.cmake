@@ -72,3 +72,17 @@ function(spw_add_fuzz_target name)
         set_property(GLOBAL APPEND PROPERTY SPARROW_FUZZ_TARGETS ${name})
     endif()
 endfunction()
+
+# spw_apply_test_costs(): sets COST from tests/test-costs.txt ("name seconds" per line, # comments)
+# on the tests of the calling directory, so that a run without ctest's own cost data (a clean
+# clone, CI) starts the long tests first. Call at the end of a directory's CMakeLists.txt.
+function(spw_apply_test_costs)
+    file(STRINGS ${PROJECT_SOURCE_DIR}/tests/test-costs.txt lines REGEX "^[^#]")
+    get_property(tests DIRECTORY PROPERTY TESTS)
+    foreach(line ${lines})
+        string(REGEX MATCH "^([^ ]+) ([0-9]+)$" m "${line}")
+        if(m AND CMAKE_MATCH_1 IN_LIST tests)
+            set_tests_properties(${CMAKE_MATCH_1} PROPERTIES COST ${CMAKE_MATCH_2})
+        endif()
+    endforeach()
+endfunction()

@@ -64,6 +64,10 @@ const struct spw_config_prop spw_coordinator_config_props[] = {
      "Checkpoint epochs kept; older ones are removed."},
     {"coordinator.startup.grace", SPW_CONFIG_DURATION_MS, "2s", 0, 600000, NULL,
      "After start, wait this long for members to (re)join before the first recovery."},
+    {"coordinator.startup.trainers", SPW_CONFIG_INT, "0", 0, 1024, NULL,
+     "Begin the first recovery as soon as this many trainers have registered, without waiting out "
+     "coordinator.startup.grace (which stays the longest wait): for a cluster of known size "
+     "(launch sets its --trainers). 0: always wait the grace."},
     {"coordinator.curve.secret_key_file", SPW_CONFIG_STRING, "", 0, 4000, NULL,
      "File with the coordinator's Z85 CURVE secret key: members (trainers) must then connect with "
      "CurveZMQ and a key on coordinator.curve.allowed_clients_file. Empty: plaintext to members."},
@@ -138,6 +142,7 @@ spw_err_t spw_coord_server_conf_from_config(const spw_config_t *cfg,
         (uint64_t)spw_config_duration_ms(cfg, "coordinator.checkpoint.timeout");
     c.keep = (uint32_t)spw_config_int(cfg, "coordinator.checkpoint.keep");
     c.startup_grace_ms = (uint64_t)spw_config_duration_ms(cfg, "coordinator.startup.grace");
+    c.startup_trainers = (uint32_t)spw_config_int(cfg, "coordinator.startup.trainers");
     c.curve_secret_key_file = spw_config_str(cfg, "coordinator.curve.secret_key_file");
     c.curve_allowed_clients_file = spw_config_str(cfg, "coordinator.curve.allowed_clients_file");
     c.curve_server_key_file = spw_config_str(cfg, "coordinator.curve.server_key_file");

@@ -1448,6 +1448,17 @@ static void on_leave(spw_coord_server_t *srv, const Sparrow__Leave *l)
     evaluate(srv);
 }
 
+/* The startup grace ends when it has run out or, with coordinator.startup.trainers, as soon as
+ * that many trainers have registered. */
+static bool startup_over(const spw_coord_server_t *srv, uint64_t now)
+{
+    if (now - srv->start_ms >= srv->conf.startup_grace_ms)
+        return true;
+    uint64_t min, max;
+    return srv->conf.startup_trainers > 0 &&
+           live_trainers(srv, &min, &max) >= srv->conf.startup_trainers;
+}
+
 static void tick(spw_coord_server_t *srv)
 {
     uint64_t now = spw_time_mono_ms();
@@ -1482,7 +1493,7 @@ static void tick(spw_coord_server_t *srv)
             shard_reset(srv, sh);
         }
     }
-    if (!srv->initial_recovery_done && now - srv->start_ms >= srv->conf.startup_grace_ms) {
+    if (!srv->initial_recovery_done && startup_over(srv, now)) {
         srv->initial_recovery_done = true;
         start_recovery(srv, "coordinator started");
     }

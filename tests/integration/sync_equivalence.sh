@@ -54,10 +54,11 @@ run_cluster() {
     wait_for "$name: the pserver listening" 30 bash -c \
         "grep -q 'pserver listening' '$d/shard-0.log' || ! kill -0 $ps_pid 2>/dev/null"
     kill -0 "$ps_pid" 2>/dev/null || fail "$name: the pserver exited at start"
-    # all trainers register within the startup grace, so the first recovery (before any record
-    # is read) is the only one, and every trainer steps from clock 0 together
+    # the first recovery (before any record is read) waits for every trainer, so it is the only
+    # one, and every trainer steps from clock 0 together
     start_coordinator sync "$d" --set "coordinator.checkpoint.steps=$STEPS" \
-        --set coordinator.checkpoint.interval=0 --set coordinator.startup.grace=1500ms \
+        --set coordinator.checkpoint.interval=0 --set coordinator.startup.grace=10s \
+        --set "coordinator.startup.trainers=$#" \
         --set coordinator.member.timeout=30s
     local tpids=() i=0 f
     for f in "$@"; do

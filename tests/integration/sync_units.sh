@@ -70,8 +70,9 @@ run_case() {
     wait_for "$name: the pserver listening" 30 grep -q 'pserver listening' "$D/shard-0.log"
     local sets=()
     for s in "$@"; do sets+=(--set "$s"); done
-    # every trainer registers within the startup grace: one recovery before any record is read
-    start_coordinator "$mode" "$D/ck" --set coordinator.startup.grace=3s \
+    # the first recovery waits for every trainer: one recovery before any record is read
+    start_coordinator "$mode" "$D/ck" --set coordinator.startup.grace=10s \
+        --set "coordinator.startup.trainers=$k" \
         --set coordinator.checkpoint.interval=1500ms --set coordinator.http.port=0 \
         --set coordinator.member.timeout=20s --set log.level=debug "${sets[@]}"
     CASE_PIDS+=("$COORD")

@@ -50,7 +50,9 @@ static void *server_main(void *arg)
     return NULL;
 }
 
-static void start_with(struct harness *h, const char *mode, int n, uint64_t member_timeout_ms)
+/* startup_grace_ms and startup_trainers as coordinator.startup.grace and .trainers */
+static void start_startup(struct harness *h, const char *mode, int n, uint64_t member_timeout_ms,
+                          uint64_t startup_grace_ms, uint32_t startup_trainers)
 {
     memset(h, 0, sizeof(*h));
     snprintf(h->dir, sizeof(h->dir), "/tmp/test_coord_modes.XXXXXX");
@@ -62,6 +64,8 @@ static void start_with(struct harness *h, const char *mode, int n, uint64_t memb
     conf.member_timeout_ms = member_timeout_ms;
     conf.checkpoint_timeout_ms = 5000;
     conf.keep = 2;
+    conf.startup_grace_ms = startup_grace_ms;
+    conf.startup_trainers = startup_trainers;
     conf.stop = &h->stop;
     char err[256];
     h->srv = spw_coord_server_new(&conf, err, sizeof(err));
@@ -70,6 +74,11 @@ static void start_with(struct harness *h, const char *mode, int n, uint64_t memb
     h->mode = conf.mode;
     h->n = n;
     assert_int_equal(pthread_create(&h->thread, NULL, server_main, h), 0);
+}
+
+static void start_with(struct harness *h, const char *mode, int n, uint64_t member_timeout_ms)
+{
+    start_startup(h, mode, n, member_timeout_ms, 0, 0);
 }
 
 static void start(struct harness *h, const char *mode, int n)
@@ -264,6 +273,24 @@ static void test_coord_modes_sync_member_leaves(void **state)
     sync_third_departs((struct trainer){.steps = 25, .leave_after = 5}, 3600 * 1000, &st);
 }
 
+/* With coordinator.startup.trainers 3 the first recovery begins once the three trainers have
+ * registered, long before the hour of grace. Sync trainers are not released before the first
+ * recovery, so without the early end this test would wait the hour (ctest's timeout). */
+static void test_coord_modes_startup_trainers_end_grace(void **state)
+{
+    (void)state;
+    struct harness h;
+    start_startup(&h, "sync", 3, 600, 3600 * 1000, 3);
+    struct trainer t[3] = {{.steps = 20, .delay_ms = 5}, {.steps = 20}, {.steps = 20}};
+    run_trainers(&h, t, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(t[i].rc, SPW_OK);
+    assert_int_equal(atomic_load(&h.violations), 0);
+    struct spw_coord_server_stats st;
+    finish(&h, &st);
+    assert_int_equal(st.recoveries, 1);
+}
+
 /* Hostile member frames are refused and counted (sparrow_coord_malformed_messages_total): bytes
  * that are no CoordMessage, and a CoordMessage of another protocol version; a member's valid
  * Register on the same connection is still answered, after them (one peer's frames are handled
@@ -309,4 +336,4 @@ static void test_coord_modes_malformed_counted(void **state)
 SPW_TEST_MAIN(test_coord_modes_sync_waits_for_slowest, test_coord_modes_ssp_bounds_gap,
               test_coord_modes_async_runs_ahead, test_coord_modes_hybrid_barriers,
               test_coord_modes_sync_member_killed, test_coord_modes_sync_member_leaves,
-              test_coord_modes_malformed_counted)
+              test_coord_modes_malformed_counted, test_coord_modes_startup_trainers_end_grace)

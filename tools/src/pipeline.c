@@ -231,6 +231,8 @@ static int start_coordinator(spw_pipeline_t *p, char *errstr, size_t errstr_size
     args_addf(&a, "%s", c->run_dir);
     args_addf(&a, "--set");
     args_addf(&a, "coordinator.checkpoint.interval=%s", c->checkpoint_interval);
+    args_addf(&a, "--set"); /* every trainer starts now: no need to wait out the grace */
+    args_addf(&a, "coordinator.startup.trainers=%ld", c->trainers);
     args_add_sets(&a, c, SPW_PIPELINE_COORDINATOR, -1);
     if (start(p, "coordinator", &a, errstr, errstr_size) < 0)
         return -1;

@@ -294,6 +294,7 @@ struct spw_coord_server_conf {
     uint64_t checkpoint_timeout_ms; /* longest wait for shards (and trainers) in an epoch */
     uint32_t keep;                  /* epochs kept (>= 1) */
     uint64_t startup_grace_ms;      /* wait for members to (re)join before the first recovery */
+    uint32_t startup_trainers;      /* this many registered end the grace early (0: never) */
     spw_coord_verify_fn verify;     /* NULL: spw_coord_verify_default */
     /* CurveZMQ (each NULL or "": off). Towards members, a CURVE server: its secret key and the
      * members' allowed public keys (coordinator.curve.secret_key_file, .allowed_clients_file);
