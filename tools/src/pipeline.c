@@ -14,8 +14,10 @@
 #include "sparrow/time.h"
 
 #define PIPELINE_STARTUP_MS 20000
-/* A consumer group without assignment changes this long counts as stable. */
-#define PIPELINE_STABLE_MS 3000
+/* A consumer group without assignment changes this long counts as stable; one whose trainers
+ * hold every partition between them, each some, after PIPELINE_SETTLED_MS. */
+#define PIPELINE_STABLE_MS  3000
+#define PIPELINE_SETTLED_MS 300
 /* How long serve gets to fail at start before the pipeline goes on without it. */
 #define PIPELINE_SERVE_CHECK_MS 1500
 
@@ -321,33 +323,44 @@ static int start_trainers(spw_pipeline_t *p, char *errstr, size_t errstr_size)
     return 0;
 }
 
-/* How many lines of the log at path contain needle. */
-static long log_count(const char *path, const char *needle)
+/* From a trainer's log: the partitions it holds now (each "kafka partition assigned" line adds
+ * one, each "kafka partitions revoked count=N" takes N away) and the assignment changes so far. */
+static void log_assignment(const char *path, long *held, long *changes)
 {
+    *held = 0;
+    *changes = 0;
     FILE *f = fopen(path, "r");
     if (!f)
-        return 0;
+        return;
     char line[2048];
-    long n = 0;
-    while (fgets(line, sizeof(line), f))
-        n += strstr(line, needle) != NULL;
+    while (fgets(line, sizeof(line), f)) {
+        const char *r;
+        if (strstr(line, "kafka partition assigned")) {
+            (*held)++;
+            (*changes)++;
+        } else if ((r = strstr(line, "kafka partitions revoked count="))) {
+            *held -= strtol(r + strlen("kafka partitions revoked count="), NULL, 10);
+            (*changes)++;
+        }
+    }
     fclose(f);
-    return n;
 }
 
 /*
  * A finite stream is produced in one burst when the rate is high; produced before the trainers
  * consume, it can outgrow the Kafka mock's retention (librdkafka's mock keeps about 5 MiB per
  * partition). So the generator waits (at most PIPELINE_STARTUP_MS) until the trainers' consumer
- * group is stable: every trainer assigned partitions (when there are enough) and no assignment
- * or revocation for PIPELINE_STABLE_MS.
+ * group is stable: no assignment or revocation for PIPELINE_SETTLED_MS when the trainers hold
+ * every partition between them and each holds some (when there are enough): the group then has
+ * every trainer as a member, and no join is to come; PIPELINE_STABLE_MS otherwise (fewer
+ * partitions than trainers, or a trainer that logs no assignment).
  */
 static void wait_assigned(spw_pipeline_t *p)
 {
     uint64_t start = spw_time_mono_ms(), changed = start;
     long events = -1;
     while (spw_time_mono_ms() < start + PIPELINE_STARTUP_MS && !spw_signal_stop_requested()) {
-        long n = 0;
+        long n = 0, held_all = 0;
         bool all = true;
         for (long t = 0; t < p->conf->trainers; t++) {
             char name[32];
@@ -355,15 +368,19 @@ static void wait_assigned(spw_pipeline_t *p)
             int idx = spw_launch_find(p->launch, name);
             if (!spw_launch_alive(p->launch, idx))
                 return; /* the caller's check reports it */
-            const char *log = spw_launch_log(p->launch, idx);
-            long assigned = log_count(log, "kafka partition assigned");
-            all = all && (assigned > 0 || t >= p->examples_partitions);
-            n += assigned + log_count(log, "kafka partitions revoked");
+            long held, changes;
+            log_assignment(spw_launch_log(p->launch, idx), &held, &changes);
+            all = all && (held > 0 || t >= p->examples_partitions);
+            held_all += held;
+            n += changes;
         }
+        uint64_t quiet = spw_time_mono_ms() - changed;
         if (n != events) {
             events = n;
             changed = spw_time_mono_ms();
-        } else if (all && spw_time_mono_ms() - changed >= PIPELINE_STABLE_MS) {
+        } else if (all && (quiet >= PIPELINE_STABLE_MS ||
+                           (p->conf->trainers <= p->examples_partitions &&
+                            held_all == p->examples_partitions && quiet >= PIPELINE_SETTLED_MS))) {
             return;
         }
         spw_time_sleep_ms(100);
