@@ -1,4 +1,4 @@
-/* SIGTERM/SIGINT handling: a flag that long-running loops observe. */
+/* SIGTERM/SIGINT handling: a flag that long-running loops observe; SIGUSR1: a request flag. */
 #include "sparrow/signal.h"
 
 #include <signal.h>
@@ -6,11 +6,18 @@
 #include <string.h>
 
 static atomic_int stop_flag;
+static atomic_int usr1_flag;
 
 static void on_signal(int signo)
 {
     (void)signo;
     atomic_store(&stop_flag, 1);
+}
+
+static void on_usr1(int signo)
+{
+    (void)signo;
+    atomic_store(&usr1_flag, 1);
 }
 
 void spw_signal_install(void)
@@ -21,6 +28,8 @@ void spw_signal_install(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_usr1;
+    sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
 
@@ -37,4 +46,9 @@ void spw_signal_request_stop(void)
 void spw_signal_reset(void)
 {
     atomic_store(&stop_flag, 0);
+}
+
+bool spw_signal_take_usr1(void)
+{
+    return atomic_exchange(&usr1_flag, 0) != 0;
 }

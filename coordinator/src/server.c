@@ -115,6 +115,7 @@ struct spw_coord_server {
     uint64_t req_seq;
     struct spw_coord_manifest cur; /* LATEST (or the recovery epoch) */
     uint64_t last_ckpt_ms, last_ckpt_clock;
+    bool ckpt_requested; /* SIGUSR1: a checkpoint as soon as one can open */
     uint64_t start_ms;
     bool initial_recovery_done;
     bool recovery_wanted;
@@ -853,6 +854,7 @@ static void open_epoch(spw_coord_server_t *srv, const char *why)
 {
     srv->epoch_open = srv->next_epoch++;
     srv->phase = PHASE_CKPT_TRAINERS;
+    srv->ckpt_requested = false;
     srv->deadline_ms = spw_time_mono_ms() + srv->conf.checkpoint_timeout_ms;
     for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
         srv->members[i].reported = srv->members[i].final_reported = false;
@@ -1177,7 +1179,7 @@ static bool final_wanted(const spw_coord_server_t *srv)
 
 static bool checkpoint_due(spw_coord_server_t *srv, uint64_t max_clock)
 {
-    if (final_wanted(srv))
+    if (final_wanted(srv) || srv->ckpt_requested)
         return true;
     uint64_t now = spw_time_mono_ms();
     if (srv->conf.checkpoint_interval_ms > 0 &&
@@ -1313,7 +1315,8 @@ static void evaluate(spw_coord_server_t *srv)
                  * released into the next step would report offsets of examples whose pushes
                  * wait for a commit the checkpoint comes before); while one is due nobody is
                  * released, so that the trainers gather */
-                open_epoch(srv, final_wanted(srv) ? "final"
+                open_epoch(srv, final_wanted(srv)     ? "final"
+                                : srv->ckpt_requested ? "request"
                                 : srv->conf.checkpoint_interval_ms > 0 &&
                                         spw_time_mono_ms() - srv->last_ckpt_ms >=
                                             srv->conf.checkpoint_interval_ms
@@ -1737,6 +1740,10 @@ spw_err_t spw_coord_server_run(spw_coord_server_t *srv)
                     break;
                 on_shard_reply(srv, &srv->shards[i], zmq_msg_data(&body), zmq_msg_size(&body));
             }
+        }
+        if (spw_signal_take_usr1() && !srv->ckpt_requested) {
+            srv->ckpt_requested = true;
+            SPW_INFO("checkpoint requested", "by=SIGUSR1");
         }
         tick(srv); /* also refreshes stats.trainers */
     }

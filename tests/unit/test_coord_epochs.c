@@ -6,6 +6,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "sparrow/arena.h"
 #include "sparrow/coord_client.h"
 #include "sparrow/coordinator.h"
+#include "sparrow/signal.h"
 #include "sparrow/time.h"
 #include "sparrow/wire.h"
 
@@ -252,7 +254,43 @@ static void test_coord_epochs_leave_without_final_rolls_back(void **state)
     assert_int_equal(st.recoveries, 3); /* start, a's Leave, b's join */
 }
 
+/* SIGUSR1 asks for a checkpoint: with neither an interval nor a step trigger no epoch opens, until
+ * the signal, after which exactly one does, counting every example trained before it. */
+static void test_coord_epochs_sigusr1_requests_checkpoint(void **state)
+{
+    (void)state;
+    spw_signal_install();
+    struct coord_env e;
+    env_start(&e, "async", 0, 2);
+    spw_coord_client_t *c = connect_trainer(&e, "trainer-0");
+    struct trainer_state t = {0};
+    uint64_t clock = 0;
+    assert_int_equal(train(c, &t, 0, 20, &clock), SPW_OK);
+    assert_int_equal(t.checkpoints, 0);
+    uint64_t before = t.examples;
+    assert_int_equal(raise(SIGUSR1), 0);
+    for (int i = 0; i < 500 && t.checkpoints == 0; i++) {
+        spw_time_sleep_ms(10);
+        assert_int_equal(train(c, &t, 0, 1, &clock), SPW_OK);
+    }
+    assert_int_equal(t.checkpoints, 1);
+    assert_int_equal(train(c, &t, 0, 20, &clock), SPW_OK); /* no second one */
+    spw_coord_client_destroy(c);
+    struct spw_coord_server_stats st;
+    coord_env_stop(&e, &st);
+    assert_int_equal(st.epochs_completed, 1);
+    assert_int_equal(t.checkpoints, 1);
+    struct spw_coord_manifest m;
+    char err[256];
+    assert_int_equal(spw_coord_manifest_read(e.root, st.latest_epoch, &m, err, sizeof(err)),
+                     SPW_OK);
+    assert_true(m.example_count > before);
+    spw_coord_manifest_fini(&m);
+    coord_env_clean(&e);
+}
+
 SPW_TEST_MAIN(test_coord_epochs_manifest_offsets_and_prune,
+              test_coord_epochs_sigusr1_requests_checkpoint,
               test_coord_epochs_final_epoch_then_leave_without_rollback,
               test_coord_epochs_leave_without_final_rolls_back,
               test_coord_epochs_failed_shard_aborts_epoch,

@@ -2,6 +2,7 @@
  * sampled into samples.csv and summed up in summary.json (the command in cmd/launch.c only reads
  * its configuration). */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,9 @@
 #define LAUNCH_GRACE_MS    35000 /* above trainer.shutdown.grace (30 s): a role drains first */
 #define LAUNCH_PROGRESS_MS 5000
 #define LAUNCH_LATEST_MS   500
+/* With checkpoints: once every example produced is trained, the coordinator is asked (SIGUSR1)
+ * for a checkpoint, again after this long while none counts them all. */
+#define LAUNCH_REQUEST_MS 2000
 /* Without checkpoints: drained once lag is 0 and the examples trained stay put this long. */
 #define LAUNCH_STILL_MS 3000
 
@@ -81,6 +85,7 @@ struct run_state {
     bool failed, drained, timed_out, gen_done, interrupted, overcounted;
     double manifest_examples;
     long epoch;
+    uint64_t requested_ms; /* the last checkpoint request; 0: none */
 };
 
 /* Handles a process that exited by itself; false when it is a failure (reported). */
@@ -108,8 +113,16 @@ static bool drained(spw_pipeline_t *p, const struct spw_launch_run_conf *conf,
         return false;
     if (!checkpoints)
         return ty->lag_zero && ty->total > 0 && now_ms - ty->still_since >= LAUNCH_STILL_MS;
-    uint64_t epoch, examples;
-    if (spw_pipeline_latest(p, &epoch, &examples) != SPW_OK)
+    uint64_t epoch = 0, examples = 0;
+    bool latest = spw_pipeline_latest(p, &epoch, &examples) == SPW_OK;
+    if ((!latest || examples != conf->examples) && ty->total >= (double)conf->examples &&
+        (st->requested_ms == 0 || now_ms - st->requested_ms >= LAUNCH_REQUEST_MS)) {
+        /* every example trained: its checkpoint need not wait for the interval */
+        spw_launch_t *l = spw_pipeline_launch(p);
+        spw_launch_kill(l, spw_launch_find(l, "coordinator"), SIGUSR1);
+        st->requested_ms = now_ms > 0 ? now_ms : 1;
+    }
+    if (!latest)
         return false;
     st->epoch = (long)epoch;
     st->manifest_examples = (double)examples;

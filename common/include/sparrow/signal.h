@@ -1,10 +1,12 @@
-/* SIGTERM/SIGINT handling: a flag that long-running loops observe. */
+/* SIGTERM/SIGINT handling: a flag that long-running loops observe; SIGUSR1: a request flag that
+ * a role may act on (the coordinator: a checkpoint now), so that it never kills a process. */
 #ifndef SPARROW_SIGNAL_H
 #define SPARROW_SIGNAL_H
 
 #include <stdbool.h>
 
-/* Installs handlers for SIGTERM and SIGINT that set the stop flag, and ignores SIGPIPE.
+/* Installs handlers for SIGTERM and SIGINT that set the stop flag and for SIGUSR1 that sets the
+ * request flag, and ignores SIGPIPE.
  * Call once from the main thread before starting other threads. */
 void spw_signal_install(void);
 
@@ -14,6 +16,10 @@ bool spw_signal_stop_requested(void);
 
 /* Sets the stop flag as a signal would (tests, fatal errors in one thread). Thread-safe. */
 void spw_signal_request_stop(void);
+
+/* True when SIGUSR1 arrived since the last call, clearing the flag. Thread-safe,
+ * async-signal-safe. */
+bool spw_signal_take_usr1(void);
 
 /* Clears the stop flag (tests only). */
 void spw_signal_reset(void);
