@@ -26,7 +26,7 @@
 # (no coordinated-omission correction: the achieved rate is printed so a lagging schedule shows).
 #
 # usage: bench/serve_bench.sh BUILD_DIR [--quick] [--csv FILE] [--rows N] [--rate R] [--rate2 R]
-#   --quick: 100,000 rows, 3 s runs, 10 s at the held rate (CI smoke, < 90 s). Default: 1,000,000 rows,
+#   --quick: 100,000 rows, 3 s runs, 6 s at each held rate after 10 s of warm-up (CI smoke, < 75 s). Default: 1,000,000 rows,
 #   15 s runs, 40 s at the held rate after 25 s of warm-up. KEEP=1 in the environment keeps the
 #   run directory (the roles' logs) for a look afterwards.
 # CSV (--csv): part,scenario,rows,requests_per_s,p50_ms,p99_ms,rps_vs_healthz,p99_vs_healthz,errors;
@@ -58,7 +58,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 if [ "$QUICK" = 1 ]; then
-    ROWS=${ROWS:-100000} SECS=3 WARM=15 HELD=10
+    ROWS=${ROWS:-100000} SECS=3 WARM=10 HELD=6
 else
     ROWS=${ROWS:-1000000} SECS=15 WARM=25 HELD=40
 fi

@@ -34,7 +34,8 @@ static const char usage[] =
     "                           [--set key=value]... [--dump-config] [--help]\n\n"
     "Tracks trainers and shards, serves clocks (async, sync, ssp:S, hybrid:K), runs\n"
     "checkpoint epochs (shards' checkpoints, MANIFEST with Kafka offsets, LATEST) and\n"
-    "global recovery after any failure. Stops cleanly on SIGTERM.\n";
+    "global recovery after any failure. Stops cleanly on SIGTERM; takes a checkpoint\n"
+    "as soon as one can open on SIGUSR1.\n";
 
 static spw_err_t conf_from_config(const spw_config_t *cfg, void *conf, char *errstr,
                                   size_t errstr_size)
