@@ -70,7 +70,7 @@ docs: build
 # Every benchmark (each printing its figures as ratios against a baseline of the same run) and the
 # studies of issue 9, written to docs/BENCHMARKS.md with plots in docs/bench/ (about 30 minutes on
 # 2 cores before the scaling study, which adds about 30: some 130 runs of 10-20 s; `bench/run_all
-# --quick` is the smoke run CI does, about 5 minutes plus the quick scaling study's 2.5).
+# --quick` is the smoke run CI does, about 9.5 minutes).
 bench: build
 	bench/run_all --build $(BUILD)
 
