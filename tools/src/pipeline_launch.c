@@ -104,6 +104,24 @@ static bool on_exit_seen(spw_pipeline_t *p, const struct spw_launch_run_conf *co
     return false;
 }
 
+/* True when process pid has a handler for sig (/proc/PID/status, SigCgt): a coordinator just
+ * restarted by the chaos schedule would otherwise be killed by a SIGUSR1 that reached it before
+ * it installed its handlers. */
+static bool catches(pid_t pid, int sig)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    unsigned long long mask = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f))
+        found = sscanf(line, "SigCgt: %llx", &mask) == 1;
+    fclose(f);
+    return found && (mask >> (sig - 1) & 1);
+}
+
 /* True when the run with --examples is drained (see usage). */
 static bool drained(spw_pipeline_t *p, const struct spw_launch_run_conf *conf,
                     const spw_chaos_t *chaos, const struct tally *ty, uint64_t now_ms,
@@ -119,8 +137,11 @@ static bool drained(spw_pipeline_t *p, const struct spw_launch_run_conf *conf,
         (st->requested_ms == 0 || now_ms - st->requested_ms >= LAUNCH_REQUEST_MS)) {
         /* every example trained: its checkpoint need not wait for the interval */
         spw_launch_t *l = spw_pipeline_launch(p);
-        spw_launch_kill(l, spw_launch_find(l, "coordinator"), SIGUSR1);
-        st->requested_ms = now_ms > 0 ? now_ms : 1;
+        int idx = spw_launch_find(l, "coordinator");
+        if (spw_launch_alive(l, idx) && catches(spw_launch_pid(l, idx), SIGUSR1)) {
+            spw_launch_kill(l, idx, SIGUSR1);
+            st->requested_ms = now_ms > 0 ? now_ms : 1;
+        }
     }
     if (!latest)
         return false;
