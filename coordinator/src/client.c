@@ -362,6 +362,7 @@ spw_err_t spw_coord_client_clock_step(spw_coord_client_t *c, uint64_t clock, uin
             continue;
         }
         ev->generation = c->generation;
+        ev->has_clock = false;
         if (cr->has_restore && cr->restore) {
             take_offsets(c, cr);
             ev->kind = SPW_COORD_EV_RESTORE;
@@ -379,6 +380,8 @@ spw_err_t spw_coord_client_clock_step(spw_coord_client_t *c, uint64_t clock, uin
             ev->drop_cache = cr->has_drop_cache && cr->drop_cache;
             ev->commit = cr->has_commit && cr->commit;
             ev->step = cr->has_step ? cr->step : 0;
+            ev->has_clock = cr->has_clock;
+            ev->clock = cr->clock;
             return SPW_OK;
         }
         /* a stale `registered` reply: keep waiting */

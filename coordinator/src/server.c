@@ -262,6 +262,8 @@ static void reply_member(spw_coord_server_t *srv, struct member *m, enum reply_k
         cr.commit = m->pending_commit;
         if (two_phase(srv)) /* the next step's pushes wait for their unit's commit */
             release_two_phase(srv, m, &cr);
+        cr.has_clock = true;
+        cr.clock = m->clock;
         m->released_ms = spw_time_mono_ms();
         m->pending_drop = m->pending_commit = m->pending_offsets = false;
         break;

@@ -68,7 +68,8 @@ struct spw_trainer_coord {
     struct spw_trainer_position pos[COORD_MAX_PARTS];
     struct spw_coord_offset offs[COORD_MAX_ENTRIES];
     struct spw_trainer_mark marks[COORD_MAX_ENTRIES];
-    spw_gauge_t *m_clock;
+    spw_gauge_t *m_clock; /* sparrow_trainer_clock: the clock as the coordinator counts it */
+    int64_t clock_base;   /* that clock minus this process's own, from the last proceed */
     spw_histogram_t *m_wait, *m_pause;
     spw_counter_t *m_taken_over, *m_moved;
 };
@@ -208,13 +209,18 @@ static spw_err_t clock_at(spw_trainer_coord_t *tc, uint64_t clock, uint64_t exam
     tc->clock_sent_ms = spw_time_mono_ms();
     examples += tc->unclocked; /* the steps the interval let go unclocked */
     tc->unclocked = 0;
-    if (tc->m_clock)
-        spw_gauge_set(tc->m_clock, (double)clock);
+    if (tc->m_clock) /* as the coordinator counts it: its base for this process, last told */
+        spw_gauge_set(tc->m_clock, (double)((int64_t)clock + tc->clock_base));
     for (;;) {
         struct spw_coord_event ev;
         if ((err = spw_coord_client_clock_step(tc->client, clock, examples, &ev)))
             break;
         if (ev.kind == SPW_COORD_EV_PROCEED) {
+            if (ev.has_clock) {
+                tc->clock_base = (int64_t)ev.clock - (int64_t)clock;
+                if (tc->m_clock)
+                    spw_gauge_set(tc->m_clock, (double)ev.clock);
+            }
             if (completed) /* an epoch reported to in this call completed */
                 *completed = checkpointed && ev.commit;
             /* two-phase: rows read before this commit are a step old; the next step's pushes

@@ -46,6 +46,8 @@ struct spw_coord_event {
     bool commit;         /* PROCEED */
     uint64_t step;       /* PROCEED in a two-phase mode (sync): tag the next step's pushes with
                             it; its rows are read after the step before it committed (0: none) */
+    bool has_clock;      /* PROCEED: the coordinator sent clock */
+    uint64_t clock;      /* the clock as the coordinator counts it (the modes bound these) */
 };
 
 struct spw_coord_client_conf {
