@@ -285,7 +285,8 @@ spw_err_t spw_launch_kill(spw_launch_t *launch, int idx, int sig)
     proc_reap(p, false);
     if (p->pid <= 0)
         return SPW_ERR_STATE;
-    if (sig != SIGSTOP && sig != SIGCONT && sig != 0)
+    /* a signal meant to end it (not a pause, a probe or a request such as SIGUSR1) */
+    if (sig != SIGSTOP && sig != SIGCONT && sig != 0 && sig != SIGUSR1 && sig != SIGUSR2)
         p->expected_exit = true;
     if (kill(p->pid, sig) != 0)
         return SPW_ERR_STATE;

@@ -301,8 +301,11 @@ static int start_trainers(spw_pipeline_t *p, char *errstr, size_t errstr_size)
         args_addf(&a, "%ld", t + 1); /* 0 would mean "derived" */
         args_addf(&a, "--http-port");
         args_addf(&a, "%d", p->trainer_http[t]);
+        /* the trainer's progress gauges (window logloss, AUC) refresh at each progress line: a
+         * finite run drained in a couple of seconds (its checkpoint asked for at once) would
+         * otherwise end before samples.csv saw any */
         args_addf(&a, "--set");
-        args_addf(&a, "trainer.log.interval=5s");
+        args_addf(&a, "trainer.log.interval=1s");
         args_addf(&a, "--set");
         args_addf(&a, "trainer.eval.window=20000");
         args_addf(&a, "--set");

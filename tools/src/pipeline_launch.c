@@ -104,14 +104,25 @@ static bool on_exit_seen(spw_pipeline_t *p, const struct spw_launch_run_conf *co
     return false;
 }
 
-/* True when process pid has a handler for sig (/proc/PID/status, SigCgt): a coordinator just
- * restarted by the chaos schedule would otherwise be killed by a SIGUSR1 that reached it before
- * it installed its handlers. */
-static bool catches(pid_t pid, int sig)
+/* True when process pid runs `sparrow ROLE` (its exec done: /proc/PID/cmdline) and has a handler
+ * for sig (/proc/PID/status, SigCgt): a coordinator just restarted by the chaos schedule would
+ * otherwise be killed by a SIGUSR1 that reached it before it installed its handlers (before its
+ * exec the child still has launch's own). */
+static bool catches(pid_t pid, const char *role, int sig)
 {
     char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
     FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    size_t argv0 = strlen(line);
+    if (argv0 + 1 >= n || strcmp(line + argv0 + 1, role) != 0)
+        return false;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
     if (!f)
         return false;
     unsigned long long mask = 0;
@@ -138,7 +149,7 @@ static bool drained(spw_pipeline_t *p, const struct spw_launch_run_conf *conf,
         /* every example trained: its checkpoint need not wait for the interval */
         spw_launch_t *l = spw_pipeline_launch(p);
         int idx = spw_launch_find(l, "coordinator");
-        if (spw_launch_alive(l, idx) && catches(spw_launch_pid(l, idx), SIGUSR1)) {
+        if (spw_launch_alive(l, idx) && catches(spw_launch_pid(l, idx), "coordinator", SIGUSR1)) {
             spw_launch_kill(l, idx, SIGUSR1);
             st->requested_ms = now_ms > 0 ? now_ms : 1;
         }
