@@ -10,14 +10,7 @@ static atomic_int usr1_flag;
 
 static void on_signal(int signo)
 {
-    (void)signo;
-    atomic_store(&stop_flag, 1);
-}
-
-static void on_usr1(int signo)
-{
-    (void)signo;
-    atomic_store(&usr1_flag, 1);
+    atomic_store(signo == SIGUSR1 ? &usr1_flag : &stop_flag, 1);
 }
 
 void spw_signal_install(void)
@@ -28,8 +21,12 @@ void spw_signal_install(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    sa.sa_handler = on_usr1;
     sigaction(SIGUSR1, &sa, NULL);
+    /* a launcher may start us with SIGUSR1 blocked until now (sparrow launch does) */
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_UNBLOCK, &usr1, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
 

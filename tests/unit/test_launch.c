@@ -62,6 +62,34 @@ static void test_launch_logs_and_reports_unexpected_exit(void **state)
     spw_launch_destroy(l);
 }
 
+/* A child starts with SIGUSR1 blocked (a role unblocks it once its handler is in), so that a
+ * request sent right after a restart waits for the handler instead of killing the process; a
+ * SIGUSR1 sent to it marks no exit as expected, so its death is still reported. */
+static void test_launch_child_starts_with_sigusr1_blocked(void **state)
+{
+    (void)state;
+    spw_launch_t *l = new_launch("usr1");
+    char err[256];
+    const char *show[] = {"-c", "exec grep SigBlk /proc/self/status", NULL};
+    int idx = spw_launch_start(l, "show", show, err, sizeof(err));
+    assert_int_equal(idx, 0);
+    int status = 0;
+    assert_int_equal(wait_check(l, &status), idx); /* exited, grep's output written */
+    FILE *f = fopen(spw_launch_log(l, idx), "r");
+    assert_non_null(f);
+    unsigned long long mask = 0;
+    assert_int_equal(fscanf(f, "SigBlk: %llx", &mask), 1);
+    fclose(f);
+    assert_true(mask >> (SIGUSR1 - 1) & 1);
+    const char *wait[] = {"-c", "sleep 0.3; exit 4", NULL};
+    int w = spw_launch_start(l, "waits", wait, err, sizeof(err));
+    assert_int_equal(spw_launch_kill(l, w, SIGUSR1), SPW_OK);
+    /* reported however it ended (dash unblocks every signal at start, so the request may kill a
+     * shell; a sparrow role has its handler by then) */
+    assert_int_equal(wait_check(l, &status), w);
+    spw_launch_destroy(l);
+}
+
 static void test_launch_rejects_bad_and_duplicate_names(void **state)
 {
     (void)state;
@@ -304,6 +332,7 @@ static void test_pipeline_retention(void **state)
 }
 
 SPW_TEST_MAIN_GROUP(test_dir_setup, test_dir_teardown, test_launch_logs_and_reports_unexpected_exit,
+                    test_launch_child_starts_with_sigusr1_blocked,
                     test_launch_rejects_bad_and_duplicate_names, test_launch_kill9_and_restart,
                     test_launch_stop_escalates_to_sigkill, test_launch_stop_group_signals_together,
                     test_launch_holds_the_largest_pipeline, test_launch_free_port_and_wait_file,

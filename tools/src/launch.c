@@ -138,9 +138,12 @@ static int proc_spawn(spw_launch_t *l, struct launch_proc *p, char *errstr, size
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent)
             _exit(127);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        /* SIGUSR1 (a request to a role) stays blocked until the role has its handler
+         * (spw_signal_install unblocks it): one sent early waits instead of killing */
+        sigset_t usr1;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        sigprocmask(SIG_SETMASK, &usr1, NULL);
         signal(SIGPIPE, SIG_DFL);
         dup2(null_fd, STDIN_FILENO);
         dup2(log_fd, STDOUT_FILENO);
@@ -285,8 +288,8 @@ spw_err_t spw_launch_kill(spw_launch_t *launch, int idx, int sig)
     proc_reap(p, false);
     if (p->pid <= 0)
         return SPW_ERR_STATE;
-    /* a signal meant to end it (not a pause, a probe or a request such as SIGUSR1) */
-    if (sig != SIGSTOP && sig != SIGCONT && sig != 0 && sig != SIGUSR1 && sig != SIGUSR2)
+    /* a signal meant to end it (not a pause, a probe or the roles' request signal) */
+    if (sig != SIGSTOP && sig != SIGCONT && sig != 0 && sig != SIGUSR1)
         p->expected_exit = true;
     if (kill(p->pid, sig) != 0)
         return SPW_ERR_STATE;

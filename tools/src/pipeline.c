@@ -335,14 +335,15 @@ static void log_assignment(const char *path, long *held, long *changes)
     FILE *f = fopen(path, "r");
     if (!f)
         return;
+    static const char revoked[] = "kafka partitions revoked count=";
     char line[2048];
     while (fgets(line, sizeof(line), f)) {
         const char *r;
         if (strstr(line, "kafka partition assigned")) {
             (*held)++;
             (*changes)++;
-        } else if ((r = strstr(line, "kafka partitions revoked count="))) {
-            *held -= strtol(r + strlen("kafka partitions revoked count="), NULL, 10);
+        } else if ((r = strstr(line, revoked))) {
+            *held -= strtol(r + sizeof(revoked) - 1, NULL, 10);
             (*changes)++;
         }
     }

@@ -104,33 +104,19 @@ static bool on_exit_seen(spw_pipeline_t *p, const struct spw_launch_run_conf *co
     return false;
 }
 
-/* True when process pid runs `sparrow ROLE` (its exec done: /proc/PID/cmdline) and has a handler
- * for sig (/proc/PID/status, SigCgt): a coordinator just restarted by the chaos schedule would
- * otherwise be killed by a SIGUSR1 that reached it before it installed its handlers (before its
- * exec the child still has launch's own). */
-static bool catches(pid_t pid, const char *role, int sig)
+/* Once every example produced is trained, asks the coordinator for the checkpoint that counts
+ * them (SIGUSR1; again every LAUNCH_REQUEST_MS while the latest checkpoint counts fewer) instead of
+ * waiting out its interval. latest: whether there is a LATEST manifest, of `examples`. */
+static void request_checkpoint(spw_pipeline_t *p, const struct spw_launch_run_conf *conf,
+                               const struct tally *ty, uint64_t now_ms, bool latest,
+                               uint64_t examples, struct run_state *st)
 {
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    size_t n = fread(line, 1, sizeof(line) - 1, f);
-    fclose(f);
-    line[n] = '\0';
-    size_t argv0 = strlen(line);
-    if (argv0 + 1 >= n || strcmp(line + argv0 + 1, role) != 0)
-        return false;
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    f = fopen(path, "r");
-    if (!f)
-        return false;
-    unsigned long long mask = 0;
-    bool found = false;
-    while (!found && fgets(line, sizeof(line), f))
-        found = sscanf(line, "SigCgt: %llx", &mask) == 1;
-    fclose(f);
-    return found && (mask >> (sig - 1) & 1);
+    if ((latest && examples == conf->examples) || ty->total < (double)conf->examples ||
+        (st->requested_ms != 0 && now_ms - st->requested_ms < LAUNCH_REQUEST_MS))
+        return;
+    spw_launch_t *l = spw_pipeline_launch(p);
+    if (spw_launch_kill(l, spw_launch_find(l, "coordinator"), SIGUSR1) == SPW_OK)
+        st->requested_ms = now_ms > 0 ? now_ms : 1;
 }
 
 /* True when the run with --examples is drained (see usage). */
@@ -144,16 +130,7 @@ static bool drained(spw_pipeline_t *p, const struct spw_launch_run_conf *conf,
         return ty->lag_zero && ty->total > 0 && now_ms - ty->still_since >= LAUNCH_STILL_MS;
     uint64_t epoch = 0, examples = 0;
     bool latest = spw_pipeline_latest(p, &epoch, &examples) == SPW_OK;
-    if ((!latest || examples != conf->examples) && ty->total >= (double)conf->examples &&
-        (st->requested_ms == 0 || now_ms - st->requested_ms >= LAUNCH_REQUEST_MS)) {
-        /* every example trained: its checkpoint need not wait for the interval */
-        spw_launch_t *l = spw_pipeline_launch(p);
-        int idx = spw_launch_find(l, "coordinator");
-        if (spw_launch_alive(l, idx) && catches(spw_launch_pid(l, idx), "coordinator", SIGUSR1)) {
-            spw_launch_kill(l, idx, SIGUSR1);
-            st->requested_ms = now_ms > 0 ? now_ms : 1;
-        }
-    }
+    request_checkpoint(p, conf, ty, now_ms, latest, examples, st);
     if (!latest)
         return false;
     st->epoch = (long)epoch;

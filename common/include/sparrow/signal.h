@@ -6,7 +6,8 @@
 #include <stdbool.h>
 
 /* Installs handlers for SIGTERM and SIGINT that set the stop flag and for SIGUSR1 that sets the
- * request flag, and ignores SIGPIPE.
+ * request flag (and unblocks SIGUSR1, which sparrow launch starts its children with blocked, so
+ * that one sent before the handler waits for it), and ignores SIGPIPE.
  * Call once from the main thread before starting other threads. */
 void spw_signal_install(void);
 
