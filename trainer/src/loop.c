@@ -3,6 +3,7 @@
 #include "loop_int.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +87,8 @@ struct spw_trainer_loop {
     struct mb mbs[2];
     struct mb *cur, *next;
     uint64_t next_mb_id;
-    uint64_t filling_id; /* the micro-batch whose marks snapshot() adds */
+    uint64_t filling_id;       /* the micro-batch whose marks snapshot() adds */
+    uint64_t fill_deadline_ms; /* of the reading in progress (fill_begin): linger_ms after */
     uint64_t read_examples;
     bool eof;            /* the input ended (or max_examples) */
     bool reject_checked; /* Kafka: max_reject_ratio judged over the first records */
@@ -113,7 +115,10 @@ struct spw_trainer_loop {
         uint64_t seq;                                 /* of the push */
         spw_err_t push_err;
         spw_err_t read_err; /* of the next micro-batch's reading (staged_read) */
+        bool reading;       /* staged_read yielded: staged_score goes on with it */
     } staged;
+    /* set by staged_pre once the pull is done: staged_read then yields the rest to staged_score */
+    atomic_bool staged_pulled;
     /* pre, post: staged_pre, staged_post; beside: staged_read, staged_score; all on &staged */
     struct spw_backend_stages stages;
     uint64_t step_last_mb;
@@ -587,16 +592,29 @@ static void log_input_error(spw_trainer_loop_t *loop, spw_err_t err)
               loop->src.fail[0] ? loop->src.fail : "-");
 }
 
-static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
+/* fill's three parts: a reading may stop between examples and go on later (staged_read). */
+static void fill_begin(spw_trainer_loop_t *loop, struct mb *mb)
 {
-    const struct spw_trainer_loop_conf *conf = &loop->conf;
     spw_batch_reset(mb->batch);
     mb->filled = mb->ready = mb->pulling = false;
+    loop->fill_deadline_ms = spw_time_mono_ms() + loop->conf.linger_ms;
+}
+
+/* Reads examples into mb until it holds a batch, the input ends or stops, or (yield non-NULL)
+ * *yield is set: then *more is true and fill_more may be called again. */
+static spw_err_t fill_more(spw_trainer_loop_t *loop, struct mb *mb, const atomic_bool *yield,
+                           bool *more)
+{
+    const struct spw_trainer_loop_conf *conf = &loop->conf;
+    *more = false;
     if (loop->eof)
         return SPW_OK;
-    uint64_t deadline = spw_time_mono_ms() + conf->linger_ms;
     spw_err_t err = SPW_OK;
     while (spw_batch_examples(mb->batch) < conf->params.batch) {
+        if (yield && atomic_load_explicit(yield, memory_order_relaxed)) {
+            *more = true;
+            return SPW_OK;
+        }
         if (spw_signal_stop_requested())
             break; /* train on what is read, then stop */
         if (conf->max_examples && loop->read_examples >= conf->max_examples) {
@@ -606,7 +624,7 @@ static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
         int timeout = 0;
         if (loop->src.kafka) {
             uint64_t now = spw_time_mono_ms();
-            timeout = now >= deadline ? 0 : (int)(deadline - now);
+            timeout = now >= loop->fill_deadline_ms ? 0 : (int)(loop->fill_deadline_ms - now);
         }
         Sparrow__Example *ex;
         err = spw_trn__source_next(&loop->src, timeout, &ex);
@@ -649,6 +667,12 @@ static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
                 break;
         }
     }
+    return err;
+}
+
+/* Ends a reading that fill_more left with *more false and returned err. */
+static spw_err_t fill_end(spw_trainer_loop_t *loop, struct mb *mb, spw_err_t err)
+{
     loop->stats.records = loop->src.records;
     if (err)
         return err;
@@ -656,6 +680,15 @@ static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
     mb->filled = spw_batch_examples(mb->batch) > 0;
     loop->filling_id = mb->id;
     return spw_trn__source_snapshot(&loop->src, add_mark, add_smark, loop);
+}
+
+static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
+{
+    bool more;
+    fill_begin(loop, mb);
+    if (loop->eof)
+        return SPW_OK;
+    return fill_end(loop, mb, fill_more(loop, mb, NULL, &more));
 }
 
 /* ---- pulls ---- */
@@ -1071,11 +1104,17 @@ static spw_err_t compute_start(spw_trainer_loop_t *loop, struct mb *mb)
  * into next's batch), the part of the loop that would otherwise leave them idle. Only its
  * reading: the pull stays where prefetch (or its absence) puts it. With prefetch on, next is
  * already filled here. */
+/* Whether the loop reads its next micro-batch while this one computes. */
+static bool reads_ahead(const spw_trainer_loop_t *loop)
+{
+    return spw_backend_threads(loop->be) >= 2 && !loop->next->filled && !loop->eof &&
+           !loop->stopped && !spw_signal_stop_requested();
+}
+
 static spw_err_t read_ahead(spw_trainer_loop_t *loop)
 {
     loop->ahead_ns = 0;
-    if (spw_backend_threads(loop->be) < 2 || loop->next->filled || loop->eof || loop->stopped ||
-        spw_signal_stop_requested())
+    if (!reads_ahead(loop))
         return SPW_OK;
     uint64_t t0 = spw_time_mono_ns();
     spw_err_t err = fill(loop, loop->next);
@@ -1139,10 +1178,11 @@ static spw_err_t hook_result(spw_trainer_loop_t *loop, spw_err_t err);
  * wait), a micro-batch's pull and its step's push run on compute thread 0 around the forward and
  * backward (spw_backend_forward_backward_start_staged), in the order one thread runs them, while
  * compute thread 1 reads the next micro-batch beside the pull (staged_read) and scores this one
- * beside the push (staged_score); this thread only waits. What each touches:
+ * beside the push (staged_score), then reads what it had not read when the pull was done; this
+ * thread only waits. What each touches:
  * - pull and push (thread 0): mb (its rows, versions, pull state), the client and its stores,
  *   grads, the push buffers (tk, split_*, echo_*), stats.rows_pushed;
- * - the reading (thread 1, beside the pull): the source, the other mb, the marks,
+ * - the reading (thread 1, beside the pull and the push): the source, the other mb, the marks,
  *   read_examples, eof, ahead_ns, stats.records;
  * - the scoring (thread 1, beside the push): pv, preds.
  * The sets are disjoint; finish's wait orders all of it before this thread reads it.
@@ -1169,13 +1209,25 @@ static spw_err_t staged_pre(void *ctx)
         mb->ready = true;
     }
     st->pulled_ns = spw_time_mono_ns();
+    atomic_store_explicit(&loop->staged_pulled, true, memory_order_relaxed);
     return err;
 }
 
+/* Reads the next micro-batch until the pull is done (staged_pulled), leaving the rest of it to
+ * staged_score: the pull and the push together are about as long as the reading and the
+ * scoring, where the pull alone may be shorter. Where it yields changes nothing in the batch. */
 static void staged_read(void *ctx)
 {
     struct staged *st = ctx;
-    st->read_err = read_ahead(st->loop);
+    spw_trainer_loop_t *loop = st->loop;
+    if (!reads_ahead(loop))
+        return;
+    fill_begin(loop, loop->next);
+    bool more;
+    spw_err_t err = fill_more(loop, loop->next, &loop->staged_pulled, &more);
+    st->reading = more;
+    if (!more)
+        st->read_err = fill_end(loop, loop->next, err);
 }
 
 static spw_err_t staged_post(void *ctx)
@@ -1197,12 +1249,24 @@ static spw_err_t staged_post(void *ctx)
     return SPW_OK; /* a push error is end_step's to handle (push_err) */
 }
 
+/* The rest of a reading that staged_read yielded, if any. */
+static void staged_read_rest(struct staged *st)
+{
+    if (!st->reading)
+        return;
+    bool more;
+    spw_err_t err = fill_more(st->loop, st->loop->next, NULL, &more);
+    st->read_err = fill_end(st->loop, st->loop->next, err);
+    st->reading = false;
+}
+
 static void staged_score(void *ctx)
 {
     struct staged *st = ctx;
     const spw_batch_t *b = st->mb->batch;
     spw_pv_add(st->loop->pv, st->loop->preds, spw_batch_labels(b), spw_batch_oracle(b),
                spw_batch_examples(b));
+    staged_read_rest(st);
 }
 
 /* One micro-batch that ends its step (acc_steps 1), staged; see can_stage. */
@@ -1225,6 +1289,7 @@ static spw_err_t staged_step(spw_trainer_loop_t *loop, struct mb *mb)
         .max_event = ev > loop->step_max_event ? ev : loop->step_max_event,
         .t0 = spw_time_mono_ns(),
     };
+    atomic_store_explicit(&loop->staged_pulled, false, memory_order_relaxed);
     loop->stages = (struct spw_backend_stages){.pre = staged_pre,
                                                .post = staged_post,
                                                .beside_pre = staged_read,
@@ -1236,6 +1301,7 @@ static spw_err_t staged_step(spw_trainer_loop_t *loop, struct mb *mb)
                                               loop->grads, &loop->stages);
     double loss = 0.0;
     spw_err_t err = spw_backend_forward_backward_finish(loop->be, &loss);
+    staged_read_rest(st); /* a failed batch skips staged_score */
     if (err)
         return err; /* a failed pull leaves mb pulling or not: finish() drops it */
     uint64_t waited = st->pulled_ns - st->t0;
