@@ -199,7 +199,8 @@ spw_ps_client_t *spw_ps_client_new(const struct spw_ps_client_conf *conf, char *
     c->shards = calloc(c->n_shards, sizeof(*c->shards));
     if (!c->shards)
         goto out_nomem;
-    if (spw_psc__sorter_init(&c->sorter, c->n_shards) != SPW_OK)
+    if (spw_psc__sorter_init(&c->sorters[0], c->n_shards) != SPW_OK ||
+        spw_psc__sorter_init(&c->sorters[1], c->n_shards) != SPW_OK)
         goto out_nomem;
     for (uint32_t i = 0; i < SPW_PS_CLIENT_MAX_PULLS; i++) {
         c->pulls[i].seg = calloc((size_t)c->n_shards + 1, sizeof(uint32_t));
@@ -262,7 +263,8 @@ void spw_ps_client_destroy(spw_ps_client_t *c)
         for (uint32_t i = 0; i < c->window; i++)
             free_parts(c->ring[i].parts, c->n_shards);
     free(c->ring);
-    spw_psc__sorter_fini(&c->sorter);
+    spw_psc__sorter_fini(&c->sorters[0]);
+    spw_psc__sorter_fini(&c->sorters[1]);
     free(c->ukeys);
     free(c->uvers);
     free(c->uvals);
@@ -546,11 +548,11 @@ spw_err_t spw_ps_client_pull_start(spw_ps_client_t *c, const uint64_t *keys, siz
     if (idx == SPW_PS_CLIENT_MAX_PULLS)
         return SPW_ERR_STATE;
     struct spw_psc__pull *p = &c->pulls[idx];
-    if (spw_psc__slice(&c->sorter, keys, n) != SPW_OK ||
-        grow((void **)&p->map, &p->map_cap, n ? n : 1, sizeof(*p->map)) != SPW_OK)
+    const struct spw_psc__sorter *st = spw_psc__slice2(c->sorters, &c->sorter_next, keys, n);
+    if (!st || grow((void **)&p->map, &p->map_cap, n ? n : 1, sizeof(*p->map)) != SPW_OK)
         return SPW_ERR_NOMEM;
-    const struct spw_psc__ent *ent = c->sorter.a;
-    const uint32_t *seg = c->sorter.seg;
+    const struct spw_psc__ent *ent = st->a;
+    const uint32_t *seg = st->seg;
     uint32_t dim = c->conf.dim;
     for (uint32_t s = 0; s < c->n_shards; s++) {
         struct spw_psc__part *part = &p->parts[s];
@@ -796,10 +798,12 @@ static void gather_push(spw_ps_client_t *c, const struct spw_ps_push *push,
     }
 }
 
-static spw_err_t push_inproc(spw_ps_client_t *c, const struct spw_ps_push *push)
+/* st: the push's keys sorted (spw_psc__slice2) */
+static spw_err_t push_inproc(spw_ps_client_t *c, const struct spw_ps_push *push,
+                             const struct spw_psc__sorter *st)
 {
-    const struct spw_psc__ent *ent = c->sorter.a;
-    const uint32_t *seg = c->sorter.seg;
+    const struct spw_psc__ent *ent = st->a;
+    const uint32_t *seg = st->seg;
     uint32_t dim = c->conf.dim;
     size_t es = push->fp16 ? 2 : 4;
     for (uint32_t s = 0; s < c->n_shards; s++) {
@@ -851,10 +855,12 @@ spw_err_t spw_ps_client_push(spw_ps_client_t *c, const struct spw_ps_push *push,
         return SPW_ERR_INVALID;
     if (push->n > SPW_PS_CLIENT_MAX_KEYS)
         return SPW_ERR_TOO_BIG;
-    if (spw_psc__slice(&c->sorter, push->keys, push->n) != SPW_OK)
+    const struct spw_psc__sorter *st =
+        spw_psc__slice2(c->sorters, &c->sorter_next, push->keys, push->n);
+    if (!st)
         return SPW_ERR_NOMEM;
-    const struct spw_psc__ent *ent = c->sorter.a;
-    const uint32_t *seg = c->sorter.seg;
+    const struct spw_psc__ent *ent = st->a;
+    const uint32_t *seg = st->seg;
     uint32_t dim = c->conf.dim;
     size_t es = push->fp16 ? 2 : 4;
     size_t row_bytes = 12 + (size_t)dim * es * (push->pulled ? 2 : 1);
@@ -871,7 +877,7 @@ spw_err_t spw_ps_client_push(spw_ps_client_t *c, const struct spw_ps_push *push,
     if (c->m.rows_push)
         spw_counter_add(c->m.rows_push, push->n);
     if (c->inproc) {
-        spw_err_t err = push_inproc(c, push);
+        spw_err_t err = push_inproc(c, push, st);
         if (err)
             return err;
         if (seq)

@@ -41,6 +41,12 @@ void spw_psc__sorter_fini(struct spw_psc__sorter *st);
  * without sorting again. SPW_ERR_NOMEM when scratch cannot grow. */
 spw_err_t spw_psc__slice(struct spw_psc__sorter *st, const uint64_t *keys, size_t n);
 
+/* spw_psc__slice over a pair of sorters: the one that holds keys[0..n) when either does, else
+ * *next (which then holds them) with *next set to the other; either way *next ends as the one not
+ * returned (least recently used). NULL when scratch cannot grow. */
+const struct spw_psc__sorter *spw_psc__slice2(struct spw_psc__sorter pair[2], uint32_t *next,
+                                              const uint64_t *keys, size_t n);
+
 /* ---- the client ---- */
 
 enum { PSC_PART_NONE = 0, PSC_PART_PENDING = 1, PSC_PART_DONE = 2 };
@@ -152,7 +158,10 @@ struct spw_ps_client {
     uint64_t generation;
     uint64_t next_req;
 
-    struct spw_psc__sorter sorter;
+    /* Two sorts kept: with pipelined pulls the next micro-batch's pull comes between a step's
+     * pull and its push, and the push finds its pull's sort in the other (spw_psc__slice2). */
+    struct spw_psc__sorter sorters[2];
+    uint32_t sorter_next; /* of sorters, the one the next sort overwrites */
     /* in-process scratch */
     uint64_t *ukeys;
     uint32_t *uvers;

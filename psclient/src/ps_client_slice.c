@@ -98,11 +98,18 @@ static void msd_sort(struct spw_psc__ent *a, struct spw_psc__ent *tmp, size_t n,
     insertion_sort(a, n);
 }
 
+/* Whether st holds the sort of keys[0..n). */
+static bool holds(const struct spw_psc__sorter *st, const uint64_t *keys, size_t n)
+{
+    return st->last_valid && n == st->last_n &&
+           (n == 0 || !memcmp(keys, st->last, n * sizeof(*keys)));
+}
+
 /* Whether keys[0..n) are the last slice's keys (its result still in st); else remembers them
  * (not when their copy cannot grow: the next call sorts again). */
 static bool same_as_last(struct spw_psc__sorter *st, const uint64_t *keys, size_t n)
 {
-    if (st->last_valid && n == st->last_n && (n == 0 || !memcmp(keys, st->last, n * sizeof(*keys))))
+    if (holds(st, keys, n))
         return true;
     st->last_valid = false;
     if (n > st->last_cap) {
@@ -154,4 +161,12 @@ spw_err_t spw_psc__slice(struct spw_psc__sorter *st, const uint64_t *keys, size_
             msd_sort(st->a + seg[s], st->b + seg[s], seg[s + 1] - seg[s], 7);
     st->last_valid = st->last_n == n; /* not when the copy could not grow */
     return SPW_OK;
+}
+
+const struct spw_psc__sorter *spw_psc__slice2(struct spw_psc__sorter pair[2], uint32_t *next,
+                                              const uint64_t *keys, size_t n)
+{
+    uint32_t i = holds(&pair[0], keys, n) ? 0 : holds(&pair[1], keys, n) ? 1 : *next & 1;
+    *next = i ^ 1;
+    return spw_psc__slice(&pair[i], keys, n) == SPW_OK ? &pair[i] : NULL;
 }

@@ -373,6 +373,49 @@ static void test_psc_slice_reuses_the_last_sort(void **state)
     spw_psc__sorter_fini(&st);
 }
 
+/* A pair of sorters (the client's): a step's push after the next micro-batch's pipelined pull
+ * finds its pull's sort in the other sorter, unchanged; a third key set overwrites the one used
+ * least recently; every result is the sort of its keys. */
+static void test_psc_slice2_keeps_the_pull_before_the_last(void **state)
+{
+    (void)state;
+    struct spw_psc__sorter pair[2];
+    uint32_t next = 0;
+    assert_int_equal(spw_psc__sorter_init(&pair[0], 5), SPW_OK);
+    assert_int_equal(spw_psc__sorter_init(&pair[1], 5), SPW_OK);
+    enum { N = 1500 };
+    uint64_t *a = malloc(N * sizeof(uint64_t)), *b = malloc(N * sizeof(uint64_t));
+    uint64_t *c = malloc(N * sizeof(uint64_t));
+    assert_true(a && b && c);
+    for (size_t i = 0; i < N; i++) {
+        a[i] = key_of(i);
+        b[i] = key_of(i + N);
+        c[i] = key_of(i + 2 * N);
+    }
+    const struct spw_psc__sorter *sa = spw_psc__slice2(pair, &next, a, N); /* pull of step 1 */
+    const struct spw_psc__sorter *sb = spw_psc__slice2(pair, &next, b, N); /* pull of step 2 */
+    assert_non_null(sa);
+    assert_non_null(sb);
+    assert_ptr_not_equal(sa, sb);
+    struct spw_psc__ent first = sa->a[0];
+    assert_ptr_equal(spw_psc__slice2(pair, &next, a, N), sa); /* push of step 1: kept */
+    assert_memory_equal(&sa->a[0], &first, sizeof(first));
+    assert_sliced(sa, a, N);
+    /* the pull of step 3 overwrites step 2's (used before step 1's push), not step 1's */
+    assert_ptr_equal(spw_psc__slice2(pair, &next, c, N), sb);
+    assert_sliced(sb, c, N);
+    assert_ptr_equal(spw_psc__slice2(pair, &next, a, N), sa);
+    assert_sliced(sa, a, N);
+    /* b is in neither now: sorted again, into the one used least recently (c's) */
+    assert_ptr_equal(spw_psc__slice2(pair, &next, b, N), sb);
+    assert_sliced(sb, b, N);
+    free(a);
+    free(b);
+    free(c);
+    spw_psc__sorter_fini(&pair[0]);
+    spw_psc__sorter_fini(&pair[1]);
+}
+
 static const struct spw_config_prop table[] = {
     {"trainer.batch", SPW_CONFIG_INT, "1024", 1, 1 << 20, NULL, "Examples per batch."},
     SPW_PS_CLIENT_CONFIG_PROPS,
@@ -453,6 +496,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_psc_inproc_pulled_dc, setup, teardown),
         cmocka_unit_test(test_psc_slice_sorted_by_shard_and_key),
         cmocka_unit_test(test_psc_slice_reuses_the_last_sort),
+        cmocka_unit_test(test_psc_slice2_keeps_the_pull_before_the_last),
         cmocka_unit_test(test_psc_config_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
