@@ -74,7 +74,9 @@ struct spw_ps_store {
     uint8_t *slab;
     size_t slab_bytes;
     uint32_t high_water; /* slots ever handed out */
-    uint32_t free_head;  /* slot + 1 of the first free slot; 0: none */
+    /* spw_ps_store_slab_ahead: slab bytes in use at its last call, end of the range it gave */
+    size_t ahead_used, ahead_end;
+    uint32_t free_head; /* slot + 1 of the first free slot; 0: none */
     uint32_t max_rows;
     uint32_t n_rows;
     uint32_t clock_hand;
@@ -158,6 +160,25 @@ void *spw_ps__big_alloc(size_t bytes)
     if (bytes >= HUGE_PAGE)
         (void)madvise(p + head, used, MADV_HUGEPAGE); /* advice only: fine if refused */
     return p + head;
+}
+
+void spw_ps_store_slab_ahead(spw_ps_store_t *store, struct spw_ps_slab_range *range)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), min_ahead = 4u << 20;
+    const size_t used = (size_t)store->high_water * store->stride;
+    const size_t mapped = (store->slab_bytes + page - 1) / page * page;
+    size_t grown = used > store->ahead_used ? used - store->ahead_used : 0;
+    store->ahead_used = used;
+    size_t want = 2 * grown > min_ahead ? 2 * grown : min_ahead;
+    size_t start = (used > store->ahead_end ? used : store->ahead_end) / page * page;
+    size_t end = used + want < mapped ? (used + want + page - 1) / page * page : mapped;
+    range->addr = NULL;
+    range->len = 0;
+    if (end <= start)
+        return;
+    store->ahead_end = end;
+    range->addr = store->slab + start;
+    range->len = end - start;
 }
 
 void spw_ps__big_free(void *p, size_t bytes)

@@ -2,11 +2,14 @@
  * read-back, admission, TTL, persistence. */
 #include "test_main.h" /* cmocka and what it needs first */
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <dirent.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "ps_int.h"
 #include "sparrow/hash.h"
@@ -806,6 +809,65 @@ static void test_ps_store_db_options_insert_hint(void **state)
     spw_ps_store_close(s);
 }
 
+/* spw_ps_store_slab_ahead: page-aligned ranges of the slab, each after the last, none while no
+ * row is created or once the slab is used up; populating them (MADV_POPULATE_WRITE) changes no
+ * row: the store pulls what a store left alone pulls. */
+static void test_ps_store_slab_ahead(void **state)
+{
+    struct test_dir_fixture *fx = *state;
+    char p1[128], p2[128];
+    struct spw_ps_store_conf c1 = base_conf(fx, p1, sizeof(p1), SPW_PS_ADAGRAD, 8);
+    struct spw_ps_store_conf c2 = base_conf(fx, p2, sizeof(p2), SPW_PS_ADAGRAD, 8);
+    spw_ps_store_t *a = open_ok(&c1), *b = open_ok(&c2);
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    struct spw_ps_slab_range r0, r1, r;
+    spw_ps_store_slab_ahead(a, &r0);
+    assert_true(r0.len > 0);
+    assert_int_equal((uintptr_t)r0.addr % page, 0);
+    assert_int_equal(r0.len % page, 0);
+    spw_ps_store_slab_ahead(a, &r);
+    assert_int_equal(r.len, 0); /* nothing created since: nothing new ahead */
+    enum { N = 4096 };
+    static uint64_t keys[N];
+    static float va[N * 8], vb[N * 8];
+    uint64_t next = 1;
+    struct spw_ps_store_stats st;
+    for (int round = 0; round < 200; round++) {
+        for (size_t i = 0; i < N; i++)
+            keys[i] = spw_hash_mix64(next++);
+        assert_int_equal(spw_ps_store_pull(a, keys, N, va, NULL), SPW_OK);
+        assert_int_equal(spw_ps_store_pull(b, keys, N, vb, NULL), SPW_OK);
+        assert_memory_equal(va, vb, sizeof(va));
+        spw_ps_store_slab_ahead(a, &r1);
+        if (round == 0) { /* the first rows were written into r0: the next range follows it */
+            assert_true(r1.len > 0);
+            assert_ptr_equal(r1.addr, (char *)r0.addr + r0.len);
+        }
+        if (r1.len) {
+            assert_int_equal((uintptr_t)r1.addr % page, 0);
+            assert_int_equal(r1.len % page, 0);
+#ifdef MADV_POPULATE_WRITE
+            int rc = madvise(r1.addr, r1.len, MADV_POPULATE_WRITE);
+            assert_true(rc == 0 || errno == EINVAL); /* EINVAL: a kernel before 5.14 */
+#endif
+        }
+        spw_ps_store_get_stats(a, &st);
+        if (st.evictions > 0)
+            break; /* the slab is used up */
+    }
+    assert_true(st.evictions > 0);
+    spw_ps_store_slab_ahead(a, &r);
+    assert_int_equal(r.len, 0);
+    /* the rows written before the ranges were populated read back as the other store's */
+    for (size_t i = 0; i < N; i++)
+        keys[i] = spw_hash_mix64(next - N + i);
+    assert_int_equal(spw_ps_store_pull(a, keys, N, va, NULL), SPW_OK);
+    assert_int_equal(spw_ps_store_pull(b, keys, N, vb, NULL), SPW_OK);
+    assert_memory_equal(va, vb, sizeof(va));
+    spw_ps_store_close(a);
+    spw_ps_store_close(b);
+}
+
 SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_store_pull_init_deterministic,
                    test_ps_store_push_versions_and_staleness, test_ps_store_penalties_through_store,
                    test_ps_store_nonfinite_rejected, test_ps_store_spill_readback_identical,
@@ -815,4 +877,4 @@ SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_store_pull
                    test_ps_store_reopen_persists_and_checks_layout,
                    test_ps_store_db_options_insert_hint, test_ps_store_new_keys_skip_rocksdb,
                    test_ps_store_cold_tier_sst_readback_exact,
-                   test_ps_store_eviction_keeps_hot_rows)
+                   test_ps_store_eviction_keeps_hot_rows, test_ps_store_slab_ahead)

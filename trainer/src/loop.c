@@ -119,6 +119,8 @@ struct spw_trainer_loop {
     } staged;
     /* set by staged_pre once the pull is done: staged_read then yields the rest to staged_score */
     atomic_bool staged_pulled;
+    /* set by staged_post once the push is done: staged_score stops populating the stores' slab */
+    atomic_bool staged_pushed;
     /* pre, post: staged_pre, staged_post; beside: staged_read, staged_score; all on &staged */
     struct spw_backend_stages stages;
     uint64_t step_last_mb;
@@ -1184,7 +1186,9 @@ static spw_err_t hook_result(spw_trainer_loop_t *loop, spw_err_t err);
  *   grads, the push buffers (tk, split_*, echo_*), stats.rows_pushed;
  * - the reading (thread 1, beside the pull and the push): the source, the other mb, the marks,
  *   read_examples, eof, ahead_ns, stats.records;
- * - the scoring (thread 1, beside the push): pv, preds.
+ * - the scoring (thread 1, beside the push): pv, preds; then the population of the stores' slab
+ *   ahead of their rows (inproc.ahead, noted by thread 0 after the pull; the kernel's page
+ *   faults, no store memory changed).
  * The sets are disjoint; finish's wait orders all of it before this thread reads it.
  */
 static bool can_stage(const spw_trainer_loop_t *loop, const struct mb *cur)
@@ -1210,6 +1214,7 @@ static spw_err_t staged_pre(void *ctx)
     }
     st->pulled_ns = spw_time_mono_ns();
     atomic_store_explicit(&loop->staged_pulled, true, memory_order_relaxed);
+    spw_trn__inproc_note_ahead(&loop->inproc); /* for staged_score to populate */
     return err;
 }
 
@@ -1246,6 +1251,7 @@ static spw_err_t staged_post(void *ctx)
     loop->step_max_event = max_event;
     st->seq = seq;
     st->pushed_ns = spw_time_mono_ns();
+    atomic_store_explicit(&loop->staged_pushed, true, memory_order_relaxed);
     return SPW_OK; /* a push error is end_step's to handle (push_err) */
 }
 
@@ -1267,6 +1273,9 @@ static void staged_score(void *ctx)
     spw_pv_add(st->loop->pv, st->loop->preds, spw_batch_labels(b), spw_batch_oracle(b),
                spw_batch_examples(b));
     staged_read_rest(st);
+    /* while thread 0 pushes: the pages the next pulls' new rows will be written to, faulted in
+     * (and zeroed) here rather than on thread 0 in the middle of a pull */
+    spw_trn__inproc_populate_ahead(&st->loop->inproc, &st->loop->staged_pushed);
 }
 
 /* One micro-batch that ends its step (acc_steps 1), staged; see can_stage. */
@@ -1290,6 +1299,7 @@ static spw_err_t staged_step(spw_trainer_loop_t *loop, struct mb *mb)
         .t0 = spw_time_mono_ns(),
     };
     atomic_store_explicit(&loop->staged_pulled, false, memory_order_relaxed);
+    atomic_store_explicit(&loop->staged_pushed, false, memory_order_relaxed);
     loop->stages = (struct spw_backend_stages){.pre = staged_pre,
                                                .post = staged_post,
                                                .beside_pre = staged_read,

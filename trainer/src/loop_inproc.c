@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "sparrow/fs.h"
@@ -31,7 +32,8 @@ spw_err_t spw_trn__inproc_open(struct spw_trn__inproc *ip, const struct spw_trai
         }
         ip->temporary = true;
     }
-    if (!ip->root || !(ip->stores = calloc(conf->inproc_shards, sizeof(spw_ps_store_t *)))) {
+    if (!ip->root || !(ip->stores = calloc(conf->inproc_shards, sizeof(spw_ps_store_t *))) ||
+        !(ip->ahead = calloc(conf->inproc_shards, sizeof(*ip->ahead)))) {
         snprintf(errstr, errstr_size, "trainer: out of memory");
         return SPW_ERR_NOMEM;
     }
@@ -69,8 +71,34 @@ void spw_trn__inproc_close(struct spw_trn__inproc *ip)
     for (uint32_t s = 0; s < ip->n; s++)
         spw_ps_store_close(ip->stores[s]);
     free(ip->stores);
+    free(ip->ahead);
     if (ip->root && ip->temporary)
         spw_fs_remove_tree(ip->root);
     free(ip->root);
     memset(ip, 0, sizeof(*ip));
+}
+
+void spw_trn__inproc_note_ahead(struct spw_trn__inproc *ip)
+{
+    for (uint32_t s = 0; s < ip->n; s++)
+        spw_ps_store_slab_ahead(ip->stores[s], &ip->ahead[s]);
+}
+
+void spw_trn__inproc_populate_ahead(const struct spw_trn__inproc *ip, const atomic_bool *stop)
+{
+#ifdef MADV_POPULATE_WRITE
+    const size_t chunk = 2u << 20;
+    for (uint32_t s = 0; s < ip->n; s++) {
+        char *p = ip->ahead[s].addr;
+        for (size_t off = 0; off < ip->ahead[s].len; off += chunk) {
+            if (atomic_load_explicit(stop, memory_order_relaxed))
+                return;
+            size_t len = ip->ahead[s].len - off < chunk ? ip->ahead[s].len - off : chunk;
+            (void)madvise(p + off, len, MADV_POPULATE_WRITE); /* advice: fine if refused */
+        }
+    }
+#else
+    (void)ip;
+    (void)stop;
+#endif
 }

@@ -2,6 +2,7 @@
 #ifndef SPARROW_LOOP_INT_H
 #define SPARROW_LOOP_INT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -174,6 +175,8 @@ spw_err_t spw_trn__source_commit(struct spw_trn__source *src, bool sync);
 
 struct spw_trn__inproc {
     spw_ps_store_t **stores;
+    /* per store, its slab ahead of its rows as of the last spw_trn__inproc_note_ahead */
+    struct spw_ps_slab_range *ahead;
     uint32_t n;
     char *root;     /* directory of the shards' databases */
     bool temporary; /* root is removed at close */
@@ -185,5 +188,14 @@ spw_err_t spw_trn__inproc_open(struct spw_trn__inproc *ip, const struct spw_trai
                                char *errstr, size_t errstr_size);
 /* Closes the stores and removes a temporary root. Safe on a zeroed struct. */
 void spw_trn__inproc_close(struct spw_trn__inproc *ip);
+
+/* Notes each store's slab ahead of its rows (spw_ps_store_slab_ahead). The stores' thread. */
+void spw_trn__inproc_note_ahead(struct spw_trn__inproc *ip);
+
+/* Populates the ranges the last note_ahead gave, for the stores' next new rows, 2 MiB at a time
+ * until done or *stop is set (the rest is faulted in by the stores' thread as it writes rows).
+ * Any one thread, ordered after note_ahead, also while the stores' thread uses the stores (it
+ * changes no memory). */
+void spw_trn__inproc_populate_ahead(const struct spw_trn__inproc *ip, const atomic_bool *stop);
 
 #endif

@@ -315,6 +315,23 @@ struct spw_ps_store_stats {
 
 void spw_ps_store_get_stats(const spw_ps_store_t *store, struct spw_ps_store_stats *stats);
 
+/* A byte range of a store's row slab (spw_ps_store_slab_ahead). */
+struct spw_ps_slab_range {
+    void *addr;
+    size_t len; /* 0: none */
+};
+
+/*
+ * The part of the row slab that the next rows created will be written to and that may not be in
+ * memory yet: from the first unused slot, twice the bytes of the rows created since the last
+ * call and at least 4 MiB, page-aligned, less what an earlier call already gave (len 0 when
+ * nothing is left: the slab is used up, or the range was given). For another thread to populate
+ * with madvise(MADV_POPULATE_WRITE), which faults the pages in without changing their contents
+ * and so may run while the store's thread writes rows into them: the first write of a row then
+ * finds its page instead of faulting and zeroing it. Store's thread.
+ */
+void spw_ps_store_slab_ahead(spw_ps_store_t *store, struct spw_ps_slab_range *range);
+
 /* Estimated number of rows on disk (RocksDB's estimate-num-keys). */
 uint64_t spw_ps_store_rows_on_disk(spw_ps_store_t *store);
 
