@@ -1102,10 +1102,6 @@ static spw_err_t compute_start(spw_trainer_loop_t *loop, struct mb *mb)
     return SPW_OK;
 }
 
-/* While the compute threads work on cur, the next micro-batch is read (decoded and de-duplicated
- * into next's batch), the part of the loop that would otherwise leave them idle. Only its
- * reading: the pull stays where prefetch (or its absence) puts it. With prefetch on, next is
- * already filled here. */
 /* Whether the loop reads its next micro-batch while this one computes. */
 static bool reads_ahead(const spw_trainer_loop_t *loop)
 {
@@ -1113,6 +1109,10 @@ static bool reads_ahead(const spw_trainer_loop_t *loop)
            !loop->stopped && !spw_signal_stop_requested();
 }
 
+/* While the compute threads work on cur, the next micro-batch is read (decoded and de-duplicated
+ * into next's batch), the part of the loop that would otherwise leave them idle. Only its
+ * reading: the pull stays where prefetch (or its absence) puts it. With prefetch on, next is
+ * already filled here. */
 static spw_err_t read_ahead(spw_trainer_loop_t *loop)
 {
     loop->ahead_ns = 0;
@@ -1185,7 +1185,7 @@ static spw_err_t hook_result(spw_trainer_loop_t *loop, spw_err_t err);
  * - pull and push (thread 0): mb (its rows, versions, pull state), the client and its stores,
  *   grads, the push buffers (tk, split_*, echo_*), stats.rows_pushed;
  * - the reading (thread 1, beside the pull and the push): the source, the other mb, the marks,
- *   read_examples, eof, ahead_ns, stats.records;
+ *   read_examples, eof, fill_deadline_ms, stats.records;
  * - the scoring (thread 1, beside the push): pv, preds; then the population of the stores' slab
  *   ahead of their rows (inproc.ahead, noted by thread 0 after the pull; the kernel's page
  *   faults, no store memory changed).
