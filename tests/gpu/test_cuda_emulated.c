@@ -203,11 +203,57 @@ static void test_cuda_emulated_topk_matches_cpu(void **state)
     free(scratch);
 }
 
+/* spw_backend_topk_rows on the CPU backend against the CUDA backend's emulated norms, pinning
+ * and selection: the same set, the pinned rows in it whenever m allows. */
+static void test_cuda_emulated_topk_rows_matches_cpu(void **state)
+{
+    (void)state;
+    struct spw_model model;
+    assert_int_equal(spw_model_init(&model, SPW_MODEL_FM, 16), SPW_OK);
+    char errstr[256];
+    spw_backend_t *cpu = spw_backend_new(SPW_BACKEND_CPU, &model, errstr, sizeof(errstr));
+    assert_non_null(cpu);
+    const size_t n = 20000, dim = model.dim;
+    float *g = malloc(n * dim * sizeof(float)), *norms = malloc(n * sizeof(float));
+    uint8_t *pin = malloc(n), *sc = malloc(n), *se = malloc(n);
+    assert_true(g && norms && pin && sc && se);
+    uint64_t s = 9;
+    for (size_t i = 0; i < n * dim; i++)
+        g[i] = rng_uniform(&s, -1.0f, 1.0f) * (float)(1 + rng_next(&s) % 100);
+    size_t pinned = 0;
+    for (size_t r = 0; r < n; r++)
+        pinned += pin[r] = r % 97 == 3;
+    const size_t ms[] = {1, pinned, pinned + 5, n / 3, n - 1};
+    for (int with_pins = 0; with_pins < 2; with_pins++)
+        for (size_t j = 0; j < sizeof(ms) / sizeof(ms[0]); j++) {
+            const uint8_t *p = with_pins ? pin : NULL;
+            assert_int_equal(spw_backend_topk_rows(cpu, g, n, ms[j], p, norms, sc), SPW_OK);
+            assert_int_equal(spw_trn__cuda_emulate_topk_rows(g, n, (uint32_t)dim, ms[j], p, se),
+                             SPW_OK);
+            assert_memory_equal(sc, se, n);
+            size_t chosen = 0, pins_in = 0;
+            for (size_t r = 0; r < n; r++) {
+                chosen += sc[r];
+                pins_in += sc[r] && pin[r];
+            }
+            assert_int_equal(chosen, ms[j]);
+            if (with_pins)
+                assert_int_equal(pins_in, ms[j] < pinned ? ms[j] : pinned);
+        }
+    free(g);
+    free(norms);
+    free(pin);
+    free(sc);
+    free(se);
+    spw_backend_destroy(cpu);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_emulated_kernels_match_cpu),
         cmocka_unit_test(test_cuda_emulated_topk_matches_cpu),
+        cmocka_unit_test(test_cuda_emulated_topk_rows_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -321,6 +321,59 @@ static void test_cuda_model_norms_and_topk_match_cpu(void **state)
 }
 
 /* The reference trainer on either backend learns the same model (to accumulated rounding). */
+/* spw_backend_topk_rows on the device (norms, pinning and selection without the norms' round
+ * trip) against the CPU: m rows, the pinned ones among them, and none left out whose CPU norm is
+ * above a chosen one's by more than the device's rounding of the norms (1e-6 relative). */
+static void test_cuda_model_topk_rows_match_cpu(void **state)
+{
+    (void)state;
+    require_device();
+    struct spw_model model;
+    assert_int_equal(spw_model_init(&model, SPW_MODEL_FM, 16), SPW_OK);
+    spw_backend_t *cpu = new_backend(SPW_BACKEND_CPU, &model);
+    spw_backend_t *gpu = new_backend(SPW_BACKEND_CUDA, &model);
+    const size_t n = 300000;
+    float *g = malloc(n * model.dim * sizeof(float)), *nc = malloc(n * sizeof(float));
+    float *ng = malloc(n * sizeof(float));
+    uint8_t *pin = malloc(n), *sc = malloc(n), *sg = malloc(n);
+    assert_true(g && nc && ng && pin && sc && sg);
+    uint64_t s = 23;
+    for (size_t i = 0; i < n * model.dim; i++)
+        g[i] = rng_uniform(&s, -1.0f, 1.0f) * (float)(1 + rng_next(&s) % 1000);
+    size_t pinned = 0;
+    for (size_t r = 0; r < n; r++)
+        pinned += pin[r] = r % 1000 == 7;
+    const size_t ms[] = {1, pinned, pinned + 1, n / 10, n - 1};
+    for (size_t j = 0; j < sizeof(ms) / sizeof(ms[0]); j++) {
+        assert_int_equal(spw_backend_topk_rows(cpu, g, n, ms[j], pin, nc, sc), SPW_OK);
+        assert_int_equal(spw_backend_topk_rows(gpu, g, n, ms[j], pin, ng, sg), SPW_OK);
+        float lo = INFINITY, hi = 0.0f; /* unpinned: the smallest chosen, the largest not */
+        size_t chosen = 0, pins_in = 0;
+        for (size_t r = 0; r < n; r++) {
+            chosen += sg[r];
+            pins_in += sg[r] && pin[r];
+            if (pin[r])
+                continue;
+            if (sg[r] && nc[r] < lo)
+                lo = nc[r];
+            if (!sg[r] && nc[r] > hi)
+                hi = nc[r];
+        }
+        assert_int_equal(chosen, ms[j]);
+        assert_int_equal(pins_in, ms[j] < pinned ? ms[j] : pinned);
+        if (ms[j] > pinned)
+            assert_true(hi <= lo * (1.0f + 1e-6f));
+    }
+    free(g);
+    free(nc);
+    free(ng);
+    free(pin);
+    free(sc);
+    free(sg);
+    spw_backend_destroy(cpu);
+    spw_backend_destroy(gpu);
+}
+
 static void test_cuda_model_reference_trainer_agrees(void **state)
 {
     (void)state;
@@ -369,6 +422,7 @@ int main(void)
         cmocka_unit_test(test_cuda_model_fm_matches_cpu),
         cmocka_unit_test(test_cuda_model_deep_matches_cpu),
         cmocka_unit_test(test_cuda_model_norms_and_topk_match_cpu),
+        cmocka_unit_test(test_cuda_model_topk_rows_match_cpu),
         cmocka_unit_test(test_cuda_model_reference_trainer_agrees),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

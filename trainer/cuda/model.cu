@@ -382,6 +382,15 @@ __global__ void norms_kernel(const float *__restrict__ grads, size_t n, uint32_t
         norms[r] = row_norm(grads, r, dim);
 }
 
+// The pinned rows' norms to NaN, so that they rank first (topk.c: a deep model's dense blocks).
+__global__ void pin_kernel(float *__restrict__ norms, const uint8_t *__restrict__ pinned, size_t n)
+{
+    for (size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x; r < n;
+         r += (size_t)gridDim.x * blockDim.x)
+        if (pinned[r])
+            norms[r] = __int_as_float(0x7fc00000); // the host's NAN
+}
+
 __global__ void rank_keys_kernel(const float *__restrict__ norms, size_t n,
                                  unsigned long long *__restrict__ keys)
 {
@@ -644,22 +653,17 @@ extern "C" spw_err_t spw_trn__cuda_row_norms(struct spw_trn__cuda *cu, const flo
     return SPW_OK;
 }
 
-extern "C" spw_err_t spw_trn__cuda_topk_select(struct spw_trn__cuda *cu, const float *norms,
-                                               size_t n, size_t m, uint8_t *selected)
+// The selection of m < n rows by the norms already in cu->norms (queued on the stream) into
+// selected (host), then a synchronisation.
+static spw_err_t select_by_device_norms(struct spw_trn__cuda *cu, size_t n, size_t m,
+                                        uint8_t *selected)
 {
-    if (m >= n || m == 0) {
-        memset(selected, m ? 1 : 0, n);
-        return SPW_OK;
-    }
     cudaStream_t st = cu->stream;
-    CU_TRY(cudaSetDevice(cu->device));
-    CU_TRY(cu->norms.reserve(n));
     CU_TRY(cu->keys.reserve(n));
     CU_TRY(cu->flags.reserve(n));
     CU_TRY(cu->state.reserve(3));
     CU_TRY(cu->hist.reserve(256));
     const unsigned long long init[3] = {0ull, 0ull, (unsigned long long)m};
-    CU_TRY(cudaMemcpyAsync(cu->norms.p, norms, n * sizeof(float), cudaMemcpyHostToDevice, st));
     CU_TRY(cudaMemcpyAsync(cu->state.p, init, sizeof(init), cudaMemcpyHostToDevice, st));
     CU_TRY(cudaMemsetAsync(cu->hist.p, 0, 256 * sizeof(unsigned int), st));
     const unsigned blocks = (unsigned)blocks_for(n, kThreads, kHistBlocks);
@@ -676,6 +680,46 @@ extern "C" spw_err_t spw_trn__cuda_topk_select(struct spw_trn__cuda *cu, const f
     CU_TRY(cudaMemcpyAsync(selected, cu->flags.p, n, cudaMemcpyDeviceToHost, st));
     CU_TRY(cudaStreamSynchronize(st));
     return SPW_OK;
+}
+
+extern "C" spw_err_t spw_trn__cuda_topk_select(struct spw_trn__cuda *cu, const float *norms,
+                                               size_t n, size_t m, uint8_t *selected)
+{
+    if (m >= n || m == 0) {
+        memset(selected, m ? 1 : 0, n);
+        return SPW_OK;
+    }
+    CU_TRY(cudaSetDevice(cu->device));
+    CU_TRY(cu->norms.reserve(n));
+    CU_TRY(
+        cudaMemcpyAsync(cu->norms.p, norms, n * sizeof(float), cudaMemcpyHostToDevice, cu->stream));
+    return select_by_device_norms(cu, n, m, selected);
+}
+
+extern "C" spw_err_t spw_trn__cuda_topk_rows(struct spw_trn__cuda *cu, const float *grads, size_t n,
+                                             uint32_t dim, size_t m, const uint8_t *pinned,
+                                             uint8_t *selected)
+{
+    if (m >= n || m == 0) {
+        memset(selected, m ? 1 : 0, n);
+        return SPW_OK;
+    }
+    cudaStream_t st = cu->stream;
+    CU_TRY(cudaSetDevice(cu->device));
+    CU_TRY(cu->grads.reserve(n * dim));
+    CU_TRY(cu->norms.reserve(n));
+    CU_TRY(
+        cudaMemcpyAsync(cu->grads.p, grads, n * dim * sizeof(float), cudaMemcpyHostToDevice, st));
+    const unsigned blocks = (unsigned)blocks_for(n, kThreads, kMaxBlocks);
+    norms_kernel<<<blocks, kThreads, 0, st>>>(cu->grads.p, n, dim, cu->norms.p);
+    CU_TRY(cudaGetLastError());
+    if (pinned) { // through flags, which the selection overwrites after (same stream)
+        CU_TRY(cu->flags.reserve(n));
+        CU_TRY(cudaMemcpyAsync(cu->flags.p, pinned, n, cudaMemcpyHostToDevice, st));
+        pin_kernel<<<blocks, kThreads, 0, st>>>(cu->norms.p, cu->flags.p, n);
+        CU_TRY(cudaGetLastError());
+    }
+    return select_by_device_norms(cu, n, m, selected);
 }
 
 // ---- host emulation: the kernels' per-item code run sequentially (lanes in order, phase 1 of
@@ -804,4 +848,21 @@ extern "C" spw_err_t spw_trn__cuda_emulate_topk_select(const float *norms, size_
         selected[i] = keys[i] >= state[0] ? 1 : 0;
     free(keys);
     return SPW_OK;
+}
+
+extern "C" spw_err_t spw_trn__cuda_emulate_topk_rows(const float *grads, size_t n, uint32_t dim,
+                                                     size_t m, const uint8_t *pinned,
+                                                     uint8_t *selected)
+{
+    float *norms = (float *)malloc((n ? n : 1) * sizeof(float));
+    if (!norms)
+        return SPW_ERR_NOMEM;
+    for (size_t r = 0; r < n; r++)
+        norms[r] = row_norm(grads, r, dim);
+    for (size_t r = 0; pinned && r < n; r++)
+        if (pinned[r])
+            norms[r] = NAN;
+    spw_err_t err = spw_trn__cuda_emulate_topk_select(norms, n, m, selected);
+    free(norms);
+    return err;
 }

@@ -4,6 +4,7 @@
 #include "trainer_int.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 
 #include "sparrow/log.h"
@@ -314,4 +315,18 @@ spw_err_t spw_backend_topk_select(spw_backend_t *be, const float *norms, size_t 
         return SPW_ERR_NOMEM;
     spw_cpu_topk_select(norms, n, m, be->scratch, selected);
     return SPW_OK;
+}
+
+spw_err_t spw_backend_topk_rows(spw_backend_t *be, const float *grads, size_t n, size_t m,
+                                const uint8_t *pinned, float *norms, uint8_t *selected)
+{
+    if (n >= UINT32_MAX)
+        return SPW_ERR_TOO_BIG;
+    if (be->kind == SPW_BACKEND_CUDA)
+        return spw_trn__cuda_topk_rows(be->cu, grads, n, be->model.dim, m, pinned, selected);
+    spw_cpu_row_norms(grads, n, be->model.dim, norms);
+    for (size_t r = 0; pinned && r < n; r++)
+        if (pinned[r])
+            norms[r] = NAN;
+    return spw_backend_topk_select(be, norms, n, m, selected);
 }

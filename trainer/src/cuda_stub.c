@@ -57,6 +57,13 @@ spw_err_t spw_trn__cuda_topk_select(struct spw_trn__cuda *cu, const float *norms
     return SPW_ERR_UNSUPPORTED;
 }
 
+spw_err_t spw_trn__cuda_topk_rows(struct spw_trn__cuda *cu, const float *grads, size_t n,
+                                  uint32_t dim, size_t m, const uint8_t *pinned, uint8_t *selected)
+{
+    (void)cu, (void)grads, (void)n, (void)dim, (void)m, (void)pinned, (void)selected;
+    return SPW_ERR_UNSUPPORTED;
+}
+
 spw_err_t spw_trn__cuda_emulate_forward(uint32_t k, uint32_t dim,
                                         const struct spw_trn__cuda_batch *batch, const float *rows,
                                         float grad_scale, float *preds, float *grads,
@@ -76,6 +83,13 @@ spw_err_t spw_trn__cuda_emulate_topk_select(const float *norms, size_t n, size_t
                                             uint8_t *selected)
 {
     (void)norms, (void)n, (void)m, (void)selected;
+    return SPW_ERR_UNSUPPORTED;
+}
+
+spw_err_t spw_trn__cuda_emulate_topk_rows(const float *grads, size_t n, uint32_t dim, size_t m,
+                                          const uint8_t *pinned, uint8_t *selected)
+{
+    (void)grads, (void)n, (void)dim, (void)m, (void)pinned, (void)selected;
     return SPW_ERR_UNSUPPORTED;
 }
 #endif

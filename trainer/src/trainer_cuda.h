@@ -58,6 +58,11 @@ spw_err_t spw_trn__cuda_row_norms(struct spw_trn__cuda *cu, const float *grads, 
                                   uint32_t dim, float *norms);
 spw_err_t spw_trn__cuda_topk_select(struct spw_trn__cuda *cu, const float *norms, size_t n,
                                     size_t m, uint8_t *selected);
+/* Both in one: the norms of grads (n × dim host floats), those of the rows marked in pinned
+ * (n bytes, may be NULL) NaN, and the m-of-n selection by them into selected; one upload of
+ * grads and pinned, one download of selected, the norms never leaving the device. */
+spw_err_t spw_trn__cuda_topk_rows(struct spw_trn__cuda *cu, const float *grads, size_t n,
+                                  uint32_t dim, size_t m, const uint8_t *pinned, uint8_t *selected);
 
 /* The kernels' per-item code run on the host in the order the device's synchronisation
  * imposes, for tests of the CUDA backend's arithmetic and indexing on machines without a device
@@ -69,6 +74,8 @@ spw_err_t spw_trn__cuda_emulate_forward(uint32_t k, uint32_t dim,
 void spw_trn__cuda_emulate_row_norms(const float *grads, size_t n, uint32_t dim, float *norms);
 spw_err_t spw_trn__cuda_emulate_topk_select(const float *norms, size_t n, size_t m,
                                             uint8_t *selected);
+spw_err_t spw_trn__cuda_emulate_topk_rows(const float *grads, size_t n, uint32_t dim, size_t m,
+                                          const uint8_t *pinned, uint8_t *selected);
 
 #ifdef __cplusplus
 }

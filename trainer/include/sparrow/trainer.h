@@ -431,6 +431,14 @@ spw_err_t spw_backend_row_norms(spw_backend_t *be, const float *grads, size_t n,
 spw_err_t spw_backend_topk_select(spw_backend_t *be, const float *norms, size_t n, size_t m,
                                   uint8_t *selected);
 
+/* The m of n rows of grads with the largest norms into selected (as spw_backend_row_norms then
+ * spw_backend_topk_select), the rows marked in pinned (n bytes; NULL: none) ranking first (NaN
+ * norms). norms: n floats of the caller's scratch (the CPU backend writes the norms there). On
+ * the CUDA backend one upload of grads and pinned and one download of selected: the norms stay
+ * on the device. Caller's thread; be not shared. */
+spw_err_t spw_backend_topk_rows(spw_backend_t *be, const float *grads, size_t n, size_t m,
+                                const uint8_t *pinned, float *norms, uint8_t *selected);
+
 /* ---- gradient accumulation over micro-batches ---- */
 
 /*
