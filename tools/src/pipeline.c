@@ -493,6 +493,7 @@ spw_pipeline_t *spw_pipeline_start(const struct spw_pipeline_conf *conf, char *e
         /* the trainers are paused (SIGSTOP) while the stream is produced */
         signal_trainers(p, SIGSTOP);
         int err = start_gen(p, errstr, errstr_size) || wait_gen(p, errstr, errstr_size);
+        p->resumed_ms = spw_time_mono_ms();
         signal_trainers(p, SIGCONT);
         if (err)
             goto out_free;
@@ -518,6 +519,11 @@ void spw_pipeline_destroy(spw_pipeline_t *p)
 spw_launch_t *spw_pipeline_launch(spw_pipeline_t *p)
 {
     return p->launch;
+}
+
+uint64_t spw_pipeline_resumed_ms(const spw_pipeline_t *p)
+{
+    return p->resumed_ms;
 }
 
 int spw_pipeline_trainer_http(const spw_pipeline_t *p, long t)

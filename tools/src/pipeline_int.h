@@ -16,7 +16,8 @@ struct spw_pipeline {
     char shard_list[SPW_PIPELINE_MAX_SHARDS * 32];
     int shard_port[SPW_PIPELINE_MAX_SHARDS], shard_http[SPW_PIPELINE_MAX_SHARDS];
     int trainer_http[SPW_PIPELINE_MAX_TRAINERS];
-    int serve_http; /* 0: serve does not run */
+    int serve_http;      /* 0: serve does not run */
+    uint64_t resumed_ms; /* spw_pipeline_resumed_ms */
     /* every port handed out so far (spw_pipeline__port), so that no two roles get the same */
     int ports[2 * SPW_PIPELINE_MAX_SHARDS + SPW_PIPELINE_MAX_TRAINERS + 2];
     size_t n_ports;

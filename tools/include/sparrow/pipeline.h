@@ -87,6 +87,10 @@ void spw_pipeline_destroy(spw_pipeline_t *p);
 /* The launcher that owns the processes (owned by p). */
 spw_launch_t *spw_pipeline_launch(spw_pipeline_t *p);
 
+/* With conf->gen_first: when (spw_time_mono_ms) the trainers, paused while the stream was
+ * produced, were sent SIGCONT, so that no example was trained before; 0 otherwise. */
+uint64_t spw_pipeline_resumed_ms(const spw_pipeline_t *p);
+
 /* The HTTP (/metrics) port of trainer t. */
 int spw_pipeline_trainer_http(const spw_pipeline_t *p, long t);
 
