@@ -69,8 +69,8 @@ for round in $(seq 1 "$ROUNDS"); do
         echo "pipeline_bench: launch FAILED (exit $rc); logs under $TMP/launch-$round (kept)" >&2
         exit 1
     fi
-    p=$(python3 -c "import json; s=json.load(open('$TMP/launch-$round/summary.json')); print(s['train_ex_per_s'] if s.get('ok') and s.get('drained') else '')")
-    [ -n "$p" ] || { FAILED=1; echo "pipeline_bench: launch did not drain" >&2; exit 1; }
+    p=$(python3 -c "import json; s=json.load(open('$TMP/launch-$round/summary.json')); v=s.get('train_ex_per_s'); print(v if s.get('ok') and s.get('drained') and v is not None else '')")
+    [ -n "$p" ] || { FAILED=1; echo "pipeline_bench: launch did not drain, or has no training rate (summary.json under $TMP/launch-$round, kept)" >&2; exit 1; }
     printf '  round %s  launch 2 shards, 4 trainers     examples/s %8.0f  (%s)\n' "$round" "$p" \
         "$(grep -o 'logloss=[0-9.]* (bayes [0-9.]*)' "$TMP/launch-$round.out" | head -1)"
     if better "$p" "$BEST_P"; then BEST_P=$p; fi
