@@ -266,6 +266,16 @@ static void test_cuda_model_deep_matches_cpu(void **state)
     check_deep(SPW_MODEL_DCNV2, 2, "8", 0.0f);
 }
 
+/* n rows of dim gradients, uniform in ±[1, 1000], drawn from *s (advanced). */
+static float *random_grads(size_t n, uint32_t dim, uint64_t *s)
+{
+    float *g = malloc(n * dim * sizeof(float));
+    assert_non_null(g);
+    for (size_t i = 0; i < n * dim; i++)
+        g[i] = rng_uniform(s, -1.0f, 1.0f) * (float)(1 + rng_next(s) % 1000);
+    return g;
+}
+
 static void test_cuda_model_norms_and_topk_match_cpu(void **state)
 {
     (void)state;
@@ -275,13 +285,11 @@ static void test_cuda_model_norms_and_topk_match_cpu(void **state)
     spw_backend_t *cpu = new_backend(SPW_BACKEND_CPU, &model);
     spw_backend_t *gpu = new_backend(SPW_BACKEND_CUDA, &model);
     const size_t n = 300000;
-    float *g = malloc(n * model.dim * sizeof(float));
+    uint64_t s = 21;
+    float *g = random_grads(n, model.dim, &s);
     float *nc = malloc(n * sizeof(float)), *ng = malloc(n * sizeof(float));
     uint8_t *sc = malloc(n), *sg = malloc(n);
-    assert_true(g && nc && ng && sc && sg);
-    uint64_t s = 21;
-    for (size_t i = 0; i < n * model.dim; i++)
-        g[i] = rng_uniform(&s, -1.0f, 1.0f) * (float)(1 + rng_next(&s) % 1000);
+    assert_true(nc && ng && sc && sg);
     assert_int_equal(spw_backend_row_norms(cpu, g, n, nc), SPW_OK);
     assert_int_equal(spw_backend_row_norms(gpu, g, n, ng), SPW_OK);
     for (size_t r = 0; r < n; r++)
@@ -333,13 +341,11 @@ static void test_cuda_model_topk_rows_match_cpu(void **state)
     spw_backend_t *cpu = new_backend(SPW_BACKEND_CPU, &model);
     spw_backend_t *gpu = new_backend(SPW_BACKEND_CUDA, &model);
     const size_t n = 300000;
-    float *g = malloc(n * model.dim * sizeof(float)), *nc = malloc(n * sizeof(float));
-    float *ng = malloc(n * sizeof(float));
-    uint8_t *pin = malloc(n), *sc = malloc(n), *sg = malloc(n);
-    assert_true(g && nc && ng && pin && sc && sg);
     uint64_t s = 23;
-    for (size_t i = 0; i < n * model.dim; i++)
-        g[i] = rng_uniform(&s, -1.0f, 1.0f) * (float)(1 + rng_next(&s) % 1000);
+    float *g = random_grads(n, model.dim, &s);
+    float *nc = malloc(n * sizeof(float)), *ng = malloc(n * sizeof(float));
+    uint8_t *pin = malloc(n), *sc = malloc(n), *sg = malloc(n);
+    assert_true(nc && ng && pin && sc && sg);
     size_t pinned = 0;
     for (size_t r = 0; r < n; r++)
         pinned += pin[r] = r % 1000 == 7;

@@ -349,12 +349,12 @@ int spw_launch_run(const struct spw_launch_run_conf *conf)
 
     struct tally ty = {0};
     struct run_state st = {.manifest_examples = NAN, .epoch = -1};
-    uint64_t t0 = spw_time_mono_ms();
-    if (spw_pipeline_resumed_ms(p)) {
+    uint64_t t0 = spw_time_mono_ms(), resumed = spw_pipeline_resumed_ms(p);
+    if (resumed) {
         /* a backlog: the trainers were paused while it was produced, so none trained before
          * they were resumed, a few milliseconds before the first sample (which could already
          * see examples, leaving train_ex_per_s without its start: bench --quick, once) */
-        t0 = spw_pipeline_resumed_ms(p);
+        t0 = resumed;
         ty.zero_seen = true;
         ty.zero_ms = 0;
     }

@@ -634,13 +634,11 @@ extern "C" spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k,
     return SPW_OK;
 }
 
-extern "C" spw_err_t spw_trn__cuda_row_norms(struct spw_trn__cuda *cu, const float *grads, size_t n,
-                                             uint32_t dim, float *norms)
+// Queues on the stream the upload of grads (n × dim host floats) and their row norms into
+// cu->norms. The device is set.
+static spw_err_t queue_norms(struct spw_trn__cuda *cu, const float *grads, size_t n, uint32_t dim)
 {
-    if (n == 0)
-        return SPW_OK;
     cudaStream_t st = cu->stream;
-    CU_TRY(cudaSetDevice(cu->device));
     CU_TRY(cu->grads.reserve(n * dim));
     CU_TRY(cu->norms.reserve(n));
     CU_TRY(
@@ -648,6 +646,19 @@ extern "C" spw_err_t spw_trn__cuda_row_norms(struct spw_trn__cuda *cu, const flo
     norms_kernel<<<(unsigned)blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, st>>>(
         cu->grads.p, n, dim, cu->norms.p);
     CU_TRY(cudaGetLastError());
+    return SPW_OK;
+}
+
+extern "C" spw_err_t spw_trn__cuda_row_norms(struct spw_trn__cuda *cu, const float *grads, size_t n,
+                                             uint32_t dim, float *norms)
+{
+    if (n == 0)
+        return SPW_OK;
+    cudaStream_t st = cu->stream;
+    CU_TRY(cudaSetDevice(cu->device));
+    spw_err_t err = queue_norms(cu, grads, n, dim);
+    if (err)
+        return err;
     CU_TRY(cudaMemcpyAsync(norms, cu->norms.p, n * sizeof(float), cudaMemcpyDeviceToHost, st));
     CU_TRY(cudaStreamSynchronize(st));
     return SPW_OK;
@@ -706,17 +717,14 @@ extern "C" spw_err_t spw_trn__cuda_topk_rows(struct spw_trn__cuda *cu, const flo
     }
     cudaStream_t st = cu->stream;
     CU_TRY(cudaSetDevice(cu->device));
-    CU_TRY(cu->grads.reserve(n * dim));
-    CU_TRY(cu->norms.reserve(n));
-    CU_TRY(
-        cudaMemcpyAsync(cu->grads.p, grads, n * dim * sizeof(float), cudaMemcpyHostToDevice, st));
-    const unsigned blocks = (unsigned)blocks_for(n, kThreads, kMaxBlocks);
-    norms_kernel<<<blocks, kThreads, 0, st>>>(cu->grads.p, n, dim, cu->norms.p);
-    CU_TRY(cudaGetLastError());
+    spw_err_t err = queue_norms(cu, grads, n, dim);
+    if (err)
+        return err;
     if (pinned) { // through flags, which the selection overwrites after (same stream)
         CU_TRY(cu->flags.reserve(n));
         CU_TRY(cudaMemcpyAsync(cu->flags.p, pinned, n, cudaMemcpyHostToDevice, st));
-        pin_kernel<<<blocks, kThreads, 0, st>>>(cu->norms.p, cu->flags.p, n);
+        pin_kernel<<<(unsigned)blocks_for(n, kThreads, kMaxBlocks), kThreads, 0, st>>>(
+            cu->norms.p, cu->flags.p, n);
         CU_TRY(cudaGetLastError());
     }
     return select_by_device_norms(cu, n, m, selected);
@@ -857,8 +865,7 @@ extern "C" spw_err_t spw_trn__cuda_emulate_topk_rows(const float *grads, size_t 
     float *norms = (float *)malloc((n ? n : 1) * sizeof(float));
     if (!norms)
         return SPW_ERR_NOMEM;
-    for (size_t r = 0; r < n; r++)
-        norms[r] = row_norm(grads, r, dim);
+    spw_trn__cuda_emulate_row_norms(grads, n, dim, norms);
     for (size_t r = 0; pinned && r < n; r++)
         if (pinned[r])
             norms[r] = NAN;

@@ -4,7 +4,6 @@
 #include "trainer_int.h"
 
 #include <assert.h>
-#include <math.h>
 #include <stdio.h>
 
 #include "sparrow/log.h"
@@ -324,9 +323,8 @@ spw_err_t spw_backend_topk_rows(spw_backend_t *be, const float *grads, size_t n,
         return SPW_ERR_TOO_BIG;
     if (be->kind == SPW_BACKEND_CUDA)
         return spw_trn__cuda_topk_rows(be->cu, grads, n, be->model.dim, m, pinned, selected);
-    spw_cpu_row_norms(grads, n, be->model.dim, norms);
-    for (size_t r = 0; pinned && r < n; r++)
-        if (pinned[r])
-            norms[r] = NAN;
-    return spw_backend_topk_select(be, norms, n, m, selected);
+    if (spw_trn__grow((void **)&be->scratch, &be->cap_scratch, n, sizeof(uint64_t)))
+        return SPW_ERR_NOMEM;
+    spw_cpu_topk_rows(grads, n, be->model.dim, m, pinned, norms, be->scratch, selected);
+    return SPW_OK;
 }

@@ -603,12 +603,13 @@ static void fill_begin(spw_trainer_loop_t *loop, struct mb *mb)
 }
 
 /* Reads examples into mb until it holds a batch, the input ends or stops, or (yield non-NULL)
- * *yield is set: then *more is true and fill_more may be called again. */
+ * *yield is set: then *more (non-NULL with yield) is true and fill_more may be called again. */
 static spw_err_t fill_more(spw_trainer_loop_t *loop, struct mb *mb, const atomic_bool *yield,
                            bool *more)
 {
     const struct spw_trainer_loop_conf *conf = &loop->conf;
-    *more = false;
+    if (more)
+        *more = false;
     if (loop->eof)
         return SPW_OK;
     spw_err_t err = SPW_OK;
@@ -686,11 +687,10 @@ static spw_err_t fill_end(spw_trainer_loop_t *loop, struct mb *mb, spw_err_t err
 
 static spw_err_t fill(spw_trainer_loop_t *loop, struct mb *mb)
 {
-    bool more;
     fill_begin(loop, mb);
     if (loop->eof)
         return SPW_OK;
-    return fill_end(loop, mb, fill_more(loop, mb, NULL, &more));
+    return fill_end(loop, mb, fill_more(loop, mb, NULL, NULL));
 }
 
 /* ---- pulls ---- */
@@ -1260,8 +1260,7 @@ static void staged_read_rest(struct staged *st)
 {
     if (!st->reading)
         return;
-    bool more;
-    spw_err_t err = fill_more(st->loop, st->loop->next, NULL, &more);
+    spw_err_t err = fill_more(st->loop, st->loop->next, NULL, NULL);
     st->read_err = fill_end(st->loop, st->loop->next, err);
     st->reading = false;
 }

@@ -209,3 +209,13 @@ void spw_cpu_topk_select(const float *norms, size_t n, size_t m, uint64_t *scrat
     for (size_t r = 0; r < n; r++)
         selected[r] = rank_key(norms[r], r) >= threshold;
 }
+
+void spw_cpu_topk_rows(const float *grads, size_t n, uint32_t dim, size_t m, const uint8_t *pinned,
+                       float *norms, uint64_t *scratch, uint8_t *selected)
+{
+    spw_cpu_row_norms(grads, n, dim, norms);
+    for (size_t r = 0; pinned && r < n; r++)
+        if (pinned[r])
+            norms[r] = NAN;
+    spw_cpu_topk_select(norms, n, m, scratch, selected);
+}

@@ -25,7 +25,7 @@ struct spw_topk {
     /* per-step scratch */
     float *norms;
     uint8_t *selected;
-    uint8_t *pinned; /* with a backend: the rows that rank first (dense blocks) */
+    uint8_t *pinned; /* the rows that rank first (dense blocks) */
     uint64_t *scratch;
     /* with fp16: the residual slot each step row's key had, held out of the age list (and out of
      * count) while the step may reuse it for the row's rounding error; SPW_TRN__NONE: none */
@@ -436,7 +436,7 @@ static spw_err_t compress_step(spw_topk_t *tk, const uint64_t *keys, float *grad
     if (spw_trn__grow((void **)&tk->norms, &tk->cap_norms, n, sizeof(float)) ||
         spw_trn__grow((void **)&tk->selected, &tk->cap_selected, n, sizeof(uint8_t)) ||
         (!tk->be && spw_trn__grow((void **)&tk->scratch, &tk->cap_scratch, n, sizeof(uint64_t))) ||
-        (tk->be && spw_trn__grow((void **)&tk->pinned, &tk->cap_pinned, n, sizeof(uint8_t))) ||
+        spw_trn__grow((void **)&tk->pinned, &tk->cap_pinned, n, sizeof(uint8_t)) ||
         reserve_out(tk, 2 * n) || (ef && spw_trn__keyidx_reserve(&tk->index, index_need)) ||
         (ef && spw_trn__grow((void **)&tk->step_slot, &tk->cap_step_slot, n, sizeof(uint32_t))))
         return SPW_ERR_NOMEM;
@@ -484,18 +484,15 @@ static spw_err_t compress_step(spw_topk_t *tk, const uint64_t *keys, float *grad
         double want = ceil(tk->conf.ratio * (double)(n - pinned) - 1e-9);
         m = pinned + (want < 1.0 ? 1 : (want > (double)(n - pinned) ? n - pinned : (size_t)want));
     }
-    if (m < n && tk->be) {
+    if (m < n) {
         for (size_t r = 0; pinned && r < n; r++)
             tk->pinned[r] = spw_key_is_dense(keys[r]) ? 1 : 0;
-        if ((err = spw_backend_topk_rows(tk->be, grads, n, m, pinned ? tk->pinned : NULL, tk->norms,
-                                         tk->selected)))
+        const uint8_t *pin = pinned ? tk->pinned : NULL;
+        if (!tk->be)
+            spw_cpu_topk_rows(grads, n, (uint32_t)dim, m, pin, tk->norms, tk->scratch,
+                              tk->selected);
+        else if ((err = spw_backend_topk_rows(tk->be, grads, n, m, pin, tk->norms, tk->selected)))
             return err;
-    } else if (m < n) {
-        spw_cpu_row_norms(grads, n, (uint32_t)dim, tk->norms);
-        for (size_t r = 0; pinned && r < n; r++)
-            if (spw_key_is_dense(keys[r]))
-                tk->norms[r] = NAN;
-        spw_cpu_topk_select(tk->norms, n, m, tk->scratch, tk->selected);
     } else if (n) {
         memset(tk->selected, 1, n);
     }

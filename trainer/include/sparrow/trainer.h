@@ -256,6 +256,11 @@ void spw_cpu_row_norms(const float *grads, size_t n, uint32_t dim, float *norms)
 void spw_cpu_topk_select(const float *norms, size_t n, size_t m, uint64_t *scratch,
                          uint8_t *selected);
 
+/* spw_cpu_row_norms into norms (n floats), NaN for the rows marked in pinned (n bytes; NULL:
+ * none) so that they rank first, then spw_cpu_topk_select. */
+void spw_cpu_topk_rows(const float *grads, size_t n, uint32_t dim, size_t m, const uint8_t *pinned,
+                       float *norms, uint64_t *scratch, uint8_t *selected);
+
 /* ---- deep models on the CPU (the FM part above plus the dense network, OpenBLAS) ---- */
 
 /*
