@@ -287,6 +287,18 @@ DPORT=$(cat run/serve.port 2>/dev/null || true)
 [ -n "$DPORT" ] || { echo "serve_bench: the pipeline's serve did not start" >&2; tail run/*.log >&2; exit 1; }
 for _ in $(seq 600); do curl -sf "http://127.0.0.1:$DPORT/readyz" >/dev/null && break; sleep 0.1; done
 sleep "$WARM"
+# The window below measures freshness, so it starts once updates reach serve: the trainers' group
+# join and the first publish can take longer than WARM on a loaded machine.
+fresh_count() {
+    curl -sf "http://127.0.0.1:$DPORT/metrics" |
+        awk '/^sparrow_serve_freshness_seconds_count\{.*stage="event_to_visible"/{n += $2} END {printf "%d", n}'
+}
+for _ in $(seq 120); do [ "$(fresh_count)" -gt 0 ] && break; sleep 0.5; done
+if [ "$(fresh_count)" -eq 0 ]; then
+    echo "serve_bench: no update reached the pipeline's serve within $((WARM + 60)) s; the logs' tails:" >&2
+    tail -n 5 run/*.log >&2
+    exit 1
+fi
 python3 - <<'PY'
 import json, random
 r = random.Random(3)
