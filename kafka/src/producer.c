@@ -352,6 +352,52 @@ void spw_kafka_producer_destroy(spw_kafka_producer_t *p, int timeout_ms)
     free(p);
 }
 
+/* topic's metadata (one topic with at least one partition) into *md, for
+ * rd_kafka_metadata_destroy; SPW_ERR_KAFKA (logged) otherwise. */
+static spw_err_t topic_metadata(spw_kafka_producer_t *p, const char *topic, int timeout_ms,
+                                const struct rd_kafka_metadata **md)
+{
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(p->rk, topic, NULL);
+    if (!rkt)
+        return SPW_ERR_KAFKA;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(p->rk, 0, rkt, md, timeout_ms);
+    rd_kafka_topic_destroy(rkt);
+    if (err) {
+        SPW_WARN("kafka metadata failed", "topic=%s error=\"%s\"", topic, rd_kafka_err2str(err));
+        return SPW_ERR_KAFKA;
+    }
+    const struct rd_kafka_metadata *m = *md;
+    if (m->topic_cnt != 1 || m->topics[0].err || m->topics[0].partition_cnt <= 0) {
+        SPW_WARN("kafka topic unknown", "topic=%s error=\"%s\"", topic,
+                 m->topic_cnt == 1 ? rd_kafka_err2str(m->topics[0].err) : "no metadata");
+        rd_kafka_metadata_destroy(m);
+        return SPW_ERR_KAFKA;
+    }
+    return SPW_OK;
+}
+
+spw_err_t spw_kafka_producer_partition_count(spw_kafka_producer_t *p, const char *topic,
+                                             int timeout_ms, int32_t *count)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    spw_err_t rc = topic_metadata(p, topic, timeout_ms, &md);
+    if (rc != SPW_OK)
+        return rc;
+    *count = md->topics[0].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    return SPW_OK;
+}
+
+int32_t spw_kafka_key_partition(const char *partitioner, const void *key, size_t key_len,
+                                int32_t count)
+{
+    if (partitioner && (!strcmp(partitioner, "murmur2") || !strcmp(partitioner, "murmur2_random")))
+        return rd_kafka_msg_partitioner_murmur2(NULL, key, key_len, count, NULL, NULL);
+    if (partitioner && (!strcmp(partitioner, "fnv1a") || !strcmp(partitioner, "fnv1a_random")))
+        return rd_kafka_msg_partitioner_fnv1a(NULL, key, key_len, count, NULL, NULL);
+    return rd_kafka_msg_partitioner_consistent(NULL, key, key_len, count, NULL, NULL);
+}
+
 spw_err_t spw_kafka_producer_high_watermarks(spw_kafka_producer_t *p, const char *topic,
                                              struct spw_kafka_partition *out, size_t max, size_t *n,
                                              int timeout_ms)
@@ -359,23 +405,10 @@ spw_err_t spw_kafka_producer_high_watermarks(spw_kafka_producer_t *p, const char
     *n = 0;
     if (strlen(topic) >= sizeof(out[0].topic))
         return SPW_ERR_INVALID;
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(p->rk, topic, NULL);
-    if (!rkt)
-        return SPW_ERR_KAFKA;
     const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t err = rd_kafka_metadata(p->rk, 0, rkt, &md, timeout_ms);
-    rd_kafka_topic_destroy(rkt);
-    if (err) {
-        SPW_WARN("kafka metadata failed", "topic=%s error=\"%s\"", topic, rd_kafka_err2str(err));
-        return SPW_ERR_KAFKA;
-    }
-    spw_err_t rc = SPW_OK;
-    if (md->topic_cnt != 1 || md->topics[0].err || md->topics[0].partition_cnt <= 0) {
-        SPW_WARN("kafka topic unknown", "topic=%s error=\"%s\"", topic,
-                 md->topic_cnt == 1 ? rd_kafka_err2str(md->topics[0].err) : "no metadata");
-        rc = SPW_ERR_KAFKA;
-        goto out_destroy_md;
-    }
+    spw_err_t rc = topic_metadata(p, topic, timeout_ms, &md);
+    if (rc != SPW_OK)
+        return rc;
     const rd_kafka_metadata_topic_t *t = &md->topics[0];
     if ((size_t)t->partition_cnt > max) {
         rc = SPW_ERR_INVALID;
@@ -384,7 +417,8 @@ spw_err_t spw_kafka_producer_high_watermarks(spw_kafka_producer_t *p, const char
     for (int i = 0; i < t->partition_cnt; i++) {
         int64_t lo = 0, hi = 0;
         int32_t part = t->partitions[i].id;
-        err = rd_kafka_query_watermark_offsets(p->rk, topic, part, &lo, &hi, timeout_ms);
+        rd_kafka_resp_err_t err =
+            rd_kafka_query_watermark_offsets(p->rk, topic, part, &lo, &hi, timeout_ms);
         if (err) {
             SPW_WARN("kafka watermark query failed", "topic=%s partition=%" PRId32 " error=\"%s\"",
                      topic, part, rd_kafka_err2str(err));

@@ -274,12 +274,76 @@ static bool coord_ok(const Sparrow__CoordMessage *msg)
     return true;
 }
 
+/* A batch (keys set): every block of n rows, weights n × dim with dim in range, tombstone flags
+ * 0 or 1, and none of the single row's fields. A single row: no batch block. */
 static bool model_update_ok(const Sparrow__ModelUpdate *update)
 {
-    if (update->tombstone)
-        return update->weights.len == 0;
-    size_t len = update->weights.len;
-    return len % 4 == 0 && dim_ok(len / 4 > UINT32_MAX ? 0 : (uint32_t)(len / 4));
+    const Sparrow__ModelUpdate *u = update;
+    if (u->keys.len == 0) {
+        if (u->versions.len || u->event_times_ms.len || u->applied_times_ms.len ||
+            u->tombstones.len)
+            return false;
+        if (u->tombstone)
+            return u->weights.len == 0;
+        size_t len = u->weights.len;
+        return len % 4 == 0 && dim_ok(len / 4 > UINT32_MAX ? 0 : (uint32_t)(len / 4));
+    }
+    if (u->keys.len % 8 != 0 || u->has_key || u->has_tombstone || u->has_version ||
+        u->has_event_time_ms || u->has_applied_ms)
+        return false;
+    size_t n = u->keys.len / 8;
+    if (u->versions.len != 4 * n || u->event_times_ms.len != 8 * n ||
+        u->applied_times_ms.len != 8 * n || u->tombstones.len != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (u->tombstones.data[i] > 1)
+            return false;
+    size_t row_bytes = u->weights.len / n;
+    return u->weights.len % n == 0 && row_bytes % 4 == 0 &&
+           dim_ok(row_bytes / 4 > UINT32_MAX ? 0 : (uint32_t)(row_bytes / 4));
+}
+
+spw_err_t spw_wire_model_update_rows(const Sparrow__ModelUpdate *update,
+                                     struct spw_wire_update_rows *out)
+{
+    const Sparrow__ModelUpdate *u = update;
+    *out = (struct spw_wire_update_rows){0};
+    if (u->keys.len == 0) {
+        out->n = 1;
+        out->one_key = u->key;
+        out->one_version = u->has_version ? u->version : 0;
+        out->one_event_ms = u->has_event_time_ms ? u->event_time_ms : 0;
+        out->one_applied_ms = u->has_applied_ms ? u->applied_ms : 0;
+        out->one_tomb = u->tombstone ? 1 : 0;
+        out->keys = &out->one_key;
+        out->versions = &out->one_version;
+        out->event_ms = &out->one_event_ms;
+        out->applied_ms = &out->one_applied_ms;
+        out->tombs = &out->one_tomb;
+        out->dim = (uint32_t)(u->weights.len / 4);
+        if (out->dim == 0)
+            return SPW_OK; /* a single tombstone carries no weights */
+        return spw_wire_block_f32(&u->weights, out->dim, &out->weights);
+    }
+    size_t n = u->keys.len / 8;
+    out->n = n;
+    out->dim = (uint32_t)(u->weights.len / 4 / n);
+    const uint64_t *ev, *ap;
+    spw_err_t rc = spw_wire_block_u64(&u->keys, n, &out->keys);
+    if (rc == SPW_OK)
+        rc = spw_wire_block_u32(&u->versions, n, &out->versions);
+    if (rc == SPW_OK)
+        rc = spw_wire_block_u64(&u->event_times_ms, n, &ev);
+    if (rc == SPW_OK)
+        rc = spw_wire_block_u64(&u->applied_times_ms, n, &ap);
+    if (rc == SPW_OK)
+        rc = spw_wire_block_f32(&u->weights, n * out->dim, &out->weights);
+    if (rc != SPW_OK)
+        return rc;
+    out->event_ms = (const int64_t *)(const void *)ev;
+    out->applied_ms = (const int64_t *)(const void *)ap;
+    out->tombs = u->tombstones.data;
+    return SPW_OK;
 }
 
 /* Each shard 0..shard_count-1 exactly once; a byte per shard from the arena marks those seen. */

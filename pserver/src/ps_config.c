@@ -97,6 +97,11 @@ const struct spw_config_prop spw_pserver_config_props[] = {
      "that changes again within an interval is published once); 0 disables (publishing is "
      "also off without kafka.bootstrap.servers or pserver.publish.brokers). Shorter is "
      "fresher and costs more bytes: bench/study_freshness.py measures both."},
+    {"pserver.publish.batch_rows", SPW_CONFIG_INT, "1024", 1, 65536, NULL,
+     "Rows per update-stream record: each publish sends the changed rows of a partition in "
+     "records of up to this many rows (and 256 KiB), with no Kafka key; Kafka's per-record cost "
+     "is paid once per record. 1: one record per row, keyed by its feature key, as a compacted "
+     "topic needs (docs/FORMATS.md)."},
     {"pserver.publish.topic", SPW_CONFIG_STRING, "model-updates", 1, 249, NULL,
      "Kafka topic of the model-update stream."},
     {"pserver.publish.brokers", SPW_CONFIG_STRING, "", 0, 4000, NULL,
@@ -179,6 +184,7 @@ spw_err_t spw_ps_server_conf_from_config(const spw_config_t *cfg, struct spw_ps_
     conf->curve_allowed_clients_file = spw_config_str(cfg, "pserver.curve.allowed_clients_file");
     conf->expire_batch = (uint32_t)spw_config_int(cfg, "pserver.ttl.sweep_rows");
     conf->publish_interval_ms = (uint32_t)spw_config_duration_ms(cfg, "pserver.publish.interval");
+    conf->publish_batch_rows = (uint32_t)spw_config_int(cfg, "pserver.publish.batch_rows");
     conf->publish_topic = spw_config_str(cfg, "pserver.publish.topic");
     conf->publish_brokers = spw_config_str(cfg, "pserver.publish.brokers");
     conf->kafka_config = cfg;

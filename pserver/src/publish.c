@@ -27,6 +27,9 @@
 #define SCAN_TIMEOUT_MS  60000       /* reading the stream back after a restore */
 #define SCAN_POLL_MS     200
 #define SCAN_MAX_UPDATE  (1u << 20)
+#define RECORD_MAX_BYTES (256u << 10) /* a batch record's value, well under Kafka's 1 MB default   \
+                                       */
+#define PARTITIONS_TTL_MS 10000       /* the topic's partition count is asked again this often */
 
 /* A changed key since the last hand-off: the newest event time and apply time behind it. */
 struct pub_entry {
@@ -55,13 +58,13 @@ struct pub_batch {
     float *weights; /* n × dim */
 };
 
-/* What rides along with each produced record, to re-publish the key if delivery fails. */
+/* What rides along with each produced record: its rows, to hand them off again if delivery
+ * fails, and what its delivery adds to the metrics. */
 struct pub_record {
-    struct spw_ps__publisher *pub;
-    uint64_t key;
-    int64_t event_ms, applied_ms;
-    uint8_t tomb;
-    uint32_t bytes; /* the record's key and value */
+    uint32_t n, n_tombs;
+    uint32_t bytes;     /* the record's key and value */
+    int64_t applied_ms; /* the newest of its rows' */
+    struct pub_entry rows[];
 };
 
 struct spw_ps__publisher {
@@ -76,6 +79,14 @@ struct spw_ps__publisher {
     struct pub_batch batch;
     uint8_t *buf; /* publisher thread: encoded record */
     size_t buf_cap;
+    /* Publisher thread: batch records (batch_rows > 1) go to the partition of their rows' keys. */
+    uint32_t batch_rows;
+    char *partitioner;          /* the producer's `partitioner` property; NULL: the default */
+    int32_t n_partitions;       /* of the topic; 0: unknown (then one record per row) */
+    uint64_t partitions_due_ms; /* when to ask for the partition count again */
+    uint32_t *order;            /* batch indices by partition, and their partitions */
+    int32_t *part_of;
+    size_t order_cap;
     spw_counter_t *m_rows, *m_tombs, *m_bytes, *m_failed, *m_restore_keys;
     spw_gauge_t *m_lag;
 
@@ -501,17 +512,21 @@ static void restore_scan(spw_ps__publisher_t *pub, uint64_t epoch)
         Sparrow__ModelUpdate *u = NULL;
         spw_arena_reset(arena);
         records++;
+        struct spw_wire_update_rows rows;
         if (msg.value &&
             spw_wire_unpack_model_update(msg.value, msg.len, SCAN_MAX_UPDATE, arena, &u) ==
                 SPW_OK &&
-            u->has_key && u->has_shard && u->shard == pub->shard &&
-            (!u->has_epoch || u->epoch >= epoch)) {
-            struct pub_entry e = {
-                .key = u->key, .used = 1, .tomb = 1, .applied_ms = spw_time_wall_ms()};
+            (u->has_key || u->keys.len) && u->has_shard && u->shard == pub->shard &&
+            (!u->has_epoch || u->epoch >= epoch) &&
+            spw_wire_model_update_rows(u, &rows) == SPW_OK) {
+            int64_t now = spw_time_wall_ms();
             pthread_mutex_lock(&pub->mu);
-            requeue_add_locked(pub, &e);
+            for (size_t i = 0; i < rows.n; i++) {
+                struct pub_entry e = {.key = rows.keys[i], .used = 1, .tomb = 1, .applied_ms = now};
+                requeue_add_locked(pub, &e);
+            }
             pthread_mutex_unlock(&pub->mu);
-            keys++;
+            keys += rows.n;
         }
         spw_kafka_msg_release(&msg);
     }
@@ -543,12 +558,10 @@ static void on_delivery(void *opaque, void *msg_opaque, spw_err_t err, int32_t p
     spw_ps__publisher_t *pub = opaque;
     struct pub_record *r = msg_opaque;
     if (err == SPW_OK) {
-        if (r->tomb) {
-            if (pub->m_tombs)
-                spw_counter_inc(pub->m_tombs);
-        } else if (pub->m_rows) {
-            spw_counter_inc(pub->m_rows);
-        }
+        if (pub->m_tombs && r->n_tombs)
+            spw_counter_add(pub->m_tombs, r->n_tombs);
+        if (pub->m_rows && r->n > r->n_tombs)
+            spw_counter_add(pub->m_rows, r->n - r->n_tombs);
         if (pub->m_bytes)
             spw_counter_add(pub->m_bytes, r->bytes);
         if (pub->m_lag && r->applied_ms > 0) {
@@ -559,21 +572,68 @@ static void on_delivery(void *opaque, void *msg_opaque, spw_err_t err, int32_t p
         return;
     }
     if (pub->m_failed)
-        spw_counter_inc(pub->m_failed);
+        spw_counter_add(pub->m_failed, r->n);
     pthread_mutex_lock(&pub->mu);
-    pub->failed_total++;
-    struct pub_entry f = {.key = r->key,
-                          .event_ms = r->event_ms,
-                          .applied_ms = r->applied_ms,
-                          .used = 1,
-                          .tomb = r->tomb};
-    requeue_add_locked(pub, &f);
+    pub->failed_total += r->n;
+    for (uint32_t i = 0; i < r->n; i++)
+        requeue_add_locked(pub, &r->rows[i]);
     pthread_mutex_unlock(&pub->mu);
     free(r);
 }
 
-/* Encodes and produces one record. */
-static void produce_one(spw_ps__publisher_t *pub, const struct pub_batch *b, size_t i)
+/* The record of batch rows idx[0..n) (one row when the record is keyed), or NULL when out of
+ * memory. */
+static struct pub_record *record_new(const struct pub_batch *b, const uint32_t *idx, size_t n)
+{
+    struct pub_record *r = malloc(sizeof(*r) + n * sizeof(r->rows[0]));
+    if (!r)
+        return NULL;
+    *r = (struct pub_record){.n = (uint32_t)n};
+    for (size_t i = 0; i < n; i++) {
+        const struct pub_entry *m = &b->meta[idx[i]];
+        r->rows[i] = *m;
+        r->rows[i].used = 1;
+        r->n_tombs += m->tomb;
+        if (m->applied_ms > r->applied_ms)
+            r->applied_ms = m->applied_ms;
+    }
+    return r;
+}
+
+/* Encodes u into pub->buf and queues it with key (may be NULL) to partition (-1: by key); r
+ * rides along. A refused record's rows are handed off again, as a failed delivery's. */
+static void produce(spw_ps__publisher_t *pub, Sparrow__ModelUpdate *u, const void *key,
+                    size_t key_len, int32_t partition, struct pub_record *r)
+{
+    size_t len = sparrow__model_update__get_packed_size(u);
+    if (len > pub->buf_cap) {
+        uint8_t *nb = realloc(pub->buf, len);
+        if (!nb) {
+            on_delivery(pub, r, SPW_ERR_NOMEM, -1, -1);
+            return;
+        }
+        pub->buf = nb;
+        pub->buf_cap = len;
+    }
+    sparrow__model_update__pack(u, pub->buf);
+    r->bytes = (uint32_t)(len + key_len);
+    spw_err_t rc = spw_kafka_producer_send(pub->producer, pub->topic, partition, key, key_len,
+                                           pub->buf, len, NULL, 0, r);
+    if (rc == SPW_OK)
+        return;
+    SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish: produce refused", "err=\"%s\"",
+                        spw_err_str(rc));
+    on_delivery(pub, r, SPW_ERR_KAFKA, -1, -1);
+}
+
+static void lost_for_memory(const struct pub_batch *b, const uint32_t *idx, size_t n)
+{
+    SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish: records lost (out of memory)",
+                        "rows=%zu first_key=%" PRIu64, n, b->meta[idx[0]].key);
+}
+
+/* One record of batch row i, keyed by its feature key. */
+static void produce_one(spw_ps__publisher_t *pub, const struct pub_batch *b, uint32_t i)
 {
     const struct pub_entry *m = &b->meta[i];
     Sparrow__ModelUpdate u = SPARROW__MODEL_UPDATE__INIT;
@@ -595,39 +655,130 @@ static void produce_one(spw_ps__publisher_t *pub, const struct pub_batch *b, siz
         u.weights.data = (uint8_t *)&b->weights[i * pub->dim];
         u.weights.len = pub->dim * sizeof(float);
     }
-    size_t len = sparrow__model_update__get_packed_size(&u);
-    if (len > pub->buf_cap) {
-        uint8_t *nb = realloc(pub->buf, len);
-        if (!nb)
-            goto out_requeue;
-        pub->buf = nb;
-        pub->buf_cap = len;
+    struct pub_record *r = record_new(b, &i, 1);
+    if (!r) {
+        lost_for_memory(b, &i, 1);
+        return;
     }
-    sparrow__model_update__pack(&u, pub->buf);
     char key[8];
     spw_ps__key_encode(m->key, key);
-    struct pub_record *r = malloc(sizeof(*r));
-    if (!r)
-        goto out_requeue;
-    *r = (struct pub_record){pub,           m->key,  m->event_ms,
-                             m->applied_ms, m->tomb, (uint32_t)(len + sizeof(key))};
-    spw_err_t rc =
-        spw_kafka_producer_send(pub->producer, pub->topic, -1, key, 8, pub->buf, len, NULL, 0, r);
-    if (rc == SPW_OK)
+    produce(pub, &u, key, sizeof(key), -1, r);
+}
+
+/* One batch record of rows idx[0..n), all of partition: the blocks of proto's ModelUpdate,
+ * built in one allocation. */
+static void produce_rows(spw_ps__publisher_t *pub, const struct pub_batch *b, const uint32_t *idx,
+                         size_t n, int32_t partition)
+{
+    const uint32_t dim = pub->dim;
+    size_t w_bytes = n * dim * sizeof(float);
+    unsigned char *blk = malloc(n * (8 + 8 + 8 + 4 + 1) + w_bytes);
+    struct pub_record *r = blk ? record_new(b, idx, n) : NULL;
+    if (!r) {
+        free(blk);
+        lost_for_memory(b, idx, n);
         return;
-    SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish: produce refused", "err=\"%s\"",
-                        spw_err_str(rc));
-    free(r);
-out_requeue:;
-    struct pub_record tmp = {pub, m->key, m->event_ms, m->applied_ms, m->tomb, 0};
-    struct pub_record *copy = malloc(sizeof(*copy));
-    if (copy) {
-        *copy = tmp;
-        on_delivery(pub, copy, SPW_ERR_KAFKA, -1, -1);
-    } else {
-        SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish: record lost (out of memory)",
-                            "key=%" PRIu64, m->key);
     }
+    uint64_t *keys = (uint64_t *)(void *)blk;
+    int64_t *ev = (int64_t *)(void *)(blk + 8 * n), *ap = (int64_t *)(void *)(blk + 16 * n);
+    float *w = (float *)(void *)(blk + 24 * n);
+    uint32_t *ver = (uint32_t *)(void *)(blk + 24 * n + w_bytes);
+    uint8_t *tomb = blk + 28 * n + w_bytes;
+    for (size_t j = 0; j < n; j++) {
+        const struct pub_entry *m = &b->meta[idx[j]];
+        keys[j] = m->key;
+        ev[j] = m->event_ms > 0 ? m->event_ms : 0;
+        ap[j] = m->applied_ms;
+        ver[j] = b->versions[idx[j]];
+        tomb[j] = m->tomb;
+        if (m->tomb)
+            memset(&w[j * dim], 0, dim * sizeof(float));
+        else
+            memcpy(&w[j * dim], &b->weights[(size_t)idx[j] * dim], dim * sizeof(float));
+    }
+    Sparrow__ModelUpdate u = SPARROW__MODEL_UPDATE__INIT;
+    u.has_epoch = u.has_shard = true;
+    u.epoch = b->epoch;
+    u.shard = pub->shard;
+    u.has_keys = u.has_versions = u.has_event_times_ms = u.has_applied_times_ms = u.has_tombstones =
+        u.has_weights = true;
+    u.keys = (ProtobufCBinaryData){8 * n, (uint8_t *)keys};
+    u.event_times_ms = (ProtobufCBinaryData){8 * n, (uint8_t *)ev};
+    u.applied_times_ms = (ProtobufCBinaryData){8 * n, (uint8_t *)ap};
+    u.versions = (ProtobufCBinaryData){4 * n, (uint8_t *)ver};
+    u.tombstones = (ProtobufCBinaryData){n, tomb};
+    u.weights = (ProtobufCBinaryData){w_bytes, (uint8_t *)w};
+    produce(pub, &u, NULL, 0, partition, r);
+    free(blk);
+}
+
+/* The topic's partition count, asked again every PARTITIONS_TTL_MS; 0 while unknown. */
+static int32_t partitions(spw_ps__publisher_t *pub)
+{
+    uint64_t now = spw_time_mono_ms();
+    if (now >= pub->partitions_due_ms) {
+        int32_t n = 0;
+        if (spw_kafka_producer_partition_count(pub->producer, pub->topic, SYNC_TIMEOUT_MS, &n) ==
+            SPW_OK)
+            pub->n_partitions = n;
+        pub->partitions_due_ms = now + PARTITIONS_TTL_MS;
+    }
+    return pub->n_partitions;
+}
+
+/* Produces the batch: records of up to batch_rows rows (and RECORD_MAX_BYTES), each of the rows
+ * of one partition, in the order the batch holds them; one keyed record per row when
+ * batch_rows is 1 or the partition count is unknown. */
+static void produce_batch(spw_ps__publisher_t *pub, const struct pub_batch *b)
+{
+    int32_t n_parts = pub->batch_rows > 1 ? partitions(pub) : 0;
+    if (n_parts > 0 && pub->order_cap < b->n) {
+        uint32_t *o = realloc(pub->order, b->n * sizeof(*o));
+        if (o)
+            pub->order = o;
+        int32_t *p = realloc(pub->part_of, b->n * sizeof(*p));
+        if (p)
+            pub->part_of = p;
+        if (o && p)
+            pub->order_cap = b->n;
+    }
+    if (n_parts <= 0 || pub->order_cap < b->n) {
+        for (uint32_t i = 0; i < b->n; i++)
+            produce_one(pub, b, i);
+        return;
+    }
+    /* Rows by partition, stably: a counting sort over the partitions' keys. */
+    size_t *start = calloc((size_t)n_parts + 1, sizeof(*start));
+    if (!start) {
+        for (uint32_t i = 0; i < b->n; i++)
+            produce_one(pub, b, i);
+        return;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        char key[8];
+        spw_ps__key_encode(b->meta[i].key, key);
+        pub->part_of[i] = spw_kafka_key_partition(pub->partitioner, key, sizeof(key), n_parts);
+        start[pub->part_of[i] + 1]++;
+    }
+    for (int32_t p = 0; p < n_parts; p++)
+        start[p + 1] += start[p];
+    for (size_t i = 0; i < b->n; i++)
+        pub->order[start[pub->part_of[i]]++] = (uint32_t)i;
+    size_t row_bytes = 8 + 8 + 8 + 4 + 1 + (size_t)pub->dim * sizeof(float) + 1;
+    size_t per_record = RECORD_MAX_BYTES / row_bytes;
+    if (per_record > pub->batch_rows)
+        per_record = pub->batch_rows;
+    if (per_record == 0)
+        per_record = 1;
+    for (size_t i = 0; i < b->n;) {
+        int32_t p = pub->part_of[pub->order[i]];
+        size_t j = i + 1;
+        while (j < b->n && j - i < per_record && pub->part_of[pub->order[j]] == p)
+            j++;
+        produce_rows(pub, b, &pub->order[i], j - i, p);
+        i = j;
+    }
+    free(start);
 }
 
 static void *publisher_main(void *arg)
@@ -639,8 +790,7 @@ static void *publisher_main(void *arg)
             pub->has_batch = false;
             pub->busy = true;
             pthread_mutex_unlock(&pub->mu);
-            for (size_t i = 0; i < pub->batch.n; i++)
-                produce_one(pub, &pub->batch, i);
+            produce_batch(pub, &pub->batch);
             spw_kafka_producer_poll(pub->producer, 0);
             pthread_mutex_lock(&pub->mu);
             pub->busy = false;
@@ -743,6 +893,13 @@ spw_ps__publisher_t *spw_ps__publisher_new(const struct spw_ps_server_conf *conf
     pub->dim = conf->store.dim;
     pub->shard = conf->store.shard;
     pub->interval_ms = conf->publish_interval_ms;
+    pub->batch_rows = conf->publish_batch_rows;
+    const char *partitioner = spw_kafka_props_get(props, "partitioner");
+    if (partitioner && partitioner[0] && !(pub->partitioner = strdup(partitioner))) {
+        free(pub);
+        snprintf(errstr, errstr_size, "out of memory");
+        goto out_destroy_props;
+    }
     pub->next_ms = spw_time_mono_ms() + pub->interval_ms;
     pub->topic = strdup(conf->publish_topic && conf->publish_topic[0] ? conf->publish_topic
                                                                       : "model-updates");
@@ -790,8 +947,9 @@ spw_ps__publisher_t *spw_ps__publisher_new(const struct spw_ps_server_conf *conf
         snprintf(errstr, errstr_size, "pthread_create failed");
         goto out_destroy_sync;
     }
-    SPW_INFO("publishing model updates", "topic=%s interval_ms=%" PRIu64 " brokers=%s", pub->topic,
-             pub->interval_ms, spw_kafka_props_get(props, "bootstrap.servers"));
+    SPW_INFO("publishing model updates",
+             "topic=%s interval_ms=%" PRIu64 " batch_rows=%" PRIu32 " brokers=%s", pub->topic,
+             pub->interval_ms, pub->batch_rows, spw_kafka_props_get(props, "bootstrap.servers"));
     pub->props = props;
     return pub;
 
@@ -800,6 +958,7 @@ out_destroy_sync:
     pthread_mutex_destroy(&pub->mu);
     spw_kafka_producer_destroy(pub->producer, 0);
 out_free_pub:
+    free(pub->partitioner);
     free(pub->set.e);
     free(pub->marks);
     free(pub->row);
@@ -861,6 +1020,9 @@ void spw_ps__publisher_destroy(spw_ps__publisher_t *pub, spw_ps_store_t *store, 
     free(pub->batch.versions);
     free(pub->batch.weights);
     free(pub->buf);
+    free(pub->order);
+    free(pub->part_of);
+    free(pub->partitioner);
     free(pub->set.e);
     free(pub->marks);
     free(pub->row);

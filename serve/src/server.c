@@ -560,17 +560,15 @@ static void on_assign(void *opaque, struct spw_kafka_partition *parts, size_t n)
     s->assigned = true;
 }
 
-static void observe_freshness(spw_serve_t *s, const Sparrow__ModelUpdate *u)
+static void observe_freshness(spw_serve_t *s, int64_t event_ms, int64_t applied_ms, int64_t now)
 {
-    int64_t now = spw_time_wall_ms();
-    if (u->has_event_time_ms && u->event_time_ms > 0) {
-        spw_histogram_observe(s->m_event_to_visible, (double)(now - u->event_time_ms) * 1e-3);
-        if (u->has_applied_ms && u->applied_ms > 0)
-            spw_histogram_observe(s->m_event_to_shard,
-                                  (double)(u->applied_ms - u->event_time_ms) * 1e-3);
+    if (event_ms > 0) {
+        spw_histogram_observe(s->m_event_to_visible, (double)(now - event_ms) * 1e-3);
+        if (applied_ms > 0)
+            spw_histogram_observe(s->m_event_to_shard, (double)(applied_ms - event_ms) * 1e-3);
     }
-    if (u->has_applied_ms && u->applied_ms > 0)
-        spw_histogram_observe(s->m_shard_to_visible, (double)(now - u->applied_ms) * 1e-3);
+    if (applied_ms > 0)
+        spw_histogram_observe(s->m_shard_to_visible, (double)(now - applied_ms) * 1e-3);
 }
 
 /* Applies one consumed record. Bad records are counted and skipped (they cannot be fixed by
@@ -590,6 +588,56 @@ static void dense_metrics(spw_serve_t *s)
     spw_serve_dense_release(s->dense, snap);
 }
 
+/* Applies row i of rows (a put or a delete) to *table, made from the row's width when NULL;
+ * false when the row is refused (counted). */
+static bool apply_row(spw_serve_t *s, spw_serve_table_t **table,
+                      const struct spw_wire_update_rows *rows, size_t i)
+{
+    uint64_t key = rows->keys[i];
+    if (rows->tombs[i]) {
+        if (*table)
+            spw_serve_table_delete(*table, key);
+        spw_counter_inc(s->m_tombstones);
+        return true;
+    }
+    uint32_t dim = rows->dim;
+    if (dim == 0 || dim > SPW_SERVE_MAX_DIM) {
+        spw_counter_inc(s->m_rejected);
+        return false;
+    }
+    if (!*table) {
+        char errstr[128];
+        *table = spw_serve_table_new(dim, s->max_rows, errstr, sizeof(errstr));
+        if (!*table) {
+            spw_counter_inc(s->m_rejected);
+            return false;
+        }
+        atomic_store_explicit(&s->table, *table, memory_order_release);
+        SPW_INFO("lookup table created from the update stream", "dim=%" PRIu32, dim);
+    }
+    if (dim != spw_serve_table_dim(*table)) {
+        spw_counter_inc(s->m_rejected);
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "model update of another row width",
+                            "dim=%" PRIu32 " table_dim=%u", dim, spw_serve_table_dim(*table));
+        return false;
+    }
+    if (spw_serve_table_put(*table, key, rows->weights + (size_t)i * dim, rows->versions[i]) !=
+        SPW_OK) {
+        spw_counter_inc(s->m_dropped);
+        SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "lookup table full: update dropped",
+                            "max_rows=%" PRIu64, s->max_rows);
+        return false;
+    }
+    spw_counter_inc(s->m_rows);
+    /* a deep model's blocks: a new snapshot once a whole set may have arrived */
+    if (s->dense && spw_key_is_dense(key) && ++s->dense_seen >= s->conf.model.dense_blocks) {
+        if (spw_serve_dense_refresh(s->dense, *table) != SPW_ERR_STATE)
+            s->dense_seen = 0;
+        dense_metrics(s);
+    }
+    return true;
+}
+
 static void apply_record(spw_serve_t *s, const struct spw_kafka_msg *msg)
 {
     spw_serve_table_t *table = atomic_load_explicit(&s->table, memory_order_relaxed);
@@ -606,59 +654,25 @@ static void apply_record(spw_serve_t *s, const struct spw_kafka_msg *msg)
     }
     spw_arena_reset(s->upd_arena);
     Sparrow__ModelUpdate *u = NULL;
+    struct spw_wire_update_rows rows;
     if (spw_wire_unpack_model_update(msg->value, msg->len, MAX_UPDATE_BYTES, s->upd_arena, &u) !=
             SPW_OK ||
-        !u->has_key) {
+        !(u->has_key || u->keys.len) || spw_wire_model_update_rows(u, &rows) != SPW_OK) {
         spw_counter_inc(s->m_rejected);
         SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "undecodable model update",
                             "partition=%" PRId32 " offset=%" PRId64, msg->partition, msg->offset);
         return;
     }
-    if (u->tombstone) {
-        if (table)
-            spw_serve_table_delete(table, u->key);
-        spw_counter_inc(s->m_tombstones);
-    } else {
-        size_t dim = u->weights.len / sizeof(float);
-        const float *w = NULL;
-        if (dim == 0 || dim > SPW_SERVE_MAX_DIM ||
-            spw_wire_block_f32(&u->weights, dim, &w) != SPW_OK) {
-            spw_counter_inc(s->m_rejected);
-            return;
-        }
-        if (!table) {
-            char errstr[128];
-            table = spw_serve_table_new((uint32_t)dim, s->max_rows, errstr, sizeof(errstr));
-            if (!table) {
-                spw_counter_inc(s->m_rejected);
-                return;
-            }
-            atomic_store_explicit(&s->table, table, memory_order_release);
-            SPW_INFO("lookup table created from the update stream", "dim=%zu", dim);
-        }
-        if (dim != spw_serve_table_dim(table)) {
-            spw_counter_inc(s->m_rejected);
-            SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "model update of another row width",
-                                "dim=%zu table_dim=%u", dim, spw_serve_table_dim(table));
-            return;
-        }
-        if (spw_serve_table_put(table, u->key, w, u->has_version ? u->version : 0) != SPW_OK) {
-            spw_counter_inc(s->m_dropped);
-            SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "lookup table full: update dropped",
-                                "max_rows=%" PRIu64, s->max_rows);
-            return;
-        }
-        spw_counter_inc(s->m_rows);
-        /* a deep model's blocks: a new snapshot once a whole set may have arrived */
-        if (s->dense && spw_key_is_dense(u->key) && ++s->dense_seen >= s->conf.model.dense_blocks) {
-            if (spw_serve_dense_refresh(s->dense, table) != SPW_ERR_STATE)
-                s->dense_seen = 0;
-            dense_metrics(s);
-        }
+    bool applied = false;
+    int64_t now = spw_time_wall_ms();
+    for (size_t i = 0; i < rows.n; i++) {
+        if (!apply_row(s, &table, &rows, i))
+            continue;
+        applied = true;
+        observe_freshness(s, rows.event_ms[i], rows.applied_ms[i], now);
     }
-    if (u->has_epoch && u->epoch > atomic_load_explicit(&s->epoch, memory_order_relaxed))
+    if (applied && u->has_epoch && u->epoch > atomic_load_explicit(&s->epoch, memory_order_relaxed))
         atomic_store_explicit(&s->epoch, u->epoch, memory_order_relaxed);
-    observe_freshness(s, u);
 }
 
 static void note_offset(spw_serve_t *s, int32_t partition, int64_t next)

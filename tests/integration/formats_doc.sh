@@ -91,33 +91,35 @@ wait_for "the trained rows in serve" 60 bash -c "[ \"\$(curl -s -o /dev/null -w 
     awk '\$1 == \"sparrow_serve_rows\" {print int(\$2)}')\" -gt 1000 ]"
 echo "formats_doc: serve holds $(rows) rows"
 
-# 4. ModelUpdate records as documented: an 8-byte big-endian key equal to field 1, dim 9 float32
-# weights, and only the documented fields (kcat: key, payload length as 4 bytes, payload).
-kcat -C -b "$BS" -t model-updates -o beginning -c 50 -e -f '%k%R%s' >updates.bin 2>kcat.log ||
+# 4. ModelUpdate records as documented: batch records (pserver.publish.batch_rows, default 1024)
+# without a Kafka key, each row's key in the keys block and its dim 9 float32 weights in
+# weights, and only the documented fields (kcat: key length as text, the key, payload length, payload).
+kcat -C -b "$BS" -t model-updates -o beginning -c 50 -e -f '%K:%k%R%s' >updates.bin 2>kcat.log ||
     fail "reading model-updates"
 PYTHONPATH="$HERE" python3 - updates.bin <<'PY' || fail "model-updates records differ from the document"
 import struct, sys
-from pbwire import fields, varint
+from pbwire import fields, model_update_rows
 data = open(sys.argv[1], "rb").read()
-i = n = 0
+i = n = rows = 0
 while i < len(data):
-    key = data[i:i + 8]
-    (size,) = struct.unpack(">i", data[i + 8:i + 12])
-    msg = data[i + 12:i + 12 + size]
-    i += 12 + size
-    f = {}
-    for tag, raw in fields(msg):
-        num, wt = tag >> 3, tag & 7
-        assert num in (1, 2, 3, 4, 5, 6, 7, 8), "undocumented field %d" % num
-        f[num] = raw
-    assert 1 in f and f[1][1:] == key[::-1], "field 1 is not the record key"
-    _, j = varint(f[2], 1)
-    assert len(f[2]) - j == 9 * 4, "weights of %d bytes, want dim 9 x 4" % (len(f[2]) - j)
-    assert 3 not in f, "a row update marked as a tombstone"
-    assert varint(f[6], 1)[0] == 0 and varint(f[8], 1)[0] > 0, "shard / applied_ms"
+    colon = data.index(b":", i)
+    klen = int(data[i:colon])
+    i = colon + 1 + max(klen, 0)
+    (size,) = struct.unpack(">i", data[i:i + 4])
+    msg = data[i + 4:i + 4 + size]
+    i += 4 + size
+    nums = {tag >> 3 for tag, _ in fields(msg)}
+    assert klen == -1, "a batch record with a Kafka key"
+    assert nums <= {2, 5, 6, 9, 10, 11, 12, 13}, "undocumented fields %s" % sorted(nums)
+    assert {2, 9, 10, 11, 12, 13} <= nums, "a batch block missing: %s" % sorted(nums)
+    for r in model_update_rows(msg):
+        assert len(r["weights"]) == 9 * 4, "weights of %d bytes, want dim 9 x 4" % len(r["weights"])
+        assert not r["tombstone"], "a row update marked as a tombstone"
+        assert r["shard"] == 0 and r["applied_ms"] > 0, "shard / applied_ms"
+        rows += 1
     n += 1
-assert n == 50, n
-print("formats_doc: %d ModelUpdate records have the documented layout" % n)
+assert n >= 1 and rows > 1000, (n, rows)
+print("formats_doc: %d ModelUpdate batch records of %d rows have the documented layout" % (n, rows))
 PY
 
 # 5. The curl commands: status and answer as documented.

@@ -67,3 +67,44 @@ def batch_examples(batch):
         n, j = varint(raw, j)
         out.append(raw[j:j + n])
     return out
+
+
+def model_update_rows(msg):
+    """The rows of a sparrow.ModelUpdate (docs/FORMATS.md), single or batch: a list of dicts
+    with key, version, weights (raw little-endian float32 bytes; b"" for a single tombstone),
+    tombstone, event_ms and applied_ms, plus the record's epoch and shard."""
+    import struct
+    f = {}
+    j = 0
+    while j < len(msg):
+        tag, j = varint(msg, j)
+        num, wt = tag >> 3, tag & 7
+        if wt == 0:
+            v, j = varint(msg, j)
+        elif wt == 1:
+            (v,) = struct.unpack("<Q", msg[j:j + 8])
+            j += 8
+        elif wt == 2:
+            ln, j = varint(msg, j)
+            v = msg[j:j + ln]
+            j += ln
+        elif wt == 5:
+            v = msg[j:j + 4]
+            j += 4
+        else:
+            raise ValueError("wire type %d" % wt)
+        f[num] = v
+    rec = {"epoch": f.get(5, 0), "shard": f.get(6, 0)}
+    if 9 not in f:
+        return [dict(rec, key=f.get(1), version=f.get(4, 0), weights=f.get(2, b""),
+                     tombstone=bool(f.get(3, 0)), event_ms=f.get(7, 0), applied_ms=f.get(8, 0))]
+    n = len(f[9]) // 8
+    keys = struct.unpack("<%dQ" % n, f[9])
+    vers = struct.unpack("<%dI" % n, f[10])
+    ev = struct.unpack("<%dq" % n, f[11])
+    ap = struct.unpack("<%dq" % n, f[12])
+    tombs = f[13]
+    w = f.get(2, b"")
+    row = len(w) // n
+    return [dict(rec, key=keys[i], version=vers[i], weights=w[i * row:(i + 1) * row],
+                 tombstone=bool(tombs[i]), event_ms=ev[i], applied_ms=ap[i]) for i in range(n)]

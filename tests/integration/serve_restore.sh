@@ -58,37 +58,12 @@ grep -q "restore scan incomplete\|restore scan failed" "$DIR"/shard-*.log &&
 # Every key ever published, and the epoch of its records, from the stream itself.
 timeout 120 kcat -C -b "$BS" -t model-updates -e -q -f '%K:%k%S:%s' >"$DIR/stream.bin" ||
     fail "kcat could not read model-updates"
-python3 - "$DIR" "$E" "$SPORT" "$DRIVER" "$SHARDS" <<'PY' ||
+PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")" python3 - "$DIR" "$E" "$SPORT" "$DRIVER" "$SHARDS" <<'PY' ||
 import http.client, json, subprocess, sys, time
 d, E, sport, driver, shards = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 data = open(d + "/stream.bin", "rb").read()
 
-def varint(b, i):
-    v = s = 0
-    while True:
-        c = b[i]; i += 1
-        v |= (c & 0x7f) << s; s += 7
-        if c < 0x80:
-            return v, i
-
-def fields(b):
-    """ModelUpdate fields we need: key (1, fixed64), epoch (5), tombstone (3)."""
-    out, i = {}, 0
-    while i < len(b):
-        tag, i = varint(b, i)
-        f, wt = tag >> 3, tag & 7
-        if wt == 0:
-            v, i = varint(b, i)
-        elif wt == 1:
-            v = int.from_bytes(b[i:i + 8], "little"); i += 8
-        elif wt == 2:
-            n, i = varint(b, i); v = b[i:i + n]; i += n
-        elif wt == 5:
-            v = b[i:i + 4]; i += 4
-        else:
-            raise ValueError("wire type %d" % wt)
-        out[f] = v
-    return out
+from pbwire import model_update_rows
 
 keys, late, i = set(), set(), 0
 while i < len(data):
@@ -96,10 +71,10 @@ while i < len(data):
     j = data.index(b":", i); vl = int(data[i:j]); v = data[j + 1:j + 1 + max(vl, 0)]; i = j + 1 + max(vl, 0)
     if vl <= 0:
         continue
-    f = fields(v)
-    keys.add(f[1])
-    if f.get(5, 0) >= E:
-        late.add(f[1])
+    for row in model_update_rows(v):
+        keys.add(row["key"])
+        if row["epoch"] >= E:
+            late.add(row["key"])
 if len(late) < 10:
     print("FAIL: only %d keys published since epoch %d: the scenario did not happen" % (len(late), E))
     sys.exit(1)

@@ -78,7 +78,8 @@ wait_for "the restarted shard" 20 "$CLIENT" "tcp://127.0.0.1:$PP" $DIM health
 term "pserver (restarted)" "$PS" 60 >/dev/null
 timeout 60 kcat -C -b "$BS" -t model-updates -e -q -f '%R%s' >"$DIR/updates.raw" ||
     fail "reading the update stream"
-python3 - "$DIR/rows.bin" "$DIR/updates.raw" $NKEYS $DIM <<'PY' || fail "pserver: final values not published"
+PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")" python3 - "$DIR/rows.bin" "$DIR/updates.raw" $NKEYS $DIM <<'PY' ||
+    fail "pserver: final values not published"
 import struct, sys
 rows_path, raw_path, nkeys, dim = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 # pserver_client dump: per batch of 256 keys, the values (n x dim f32) then the versions (n u32)
@@ -91,38 +92,14 @@ for base in range(0, nkeys, 256):
     for i in range(n):
         if vers[i]:
             rows[base + i] = (vers[i], vals[i * dim * 4:(i + 1) * dim * 4])
-def varint(b, i):
-    r = s = 0
-    while True:
-        c = b[i]; i += 1
-        r |= (c & 0x7F) << s; s += 7
-        if c < 0x80:
-            return r, i
+from pbwire import model_update_rows
 raw, last, i, records = open(raw_path, "rb").read(), {}, 0, 0
 while i < len(raw):
     (n,) = struct.unpack(">I", raw[i:i + 4]); i += 4
     msg = raw[i:i + n]; i += n
     records += 1
-    j, key, w, ver, tomb = 0, None, None, 0, False
-    while j < len(msg):
-        tag, j = varint(msg, j)
-        f, wt = tag >> 3, tag & 7
-        if wt == 0:
-            v, j = varint(msg, j)
-            if f == 4: ver = v
-            if f == 3: tomb = bool(v)
-        elif wt == 1:
-            (v,) = struct.unpack("<Q", msg[j:j + 8]); j += 8
-            if f == 1: key = v
-        elif wt == 2:
-            ln, j = varint(msg, j)
-            if f == 2: w = msg[j:j + ln]
-            j += ln
-        elif wt == 5:
-            j += 4
-        else:
-            sys.exit("bad wire type %d" % wt)
-    last[key] = (ver, w, tomb)
+    for r in model_update_rows(msg):  # a key's records are in one partition, in order
+        last[r["key"]] = (r["version"], None if r["tombstone"] else r["weights"], r["tombstone"])
 bad = [k for k, (ver, vals) in rows.items() if last.get(k, (None, None))[:2] != (ver, vals)]
 print("pserver: %d rows, %d update records; every row's last record equals it: %s"
       % (len(rows), records, "yes" if not bad else "NO (%d differ, e.g. key %d: shard %s, stream %s)"

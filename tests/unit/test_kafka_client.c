@@ -138,6 +138,66 @@ static spw_kafka_consumer_t *consumer_for(spw_kafka_props_t *props, const char *
     return c;
 }
 
+/* Each record's key and the partition librdkafka's partitioner put it in. */
+struct key_partitions {
+    int n;
+    uint64_t key[64];
+    int32_t partition[64];
+};
+
+static void on_keyed_delivery(void *opaque, void *msg_opaque, spw_err_t err, int32_t partition,
+                              int64_t offset)
+{
+    struct key_partitions *kp = opaque;
+    (void)offset;
+    assert_int_equal(err, SPW_OK);
+    uint64_t key = (uint64_t)(uintptr_t)msg_opaque;
+    kp->key[kp->n] = key;
+    kp->partition[kp->n++] = partition;
+}
+
+/* spw_kafka_key_partition puts a key where librdkafka's partitioner (default, and murmur2 when
+ * configured) puts a keyed record, as the shards' batch records of the update stream need. */
+static void test_kafka_key_partition_matches_the_partitioner(void **state)
+{
+    (void)state;
+    spw_kafka_mock_t *mock = mock_with("parts", 7);
+    const char *partitioners[2] = {NULL, "murmur2_random"};
+    for (int p = 0; p < 2; p++) {
+        spw_kafka_props_t *props = props_for(mock);
+        if (partitioners[p])
+            assert_int_equal(spw_kafka_props_set(props, "partitioner", partitioners[p]), SPW_OK);
+        char errstr[256];
+        struct key_partitions kp = {0};
+        struct spw_kafka_producer_opts popts = {.on_delivery = on_keyed_delivery, .opaque = &kp};
+        spw_kafka_producer_t *pr = spw_kafka_producer_new(props, &popts, errstr, sizeof(errstr));
+        assert_non_null(pr);
+        int32_t count = 0;
+        assert_int_equal(spw_kafka_producer_partition_count(pr, "parts", WAIT_MS, &count), SPW_OK);
+        assert_int_equal(count, 7);
+        for (uint64_t i = 0; i < 64; i++) {
+            uint64_t key = 0x9e3779b97f4a7c15ull * (i + 1);
+            unsigned char k[8];
+            for (int b = 0; b < 8; b++)
+                k[b] = (unsigned char)(key >> (56 - 8 * b));
+            assert_int_equal(spw_kafka_producer_send(pr, "parts", -1, k, 8, "v", 1, NULL, 0,
+                                                     (void *)(uintptr_t)key),
+                             SPW_OK);
+        }
+        assert_int_equal(spw_kafka_producer_flush(pr, WAIT_MS), SPW_OK);
+        assert_int_equal(kp.n, 64);
+        for (int i = 0; i < kp.n; i++) {
+            unsigned char k[8];
+            for (int b = 0; b < 8; b++)
+                k[b] = (unsigned char)(kp.key[i] >> (56 - 8 * b));
+            assert_int_equal(spw_kafka_key_partition(partitioners[p], k, 8, 7), kp.partition[i]);
+        }
+        spw_kafka_producer_destroy(pr, 1000);
+        spw_kafka_props_destroy(props);
+    }
+    spw_kafka_mock_destroy(mock);
+}
+
 static void test_kafka_props_bad_property_named(void **state)
 {
     (void)state;
@@ -625,6 +685,7 @@ int main(void)
     spw_log_init("test", SPW_LOG_INFO);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kafka_props_bad_property_named),
+        cmocka_unit_test(test_kafka_key_partition_matches_the_partitioner),
         cmocka_unit_test(test_kafka_props_from_config_passthrough),
         cmocka_unit_test(test_kafka_mock_commands),
         cmocka_unit_test(test_kafka_client_roundtrip_commit_resume),

@@ -581,6 +581,116 @@ static void test_wire_model_update_round_trip(void **state)
     spw_arena_destroy(arena);
 }
 
+/* A batch of 3 rows of dim 2 (row 1 a tombstone) in blocks, as the shards publish them. */
+static Sparrow__ModelUpdate batch_update(const uint64_t *keys, const uint32_t *versions,
+                                         const int64_t *ev, const int64_t *ap, const uint8_t *tombs)
+{
+    Sparrow__ModelUpdate up = SPARROW__MODEL_UPDATE__INIT;
+    up.has_epoch = up.has_shard = 1;
+    up.epoch = 7;
+    up.shard = 1;
+    up.has_keys = up.has_versions = up.has_event_times_ms = up.has_applied_times_ms = 1;
+    up.has_tombstones = up.has_weights = 1;
+    up.keys = bin(keys, 3 * 8);
+    up.versions = bin(versions, 3 * 4);
+    up.event_times_ms = bin(ev, 3 * 8);
+    up.applied_times_ms = bin(ap, 3 * 8);
+    up.tombstones = bin(tombs, 3);
+    up.weights = bin(values16, (size_t)3 * 2 * 4);
+    return up;
+}
+
+static void test_wire_model_update_batch_rows(void **state)
+{
+    (void)state;
+    spw_arena_t *arena = new_arena();
+    struct spw_wire_buf buf = {0};
+    const uint64_t keys[3] = {11, 0xfedcba9876543210ull, 13};
+    const uint32_t versions[3] = {1, 0, 4};
+    const int64_t ev[3] = {1700000000000, 0, 1700000000100};
+    const int64_t ap[3] = {1700000000500, 1700000000600, 1700000000700};
+    const uint8_t tombs[3] = {0, 1, 0};
+    Sparrow__ModelUpdate up = batch_update(keys, versions, ev, ap, tombs);
+    pack_into(&up, &buf);
+    Sparrow__ModelUpdate *out = NULL;
+    assert_int_equal(spw_wire_unpack_model_update(buf.data, buf.len, MAX_FRAME, arena, &out),
+                     SPW_OK);
+    struct spw_wire_update_rows rows;
+    assert_int_equal(spw_wire_model_update_rows(out, &rows), SPW_OK);
+    assert_int_equal(rows.n, 3);
+    assert_int_equal(rows.dim, 2);
+    assert_memory_equal(rows.keys, keys, sizeof(keys));
+    assert_memory_equal(rows.versions, versions, sizeof(versions));
+    assert_memory_equal(rows.event_ms, ev, sizeof(ev));
+    assert_memory_equal(rows.applied_ms, ap, sizeof(ap));
+    assert_memory_equal(rows.tombs, tombs, sizeof(tombs));
+    assert_memory_equal(rows.weights, values16, (size_t)3 * 2 * 4);
+
+    /* A single row reads as a batch of one, its unset times as 0. */
+    Sparrow__ModelUpdate one = SPARROW__MODEL_UPDATE__INIT;
+    one.has_key = one.has_version = one.has_weights = 1;
+    one.key = 42;
+    one.version = 9;
+    one.weights = bin(values16, (size_t)4 * 4);
+    pack_into(&one, &buf);
+    assert_int_equal(spw_wire_unpack_model_update(buf.data, buf.len, MAX_FRAME, arena, &out),
+                     SPW_OK);
+    assert_int_equal(spw_wire_model_update_rows(out, &rows), SPW_OK);
+    assert_int_equal(rows.n, 1);
+    assert_int_equal(rows.dim, 4);
+    assert_int_equal(rows.keys[0], 42);
+    assert_int_equal(rows.versions[0], 9);
+    assert_int_equal(rows.event_ms[0], 0);
+    assert_int_equal(rows.tombs[0], 0);
+    assert_memory_equal(rows.weights, values16, (size_t)4 * 4);
+    free(buf.data);
+    spw_arena_destroy(arena);
+}
+
+/* Batches whose blocks disagree on the row count, or that mix in a single row's fields, are
+ * refused. */
+static void test_wire_model_update_batch_rejects(void **state)
+{
+    (void)state;
+    spw_arena_t *arena = new_arena();
+    struct spw_wire_buf buf = {0};
+    const uint64_t keys[3] = {1, 2, 3};
+    const uint32_t versions[3] = {1, 1, 1};
+    const int64_t times[3] = {0, 0, 0};
+    const uint8_t tombs[3] = {0, 0, 0}, bad_tomb[3] = {0, 2, 0};
+    Sparrow__ModelUpdate *out = NULL;
+    for (int c = 0; c < 7; c++) {
+        Sparrow__ModelUpdate up = batch_update(keys, versions, times, times, tombs);
+        if (c == 0)
+            up.versions.len = 8; /* 2 versions for 3 keys */
+        else if (c == 1)
+            up.event_times_ms.len = 16;
+        else if (c == 2)
+            up.weights.len = 3 * 4 + 2; /* not n x dim floats */
+        else if (c == 3)
+            up.tombstones = bin(bad_tomb, 3);
+        else if (c == 4)
+            up.has_key = 1; /* a single row's field in a batch */
+        else if (c == 5)
+            up.keys.len = 20; /* not whole keys */
+        else
+            up.tombstones.len = 0; /* no tombstone flags */
+        pack_into(&up, &buf);
+        assert_int_equal(spw_wire_unpack_model_update(buf.data, buf.len, MAX_FRAME, arena, &out),
+                         SPW_ERR_INVALID);
+    }
+    /* a single row carrying a batch block */
+    Sparrow__ModelUpdate one = SPARROW__MODEL_UPDATE__INIT;
+    one.has_key = one.has_weights = one.has_versions = 1;
+    one.weights = bin(values16, 4);
+    one.versions = bin(versions, 4);
+    pack_into(&one, &buf);
+    assert_int_equal(spw_wire_unpack_model_update(buf.data, buf.len, MAX_FRAME, arena, &out),
+                     SPW_ERR_INVALID);
+    free(buf.data);
+    spw_arena_destroy(arena);
+}
+
 static void test_wire_manifest_round_trip(void **state)
 {
     (void)state;
@@ -2036,6 +2146,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_wire_reply_round_trip),
         cmocka_unit_test(test_wire_coord_round_trip),
         cmocka_unit_test(test_wire_model_update_round_trip),
+        cmocka_unit_test(test_wire_model_update_batch_rows),
+        cmocka_unit_test(test_wire_model_update_batch_rejects),
         cmocka_unit_test(test_wire_manifest_round_trip),
         cmocka_unit_test(test_wire_example_rejects_inconsistent),
         cmocka_unit_test(test_wire_example_batch_rejects_bad_example),

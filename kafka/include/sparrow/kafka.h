@@ -263,6 +263,19 @@ spw_err_t spw_kafka_producer_high_watermarks(spw_kafka_producer_t *producer, con
                                              struct spw_kafka_partition *out, size_t max, size_t *n,
                                              int timeout_ms);
 
+/* The number of partitions of topic (metadata from the brokers, at most timeout_ms) into
+ * *count. SPW_ERR_KAFKA (logged) when the query fails or the topic is unknown. On the producer's
+ * thread. */
+spw_err_t spw_kafka_producer_partition_count(spw_kafka_producer_t *producer, const char *topic,
+                                             int timeout_ms, int32_t *count);
+
+/* The partition (0..count-1) that librdkafka's partitioner named partitioner (its `partitioner`
+ * property; NULL: the default, consistent_random) gives a record with this non-empty key, so that
+ * a caller routing records itself puts them where keyed records of the same key go. The
+ * *_random partitioners differ only for empty keys. Pure; thread-safe. */
+int32_t spw_kafka_key_partition(const char *partitioner, const void *key, size_t key_len,
+                                int32_t count);
+
 /* Flushes (at most timeout_ms), logs what could not be delivered, and frees. NULL is a no-op. */
 void spw_kafka_producer_destroy(spw_kafka_producer_t *producer, int timeout_ms);
 

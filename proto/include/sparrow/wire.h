@@ -77,6 +77,30 @@ spw_err_t spw_wire_unpack_model_update(const void *data, size_t len, size_t max_
                                        spw_arena_t *arena, Sparrow__ModelUpdate **out);
 spw_err_t spw_wire_unpack_manifest(const void *data, size_t len, size_t max_len, spw_arena_t *arena,
                                    Sparrow__CheckpointManifest **out);
+
+/* The rows of a model update as views, one shape for a single row and a batch (proto's
+ * ModelUpdate): row i is keys[i], versions[i], event_ms[i] (0: unknown), applied_ms[i] (0:
+ * unknown), tombs[i] (1: delete the row), weights[i·dim .. i·dim+dim) (dim 0 for a single
+ * tombstone, which has no weights). The views point into the update (alive while its arena is)
+ * and, for a single row, into this struct (do not copy it). */
+struct spw_wire_update_rows {
+    size_t n;
+    uint32_t dim;
+    const uint64_t *keys;
+    const uint32_t *versions;
+    const int64_t *event_ms, *applied_ms;
+    const uint8_t *tombs;
+    const float *weights;
+    uint64_t one_key; /* a single row's fields, which the views above point to */
+    uint32_t one_version;
+    int64_t one_event_ms, one_applied_ms;
+    uint8_t one_tomb;
+};
+
+/* Fills *rows from update, which spw_wire_unpack_model_update accepted. SPW_ERR_INVALID only for
+ * an update that unpacker would have refused or whose blocks are misaligned. */
+spw_err_t spw_wire_model_update_rows(const Sparrow__ModelUpdate *update,
+                                     struct spw_wire_update_rows *rows);
 /* A predict request (serve's protobuf bodies): decoded only. Its receiver checks weights against
  * keys, unknown fields and its limits itself, so that a refusal can name the example. */
 spw_err_t spw_wire_unpack_predict_request(const void *data, size_t len, size_t max_len,

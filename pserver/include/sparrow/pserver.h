@@ -366,8 +366,10 @@ struct spw_ps_server_conf {
     /* Update stream (docs/ARCHITECTURE.md §6): changed rows every publish_interval_ms (0: off) to
      * publish_topic, through librdkafka properties `kafka.*` of kafka_config (borrowed, may be
      * NULL) with bootstrap.servers replaced by publish_brokers when that is non-empty. Publishing
-     * is off when no bootstrap servers are configured either way. */
+     * is off when no bootstrap servers are configured either way. The rows of one partition go
+     * out in records of up to publish_batch_rows rows (docs/FORMATS.md). */
     uint32_t publish_interval_ms;
+    uint32_t publish_batch_rows; /* rows per record (0 or 1: one keyed record per row) */
     const char *publish_topic;
     const char *publish_brokers;
     const spw_config_t *kafka_config;
