@@ -304,45 +304,45 @@ static bool model_update_ok(const Sparrow__ModelUpdate *update)
 }
 
 spw_err_t spw_wire_model_update_rows(const Sparrow__ModelUpdate *update,
-                                     struct spw_wire_update_rows *out)
+                                     struct spw_wire_update_rows *rows)
 {
     const Sparrow__ModelUpdate *u = update;
-    *out = (struct spw_wire_update_rows){0};
+    *rows = (struct spw_wire_update_rows){0};
     if (u->keys.len == 0) {
-        out->n = 1;
-        out->one_key = u->key;
-        out->one_version = u->has_version ? u->version : 0;
-        out->one_event_ms = u->has_event_time_ms ? u->event_time_ms : 0;
-        out->one_applied_ms = u->has_applied_ms ? u->applied_ms : 0;
-        out->one_tomb = u->tombstone ? 1 : 0;
-        out->keys = &out->one_key;
-        out->versions = &out->one_version;
-        out->event_ms = &out->one_event_ms;
-        out->applied_ms = &out->one_applied_ms;
-        out->tombs = &out->one_tomb;
-        out->dim = (uint32_t)(u->weights.len / 4);
-        if (out->dim == 0)
+        rows->n = 1;
+        rows->one_key = u->key;
+        rows->one_version = u->has_version ? u->version : 0;
+        rows->one_event_ms = u->has_event_time_ms ? u->event_time_ms : 0;
+        rows->one_applied_ms = u->has_applied_ms ? u->applied_ms : 0;
+        rows->one_tomb = u->tombstone ? 1 : 0;
+        rows->keys = &rows->one_key;
+        rows->versions = &rows->one_version;
+        rows->event_ms = &rows->one_event_ms;
+        rows->applied_ms = &rows->one_applied_ms;
+        rows->tombs = &rows->one_tomb;
+        rows->dim = (uint32_t)(u->weights.len / 4);
+        if (rows->dim == 0)
             return SPW_OK; /* a single tombstone carries no weights */
-        return spw_wire_block_f32(&u->weights, out->dim, &out->weights);
+        return spw_wire_block_f32(&u->weights, rows->dim, &rows->weights);
     }
     size_t n = u->keys.len / 8;
-    out->n = n;
-    out->dim = (uint32_t)(u->weights.len / 4 / n);
+    rows->n = n;
+    rows->dim = (uint32_t)(u->weights.len / 4 / n);
     const uint64_t *ev, *ap;
-    spw_err_t rc = spw_wire_block_u64(&u->keys, n, &out->keys);
+    spw_err_t rc = spw_wire_block_u64(&u->keys, n, &rows->keys);
     if (rc == SPW_OK)
-        rc = spw_wire_block_u32(&u->versions, n, &out->versions);
+        rc = spw_wire_block_u32(&u->versions, n, &rows->versions);
     if (rc == SPW_OK)
         rc = spw_wire_block_u64(&u->event_times_ms, n, &ev);
     if (rc == SPW_OK)
         rc = spw_wire_block_u64(&u->applied_times_ms, n, &ap);
     if (rc == SPW_OK)
-        rc = spw_wire_block_f32(&u->weights, n * out->dim, &out->weights);
+        rc = spw_wire_block_f32(&u->weights, n * rows->dim, &rows->weights);
     if (rc != SPW_OK)
         return rc;
-    out->event_ms = (const int64_t *)(const void *)ev;
-    out->applied_ms = (const int64_t *)(const void *)ap;
-    out->tombs = u->tombstones.data;
+    rows->event_ms = (const int64_t *)(const void *)ev;
+    rows->applied_ms = (const int64_t *)(const void *)ap;
+    rows->tombs = u->tombstones.data;
     return SPW_OK;
 }
 
