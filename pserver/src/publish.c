@@ -27,9 +27,10 @@
 #define SCAN_TIMEOUT_MS  60000       /* reading the stream back after a restore */
 #define SCAN_POLL_MS     200
 #define SCAN_MAX_UPDATE  (1u << 20)
-#define RECORD_MAX_BYTES (256u << 10) /* a batch record's value, well under Kafka's 1 MB default   \
-                                       */
-#define PARTITIONS_TTL_MS 10000       /* the topic's partition count is asked again this often */
+/* A batch record's value at most (Kafka's default limit is 1 MB); the topic's partition count
+ * is asked again this often. */
+#define RECORD_MAX_BYTES  (256u << 10)
+#define PARTITIONS_TTL_MS 10000
 
 /* A changed key since the last hand-off: the newest event time and apply time behind it. */
 struct pub_entry {
