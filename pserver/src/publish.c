@@ -28,9 +28,10 @@
 #define SCAN_POLL_MS     200
 #define SCAN_MAX_UPDATE  (1u << 20)
 /* A batch record's value at most (Kafka's default limit is 1 MB); the topic's partition count
- * is asked again this often. */
-#define RECORD_MAX_BYTES  (256u << 10)
-#define PARTITIONS_TTL_MS 10000
+ * is asked again this often, waiting at most PARTITIONS_WAIT_MS (the round's rows wait too). */
+#define RECORD_MAX_BYTES   (256u << 10)
+#define PARTITIONS_TTL_MS  10000
+#define PARTITIONS_WAIT_MS 2000
 
 /* A changed key since the last hand-off: the newest event time and apply time behind it. */
 struct pub_entry {
@@ -719,10 +720,14 @@ static int32_t partitions(spw_ps__publisher_t *pub)
     uint64_t now = spw_time_mono_ms();
     if (now >= pub->partitions_due_ms) {
         int32_t n = 0;
-        if (spw_kafka_producer_partition_count(pub->producer, pub->topic, SYNC_TIMEOUT_MS, &n) ==
+        if (spw_kafka_producer_partition_count(pub->producer, pub->topic, PARTITIONS_WAIT_MS, &n) ==
             SPW_OK)
             pub->n_partitions = n;
-        pub->partitions_due_ms = now + PARTITIONS_TTL_MS;
+        uint64_t took = spw_time_mono_ms() - now;
+        if (took > PARTITIONS_WAIT_MS / 4)
+            SPW_LOG_RATELIMITED(SPW_LOG_WARN, 60000, "publish: the topic's metadata was slow",
+                                "ms=%" PRIu64 " partitions=%" PRId32, took, pub->n_partitions);
+        pub->partitions_due_ms = spw_time_mono_ms() + PARTITIONS_TTL_MS;
     }
     return pub->n_partitions;
 }
