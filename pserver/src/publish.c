@@ -628,10 +628,14 @@ static void produce(spw_ps__publisher_t *pub, Sparrow__ModelUpdate *u, const voi
     on_delivery(pub, r, SPW_ERR_KAFKA, -1, -1);
 }
 
-static void lost_for_memory(const struct pub_batch *b, const uint32_t *idx, size_t n)
+/* Out of memory for a record: its rows are handed off again at the next round. */
+static void requeue_rows(spw_ps__publisher_t *pub, const struct pub_batch *b, const uint32_t *idx,
+                         size_t n)
 {
-    SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish: records lost (out of memory)",
-                        "rows=%zu first_key=%" PRIu64, n, b->meta[idx[0]].key);
+    pthread_mutex_lock(&pub->mu);
+    for (size_t i = 0; i < n; i++)
+        requeue_add_locked(pub, &b->meta[idx[i]]);
+    pthread_mutex_unlock(&pub->mu);
 }
 
 /* One record of batch row i, keyed by its feature key. */
@@ -659,7 +663,7 @@ static void produce_one(spw_ps__publisher_t *pub, const struct pub_batch *b, uin
     }
     struct pub_record *r = record_new(b, &i, 1);
     if (!r) {
-        lost_for_memory(b, &i, 1);
+        requeue_rows(pub, b, &i, 1);
         return;
     }
     char key[8];
@@ -678,7 +682,7 @@ static void produce_rows(spw_ps__publisher_t *pub, const struct pub_batch *b, co
     struct pub_record *r = blk ? record_new(b, idx, n) : NULL;
     if (!r) {
         free(blk);
-        lost_for_memory(b, idx, n);
+        requeue_rows(pub, b, idx, n);
         return;
     }
     uint64_t *keys = (uint64_t *)(void *)blk;
@@ -735,26 +739,29 @@ static int32_t partitions(spw_ps__publisher_t *pub)
 /* Produces the batch: records of up to batch_rows rows (and RECORD_MAX_BYTES), each of the rows
  * of one partition, in the order the batch holds them; one keyed record per row when
  * batch_rows is 1 or the partition count is unknown. */
+static bool order_reserve(spw_ps__publisher_t *pub, size_t n)
+{
+    if (n <= pub->order_cap)
+        return true;
+    uint32_t *o = realloc(pub->order, n * sizeof(*o));
+    if (o)
+        pub->order = o;
+    int32_t *p = realloc(pub->part_of, n * sizeof(*p));
+    if (p)
+        pub->part_of = p;
+    if (!o || !p)
+        return false;
+    pub->order_cap = n;
+    return true;
+}
+
 static void produce_batch(spw_ps__publisher_t *pub, const struct pub_batch *b)
 {
     int32_t n_parts = pub->batch_rows > 1 ? partitions(pub) : 0;
-    if (n_parts > 0 && pub->order_cap < b->n) {
-        uint32_t *o = realloc(pub->order, b->n * sizeof(*o));
-        if (o)
-            pub->order = o;
-        int32_t *p = realloc(pub->part_of, b->n * sizeof(*p));
-        if (p)
-            pub->part_of = p;
-        if (o && p)
-            pub->order_cap = b->n;
-    }
-    if (n_parts <= 0 || pub->order_cap < b->n) {
-        for (uint32_t i = 0; i < b->n; i++)
-            produce_one(pub, b, i);
-        return;
-    }
-    /* Rows by partition, stably: a counting sort over the partitions' keys. */
-    size_t *start = calloc((size_t)n_parts + 1, sizeof(*start));
+    /* Rows by partition, stably: a counting sort over the partitions of the rows' keys. */
+    size_t *start = n_parts > 0 && order_reserve(pub, b->n)
+                        ? calloc((size_t)n_parts + 1, sizeof(*start))
+                        : NULL;
     if (!start) {
         for (uint32_t i = 0; i < b->n; i++)
             produce_one(pub, b, i);
