@@ -571,8 +571,6 @@ static void observe_freshness(spw_serve_t *s, int64_t event_ms, int64_t applied_
         spw_histogram_observe(s->m_shard_to_visible, (double)(now - applied_ms) * 1e-3);
 }
 
-/* Applies one consumed record. Bad records are counted and skipped (they cannot be fixed by
- * reading them again). */
 /* The dense snapshots' counters into the metrics (run thread): swaps, refreshes that found the
  * blocks of two versions (retried at the next block), the version served. */
 static void dense_metrics(spw_serve_t *s)
@@ -638,6 +636,8 @@ static bool apply_row(spw_serve_t *s, spw_serve_table_t **table,
     return true;
 }
 
+/* Applies one consumed record, a single row or a batch's rows in order. Bad records and rows
+ * are counted and skipped (they cannot be fixed by reading them again). */
 static void apply_record(spw_serve_t *s, const struct spw_kafka_msg *msg)
 {
     spw_serve_table_t *table = atomic_load_explicit(&s->table, memory_order_relaxed);
