@@ -75,25 +75,19 @@ def model_update_rows(msg):
     tombstone, event_ms and applied_ms, plus the record's epoch and shard."""
     import struct
     f = {}
-    j = 0
-    while j < len(msg):
-        tag, j = varint(msg, j)
-        num, wt = tag >> 3, tag & 7
+    for tag, raw in fields(msg):
+        _, j = varint(raw, 0)
+        wt = tag & 7
         if wt == 0:
-            v, j = varint(msg, j)
+            v, _ = varint(raw, j)
         elif wt == 1:
-            (v,) = struct.unpack("<Q", msg[j:j + 8])
-            j += 8
+            (v,) = struct.unpack("<Q", raw[j:j + 8])
         elif wt == 2:
-            ln, j = varint(msg, j)
-            v = msg[j:j + ln]
-            j += ln
-        elif wt == 5:
-            v = msg[j:j + 4]
-            j += 4
+            ln, j = varint(raw, j)
+            v = raw[j:j + ln]
         else:
-            raise ValueError("wire type %d" % wt)
-        f[num] = v
+            v = raw[j:]
+        f[tag >> 3] = v
     rec = {"epoch": f.get(5, 0), "shard": f.get(6, 0)}
     if 9 not in f:
         return [dict(rec, key=f.get(1), version=f.get(4, 0), weights=f.get(2, b""),
