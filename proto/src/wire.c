@@ -275,12 +275,12 @@ static bool coord_ok(const Sparrow__CoordMessage *msg)
 }
 
 /* A batch (keys set): every block of n rows, weights n × dim with dim in range, tombstone flags
- * 0 or 1, and none of the single row's fields. A single row: no batch block. */
+ * 0 or 1, and none of the single row's fields. A single row: its key, and no batch block. */
 static bool model_update_ok(const Sparrow__ModelUpdate *update)
 {
     const Sparrow__ModelUpdate *u = update;
     if (u->keys.len == 0) {
-        if (u->versions.len || u->event_times_ms.len || u->applied_times_ms.len ||
+        if (!u->has_key || u->versions.len || u->event_times_ms.len || u->applied_times_ms.len ||
             u->tombstones.len)
             return false;
         if (u->tombstone)

@@ -32,6 +32,8 @@
 #define RECORD_MAX_BYTES   (256u << 10)
 #define PARTITIONS_TTL_MS  10000
 #define PARTITIONS_WAIT_MS 2000
+/* A batch row's bytes besides its weights: key, event and apply times, version, tombstone flag. */
+#define BATCH_ROW_FIXED (8 + 8 + 8 + 4 + 1)
 
 /* A changed key since the last hand-off: the newest event time and apply time behind it. */
 struct pub_entry {
@@ -518,8 +520,7 @@ static void restore_scan(spw_ps__publisher_t *pub, uint64_t epoch)
         if (msg.value &&
             spw_wire_unpack_model_update(msg.value, msg.len, SCAN_MAX_UPDATE, arena, &u) ==
                 SPW_OK &&
-            (u->has_key || u->keys.len) && u->has_shard && u->shard == pub->shard &&
-            (!u->has_epoch || u->epoch >= epoch) &&
+            u->has_shard && u->shard == pub->shard && (!u->has_epoch || u->epoch >= epoch) &&
             spw_wire_model_update_rows(u, &rows) == SPW_OK) {
             int64_t now = spw_time_wall_ms();
             pthread_mutex_lock(&pub->mu);
@@ -678,7 +679,7 @@ static void produce_rows(spw_ps__publisher_t *pub, const struct pub_batch *b, co
 {
     const uint32_t dim = pub->dim;
     size_t w_bytes = n * dim * sizeof(float);
-    unsigned char *blk = malloc(n * (8 + 8 + 8 + 4 + 1) + w_bytes);
+    unsigned char *blk = malloc(n * BATCH_ROW_FIXED + w_bytes);
     struct pub_record *r = blk ? record_new(b, idx, n) : NULL;
     if (!r) {
         free(blk);
@@ -777,8 +778,7 @@ static void produce_batch(spw_ps__publisher_t *pub, const struct pub_batch *b)
         start[p + 1] += start[p];
     for (size_t i = 0; i < b->n; i++)
         pub->order[start[pub->part_of[i]]++] = (uint32_t)i;
-    size_t row_bytes = 8 + 8 + 8 + 4 + 1 + (size_t)pub->dim * sizeof(float) + 1;
-    size_t per_record = RECORD_MAX_BYTES / row_bytes;
+    size_t per_record = RECORD_MAX_BYTES / (BATCH_ROW_FIXED + (size_t)pub->dim * sizeof(float));
     if (per_record > pub->batch_rows)
         per_record = pub->batch_rows;
     if (per_record == 0)

@@ -657,7 +657,7 @@ static void apply_record(spw_serve_t *s, const struct spw_kafka_msg *msg)
     struct spw_wire_update_rows rows;
     if (spw_wire_unpack_model_update(msg->value, msg->len, MAX_UPDATE_BYTES, s->upd_arena, &u) !=
             SPW_OK ||
-        !(u->has_key || u->keys.len) || spw_wire_model_update_rows(u, &rows) != SPW_OK) {
+        spw_wire_model_update_rows(u, &rows) != SPW_OK) {
         spw_counter_inc(s->m_rejected);
         SPW_LOG_RATELIMITED(SPW_LOG_WARN, 5000, "undecodable model update",
                             "partition=%" PRId32 " offset=%" PRId64, msg->partition, msg->offset);

@@ -1285,8 +1285,9 @@ static void test_wire_pack_delimited_prefix(void **state)
     assert_int_equal(spw_wire_pack_delimited(&ex.base, &buf), SPW_OK);
     /* Two messages back to back, the second after the first. */
     Sparrow__ModelUpdate up = SPARROW__MODEL_UPDATE__INIT;
+    up.has_key = 1;
     up.has_weights = 1;
-    up.weights = bin(values16, 64); /* 64 bytes: a 1-byte prefix for a 66-byte message */
+    up.weights = bin(values16, 64); /* 64 bytes: a 1-byte prefix for a 75-byte message */
     assert_int_equal(spw_wire_pack_delimited(&up.base, &buf), SPW_OK);
 
     size_t msg_len, prefix_len;

@@ -634,11 +634,12 @@ extern "C" spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k,
     return SPW_OK;
 }
 
-// Queues on the stream the upload of grads (n × dim host floats) and their row norms into
-// cu->norms. The device is set.
+// Sets the device and queues on the stream the upload of grads (n × dim host floats) and their
+// row norms into cu->norms.
 static spw_err_t queue_norms(struct spw_trn__cuda *cu, const float *grads, size_t n, uint32_t dim)
 {
     cudaStream_t st = cu->stream;
+    CU_TRY(cudaSetDevice(cu->device));
     CU_TRY(cu->grads.reserve(n * dim));
     CU_TRY(cu->norms.reserve(n));
     CU_TRY(
@@ -655,7 +656,6 @@ extern "C" spw_err_t spw_trn__cuda_row_norms(struct spw_trn__cuda *cu, const flo
     if (n == 0)
         return SPW_OK;
     cudaStream_t st = cu->stream;
-    CU_TRY(cudaSetDevice(cu->device));
     spw_err_t err = queue_norms(cu, grads, n, dim);
     if (err)
         return err;
@@ -716,7 +716,6 @@ extern "C" spw_err_t spw_trn__cuda_topk_rows(struct spw_trn__cuda *cu, const flo
         return SPW_OK;
     }
     cudaStream_t st = cu->stream;
-    CU_TRY(cudaSetDevice(cu->device));
     spw_err_t err = queue_norms(cu, grads, n, dim);
     if (err)
         return err;
