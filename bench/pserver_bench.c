@@ -599,6 +599,107 @@ static double bench_dd(const struct opts *o, uint64_t bytes)
     return (double)(mb << 20) / dt;
 }
 
+/* (e): the row store with a model 10x its DRAM budget, evicted rows in the cold file (or, with
+ * cold_off, in RocksDB alone): pushes, then pulls then pushes, then the flush a checkpoint
+ * makes of the rows left dirty. Prints its lines; non-zero on a failure. */
+static int bench_e(const struct opts *o, const uint32_t *er, int e_warm, const float *g, double b,
+                   double b_pp, bool cold_off)
+{
+    char path[4096], err[512];
+    const char *tag =
+        cold_off ? "(e') RocksDB only, no cold file" : "(e) row store, model 10x DRAM";
+    const char *e = cold_off ? "(e')" : "(e)";
+    snprintf(path, sizeof(path), "%s/e-store%s", o->dir, cold_off ? "-rocksdb" : "");
+    uint64_t model = o->e_keys * (SPW_PS_ROW_HDR + 2 * DIM * sizeof(float));
+    struct spw_ps_store_conf ec = store_conf(o, path, model / 10);
+    ec.cold_off = cold_off;
+    spw_ps_store_t *es = spw_ps_store_open(&ec, err, sizeof(err));
+    if (!es) {
+        fprintf(stderr, "store e: %s\n", err);
+        return 1;
+    }
+    /* Every key gets a row, so the model is e_keys rows. (e) is to time a shard in its steady
+     * state, DRAM holding the rows its eviction policy keeps. Filled hottest rank first, DRAM
+     * would start with the ranks least likely to be pushed and (e) would time the warming of
+     * the hot set instead (at full size 31.5% of rows read from RocksDB, against 25.4% with
+     * this start, and about 26% in a simulation of CLOCK on these batches after 1000). So the
+     * coldest ranks go first, and untimed warm-up batches let DRAM settle from there to what
+     * the eviction policy keeps. */
+    fill(es, o->e_keys, g, true);
+    /* The fill leaves dirty rows in the cold file and, without it, RocksDB flushes and
+     * compactions behind: a checkpoint's flush, then idle RocksDB, so that (e) times its own
+     * work, not the fill's. */
+    double t0 = now_s();
+    bool settled = spw_ps_store_flush(es) == SPW_OK && spw_ps__store_wait_idle(es, 120000);
+    double settle = now_s() - t0;
+    struct spw_ps_store_stats st, st0, stw;
+    spw_ps_store_get_stats(es, &stw);
+    (void)run_store(es, er, e_warm, g);
+    spw_ps_store_get_stats(es, &st0);
+    double warm_miss = 100.0 *
+                       (double)(st0.db_reads + st0.cold_reads - stw.db_reads - stw.cold_reads) /
+                       ((double)(e_warm > 0 ? e_warm : 1) * BATCH);
+    er += (size_t)e_warm * BATCH;
+    double rows_e = (double)o->e_batches * BATCH;
+    double cpu0 = cpu_s(CLOCK_THREAD_CPUTIME_ID), all0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+    double rate = run_store(es, er, o->e_batches, g);
+    double cpu1 = cpu_s(CLOCK_THREAD_CPUTIME_ID), all1 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+    spw_ps_store_get_stats(es, &st);
+    printf("%-34s %12.0f rows/s   %s/b = %.2f (target >= 0.1); DRAM rows %" PRIu64 " of %" PRIu64
+           ", rows read from the cold file %.1f%%, from RocksDB %.1f%%, settled %.1f s%s, "
+           "after %d untimed batches (read %.1f%%)\n",
+           tag, rate, cold_off ? "e'" : "e", rate / b, st.rows_dram, o->e_keys,
+           100.0 * (double)(st.cold_reads - st0.cold_reads) / rows_e,
+           100.0 * (double)(st.db_reads - st0.db_reads) / rows_e, settle,
+           settled ? "" : " (timed out)", e_warm, warm_miss);
+    /* CPU time, which a loaded machine disturbs far less than the wall-clock rate above. */
+    printf("    %s CPU per row: pushing thread %.3f us, all threads (RocksDB's included) "
+           "%.3f us; wall %.3f us\n",
+           e, (cpu1 - cpu0) / rows_e * 1e6, (all1 - all0) / rows_e * 1e6, 1e6 / rate);
+    /* As a trainer drives it: each batch pulled (the pull brings the missing rows in), then
+     * pushed with the versions pulled; against (b) the same way. */
+    er += (size_t)o->e_batches * BATCH;
+    spw_ps_store_get_stats(es, &st0);
+    cpu0 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
+    all0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+    double t_pp = now_s();
+    double ep = run_store_pattern(es, er, o->e_batches, g, true);
+    t_pp = now_s() - t_pp;
+    cpu1 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
+    all1 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+    spw_ps_store_get_stats(es, &st);
+    printf("    %-30s %12.0f rows/s   vs (b) pull then push: %.2f "
+           "(target >= 0.1); rows read from the cold file %.1f%%, from RocksDB %.1f%%; CPU per "
+           "row: pulling and pushing thread %.3f us, all threads %.3f us; wall %.3f us\n",
+           cold_off ? "(e') pull then push" : "(e) pull then push", ep, b_pp > 0 ? ep / b_pp : 0,
+           100.0 * (double)(st.cold_reads - st0.cold_reads) / rows_e,
+           100.0 * (double)(st.db_reads - st0.db_reads) / rows_e, (cpu1 - cpu0) / rows_e * 1e6,
+           (all1 - all0) / rows_e * 1e6, 1e6 / ep);
+    /* What a checkpoint then costs: the dirty rows written to RocksDB (with the cold file, every
+     * row changed since the last flush; without it, those changed since their eviction), and
+     * the RocksDB work that leaves. Charged to the pulls and pushes above, against (b) without
+     * its own flush. */
+    spw_ps_store_get_stats(es, &st0);
+    double tf = now_s();
+    if (spw_ps_store_flush(es) != SPW_OK) {
+        fprintf(stderr, "store e: flush failed\n");
+        return 1;
+    }
+    tf = now_s() - tf;
+    double tw = now_s();
+    settled = spw_ps__store_wait_idle(es, 120000);
+    tw = now_s() - tw;
+    spw_ps_store_get_stats(es, &st);
+    double with_flush = rows_e / (rows_e / rate + t_pp + tf + tw) * 2;
+    printf("    %s then a checkpoint's flush: %" PRIu64 " rows in %.2f s, RocksDB idle %.2f s%s "
+           "later; pushes and pulls-then-pushes with it: %.0f rows/s, flush charged = %.2f of (b) "
+           "pushes (cold file %.0f MB)\n",
+           e, st.rows_db_written - st0.rows_db_written, tf, tw, settled ? "" : " (timed out)",
+           with_flush, with_flush / b, (double)st.bytes_cold / (1 << 20));
+    spw_ps_store_close(es);
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
@@ -756,72 +857,15 @@ int main(int argc, char **argv)
         /* (e) 10x the DRAM budget */
         struct zipf ze;
         zipf_init(&ze, o.e_keys, 1.1, 43);
-        /* e_batches / 2 untimed warm-up batches first, then the e_batches timed ones. */
+        /* e_batches / 2 untimed warm-up batches first, then the e_batches timed ones, then
+         * e_batches more, timed pulled then pushed (the trainer's pattern). */
         int e_warm = o.e_batches / 2;
-        /* Then e_batches more, timed pulled then pushed (the trainer's pattern). */
         uint32_t *er = make_batches(&ze, e_warm + 2 * o.e_batches);
         zipf_fini(&ze);
-        snprintf(path, sizeof(path), "%s/e-store", o.dir);
-        uint64_t model = o.e_keys * (SPW_PS_ROW_HDR + 2 * DIM * sizeof(float));
-        struct spw_ps_store_conf ec = store_conf(&o, path, model / 10);
-        spw_ps_store_t *es = spw_ps_store_open(&ec, err, sizeof(err));
-        if (!es) {
-            fprintf(stderr, "store e: %s\n", err);
+        if (bench_e(&o, er, e_warm, g, b, b_pp, false) != 0 ||
+            bench_e(&o, er, e_warm, g, b, b_pp, true) != 0)
             return 1;
-        }
-        /* Every key gets a row, so the model is e_keys rows. (e) is to time a shard in its steady
-         * state, DRAM holding the rows its eviction policy keeps. Filled hottest rank first, DRAM
-         * would start with the ranks least likely to be pushed and (e) would time the warming of
-         * the hot set instead (at full size 31.5% of rows read from RocksDB, against 25.4% with
-         * this start, and about 26% in a simulation of CLOCK on these batches after 1000). So the
-         * coldest ranks go first, and untimed warm-up batches let DRAM settle from there to what
-         * the eviction policy keeps. */
-        fill(es, o.e_keys, g, true);
-        /* The fill's evictions leave RocksDB flushes and compactions behind; let them finish so
-         * that (e) times its own work (its own evictions' compactions included), not the fill's. */
-        double t0 = now_s();
-        bool settled = spw_ps__store_wait_idle(es, 120000);
-        double settle = now_s() - t0;
-        struct spw_ps_store_stats st0, stw;
-        spw_ps_store_get_stats(es, &stw);
-        (void)run_store(es, er, e_warm, g);
-        spw_ps_store_get_stats(es, &st0);
-        double warm_miss = 100.0 * (double)(st0.db_reads - stw.db_reads) /
-                           ((double)(e_warm > 0 ? e_warm : 1) * BATCH);
-        er += (size_t)e_warm * BATCH;
-        double cpu0 = cpu_s(CLOCK_THREAD_CPUTIME_ID), all0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
-        double e = run_store(es, er, o.e_batches, g);
-        double cpu1 = cpu_s(CLOCK_THREAD_CPUTIME_ID), all1 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
-        spw_ps_store_get_stats(es, &st);
-        printf("(e) row store, model 10x DRAM      %12.0f rows/s   e/b = %.2f (target >= 0.1); "
-               "DRAM rows %" PRIu64 " of %" PRIu64 ", misses read from RocksDB %.1f%%, "
-               "settled %.1f s%s, after %d untimed batches (misses %.1f%%)\n",
-               e, e / b, st.rows_dram, o.e_keys,
-               100.0 * (double)(st.db_reads - st0.db_reads) / ((double)o.e_batches * BATCH), settle,
-               settled ? "" : " (timed out)", e_warm, warm_miss);
-        /* CPU time, which a loaded machine disturbs far less than the wall-clock rate above. */
-        double rows_e = (double)o.e_batches * BATCH;
-        printf("    (e) CPU per row: pushing thread %.3f us, all threads (RocksDB's included) "
-               "%.3f us; wall %.3f us\n",
-               (cpu1 - cpu0) / rows_e * 1e6, (all1 - all0) / rows_e * 1e6, 1e6 / e);
-        /* (e) as a trainer drives it: each batch pulled (the pull brings the missing rows in
-         * with one MultiGet), then pushed with the versions pulled; against (b) the same way. */
-        er += (size_t)o.e_batches * BATCH;
-        spw_ps_store_get_stats(es, &st0);
-        cpu0 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
-        all0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
-        double ep = run_store_pattern(es, er, o.e_batches, g, true);
-        cpu1 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
-        all1 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
-        spw_ps_store_get_stats(es, &st);
-        printf("    (e) pull then push             %12.0f rows/s   vs (b) pull then push: %.2f "
-               "(target >= 0.1); misses read from RocksDB %.1f%%; CPU per row: pulling and "
-               "pushing thread %.3f us, all threads %.3f us; wall %.3f us\n",
-               ep, b_pp > 0 ? ep / b_pp : 0,
-               100.0 * (double)(st.db_reads - st0.db_reads) / ((double)o.e_batches * BATCH),
-               (cpu1 - cpu0) / rows_e * 1e6, (all1 - all0) / rows_e * 1e6, 1e6 / ep);
-        spw_ps_store_close(es);
-        free(er - (size_t)(e_warm + o.e_batches) * BATCH);
+        free(er);
     }
     spw_fs_remove_tree(o.dir);
     free(ranks);

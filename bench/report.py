@@ -70,6 +70,8 @@ TARGETS = [
     ("pserver", "pserver (e)/(b), pulled then pushed as a trainer does", ">= 0.1",
      r"\(e\) pull then push\s+\d+ rows/s\s+vs \(b\) pull then push: " + NUM,
      lambda v: v >= 0.1),
+    ("pserver", "pserver (e)/(b), pushes and pulls-then-pushes with the checkpoint's flush of "
+     "their dirty rows charged", ">= 0.1", r"flush charged = " + NUM, lambda v: v >= 0.1),
     ("pserver", "pserver (f): checkpoint MB/s vs dd", ">= 0.3",
      r"f/dd = " + NUM, lambda v: v >= 0.3),
     ("ingest", "ingest JSON (39 features): ingest / bare consume", ">= 0.5",

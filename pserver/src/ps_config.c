@@ -57,7 +57,15 @@ const struct spw_config_prop spw_pserver_config_props[] = {
      "Rows start uniform in [-scale, scale], drawn from (key, pserver.seed)."},
     {"pserver.seed", SPW_CONFIG_INT, "0", 0, 9.2e18, NULL, "Seed of the deterministic row init."},
     {"pserver.memory.mb", SPW_CONFIG_INT, "1024", 1, 16777216, NULL,
-     "DRAM budget of the hot table (rows and index); colder rows live in RocksDB."},
+     "DRAM budget of the hot table (rows and index); colder rows live in the cold file (see "
+     "pserver.cold_file) or RocksDB."},
+    {"pserver.cold_file", SPW_CONFIG_BOOL, "true", 0, 0, NULL,
+     "Rows evicted from DRAM go to a file of fixed-size records in <data_dir>/db (a record of "
+     "the row's DRAM size per row, at most 0.7 full, doubled as it fills), which a later miss "
+     "reads in place; checkpoints write its changed rows to RocksDB. The file holds every row "
+     "evicted since start, so the disk holds the cold rows twice (file and RocksDB). false: "
+     "evicted rows are written to RocksDB and a miss reads RocksDB (pserver_bench (e), a model "
+     "10x DRAM: a sixth of the rows/s pushed with the file)."},
     {"pserver.data_dir", SPW_CONFIG_STRING, "data/pserver", 0, 4000, NULL,
      "Directory of the shard's live RocksDB (<data_dir>/db)."},
     {"pserver.checkpoint.dir", SPW_CONFIG_STRING, "", 0, 4000, NULL,
@@ -168,6 +176,7 @@ spw_err_t spw_ps_server_conf_from_config(const spw_config_t *cfg, struct spw_ps_
         return SPW_ERR_INVALID;
     }
     sc->admit_min_count = (uint32_t)spw_config_int(cfg, "pserver.admit.min_count");
+    sc->cold_off = !spw_config_bool(cfg, "pserver.cold_file");
     sc->ttl_s = (uint32_t)(spw_config_duration_ms(cfg, "pserver.ttl") / 1000);
     sc->counter_key = (uint64_t)spw_config_int(cfg, "pserver.debug.counter_key");
     if (spw_config_duration_ms(cfg, "pserver.ttl") > 0 && sc->ttl_s == 0)

@@ -162,6 +162,49 @@ uint32_t spw_ps__sketch_get(const struct spw_ps_sketch *sk, uint64_t key);
 void *spw_ps__big_alloc(size_t bytes);
 void spw_ps__big_free(void *p, size_t bytes);
 
+/* ---- the cold file (cold.c) ---- */
+/* Rows evicted from DRAM, each a record of the DRAM row's layout and stride in an open-addressing
+ * table (linear probing, load at most 0.7, doubled into a new file beyond) mapped from a file of
+ * the store's directory. A record's flags hold SPW_PS_COLD_FULL and the row's SPW_PS_ROW_DIRTY
+ * (RocksDB's copy is older, or there is none). Not durable: checkpoints write the dirty records to
+ * RocksDB, and the file is removed at close and recreated empty at open. Owned by the store's
+ * thread; a flush's writer threads only read records while the store's thread waits. */
+struct spw_ps__cold {
+    char *path, *grow_path;
+    int fd;
+    uint8_t *map; /* cap records of stride bytes */
+    size_t stride;
+    uint64_t cap, mask;
+    uint64_t n;       /* records held */
+    uint64_t n_dirty; /* of n, dirty */
+    uint64_t grows;   /* doublings since open */
+    bool grow_failed; /* a growth failed (disk full): puts beyond the load limit fail fast */
+};
+
+#define SPW_PS_COLD_FULL 0x100u /* a record's flags: it holds a row */
+
+/* Creates (truncating) path with room for cap_hint records or more. errstr names the cause
+ * (SPW_ERR_IO: the file, SPW_ERR_NOMEM) and c is then not open. */
+spw_err_t spw_ps__cold_open(struct spw_ps__cold *c, const char *path, size_t stride,
+                            uint64_t cap_hint, char *errstr, size_t errstr_size);
+/* Unmaps and removes the file; a zeroed c (never opened) is a no-op. */
+void spw_ps__cold_close(struct spw_ps__cold *c);
+/* Record i (0 <= i < cap). */
+static inline struct spw_ps_row *spw_ps__cold_rec(const struct spw_ps__cold *c, uint64_t i)
+{
+    return (struct spw_ps_row *)(c->map + (size_t)i * c->stride);
+}
+/* The record index holding key, or -1. */
+int64_t spw_ps__cold_find(const struct spw_ps__cold *c, uint64_t key);
+/* Asks for the first record of key's probe sequence ahead of a find or put. */
+void spw_ps__cold_prefetch(const struct spw_ps__cold *c, uint64_t key);
+/* Copies row (stride bytes; its flags become FULL plus its DIRTY bit), replacing a record of the
+ * same key. Grows the table first when full: SPW_ERR_IO / SPW_ERR_NOMEM when it cannot (logged
+ * once; the row is not stored). Moves records only when it grows. */
+spw_err_t spw_ps__cold_put(struct spw_ps__cold *c, const struct spw_ps_row *row);
+/* Removes record i; records after it in its run may move back (to i among them). */
+void spw_ps__cold_delete_at(struct spw_ps__cold *c, uint64_t i);
+
 /* ---- filter of the keys in RocksDB (keyfilter.c) ---- */
 /* A blocked Bloom filter (one cache line per key, 8 bits per key, about 2-3% false positives)
  * of every key the store wrote to its RocksDB tier since it opened an empty database: a key it

@@ -38,7 +38,7 @@ struct ps_metrics {
     spw_counter_t *errors[ERRS]; /* by Sparrow__ErrorCode */
     spw_counter_t *dropped_frames;
     spw_counter_t *rej_nonfinite, *rej_stale, *rej_unadmitted, *duplicates, *fenced;
-    spw_counter_t *admitted, *evict_spill, *evict_ttl, *db_reads;
+    spw_counter_t *admitted, *evict_spill, *evict_ttl, *db_reads, *cold_reads;
     spw_counter_t *ckpt_ok, *ckpt_failed;
     spw_counter_t *commits, *steps_late, *steps_late_applied, *steps_discarded,
         *steps_restore_dropped;
@@ -46,7 +46,8 @@ struct ps_metrics {
     spw_histogram_t *staleness, *staleness_class[SPW_PS_CLASSES];
     spw_counter_t *dc_corrected, *dc_uncorrected;
     spw_gauge_t *tau_ref[SPW_PS_CLASSES], *alpha_mean[SPW_PS_CLASSES], *top_threshold;
-    spw_gauge_t *rows_dram, *rows_disk, *bytes_dram, *rows_dram_max, *epoch;
+    spw_gauge_t *rows_dram, *rows_disk, *rows_cold, *bytes_dram, *bytes_cold, *rows_dram_max,
+        *epoch;
     spw_gauge_t *ckpt_seconds, *ckpt_bytes, *ready, *disk_full;
 };
 
@@ -133,6 +134,8 @@ static bool metrics_register(spw_ps_server_t *srv)
                                            "Rows evicted, by kind.", "kind=\"ttl\"");
     m->db_reads = spw_metrics_counter_new(r, "sparrow_ps_db_reads_total",
                                           "Rows read back from RocksDB.", NULL);
+    m->cold_reads = spw_metrics_counter_new(r, "sparrow_ps_cold_reads_total",
+                                            "Rows read back from the cold file.", NULL);
     m->ckpt_ok = spw_metrics_counter_new(r, "sparrow_ps_checkpoints_total", "Checkpoints taken.",
                                          "result=\"ok\"");
     m->ckpt_failed = spw_metrics_counter_new(r, "sparrow_ps_checkpoints_total",
@@ -196,6 +199,10 @@ static bool metrics_register(spw_ps_server_t *srv)
     m->dc_uncorrected = spw_metrics_counter_new(r, dc, dc_help, "result=\"uncorrected\"");
     m->rows_dram = spw_metrics_gauge_new(r, "sparrow_ps_rows", "Rows by tier.", "tier=\"dram\"");
     m->rows_disk = spw_metrics_gauge_new(r, "sparrow_ps_rows", "Rows by tier.", "tier=\"rocksdb\"");
+    m->rows_cold =
+        spw_metrics_gauge_new(r, "sparrow_ps_rows", "Rows by tier.", "tier=\"cold_file\"");
+    m->bytes_cold = spw_metrics_gauge_new(r, "sparrow_ps_cold_file_bytes",
+                                          "Size of the cold file of evicted rows.", NULL);
     m->rows_dram_max = spw_metrics_gauge_new(r, "sparrow_ps_rows_dram_capacity",
                                              "Rows the DRAM budget holds.", NULL);
     m->bytes_dram = spw_metrics_gauge_new(r, "sparrow_ps_memory_bytes",
@@ -239,6 +246,7 @@ static void metrics_sync(spw_ps_server_t *srv)
     counter_add(m->evict_spill, st.evictions, srv->last.evictions);
     counter_add(m->evict_ttl, st.expired, srv->last.expired);
     counter_add(m->db_reads, st.db_reads, srv->last.db_reads);
+    counter_add(m->cold_reads, st.cold_reads, srv->last.cold_reads);
     counter_add(m->dc_corrected, st.dc_corrected, srv->last.dc_corrected);
     counter_add(m->dc_uncorrected, st.dc_uncorrected, srv->last.dc_uncorrected);
     srv->last = st;
@@ -259,6 +267,10 @@ static void metrics_sync(spw_ps_server_t *srv)
         spw_gauge_set(m->rows_dram_max, (double)st.rows_dram_max);
     if (m->bytes_dram)
         spw_gauge_set(m->bytes_dram, (double)st.bytes_dram);
+    if (m->rows_cold)
+        spw_gauge_set(m->rows_cold, (double)st.rows_cold);
+    if (m->bytes_cold)
+        spw_gauge_set(m->bytes_cold, (double)st.bytes_cold);
     if (m->rows_disk)
         spw_gauge_set(m->rows_disk, (double)spw_ps_store_rows_on_disk(srv->store));
 }

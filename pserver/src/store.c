@@ -1,5 +1,6 @@
 /* The row store: a DRAM hot table (open addressing over u64 keys, rows in a slab region, CLOCK
- * eviction) over a RocksDB tier, with admission by count-min sketch and TTL expiry. */
+ * eviction) over a cold file of evicted rows (cold.c) and a RocksDB tier that checkpoints write,
+ * with admission by count-min sketch and TTL expiry. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -31,8 +32,10 @@
 #define IDX_SALT      0x9e3779b97f4a7c15ull
 #define PREFETCH_DIST 8
 #define SKETCH_DEPTH  4u
-#define SLOT_FREE     8u                /* flags bit of a slot on the free list */
-#define INGEST_PREFIX "SPARROW-INGEST-" /* + part + ".tmp" in db_path; not a RocksDB name */
+#define SLOT_FREE     8u                  /* flags bit of a slot on the free list */
+#define INGEST_PREFIX "SPARROW-INGEST-"   /* + part + ".tmp" in db_path; not a RocksDB name */
+#define COLD_NAME     "SPARROW-COLD.rows" /* the cold file, in db_path */
+#define COLD_START    16384u              /* records of a new cold file */
 #define BLOOM_BITS    10.0
 
 size_t spw_ps__flush_part_rows = 1u << 20;
@@ -45,11 +48,12 @@ struct idx_ent {
     uint32_t slot1;
 };
 
-/* A (key, slot) pair, sorted by key before rows are written to RocksDB. */
+/* A (key, slot) pair, sorted by key before rows are written to RocksDB; slot is a record of the
+ * cold file when cold is 1. */
 struct ks {
     uint64_t key;
     uint32_t slot;
-    uint32_t unused;
+    uint32_t cold;
 };
 
 /* Owned by one thread (see pserver.h). */
@@ -91,9 +95,13 @@ struct spw_ps_store {
     rocksdb_envoptions_t *envopts;
     rocksdb_ingestexternalfileoptions_t *ingest_opts;
 
+    bool cold_on; /* evictions go to the cold file (false: pserver.cold_file off) */
+    struct spw_ps__cold cold;
+    uint8_t *cold_row; /* one row (stride bytes) read out of the cold file */
+
     bool admit;
     struct spw_ps_sketch sketch;
-    struct spw_ps__keyfilter on_disk;  /* keys written to RocksDB: new keys skip the MultiGet */
+    struct spw_ps__keyfilter on_disk;  /* keys put outside DRAM: new keys skip both lookups */
     uint64_t init_mix[SPW_PS_MAX_DIM]; /* spw_ps__row_init_mixes of (seed, dim) */
     uint32_t now_s;
 
@@ -114,6 +122,7 @@ struct spw_ps_store {
 
     /* TTL sweep cursors. */
     uint32_t ttl_hand;
+    uint64_t cold_hand;
     char ttl_cursor[8];
     bool ttl_cursor_valid;
 
@@ -320,6 +329,21 @@ static void free_slot(spw_ps_store_t *store, uint32_t slot)
     store->n_rows--;
 }
 
+/* The row a (key, slot) pair names: a slab slot or a cold-file record. */
+static inline struct spw_ps_row *ks_row(const spw_ps_store_t *store, const struct ks *e)
+{
+    return e->cold ? spw_ps__cold_rec(&store->cold, e->slot) : slot_row(store, e->slot);
+}
+
+/* The row of e has been written to RocksDB. */
+static inline void ks_clean(spw_ps_store_t *store, const struct ks *e)
+{
+    struct spw_ps_row *row = ks_row(store, e);
+    if (e->cold && (row->flags & SPW_PS_ROW_DIRTY))
+        store->cold.n_dirty--;
+    row->flags &= ~SPW_PS_ROW_DIRTY;
+}
+
 static inline void put_row(spw_ps_store_t *store, const struct spw_ps_row *row)
 {
     spw_ps__keyfilter_add(&store->on_disk, row->key);
@@ -338,8 +362,10 @@ static inline void row_touch(struct spw_ps_row *row)
     row->flags = f;
 }
 
-/* GCLOCK sweep: evicts up to EVICT_BATCH unpinned rows whose heat the hand brought to 0, writing
- * dirty ones in one WriteBatch in key order (sorted inserts are cheaper for RocksDB's memtable).
+/* GCLOCK sweep: evicts up to EVICT_BATCH unpinned rows whose heat the hand brought to 0 into the
+ * cold file, clean ones too (a later miss then reads the cold file, not RocksDB). Without a cold
+ * file, or when it cannot grow, dirty rows go to RocksDB in one WriteBatch in key order (sorted
+ * inserts are cheaper for RocksDB's memtable) and clean ones are dropped.
  * Heat up to 3 rather than CLOCK's one reference bit keeps rows touched in several recent
  * requests over rows touched once: in pserver_bench (e) the rows read from RocksDB went from 25.4%
  * to 24.2% of those pushed, and from 25.9% to 24.6% pulled then pushed (a simulation of its
@@ -364,15 +390,35 @@ static spw_err_t evict_some(spw_ps_store_t *store)
             row->flags -= SPW_PS_ROW_HEAT_ONE;
             continue;
         }
-        if (row->flags & SPW_PS_ROW_DIRTY) {
-            store->evict_ks[n_dirty].key = row->key;
-            store->evict_ks[n_dirty++].slot = slot;
-        }
         row->flags |= SPW_PS_ROW_PIN; /* chosen: not picked twice in this sweep */
         store->victims[n++] = slot;
     }
     if (n == 0)
         return SPW_ERR_NOMEM;
+    /* victims[0, n_gone): rows to free now (in the cold file, or clean); evict_ks: dirty rows
+     * for RocksDB, freed once written. */
+    uint32_t n_gone = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t slot = store->victims[i];
+        struct spw_ps_row *row = slot_row(store, slot);
+        if (store->cold_on) {
+            if (i + PREFETCH_DIST < n)
+                spw_ps__cold_prefetch(&store->cold,
+                                      slot_row(store, store->victims[i + PREFETCH_DIST])->key);
+            if (spw_ps__cold_put(&store->cold, row) == SPW_OK) {
+                spw_ps__keyfilter_add(&store->on_disk, row->key);
+                store->victims[n_gone++] = slot;
+                continue;
+            }
+        }
+        if (row->flags & SPW_PS_ROW_DIRTY) {
+            store->evict_ks[n_dirty].key = row->key;
+            store->evict_ks[n_dirty++].slot = slot;
+        } else {
+            store->victims[n_gone++] = slot;
+        }
+    }
+    spw_err_t ret = SPW_OK;
     if (n_dirty > 0) {
         ks_sort(store->evict_ks, store->evict_tmp, n_dirty);
         rocksdb_writebatch_clear(store->wb);
@@ -382,12 +428,17 @@ static spw_err_t evict_some(spw_ps_store_t *store)
         rocksdb_write(store->db, store->wopts, store->wb, &err);
         rocksdb_writebatch_clear(store->wb);
         if (err) {
-            for (uint32_t i = 0; i < n; i++)
-                slot_row(store, store->victims[i])->flags &= ~SPW_PS_ROW_PIN;
-            return store_err(err, "evict");
+            /* not written: they stay in DRAM (the rows already in the cold file go) */
+            for (uint32_t i = 0; i < n_dirty; i++)
+                slot_row(store, store->evict_ks[i].slot)->flags &= ~SPW_PS_ROW_PIN;
+            ret = store_err(err, "evict");
+        } else {
+            store->stats.rows_db_written += n_dirty;
+            for (uint32_t i = 0; i < n_dirty; i++)
+                store->victims[n_gone++] = store->evict_ks[i].slot;
         }
-        store->stats.rows_db_written += n_dirty;
     }
+    n = n_gone;
     /* The victims' index entries lie anywhere in the index: ask for them ahead of their use. */
     for (uint32_t i = 0; i < n; i++) {
         if (i + PREFETCH_DIST < n) {
@@ -399,7 +450,7 @@ static spw_err_t evict_some(spw_ps_store_t *store)
         free_slot(store, slot);
     }
     store->stats.evictions += n;
-    return SPW_OK;
+    return n > 0 ? SPW_OK : ret;
 }
 
 /* A free slot for a new row (evicting when DRAM is full). */
@@ -479,6 +530,50 @@ static spw_err_t new_row(spw_ps_store_t *store, uint64_t key, uint32_t h, enum a
     return insert_row(store, key, h, NULL, out);
 }
 
+/* Loads the rows of acquire's misses (store->miss_ks[0, *n_miss), request order) that the cold
+ * file holds, moving each into DRAM with its dirty bit; the others stay in miss_ks for RocksDB
+ * (*n_miss of them). */
+static spw_err_t acquire_cold(spw_ps_store_t *store, const uint64_t *keys, size_t *n_miss)
+{
+    struct ks *miss = store->miss_ks;
+    size_t n = *n_miss, n_rest = 0;
+    for (size_t m = 0; m < n && m < PREFETCH_DIST; m++)
+        spw_ps__cold_prefetch(&store->cold, miss[m].key);
+    for (size_t m = 0; m < n; m++) {
+        if (m + PREFETCH_DIST < n)
+            spw_ps__cold_prefetch(&store->cold, miss[m + PREFETCH_DIST].key);
+        uint32_t i = miss[m].slot;
+        /* A key repeated in the request may have been loaded by an earlier miss. */
+        int64_t pos = idx_find(store, keys[i], store->hashes[i]);
+        if (pos >= 0) {
+            struct spw_ps_row *row = slot_row(store, store->idx[pos].slot1 - 1);
+            row_touch(row);
+            store->rows[i] = row;
+            continue;
+        }
+        int64_t c = spw_ps__cold_find(&store->cold, keys[i]);
+        if (c < 0) {
+            miss[n_rest++] = miss[m];
+            continue;
+        }
+        /* Out of the file before inserting: an eviction may grow the file and move records. */
+        struct spw_ps_row *held = (struct spw_ps_row *)store->cold_row;
+        memcpy(held, spw_ps__cold_rec(&store->cold, (uint64_t)c), store->stride);
+        spw_ps__cold_delete_at(&store->cold, (uint64_t)c);
+        spw_err_t err = insert_row(store, keys[i], store->hashes[i],
+                                   (const char *)held + SPW_PS_DB_VALUE_OFF, &store->rows[i]);
+        if (err) {
+            /* back where it was (the file just lost a record, so it needs no growth) */
+            (void)spw_ps__cold_put(&store->cold, held);
+            return err;
+        }
+        store->rows[i]->flags |= held->flags & SPW_PS_ROW_DIRTY;
+        store->stats.cold_reads++;
+    }
+    *n_miss = n_rest;
+    return SPW_OK;
+}
+
 /* Finds or loads the rows of keys[0..n) (n <= chunk_max) into store->rows, pinned; NULL for keys
  * without a row (unadmitted, or absent in LOOKUP mode). The caller unpins with unpin(). */
 static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
@@ -522,6 +617,11 @@ static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
             store->miss_ks[n_miss].key = keys[i];
             store->miss_ks[n_miss++].slot = (uint32_t)i;
         }
+    }
+    if (n_miss > 0 && store->cold_on && store->cold.n > 0) {
+        spw_err_t err = acquire_cold(store, keys, &n_miss);
+        if (err)
+            return err;
     }
     if (n_miss == 0)
         return SPW_OK;
@@ -837,16 +937,36 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
         rocksdb_writebatch_delete(store->wb, k, 8);
         gone[n_gone++] = slot;
     }
-    /* RocksDB: rows not in DRAM, from the cursor on. */
+    uint64_t *db_gone = (uint64_t *)store->miss_kbuf; /* chunk_max × 8 bytes of scratch */
+    uint32_t *db_ver = store->miss_idx;
+    size_t n_db_gone = 0;
+    /* The cold file: records from its hand on, removed (with any older copy in RocksDB) once the
+     * deletes are written; db_gone[0, n_cold_gone) are theirs. */
+    if (store->cold_on && store->cold.n > 0) {
+        const struct spw_ps__cold *c = &store->cold;
+        size_t csteps = max_rows < c->cap ? max_rows : c->cap;
+        for (size_t s = 0; s < csteps && n_db_gone < gone_cap; s++) {
+            uint64_t i = store->cold_hand & c->mask;
+            store->cold_hand = (i + 1) & c->mask;
+            const struct spw_ps_row *rec = spw_ps__cold_rec(c, i);
+            if (!(rec->flags & SPW_PS_COLD_FULL) || !expired(store, rec->last_update) ||
+                spw_key_is_dense(rec->key))
+                continue;
+            char k[8];
+            spw_ps__key_encode(rec->key, k);
+            rocksdb_writebatch_delete(store->wb, k, 8);
+            db_gone[n_db_gone] = rec->key;
+            db_ver[n_db_gone++] = rec->version;
+        }
+    }
+    size_t n_cold_gone = n_db_gone;
+    /* RocksDB: rows in neither DRAM nor the cold file, from the cursor on. */
     rocksdb_iterator_t *it = rocksdb_create_iterator(store->db, store->ropts);
     if (store->ttl_cursor_valid)
         rocksdb_iter_seek(it, store->ttl_cursor, 8);
     else
         rocksdb_iter_seek_to_first(it);
     size_t seen = 0;
-    uint64_t *db_gone = (uint64_t *)store->miss_kbuf; /* chunk_max × 8 bytes of scratch */
-    uint32_t *db_ver = store->miss_idx;
-    size_t n_db_gone = 0;
     while (seen < max_rows && n_db_gone < gone_cap && rocksdb_iter_valid(it)) {
         size_t klen, vlen;
         const char *k = rocksdb_iter_key(it, &klen);
@@ -857,7 +977,8 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
             struct spw_ps_row hdr;
             memcpy((char *)&hdr + SPW_PS_DB_VALUE_OFF, v, SPW_PS_ROW_HDR - SPW_PS_DB_VALUE_OFF);
             if (idx_find(store, key, key_hash(key)) < 0 && expired(store, hdr.last_update) &&
-                !spw_key_is_dense(key)) {
+                !spw_key_is_dense(key) &&
+                (!store->cold_on || spw_ps__cold_find(&store->cold, key) < 0)) {
                 rocksdb_writebatch_delete(store->wb, k, 8);
                 db_gone[n_db_gone] = key;
                 db_ver[n_db_gone++] = hdr.version;
@@ -881,6 +1002,11 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
         rocksdb_write(store->db, store->wopts, store->wb, &err);
         if (err)
             return store_err(err, "expire");
+    }
+    for (size_t i = 0; i < n_cold_gone; i++) {
+        int64_t c = spw_ps__cold_find(&store->cold, db_gone[i]);
+        if (c >= 0)
+            spw_ps__cold_delete_at(&store->cold, (uint64_t)c);
     }
     for (uint32_t i = 0; i < n_gone; i++) {
         struct spw_ps_row *row = slot_row(store, gone[i]);
@@ -979,12 +1105,12 @@ static void *write_part(void *arg)
         part->fd = open(part->path, O_RDONLY | O_CLOEXEC);
     for (size_t i = 0; i < part->n && !err; i++) {
         if (i + PREFETCH_DIST < part->n)
-            prefetch_row(store, slot_row(store, part->ks[i + PREFETCH_DIST].slot));
+            prefetch_row(store, ks_row(store, &part->ks[i + PREFETCH_DIST]));
         char k[8];
         spw_ps__key_encode(part->ks[i].key, k);
-        rocksdb_sstfilewriter_put(
-            w, k, 8, (const char *)slot_row(store, part->ks[i].slot) + SPW_PS_DB_VALUE_OFF,
-            store->value_len, &err);
+        rocksdb_sstfilewriter_put(w, k, 8,
+                                  (const char *)ks_row(store, &part->ks[i]) + SPW_PS_DB_VALUE_OFF,
+                                  store->value_len, &err);
         if (i % PIN_ROWS == PIN_ROWS - 1)
             pin_pages(part, false);
     }
@@ -1062,7 +1188,7 @@ static spw_err_t flush_batches(spw_ps_store_t *store, const struct ks *ks, size_
         size_t end = n - start < FLUSH_BATCH ? n : start + FLUSH_BATCH;
         rocksdb_writebatch_clear(store->wb);
         for (size_t i = start; i < end; i++)
-            put_row(store, slot_row(store, ks[i].slot));
+            put_row(store, ks_row(store, &ks[i]));
         char *err = NULL;
         rocksdb_write(store->db, store->wopts, store->wb, &err);
         rocksdb_writebatch_clear(store->wb);
@@ -1072,7 +1198,7 @@ static spw_err_t flush_batches(spw_ps_store_t *store, const struct ks *ks, size_
             return SPW_ERR_STORE;
         }
         for (size_t i = start; i < end; i++)
-            slot_row(store, ks[i].slot)->flags &= ~SPW_PS_ROW_DIRTY;
+            ks_clean(store, &ks[i]);
         store->stats.rows_db_written += end - start;
     }
     return SPW_OK;
@@ -1082,6 +1208,40 @@ static inline bool slot_dirty(const spw_ps_store_t *store, uint32_t slot)
 {
     uint32_t f = slot_row(store, slot)->flags;
     return !(f & SLOT_FREE) && (f & SPW_PS_ROW_DIRTY);
+}
+
+/* A walk over the dirty rows: the slab's slots, then the cold file's records. */
+struct dirty_walk {
+    uint64_t next;
+    bool cold;
+};
+
+static bool dirty_next(const spw_ps_store_t *store, struct dirty_walk *w, struct ks *out)
+{
+    if (!w->cold) {
+        while (w->next < store->high_water) {
+            uint32_t slot = (uint32_t)w->next++;
+            if (slot_dirty(store, slot)) {
+                *out = (struct ks){.key = slot_row(store, slot)->key, .slot = slot, .cold = 0};
+                return true;
+            }
+        }
+        w->cold = true;
+        w->next = 0;
+    }
+    const struct spw_ps__cold *c = &store->cold;
+    const uint32_t both = SPW_PS_COLD_FULL | SPW_PS_ROW_DIRTY;
+    if (!store->cold_on || c->n_dirty == 0)
+        return false;
+    while (w->next < c->cap) {
+        uint64_t i = w->next++;
+        const struct spw_ps_row *r = spw_ps__cold_rec(c, i);
+        if ((r->flags & both) == both) {
+            *out = (struct ks){.key = r->key, .slot = (uint32_t)i, .cold = 1};
+            return true;
+        }
+    }
+    return false;
 }
 
 /* Writes every dirty row, in key order. Small flushes go through WriteBatches. Large ones are
@@ -1106,14 +1266,11 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
     uint64_t base = 0, lo = UINT64_MAX, hi = 0;
     uint32_t shift = 48;
     size_t n_dirty = 0;
-    for (uint32_t slot = 0; slot < store->high_water; slot++) {
-        if (slot_dirty(store, slot)) {
-            uint64_t key = slot_row(store, slot)->key;
-            lo = key < lo ? key : lo;
-            hi = key > hi ? key : hi;
-            counts[key >> shift]++;
-            n_dirty++;
-        }
+    struct ks e;
+    for (struct dirty_walk w = {0}; dirty_next(store, &w, &e); n_dirty++) {
+        lo = e.key < lo ? e.key : lo;
+        hi = e.key > hi ? e.key : hi;
+        counts[e.key >> shift]++;
     }
     if (n_dirty == 0)
         goto out_free;
@@ -1123,12 +1280,8 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
         if (!ks || !tmp)
             goto out_nomem;
         size_t n = 0;
-        for (uint32_t slot = 0; slot < store->high_water; slot++) {
-            if (slot_dirty(store, slot)) {
-                ks[n].key = slot_row(store, slot)->key;
-                ks[n++].slot = slot;
-            }
-        }
+        for (struct dirty_walk w = {0}; dirty_next(store, &w, &e);)
+            ks[n++] = e;
         ks_sort(ks, tmp, n);
         ret = flush_batches(store, ks, n, errstr, errstr_size);
         goto out_free;
@@ -1145,9 +1298,8 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
         while (((hi - lo) >> shift) >= BUCKETS)
             shift++;
         memset(counts, 0, BUCKETS * sizeof(uint32_t));
-        for (uint32_t slot = 0; slot < store->high_water; slot++)
-            if (slot_dirty(store, slot))
-                counts[(slot_row(store, slot)->key - base) >> shift]++;
+        for (struct dirty_walk w = {0}; dirty_next(store, &w, &e);)
+            counts[(e.key - base) >> shift]++;
     }
     /* Parts: consecutive buckets, closed once they hold part_max rows (so at most a bucket
      * more; only keys crowded into a 65536th of their range make that large), FLUSH_THREADS of
@@ -1200,23 +1352,17 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
             fill[i] = 0;
             off += part_n[first + i];
         }
-        for (uint32_t slot = 0; slot < store->high_water; slot++) {
-            if (!slot_dirty(store, slot))
-                continue;
-            uint64_t key = slot_row(store, slot)->key;
-            uint32_t p = part_of[(key - base) >> shift];
-            if (p < first || p >= first + n_round)
-                continue;
-            struct ks *e = &parts[p - first].ks[fill[p - first]++];
-            e->key = key;
-            e->slot = slot;
+        for (struct dirty_walk w = {0}; dirty_next(store, &w, &e);) {
+            uint32_t p = part_of[(e.key - base) >> shift];
+            if (p >= first && p < first + n_round)
+                parts[p - first].ks[fill[p - first]++] = e;
         }
         for (uint32_t i = 0; i < n_round; i++)
             parts[i].n = fill[i];
         ret = flush_parts(store, parts, n_round, errstr, errstr_size);
         if (ret == SPW_OK) {
             for (size_t i = 0; i < off; i++)
-                slot_row(store, ks[i].slot)->flags &= ~SPW_PS_ROW_DIRTY;
+                ks_clean(store, &ks[i]);
             store->stats.rows_db_written += off;
         }
     }
@@ -1252,14 +1398,18 @@ void spw_ps_store_get_stats(const spw_ps_store_t *store, struct spw_ps_store_sta
     stats->bytes_dram = (uint64_t)store->high_water * store->stride +
                         (store->idx_mask + 1) * sizeof(struct idx_ent);
     stats->row_bytes = store->stride;
+    stats->rows_cold = store->cold.n;
+    stats->bytes_cold = store->cold.cap * store->cold.stride;
 }
 
 uint64_t spw_ps_store_rows_on_disk(spw_ps_store_t *store)
 {
     uint64_t v = 0;
     if (rocksdb_property_int(store->db, "rocksdb.estimate-num-keys", &v) != 0)
-        return 0;
-    return v > 0 ? v - 1 : 0; /* less the meta key */
+        v = 0;
+    v = v > 0 ? v - 1 : 0; /* less the meta key */
+    /* the cold file holds every row evicted since open, RocksDB those of the last flush */
+    return store->cold.n > v ? store->cold.n : v;
 }
 
 char *spw_ps__store_property(spw_ps_store_t *store, const char *name)
@@ -1537,6 +1687,24 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
     if (spw_ps__keyfilter_init(&store->on_disk, cap < (1u << 16) ? 1u << 16 : cap,
                                !db_has_rows(store)) != SPW_OK)
         goto out_nomem;
+    store->cold_on = !conf->cold_off;
+    if (store->cold_on) {
+        size_t len = strlen(store->db_path) + sizeof(COLD_NAME) + 1;
+        char *path = malloc(len);
+        store->cold_row = malloc(store->stride);
+        if (!path || !store->cold_row) {
+            free(path);
+            goto out_nomem;
+        }
+        snprintf(path, len, "%s/%s", store->db_path, COLD_NAME);
+        spw_err_t cerr =
+            spw_ps__cold_open(&store->cold, path, store->stride, COLD_START, errstr, errstr_size);
+        free(path);
+        if (cerr) {
+            store->cold_on = false;
+            goto out_free_store;
+        }
+    }
     return store;
 
 out_nomem:
@@ -1557,6 +1725,8 @@ void spw_ps_store_close(spw_ps_store_t *store)
             rocksdb_column_family_handle_destroy(store->cf);
         rocksdb_close(store->db);
     }
+    spw_ps__cold_close(&store->cold);
+    free(store->cold_row);
     if (store->wb)
         rocksdb_writebatch_destroy(store->wb);
     if (store->wopts)

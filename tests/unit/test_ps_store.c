@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ps_int.h"
@@ -149,14 +150,15 @@ static void test_ps_store_nonfinite_rejected(void **state)
 }
 
 /* Applies the same pseudo-random pushes to a store whose DRAM holds a fraction of the keys and to
- * one that holds all of them; every row must be bit-identical. */
-static void test_ps_store_spill_readback_identical(void **state)
+ * one that holds all of them; every row must be bit-identical. Evicted rows in the cold file, or
+ * (cold_off) in RocksDB. */
+static void spill_readback_identical(struct test_dir_fixture *fx, bool cold_off)
 {
-    struct test_dir_fixture *fx = *state;
     char p1[128], p2[128];
     const uint32_t dim = 4, n_keys = 20000;
     struct spw_ps_store_conf small = base_conf(fx, p1, sizeof(p1), SPW_PS_ADAM, dim);
     small.memory_bytes = 200 * 1024; /* ~1/10 of the model */
+    small.cold_off = cold_off;
     struct spw_ps_store_conf big = base_conf(fx, p2, sizeof(p2), SPW_PS_ADAM, dim);
     spw_ps_store_t *a = open_ok(&small), *b = open_ok(&big);
     struct spw_ps_store_stats st;
@@ -183,8 +185,11 @@ static void test_ps_store_spill_readback_identical(void **state)
     }
     spw_ps_store_get_stats(a, &st);
     assert_true(st.evictions > 0);
-    assert_true(st.db_reads > 0);
+    assert_true((cold_off ? st.db_reads : st.cold_reads) > 0);
+    assert_int_equal(cold_off ? st.cold_reads : st.db_reads, 0);
     assert_true(st.rows_dram <= st.rows_dram_max);
+    /* a row lives in DRAM or in the cold file, never both */
+    assert_int_equal(st.rows_cold + st.rows_dram, cold_off ? st.rows_dram : st.rows_created);
     size_t sz = sizeof(struct spw_ps_row_copy) + (dim + 2 * dim + 1) * sizeof(float);
     struct spw_ps_row_copy *ra = malloc(sz), *rb = malloc(sz);
     int found = 0;
@@ -204,6 +209,12 @@ static void test_ps_store_spill_readback_identical(void **state)
     free(rb);
     spw_ps_store_close(a);
     spw_ps_store_close(b);
+}
+
+static void test_ps_store_spill_readback_identical(void **state)
+{
+    spill_readback_identical(*state, false);
+    spill_readback_identical(*state, true);
 }
 
 /* The index is sized for the rows held, not for the whole budget: a store with a large budget
@@ -429,13 +440,15 @@ static bool has_key(const struct evicted *ev, uint64_t key)
     return false;
 }
 
-static void test_ps_store_ttl(void **state)
+/* Rows past their TTL go from every tier, each reported once: in DRAM, in the cold file (variant
+ * 1, and variant 2 where a flush also put them in RocksDB) or in RocksDB alone (variant 0). */
+static void ttl_expiry(struct test_dir_fixture *fx, int variant)
 {
-    struct test_dir_fixture *fx = *state;
     char p[128];
     struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_SGD, 4);
     c.ttl_s = 10;
-    c.memory_bytes = 16 * 1024; /* ~100 rows: most keys live in RocksDB */
+    c.memory_bytes = 16 * 1024; /* ~100 rows: most keys live outside DRAM */
+    c.cold_off = variant == 0;
     struct evicted ev = {0};
     c.on_evict = on_evict;
     c.evict_opaque = &ev;
@@ -449,9 +462,13 @@ static void test_ps_store_ttl(void **state)
         assert_int_equal(spw_ps_store_push(s, &k, 1, g, NULL, NULL, NULL), SPW_OK);
     uint64_t hot = 3; /* a row updated recently stays */
     assert_int_equal(spw_ps_store_push(s, &hot, 1, g, NULL, NULL, NULL), SPW_OK);
+    if (variant == 2)
+        assert_int_equal(spw_ps_store_flush(s), SPW_OK);
     struct spw_ps_store_stats st;
     spw_ps_store_get_stats(s, &st);
     assert_true(st.evictions > 0);
+    /* a row lives in DRAM or in the cold file, never both */
+    assert_int_equal(st.rows_cold + st.rows_dram, variant == 0 ? st.rows_dram : 1020);
     spw_ps_store_set_now(s, 1012);
     size_t total = 0, n;
     for (int i = 0; i < 100; i++) {
@@ -469,6 +486,12 @@ static void test_ps_store_ttl(void **state)
     assert_int_equal(spw_ps_store_get_row(s, 1500, row), SPW_OK);
     free(row);
     spw_ps_store_close(s);
+}
+
+static void test_ps_store_ttl(void **state)
+{
+    for (int variant = 0; variant < 3; variant++)
+        ttl_expiry(*state, variant);
 }
 
 /* A deep model's dense blocks (sparrow/hash.h): their rows start at zero, are admitted at the
@@ -560,13 +583,13 @@ static void test_ps_store_reopen_persists_and_checks_layout(void **state)
 /* Keys never written to RocksDB get their row without a RocksDB read; a row written there
  * (evicted, flushed) is read back, not created again; a store opened on a database that holds
  * rows reads RocksDB for every new key. */
-static void test_ps_store_new_keys_skip_rocksdb(void **state)
+static void new_keys_skip_lookups(struct test_dir_fixture *fx, bool cold_off)
 {
-    struct test_dir_fixture *fx = *state;
     char p[128];
     const uint32_t dim = 2;
     struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAGRAD, dim);
     c.memory_bytes = 64 * 1024; /* a few hundred rows: pushes below evict */
+    c.cold_off = cold_off;
     spw_ps_store_t *s = open_ok(&c);
     struct spw_ps_store_stats st;
     spw_ps_store_get_stats(s, &st);
@@ -593,13 +616,15 @@ static void test_ps_store_new_keys_skip_rocksdb(void **state)
     assert_true(st.evictions > 0);
     assert_true(st.db_skipped > st.rows_dram_max); /* those before the first eviction at least */
     assert_true(st.db_skipped <= n);
-    /* every key again: each row is found (DRAM or RocksDB), once pushed, none created anew */
+    /* every key again: each row is found (DRAM, the cold file or RocksDB), once pushed, none
+     * created anew */
     assert_int_equal(spw_ps_store_pull(s, keys, n, v, ver), SPW_OK);
     for (uint32_t i = 0; i < n; i++)
         assert_int_equal(ver[i], 1);
     spw_ps_store_get_stats(s, &st);
     assert_int_equal(st.rows_created, n);
-    assert_true(st.db_reads > 0);
+    assert_true((cold_off ? st.db_reads : st.cold_reads) > 0);
+    assert_int_equal(cold_off ? st.cold_reads : st.db_reads, 0);
     spw_ps_store_close(s);
 
     /* reopened on a database with rows: the filter cannot know them, so nothing is skipped */
@@ -611,11 +636,18 @@ static void test_ps_store_new_keys_skip_rocksdb(void **state)
     spw_ps_store_get_stats(s, &st);
     assert_int_equal(st.db_skipped, 0);
     assert_int_equal(st.db_misses, 1);
+    assert_int_equal(st.db_reads, 1); /* a new cold file is empty: the row came from RocksDB */
     spw_ps_store_close(s);
     free(keys);
     free(g);
     free(v);
     free(ver);
+}
+
+static void test_ps_store_new_keys_skip_rocksdb(void **state)
+{
+    new_keys_skip_lookups(*state, false);
+    new_keys_skip_lookups(*state, true);
 }
 
 /* GCLOCK: with DRAM full, rows touched by several requests outlast rows touched once. A quarter
@@ -680,19 +712,89 @@ static void skewed_batch(uint64_t *rng, uint64_t *keys, uint32_t m, uint32_t n)
     }
 }
 
-/* The cold tier through SST files (the model is larger than the memtables, so most evicted rows
- * are read back from table files, through the options spw_ps__db_options sets: one restart
- * point per row, hashed block index, no block cache, checksums not verified on the misses'
- * MultiGet): rows evicted and read back by pushes alone and by pulls then pushes keep their
- * values, optimizer state, version, count and last update exactly, against a store holding
- * every row in DRAM; so do all rows after a close (flush) and reopen. */
-static void test_ps_store_cold_tier_sst_readback_exact(void **state)
+/* The cold file's table against a plain array: random puts, finds and deletes over a key range
+ * crowded enough for long probe runs (so deletions shift records back) and for two growths. */
+static void test_ps_store_cold_file_table(void **state)
 {
     struct test_dir_fixture *fx = *state;
+    enum { KEYS = 12000, OPS = 200000 };
+    const size_t stride = SPW_PS_ROW_HDR + 8;
+    char path[256], err[256] = "";
+    snprintf(path, sizeof(path), "%s/cold.rows", fx->dir);
+    struct spw_ps__cold c;
+    assert_int_equal(spw_ps__cold_open(&c, path, stride, 0, err, sizeof(err)), SPW_OK);
+    assert_int_equal(c.cap, 4096);
+    static uint32_t value[KEYS]; /* 0: absent; else the record's version */
+    static uint8_t dirty[KEYS];
+    memset(value, 0, sizeof(value));
+    uint64_t n = 0, n_dirty = 0, rng = 11;
+    uint8_t buf[SPW_PS_ROW_HDR + 8] = {0};
+    struct spw_ps_row *row = (struct spw_ps_row *)buf;
+    for (uint32_t op = 1; op <= OPS; op++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t k = (uint32_t)(rng >> 33) % KEYS;
+        uint64_t key = (uint64_t)k * 0x10000 + 7; /* keys equal modulo small powers of two */
+        int64_t i = spw_ps__cold_find(&c, key);
+        assert_int_equal(i >= 0, value[k] != 0);
+        if (i >= 0) {
+            const struct spw_ps_row *r = spw_ps__cold_rec(&c, (uint64_t)i);
+            assert_int_equal(r->version, value[k]);
+            assert_int_equal(r->flags, SPW_PS_COLD_FULL | (dirty[k] ? SPW_PS_ROW_DIRTY : 0));
+        }
+        /* deletes while the table fills, then as many as puts */
+        if (i >= 0 && (rng >> 20) % 3 == 0) {
+            spw_ps__cold_delete_at(&c, (uint64_t)i);
+            n--;
+            n_dirty -= dirty[k];
+            value[k] = 0;
+        } else if ((rng >> 24) % 2 == 0) {
+            row->key = key;
+            row->version = op;
+            row->flags = ((rng >> 40) & 1) ? SPW_PS_ROW_DIRTY | SPW_PS_ROW_PIN : 0;
+            assert_int_equal(spw_ps__cold_put(&c, row), SPW_OK);
+            n += value[k] == 0;
+            if (value[k] != 0)
+                n_dirty -= dirty[k];
+            n_dirty += (row->flags & SPW_PS_ROW_DIRTY) != 0;
+            value[k] = op;
+            dirty[k] = (row->flags & SPW_PS_ROW_DIRTY) != 0;
+        }
+        assert_int_equal(c.n, n);
+        assert_int_equal(c.n_dirty, n_dirty);
+    }
+    assert_true(c.grows >= 1 && c.n * 10 <= c.cap * 7);
+    for (uint32_t k = 0; k < KEYS; k++)
+        assert_int_equal(spw_ps__cold_find(&c, (uint64_t)k * 0x10000 + 7) >= 0, value[k] != 0);
+    spw_ps__cold_close(&c);
+    assert_int_equal(access(path, F_OK), -1); /* removed at close */
+}
+
+enum cold_tier {
+    TIER_COLD_FILE,    /* evicted rows in the cold file, growing from its first size */
+    TIER_SST,          /* no cold file: in RocksDB */
+    TIER_FILE_NO_GROW, /* the cold file cannot grow: rows beyond it go to RocksDB */
+};
+
+/* The cold tiers: rows evicted and read back by pushes alone and by pulls then pushes keep their
+ * values, optimizer state, version, count and last update exactly, against a store holding
+ * every row in DRAM; so do all rows after a close (flush) and reopen. TIER_SST goes through
+ * RocksDB's table files (the model is larger than the memtables), with the options
+ * spw_ps__db_options sets (one restart point per row, hashed block index, no block cache).
+ * TIER_COLD_FILE flushes halfway too (a checkpoint: its dirty records become clean, and the
+ * pushes after it dirty them again), so that the reopen reads rows from both flushes. */
+static void cold_tier_readback_exact(struct test_dir_fixture *fx, enum cold_tier tier)
+{
     char p1[128], p2[128];
     const uint32_t dim = 16, n_keys = 80000, batch = 1024;
     struct spw_ps_store_conf small = base_conf(fx, p1, sizeof(p1), SPW_PS_ADAGRAD, dim);
     small.memory_bytes = n_keys * (SPW_PS_ROW_HDR + 2 * dim * sizeof(float)) / 10;
+    small.cold_off = tier == TIER_SST;
+    if (tier == TIER_FILE_NO_GROW) { /* a directory where the grown file would be made */
+        char grow[256];
+        assert_int_equal(spw_fs_mkdir_p(p1), SPW_OK);
+        snprintf(grow, sizeof(grow), "%s/SPARROW-COLD.rows.grow", p1);
+        assert_int_equal(mkdir(grow, 0755), 0);
+    }
     struct spw_ps_store_conf big = base_conf(fx, p2, sizeof(p2), SPW_PS_ADAGRAD, dim);
     big.memory_bytes = 64u << 20;
     spw_ps_store_t *a = open_ok(&small), *b = open_ok(&big);
@@ -716,12 +818,21 @@ static void test_ps_store_cold_tier_sst_readback_exact(void **state)
     assert_true(spw_ps__store_wait_idle(a, 60000)); /* the memtables' flushes done */
     char *sst = spw_ps__store_property(a, "rocksdb.live-sst-files-size");
     assert_non_null(sst);
-    assert_true(strtoull(sst, NULL, 10) > (4u << 20));
+    if (tier != TIER_COLD_FILE)
+        assert_true(strtoull(sst, NULL, 10) > (4u << 20));
+    else
+        assert_int_equal(strtoull(sst, NULL, 10), 0); /* nothing written there yet */
     free(sst);
     struct spw_ps_store_stats st0, st;
     spw_ps_store_get_stats(a, &st0);
+    if (tier == TIER_COLD_FILE) /* grown from 16384 records to hold the evicted rows */
+        assert_true(st0.rows_cold > n_keys / 2 && st0.bytes_cold > 16384u * st0.row_bytes);
+    if (tier == TIER_FILE_NO_GROW) /* full at 7/10 of its 16384 records */
+        assert_int_equal(st0.rows_cold, 16384u * 7 / 10);
     uint64_t rng = 3;
     for (int round = 0; round < 60; round++) {
+        if (tier == TIER_COLD_FILE && round == 30)
+            assert_int_equal(spw_ps_store_flush(a), SPW_OK);
         spw_ps_store_set_now(a, 1001 + (uint32_t)round);
         spw_ps_store_set_now(b, 1001 + (uint32_t)round);
         skewed_batch(&rng, keys, batch, n_keys);
@@ -740,8 +851,14 @@ static void test_ps_store_cold_tier_sst_readback_exact(void **state)
         assert_int_equal(spw_ps_store_push(b, keys, batch, g, verb, NULL, NULL), SPW_OK);
     }
     spw_ps_store_get_stats(a, &st);
-    assert_true(st.db_reads - st0.db_reads > 10000);
     assert_true(st.evictions - st0.evictions > 10000);
+    if (tier == TIER_COLD_FILE) {
+        assert_true(st.cold_reads - st0.cold_reads > 10000);
+        assert_int_equal(st.db_reads, 0);
+        assert_int_equal(st.rows_cold + st.rows_dram, n_keys);
+    } else {
+        assert_true(st.db_reads - st0.db_reads > (tier == TIER_SST ? 10000 : 1000));
+    }
     size_t sz = sizeof(struct spw_ps_row_copy) + 2 * dim * sizeof(float);
     struct spw_ps_row_copy *ra = malloc(sz), *rb = malloc(sz);
     for (int pass = 0; pass < 2; pass++) {
@@ -769,6 +886,13 @@ static void test_ps_store_cold_tier_sst_readback_exact(void **state)
     free(vb);
     free(vera);
     free(verb);
+}
+
+static void test_ps_store_cold_tier_readback_exact(void **state)
+{
+    cold_tier_readback_exact(*state, TIER_COLD_FILE);
+    cold_tier_readback_exact(*state, TIER_SST);
+    cold_tier_readback_exact(*state, TIER_FILE_NO_GROW);
 }
 
 /* The shard database's options, as RocksDB persisted them: the memtable insert hint (applied
@@ -876,5 +1000,5 @@ SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_store_pull
                    test_ps_store_dense_blocks, test_ps_store_dense_lr_scale,
                    test_ps_store_reopen_persists_and_checks_layout,
                    test_ps_store_db_options_insert_hint, test_ps_store_new_keys_skip_rocksdb,
-                   test_ps_store_cold_tier_sst_readback_exact,
+                   test_ps_store_cold_tier_readback_exact, test_ps_store_cold_file_table,
                    test_ps_store_eviction_keeps_hot_rows, test_ps_store_slab_ahead)

@@ -139,6 +139,8 @@ struct spw_ps_store_conf {
     const char *rocksdb_options; /* passed to rocksdb_get_options_from_string; NULL: none */
     uint32_t admit_min_count;    /* <= 1: every key is admitted on first touch */
     uint32_t ttl_s;              /* 0: rows never expire */
+    bool cold_off; /* evicted rows go straight to RocksDB, not to the cold file (pserver.cold_file)
+                    */
     /* A reserved key whose row is a plain counter (0: none): it starts at zero and a push adds
      * its gradient's first value to w[0], with no optimizer and no staleness penalty. The
      * exactly-once test counts every trained example there. */
@@ -296,9 +298,12 @@ struct spw_ps_store_stats {
     uint64_t rows_db_written; /* rows written to RocksDB (evictions and flushes) */
     uint64_t bytes_dram;      /* slabs + index */
     uint64_t db_reads;        /* rows read from RocksDB */
+    uint64_t cold_reads;      /* rows read from the cold file */
+    uint64_t rows_cold;       /* rows in the cold file */
+    uint64_t bytes_cold;      /* size of the cold file */
     uint64_t db_misses;       /* keys not found in RocksDB either */
     uint64_t db_skipped;      /* of db_misses, keys never written to RocksDB: not looked up there */
-    uint64_t evictions;       /* DRAM -> RocksDB */
+    uint64_t evictions;       /* rows evicted from DRAM (to the cold file, else RocksDB) */
     uint64_t expired;         /* TTL evictions */
     uint64_t admitted;
     uint64_t pulls_unadmitted;
@@ -332,7 +337,8 @@ struct spw_ps_slab_range {
  */
 void spw_ps_store_slab_ahead(spw_ps_store_t *store, struct spw_ps_slab_range *range);
 
-/* Estimated number of rows on disk (RocksDB's estimate-num-keys). */
+/* Estimated number of rows on disk: RocksDB's estimate-num-keys or the cold file's rows, the
+ * larger. */
 uint64_t spw_ps_store_rows_on_disk(spw_ps_store_t *store);
 
 /* ---- the ZeroMQ server ---- */
