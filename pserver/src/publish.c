@@ -23,6 +23,7 @@
 #define FINAL_FLUSH_MS   10000
 #define SYNC_TIMEOUT_MS  5000 /* per step: flush, metadata, each watermark query */
 #define SET_MIN_CAP      1024u
+#define SET_PREFETCH     8u          /* keys between a slot's prefetch and its probe */
 #define REQUEUE_MAX_KEYS (64u << 20) /* failed records remembered for re-publishing */
 #define SCAN_TIMEOUT_MS  60000       /* reading the stream back after a restore */
 #define SCAN_POLL_MS     200
@@ -174,8 +175,15 @@ void spw_ps__publisher_touch(spw_ps__publisher_t *pub, const uint64_t *keys, siz
                              int64_t event_ms)
 {
     int64_t now = spw_time_wall_ms();
+    struct pub_set *s = &pub->set;
+    /* Grown for the whole request first, so that each key's slot can be asked for a few keys
+     * ahead of its probe (the set outgrows the caches: a miss per key otherwise). */
+    while ((s->n + n + 1) * 2 > s->cap && set_grow(s))
+        ;
     for (size_t i = 0; i < n; i++) {
-        struct pub_entry *e = set_get(&pub->set, keys[i]);
+        if (i + SET_PREFETCH < n && s->cap > 0)
+            __builtin_prefetch(&s->e[spw_hash_mix64(keys[i + SET_PREFETCH]) & (s->cap - 1)], 1);
+        struct pub_entry *e = set_get(s, keys[i]);
         if (!e) {
             SPW_LOG_RATELIMITED(SPW_LOG_ERROR, 5000, "publish set out of memory", "key=%" PRIu64,
                                 keys[i]);
