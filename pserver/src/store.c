@@ -30,7 +30,7 @@
 #define PIN_ROWS      1024u /* rows written between mappings of an SST file's new pages */
 #define IDX_MIN       1024u /* smallest index (entries) */
 #define IDX_SALT      0x9e3779b97f4a7c15ull
-#define PREFETCH_DIST 8
+#define PREFETCH_DIST 16
 #define SKETCH_DEPTH  4u
 #define SLOT_FREE     8u                  /* flags bit of a slot on the free list */
 #define INGEST_PREFIX "SPARROW-INGEST-"   /* + part + ".tmp" in db_path; not a RocksDB name */
