@@ -455,7 +455,12 @@ static spw_err_t compress_step(spw_topk_t *tk, const uint64_t *keys, float *grad
             tk->step_slot[r] = SPW_TRN__NONE;
     }
     if (ef && tk->count) {
+        enum { AHEAD = 16 }; /* keys hinted before their find: the index outgrows the caches */
+        for (size_t r = 0; r < n && r < AHEAD; r++)
+            spw_trn__keyidx_prefetch(&tk->index, keys[r]);
         for (size_t r = 0; r < n; r++) {
+            if (r + AHEAD < n)
+                spw_trn__keyidx_prefetch(&tk->index, keys[r + AHEAD]);
             uint32_t slot = spw_trn__keyidx_find(&tk->index, keys[r]);
             if (slot == SPW_TRN__NONE)
                 continue;
