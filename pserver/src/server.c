@@ -1027,7 +1027,7 @@ static void handle_restore(spw_ps_server_t *srv, struct peer *peer, const Sparro
             return;
         }
     }
-    spw_ps_store_close(srv->store);
+    spw_ps_store_discard(srv->store); /* its rows are replaced: nothing to write */
     srv->store = NULL;
     spw_err_t rc = SPW_OK;
     if (epoch == 0)
@@ -1535,7 +1535,13 @@ void spw_ps_server_destroy(spw_ps_server_t *srv)
     if (srv->zctx)
         zmq_ctx_term(srv->zctx);
     spw_ps__publisher_destroy(srv->pub, srv->store, srv->epoch); /* final publish and flush */
-    spw_ps_store_close(srv->store);
+    /* With pserver.restore the next start installs a checkpoint over the live database, so its
+     * dirty rows need not be written (with the cold file, possibly every row changed since the
+     * last checkpoint: seconds to minutes at SIGTERM). */
+    if (srv->conf.restore)
+        spw_ps_store_discard(srv->store);
+    else
+        spw_ps_store_close(srv->store);
     spw_arena_destroy(srv->arena);
     if (srv->own_metrics)
         spw_metrics_destroy(srv->metrics);

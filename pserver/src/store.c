@@ -1710,16 +1710,16 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
 out_nomem:
     snprintf(errstr, errstr_size, "out of memory");
 out_free_store:
-    spw_ps_store_close(store);
+    spw_ps_store_discard(store);
     return NULL;
 }
 
-void spw_ps_store_close(spw_ps_store_t *store)
+static void close_store(spw_ps_store_t *store, bool flush)
 {
     if (!store)
         return;
     if (store->db) {
-        if (spw_ps_store_flush(store) != SPW_OK)
+        if (flush && spw_ps_store_flush(store) != SPW_OK)
             SPW_ERROR("flush on close failed", "path=%s", store->db_path);
         if (store->cf)
             rocksdb_column_family_handle_destroy(store->cf);
@@ -1763,6 +1763,16 @@ void spw_ps_store_close(spw_ps_store_t *store)
         free(store->ingest_paths[i]);
     spw_ps__digest_cache_fini(&store->digests);
     free(store);
+}
+
+void spw_ps_store_close(spw_ps_store_t *store)
+{
+    close_store(store, true);
+}
+
+void spw_ps_store_discard(spw_ps_store_t *store)
+{
+    close_store(store, false);
 }
 
 /* ---- checkpoints ---- */

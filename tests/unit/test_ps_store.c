@@ -712,6 +712,38 @@ static void skewed_batch(uint64_t *rng, uint64_t *keys, uint32_t m, uint32_t n)
     }
 }
 
+/* A discarded store writes nothing: reopened, it holds what its last flush wrote, from DRAM and
+ * from the cold file alike. */
+static void test_ps_store_discard_keeps_last_flush(void **state)
+{
+    struct test_dir_fixture *fx = *state;
+    char p[128];
+    struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_SGD, 2);
+    c.memory_bytes = 16 * 1024; /* most of the 2000 rows in the cold file */
+    spw_ps_store_t *s = open_ok(&c);
+    enum { N = 2000 };
+    static uint64_t keys[N];
+    static float g[N * 2], v[N * 2], want[N * 2];
+    for (uint32_t i = 0; i < N; i++) {
+        keys[i] = i + 1;
+        g[2 * i] = 0.5f;
+        g[2 * i + 1] = -0.25f;
+    }
+    assert_int_equal(spw_ps_store_push(s, keys, N, g, NULL, NULL, NULL), SPW_OK);
+    assert_int_equal(spw_ps_store_flush(s), SPW_OK);
+    assert_int_equal(spw_ps_store_pull(s, keys, N, want, NULL), SPW_OK);
+    assert_int_equal(spw_ps_store_push(s, keys, N, g, NULL, NULL, NULL), SPW_OK);
+    struct spw_ps_store_stats st;
+    spw_ps_store_get_stats(s, &st);
+    assert_true(st.rows_cold > N / 2);
+    spw_ps_store_discard(s);
+    s = open_ok(&c);
+    assert_int_equal(spw_ps_store_pull(s, keys, N, v, NULL), SPW_OK);
+    assert_memory_equal(v, want, sizeof(v));
+    spw_ps_store_close(s);
+    spw_ps_store_discard(NULL);
+}
+
 /* The cold file's table against a plain array: random puts, finds and deletes over a key range
  * crowded enough for long probe runs (so deletions shift records back) and for two growths. */
 static void test_ps_store_cold_file_table(void **state)
@@ -1001,4 +1033,5 @@ SPW_TEST_MAIN_EACH(test_fixture_setup, test_fixture_teardown, test_ps_store_pull
                    test_ps_store_reopen_persists_and_checks_layout,
                    test_ps_store_db_options_insert_hint, test_ps_store_new_keys_skip_rocksdb,
                    test_ps_store_cold_tier_readback_exact, test_ps_store_cold_file_table,
-                   test_ps_store_eviction_keeps_hot_rows, test_ps_store_slab_ahead)
+                   test_ps_store_discard_keeps_last_flush, test_ps_store_eviction_keeps_hot_rows,
+                   test_ps_store_slab_ahead)

@@ -164,6 +164,12 @@ spw_err_t spw_ps_store_peek_dim(const char *db_path, uint32_t *dim,
 /* Writes dirty rows to RocksDB and closes. NULL is a no-op. */
 void spw_ps_store_close(spw_ps_store_t *store);
 
+/* Closes without writing the dirty rows: their changes since the last flush are lost, which is
+ * what a store about to be replaced by a checkpoint (a restore; a restart with pserver.restore)
+ * wants, since with the cold file that flush can write every row changed since the last
+ * checkpoint. NULL is a no-op. */
+void spw_ps_store_discard(spw_ps_store_t *store);
+
 /* Sets the clock (seconds) used for last_update and TTL. Defaults to wall time at open. */
 void spw_ps_store_set_now(spw_ps_store_t *store, uint32_t now_s);
 
