@@ -14,6 +14,7 @@
 #include "ps_int.h"
 #include "sparrow/hash.h"
 #include "sparrow/log.h"
+#include "sparrow/time.h"
 
 #define COLD_SALT     0x2545f4914f6cdd1dull
 #define COLD_MIN_CAP  4096u
@@ -29,6 +30,26 @@ static inline uint64_t home_of(const struct spw_ps__cold *c, uint64_t key)
 static inline bool rec_full(const struct spw_ps_row *r)
 {
     return (r->flags & SPW_PS_COLD_FULL) != 0;
+}
+
+static inline void mark(struct spw_ps__cold *c, uint64_t i, bool dirty)
+{
+    uint64_t bit = 1ull << (i & 63);
+    if (dirty)
+        c->dirty[i >> 6] |= bit;
+    else
+        c->dirty[i >> 6] &= ~bit;
+}
+
+static inline bool marked(const struct spw_ps__cold *c, uint64_t i)
+{
+    return (c->dirty[i >> 6] >> (i & 63)) & 1;
+}
+
+/* The dirty bitmap of cap records (cap a multiple of 64), zeroed; NULL when out of memory. */
+static uint64_t *bitmap_new(uint64_t cap)
+{
+    return calloc(cap / 64, sizeof(uint64_t));
 }
 
 /* Maps a new file of cap records at path (replacing any), its blocks allocated up front so that
@@ -84,11 +105,17 @@ spw_err_t spw_ps__cold_open(struct spw_ps__cold *c, const char *path, size_t str
     memcpy(c->path, path, len + 1);
     snprintf(c->grow_path, len + 6, "%s.grow", path);
     unlink(c->grow_path); /* left by a crash during a growth */
-    spw_err_t err = map_file(path, stride, cap, &c->fd, &c->map, errstr, errstr_size);
+    c->dirty = bitmap_new(cap);
+    spw_err_t err = c->dirty ? map_file(path, stride, cap, &c->fd, &c->map, errstr, errstr_size)
+                             : SPW_ERR_NOMEM;
     if (err) {
+        if (err == SPW_ERR_NOMEM)
+            snprintf(errstr, errstr_size, "out of memory");
+        free(c->dirty);
         free(c->path);
         free(c->grow_path);
         c->path = c->grow_path = NULL;
+        c->dirty = NULL;
         return err;
     }
     c->stride = stride;
@@ -107,6 +134,7 @@ void spw_ps__cold_close(struct spw_ps__cold *c)
         close(c->fd);
     if (c->path)
         unlink(c->path);
+    free(c->dirty);
     free(c->path);
     free(c->grow_path);
     memset(c, 0, sizeof(*c));
@@ -154,6 +182,7 @@ static void put_at_home(struct spw_ps__cold *c, const struct spw_ps_row *row, ui
     c->n++;
     if (flags & SPW_PS_ROW_DIRTY)
         c->n_dirty++;
+    mark(c, i, (flags & SPW_PS_ROW_DIRTY) != 0);
 }
 
 /* Doubles the table into a new file, then renames it over the old one. */
@@ -161,11 +190,15 @@ static spw_err_t grow(struct spw_ps__cold *c)
 {
     if (c->cap >= COLD_MAX_CAP || c->grow_failed)
         return SPW_ERR_NOMEM;
-    char why[512];
+    char why[512] = "out of memory";
+    uint64_t t0 = spw_time_mono_ns();
     struct spw_ps__cold next = *c;
-    spw_err_t err =
-        map_file(c->grow_path, c->stride, c->cap * 2, &next.fd, &next.map, why, sizeof(why));
+    next.dirty = bitmap_new(c->cap * 2);
+    spw_err_t err = next.dirty ? map_file(c->grow_path, c->stride, c->cap * 2, &next.fd, &next.map,
+                                          why, sizeof(why))
+                               : SPW_ERR_NOMEM;
     if (err) {
+        free(next.dirty);
         /* Logged once: evictions go to RocksDB from now on, as without a cold file. */
         SPW_ERROR("cold file cannot grow: evicted rows go to RocksDB from now on",
                   "path=%s rows=%" PRIu64 " err=\"%s\"", c->path, c->n, why);
@@ -186,14 +219,19 @@ static spw_err_t grow(struct spw_ps__cold *c)
                   "path=%s err=\"rename: %s\"", c->path, strerror(errno));
         munmap(next.map, (size_t)next.cap * next.stride);
         close(next.fd);
+        free(next.dirty);
         unlink(c->grow_path);
         c->grow_failed = true;
         return SPW_ERR_IO;
     }
     munmap(c->map, (size_t)c->cap * c->stride);
     close(c->fd);
+    free(c->dirty);
     *c = next;
     c->grows++;
+    /* the shard's thread stops for this: rows moved at memory (or disk) speed */
+    SPW_INFO("cold file grown", "path=%s records=%" PRIu64 " rows=%" PRIu64 " ms=%.0f", c->path,
+             c->cap, c->n, (double)(spw_time_mono_ns() - t0) / 1e6);
     return SPW_OK;
 }
 
@@ -223,9 +261,36 @@ void spw_ps__cold_delete_at(struct spw_ps__cold *c, uint64_t i)
         uint64_t home = home_of(c, r->key);
         if (((j - home) & c->mask) >= ((j - i) & c->mask)) {
             memcpy(hole, r, c->stride);
+            mark(c, i, marked(c, j));
             hole = r;
             i = j;
         }
     }
     hole->flags = 0;
+    mark(c, i, false);
+}
+
+void spw_ps__cold_clean(struct spw_ps__cold *c, uint64_t i)
+{
+    struct spw_ps_row *r = spw_ps__cold_rec(c, i);
+    if (r->flags & SPW_PS_ROW_DIRTY) {
+        r->flags &= ~SPW_PS_ROW_DIRTY;
+        c->n_dirty--;
+        mark(c, i, false);
+    }
+}
+
+bool spw_ps__cold_next_dirty(const struct spw_ps__cold *c, uint64_t *i)
+{
+    uint64_t w = *i >> 6;
+    if (*i >= c->cap)
+        return false;
+    uint64_t bits = c->dirty[w] & (~0ull << (*i & 63));
+    while (bits == 0) {
+        if (++w >= c->cap / 64)
+            return false;
+        bits = c->dirty[w];
+    }
+    *i = (w << 6) + (uint64_t)__builtin_ctzll(bits);
+    return true;
 }

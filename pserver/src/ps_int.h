@@ -166,13 +166,15 @@ void spw_ps__big_free(void *p, size_t bytes);
 /* Rows evicted from DRAM, each a record of the DRAM row's layout and stride in an open-addressing
  * table (linear probing, load at most 0.7, doubled into a new file beyond) mapped from a file of
  * the store's directory. A record's flags hold SPW_PS_COLD_FULL and the row's SPW_PS_ROW_DIRTY
- * (RocksDB's copy is older, or there is none). Not durable: checkpoints write the dirty records to
- * RocksDB, and the file is removed at close and recreated empty at open. Owned by the store's
- * thread; a flush's writer threads only read records while the store's thread waits. */
+ * (RocksDB's copy is older, or there is none), which a bitmap in memory repeats so that a flush
+ * finds the dirty records without reading the file. Not durable: checkpoints write the dirty
+ * records to RocksDB, and the file is removed at close and recreated empty at open. Owned by the
+ * store's thread; a flush's writer threads only read records while the store's thread waits. */
 struct spw_ps__cold {
     char *path, *grow_path;
     int fd;
-    uint8_t *map; /* cap records of stride bytes */
+    uint8_t *map;    /* cap records of stride bytes */
+    uint64_t *dirty; /* bit i: record i holds a dirty row (cap bits, in memory) */
     size_t stride;
     uint64_t cap, mask;
     uint64_t n;       /* records held */
@@ -204,6 +206,12 @@ void spw_ps__cold_prefetch(const struct spw_ps__cold *c, uint64_t key);
 spw_err_t spw_ps__cold_put(struct spw_ps__cold *c, const struct spw_ps_row *row);
 /* Removes record i; records after it in its run may move back (to i among them). */
 void spw_ps__cold_delete_at(struct spw_ps__cold *c, uint64_t i);
+/* Marks record i clean (its row written to RocksDB). A flush's writer threads may read records
+ * meanwhile, not this. */
+void spw_ps__cold_clean(struct spw_ps__cold *c, uint64_t i);
+/* The first record at or after *i that holds a dirty row, found through the dirty bitmap (a
+ * flush reads cap / 8 bytes, not the file): true with *i set, false past the end. */
+bool spw_ps__cold_next_dirty(const struct spw_ps__cold *c, uint64_t *i);
 
 /* ---- filter of the keys in RocksDB (keyfilter.c) ---- */
 /* A blocked Bloom filter (one cache line per key, 8 bits per key, about 2-3% false positives)

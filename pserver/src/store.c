@@ -338,10 +338,10 @@ static inline struct spw_ps_row *ks_row(const spw_ps_store_t *store, const struc
 /* The row of e has been written to RocksDB. */
 static inline void ks_clean(spw_ps_store_t *store, const struct ks *e)
 {
-    struct spw_ps_row *row = ks_row(store, e);
-    if (e->cold && (row->flags & SPW_PS_ROW_DIRTY))
-        store->cold.n_dirty--;
-    row->flags &= ~SPW_PS_ROW_DIRTY;
+    if (e->cold)
+        spw_ps__cold_clean(&store->cold, e->slot);
+    else
+        slot_row(store, e->slot)->flags &= ~SPW_PS_ROW_DIRTY;
 }
 
 static inline void put_row(spw_ps_store_t *store, const struct spw_ps_row *row)
@@ -1230,18 +1230,11 @@ static bool dirty_next(const spw_ps_store_t *store, struct dirty_walk *w, struct
         w->next = 0;
     }
     const struct spw_ps__cold *c = &store->cold;
-    const uint32_t both = SPW_PS_COLD_FULL | SPW_PS_ROW_DIRTY;
-    if (!store->cold_on || c->n_dirty == 0)
+    if (!store->cold_on || c->n_dirty == 0 || !spw_ps__cold_next_dirty(c, &w->next))
         return false;
-    while (w->next < c->cap) {
-        uint64_t i = w->next++;
-        const struct spw_ps_row *r = spw_ps__cold_rec(c, i);
-        if ((r->flags & both) == both) {
-            *out = (struct ks){.key = r->key, .slot = (uint32_t)i, .cold = 1};
-            return true;
-        }
-    }
-    return false;
+    uint64_t i = w->next++;
+    *out = (struct ks){.key = spw_ps__cold_rec(c, i)->key, .slot = (uint32_t)i, .cold = 1};
+    return true;
 }
 
 /* Writes every dirty row, in key order. Small flushes go through WriteBatches. Large ones are
@@ -1697,8 +1690,14 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
             goto out_nomem;
         }
         snprintf(path, len, "%s/%s", store->db_path, COLD_NAME);
+        /* A database that holds more rows than DRAM (a restore, a restart) will send the rest
+         * here: room for them from the start, so that the file does not double (stopping the
+         * shard's thread each time) while it fills. */
+        uint64_t on_disk = spw_ps_store_rows_on_disk(store);
+        uint64_t hint = on_disk > store->max_rows ? (on_disk - store->max_rows) / 7 * 10 : 0;
         spw_err_t cerr =
-            spw_ps__cold_open(&store->cold, path, store->stride, COLD_START, errstr, errstr_size);
+            spw_ps__cold_open(&store->cold, path, store->stride,
+                              hint > COLD_START ? hint : COLD_START, errstr, errstr_size);
         free(path);
         if (cerr) {
             store->cold_on = false;

@@ -793,6 +793,13 @@ static void test_ps_store_cold_file_table(void **state)
         }
         assert_int_equal(c.n, n);
         assert_int_equal(c.n_dirty, n_dirty);
+        if (op % 5000 == 0) { /* the dirty bitmap names exactly the dirty records */
+            uint64_t seen = 0;
+            for (uint64_t at = 0; spw_ps__cold_next_dirty(&c, &at); at++, seen++)
+                assert_int_equal(spw_ps__cold_rec(&c, at)->flags,
+                                 SPW_PS_COLD_FULL | SPW_PS_ROW_DIRTY);
+            assert_int_equal(seen, n_dirty);
+        }
     }
     assert_true(c.grows >= 1 && c.n * 10 <= c.cap * 7);
     for (uint32_t k = 0; k < KEYS; k++)
@@ -897,6 +904,11 @@ static void cold_tier_readback_exact(struct test_dir_fixture *fx, enum cold_tier
         if (pass == 1) { /* every row from RocksDB after the close's flush */
             spw_ps_store_close(a);
             a = open_ok(&small);
+            spw_ps_store_get_stats(a, &st);
+            /* a new file, sized at open for the rows beyond DRAM (it need not grow) */
+            assert_int_equal(st.rows_cold, 0);
+            if (tier == TIER_COLD_FILE)
+                assert_true(st.bytes_cold * 7 >= (n_keys - st.rows_dram_max) * 10 * st.row_bytes);
         }
         for (uint32_t i = 0; i < n_keys; i++) {
             uint64_t k = spw_hash_mix64(i + 1);
