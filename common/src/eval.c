@@ -73,6 +73,11 @@ static double sane_p(double p)
 static double logloss_one(double p, double label)
 {
     double q = p < P_CLAMP_LO ? P_CLAMP_LO : (p > P_CLAMP_HI ? P_CLAMP_HI : p);
+    /* one log for a 0/1 label (the same value: the other term is a signed zero) */
+    if (label == 1.0)
+        return -log(q);
+    if (label == 0.0)
+        return -log(1.0 - q);
     return -(label * log(q) + (1.0 - label) * log(1.0 - q));
 }
 
