@@ -2,6 +2,7 @@
 #include "sparrow/wire.h"
 
 #include <stdalign.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -218,7 +219,9 @@ void spw_wire_f32_to_f16_stochastic_n(const float *restrict src, uint16_t *restr
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 #define F16C_PATH 1
 /* Eight halves per instruction (vcvtph2ps, exact for every half but a signalling NaN, which
  * comes out quiet); the build targets baseline x86-64, so it is chosen at run time. */
@@ -231,12 +234,32 @@ __attribute__((target("avx,f16c"))) static void f16_to_f32_n_f16c(const uint16_t
     for (; i < n; i++)
         dst[i] = f16_to_f32(src[i]);
 }
+
+/* Whether the CPU has F16C and AVX and the OS saves the YMM registers (cpuid, xgetbv), asked
+ * once: 1 yes, 0 no (the first callers may race to the same answer). */
+static bool have_f16c(void)
+{
+    static atomic_int known = -1;
+    int v = atomic_load_explicit(&known, memory_order_relaxed);
+    if (v < 0) {
+        unsigned a, b, c, d;
+        v = 0;
+        if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE) && (c & bit_AVX) &&
+            (c & bit_F16C)) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            v = (lo & 6u) == 6u; /* XMM and YMM state enabled */
+        }
+        atomic_store_explicit(&known, v, memory_order_relaxed);
+    }
+    return v == 1;
+}
 #endif
 
 void spw_wire_f16_to_f32_n(const uint16_t *restrict src, float *restrict dst, size_t n)
 {
 #ifdef F16C_PATH
-    if (n >= 8 && __builtin_cpu_supports("f16c")) {
+    if (n >= 8 && have_f16c()) {
         f16_to_f32_n_f16c(src, dst, n);
         return;
     }

@@ -1,10 +1,10 @@
-/* The cold file: rows evicted from DRAM, in a file-backed open-addressing table of fixed-size
+/* The cold file: rows evicted from DRAM, in file-backed open-addressing tables of fixed-size
  * records (docs/ARCHITECTURE.md §3). A miss reads one record in place and an eviction writes one;
  * there is no memtable, no compaction and no block to search. The page cache holds what memory
  * allows and the kernel writes the rest back. */
 #include <errno.h>
-#include <inttypes.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,14 +17,27 @@
 #include "sparrow/time.h"
 
 #define COLD_SALT     0x2545f4914f6cdd1dull
-#define COLD_MIN_CAP  4096u
+#define COLD_MIN_CAP  1024u /* records of a segment at least (a multiple of 64) */
 #define COLD_MAX_CAP  (1ull << 32)
-#define COLD_LOAD_NUM 7u /* records at most 7/10 of the capacity */
+#define COLD_LOAD_NUM 7u /* records at most 7/10 of a segment's capacity */
 #define COLD_LOAD_DEN 10u
+#define SEG_SHIFT     58u /* the hash's top 6 bits pick the segment, the low bits the home */
 
-static inline uint64_t home_of(const struct spw_ps__cold *c, uint64_t key)
+_Static_assert(SPW_PS_COLD_SEGS == 1u << (64 - SEG_SHIFT), "segments match the hash bits");
+
+static inline uint64_t hash_of(uint64_t key)
 {
-    return spw_hash_mix64(key ^ COLD_SALT) & c->mask;
+    return spw_hash_mix64(key ^ COLD_SALT);
+}
+
+static inline uint64_t home_of(const struct spw_ps__cold_seg *s, uint64_t key)
+{
+    return hash_of(key) & s->mask;
+}
+
+static inline struct spw_ps_row *rec_at(const struct spw_ps__cold_seg *s, size_t stride, uint64_t i)
+{
+    return (struct spw_ps_row *)(s->map + (size_t)i * stride);
 }
 
 static inline bool rec_full(const struct spw_ps_row *r)
@@ -32,265 +45,294 @@ static inline bool rec_full(const struct spw_ps_row *r)
     return (r->flags & SPW_PS_COLD_FULL) != 0;
 }
 
-static inline void mark(struct spw_ps__cold *c, uint64_t i, bool dirty)
+static inline void mark(struct spw_ps__cold_seg *s, uint64_t i, bool dirty)
 {
     uint64_t bit = 1ull << (i & 63);
     if (dirty)
-        c->dirty[i >> 6] |= bit;
+        s->dirty[i >> 6] |= bit;
     else
-        c->dirty[i >> 6] &= ~bit;
+        s->dirty[i >> 6] &= ~bit;
 }
 
-static inline bool marked(const struct spw_ps__cold *c, uint64_t i)
+static inline bool marked(const struct spw_ps__cold_seg *s, uint64_t i)
 {
-    return (c->dirty[i >> 6] >> (i & 63)) & 1;
-}
-
-/* The dirty bitmap of cap records (cap a multiple of 64), zeroed; NULL when out of memory. */
-static uint64_t *bitmap_new(uint64_t cap)
-{
-    return calloc(cap / 64, sizeof(uint64_t));
+    return (s->dirty[i >> 6] >> (i & 63)) & 1;
 }
 
 /* Maps a new file of cap records at path (replacing any), its blocks allocated up front so that
- * a full disk is an error here rather than a SIGBUS at a later write. */
-static spw_err_t map_file(const char *path, size_t stride, uint64_t cap, int *fd_out,
-                          uint8_t **map_out, char *errstr, size_t errstr_size)
+ * a full disk is an error here rather than a SIGBUS at a later write, with its zeroed dirty
+ * bitmap. */
+static spw_err_t seg_map(struct spw_ps__cold_seg *s, const char *path, size_t stride, uint64_t cap,
+                         char *errstr, size_t errstr_size)
 {
     size_t bytes = (size_t)cap * stride;
+    s->dirty = calloc(cap / 64, sizeof(uint64_t));
+    if (!s->dirty) {
+        snprintf(errstr, errstr_size, "out of memory");
+        return SPW_ERR_NOMEM;
+    }
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         snprintf(errstr, errstr_size, "open %s: %s", path, strerror(errno));
-        return SPW_ERR_IO;
+        goto fail;
     }
     int rc = posix_fallocate(fd, 0, (off_t)bytes);
     if (rc != 0) {
         snprintf(errstr, errstr_size, "allocating %zu bytes for %s: %s", bytes, path, strerror(rc));
-        close(fd);
-        unlink(path);
-        return SPW_ERR_IO;
+        goto fail_fd;
     }
     uint8_t *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
         snprintf(errstr, errstr_size, "mmap %s: %s", path, strerror(errno));
-        close(fd);
-        unlink(path);
-        return SPW_ERR_IO;
+        goto fail_fd;
     }
     /* records are read one at a time at random: no read-ahead around a faulted page */
     (void)madvise(map, bytes, MADV_RANDOM);
-    *fd_out = fd;
-    *map_out = map;
+    s->fd = fd;
+    s->map = map;
+    s->cap = cap;
+    s->mask = cap - 1;
+    s->n = 0;
     return SPW_OK;
+
+fail_fd:
+    close(fd);
+    unlink(path);
+fail:
+    free(s->dirty);
+    s->dirty = NULL;
+    return SPW_ERR_IO;
 }
 
-spw_err_t spw_ps__cold_open(struct spw_ps__cold *c, const char *path, size_t stride,
+static void seg_unmap(struct spw_ps__cold_seg *s, size_t stride)
+{
+    if (s->map)
+        munmap(s->map, (size_t)s->cap * stride);
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s->dirty);
+    s->map = NULL;
+    s->fd = -1;
+    s->dirty = NULL;
+}
+
+spw_err_t spw_ps__cold_open(struct spw_ps__cold *c, const char *prefix, size_t stride,
                             uint64_t cap_hint, char *errstr, size_t errstr_size)
 {
     memset(c, 0, sizeof(*c));
-    c->fd = -1;
-    uint64_t cap = COLD_MIN_CAP;
-    while (cap < cap_hint && cap < COLD_MAX_CAP)
-        cap <<= 1;
-    size_t len = strlen(path);
-    c->path = malloc(len + 1);
-    c->grow_path = malloc(len + 6);
-    if (!c->path || !c->grow_path) {
-        free(c->path);
-        free(c->grow_path);
-        c->path = c->grow_path = NULL;
-        snprintf(errstr, errstr_size, "out of memory");
-        return SPW_ERR_NOMEM;
-    }
-    memcpy(c->path, path, len + 1);
-    snprintf(c->grow_path, len + 6, "%s.grow", path);
-    unlink(c->grow_path); /* left by a crash during a growth */
-    c->dirty = bitmap_new(cap);
-    spw_err_t err = c->dirty ? map_file(path, stride, cap, &c->fd, &c->map, errstr, errstr_size)
-                             : SPW_ERR_NOMEM;
-    if (err) {
-        if (err == SPW_ERR_NOMEM)
-            snprintf(errstr, errstr_size, "out of memory");
-        free(c->dirty);
-        free(c->path);
-        free(c->grow_path);
-        c->path = c->grow_path = NULL;
-        c->dirty = NULL;
-        return err;
-    }
     c->stride = stride;
-    c->cap = cap;
-    c->mask = cap - 1;
+    for (uint32_t g = 0; g < SPW_PS_COLD_SEGS; g++)
+        c->seg[g].fd = -1;
+    uint64_t cap = COLD_MIN_CAP;
+    while (cap * SPW_PS_COLD_SEGS < cap_hint && cap < COLD_MAX_CAP)
+        cap <<= 1;
+    size_t len = strlen(prefix) + 16;
+    for (uint32_t g = 0; g < SPW_PS_COLD_SEGS; g++) {
+        struct spw_ps__cold_seg *s = &c->seg[g];
+        s->path = malloc(len);
+        s->grow_path = malloc(len + 5);
+        if (!s->path || !s->grow_path) {
+            snprintf(errstr, errstr_size, "out of memory");
+            c->open = true;
+            spw_ps__cold_close(c);
+            return SPW_ERR_NOMEM;
+        }
+        snprintf(s->path, len, "%s-%02u.rows", prefix, g);
+        snprintf(s->grow_path, len + 5, "%s.grow", s->path);
+        unlink(s->grow_path); /* left by a crash during a growth */
+        spw_err_t err = seg_map(s, s->path, stride, cap, errstr, errstr_size);
+        if (err) {
+            c->open = true;
+            spw_ps__cold_close(c);
+            return err;
+        }
+        c->bytes += cap * stride;
+    }
+    c->open = true;
     return SPW_OK;
 }
 
 void spw_ps__cold_close(struct spw_ps__cold *c)
 {
-    if (!c->path)
+    if (!c->open)
         return;
-    if (c->map)
-        munmap(c->map, (size_t)c->cap * c->stride);
-    if (c->fd >= 0)
-        close(c->fd);
-    if (c->path)
-        unlink(c->path);
-    free(c->dirty);
-    free(c->path);
-    free(c->grow_path);
+    for (uint32_t g = 0; g < SPW_PS_COLD_SEGS; g++) {
+        struct spw_ps__cold_seg *s = &c->seg[g];
+        bool mapped = s->map != NULL;
+        seg_unmap(s, c->stride);
+        if (mapped)
+            unlink(s->path);
+        free(s->path);
+        free(s->grow_path);
+    }
     memset(c, 0, sizeof(*c));
-    c->fd = -1;
+}
+
+static inline struct spw_ps__cold_seg *seg_of(const struct spw_ps__cold *c, uint64_t key,
+                                              uint32_t *g)
+{
+    *g = (uint32_t)(hash_of(key) >> SEG_SHIFT);
+    return (struct spw_ps__cold_seg *)&c->seg[*g];
 }
 
 void spw_ps__cold_prefetch(const struct spw_ps__cold *c, uint64_t key)
 {
-    const uint8_t *r = c->map + (size_t)home_of(c, key) * c->stride;
+    uint32_t g;
+    const struct spw_ps__cold_seg *s = seg_of(c, key, &g);
+    const uint8_t *r = (const uint8_t *)rec_at(s, c->stride, home_of(s, key));
     __builtin_prefetch(r);
     __builtin_prefetch(r + c->stride - 1);
 }
 
-int64_t spw_ps__cold_find(const struct spw_ps__cold *c, uint64_t key)
+bool spw_ps__cold_find(const struct spw_ps__cold *c, uint64_t key, struct spw_ps__cold_pos *at)
 {
-    for (uint64_t i = home_of(c, key);; i = (i + 1) & c->mask) {
-        const struct spw_ps_row *r = spw_ps__cold_rec(c, i);
+    uint32_t g;
+    const struct spw_ps__cold_seg *s = seg_of(c, key, &g);
+    for (uint64_t i = home_of(s, key);; i = (i + 1) & s->mask) {
+        const struct spw_ps_row *r = rec_at(s, c->stride, i);
         if (!rec_full(r))
-            return -1;
-        if (r->key == key)
-            return (int64_t)i;
+            return false;
+        if (r->key == key) {
+            *at = (struct spw_ps__cold_pos){.seg = g, .idx = i};
+            return true;
+        }
     }
 }
 
-/* Writes row (stride bytes, its flags replaced by FULL and its DIRTY bit) at the end of key's
- * probe sequence or over the record of the same key. The table is below its load limit, so the
- * sequence ends at an empty record. */
-static void put_at_home(struct spw_ps__cold *c, const struct spw_ps_row *row, uint32_t flags)
+/* Writes row (stride bytes, its flags replaced by flags: FULL and maybe DIRTY) at the end of its
+ * key's probe sequence in s, or over the record of the same key. s is below its load limit, so
+ * the sequence ends at an empty record. Counts in c (NULL: a growth's copy, counted already). */
+static void put_in(struct spw_ps__cold *c, struct spw_ps__cold_seg *s, size_t stride,
+                   const struct spw_ps_row *row, uint32_t flags)
 {
-    uint64_t i = home_of(c, row->key);
-    for (;; i = (i + 1) & c->mask) {
-        struct spw_ps_row *r = spw_ps__cold_rec(c, i);
+    uint64_t i = home_of(s, row->key);
+    for (;; i = (i + 1) & s->mask) {
+        struct spw_ps_row *r = rec_at(s, stride, i);
         if (!rec_full(r))
             break;
         if (r->key == row->key) {
-            if (r->flags & SPW_PS_ROW_DIRTY)
+            if (c && (r->flags & SPW_PS_ROW_DIRTY))
                 c->n_dirty--;
-            c->n--;
+            if (c)
+                c->n--;
+            s->n--;
             break;
         }
     }
-    struct spw_ps_row *r = spw_ps__cold_rec(c, i);
-    memcpy(r, row, c->stride);
+    struct spw_ps_row *r = rec_at(s, stride, i);
+    memcpy(r, row, stride);
     r->flags = flags;
-    c->n++;
-    if (flags & SPW_PS_ROW_DIRTY)
-        c->n_dirty++;
-    mark(c, i, (flags & SPW_PS_ROW_DIRTY) != 0);
+    s->n++;
+    if (c) {
+        c->n++;
+        if (flags & SPW_PS_ROW_DIRTY)
+            c->n_dirty++;
+    }
+    mark(s, i, (flags & SPW_PS_ROW_DIRTY) != 0);
 }
 
-/* Doubles the table into a new file, then renames it over the old one. */
-static spw_err_t grow(struct spw_ps__cold *c)
+/* Doubles segment s into a new file, then renames it over the old one. */
+static spw_err_t grow(struct spw_ps__cold *c, struct spw_ps__cold_seg *s)
 {
-    if (c->cap >= COLD_MAX_CAP || c->grow_failed)
+    if (s->cap >= COLD_MAX_CAP || c->grow_failed)
         return SPW_ERR_NOMEM;
-    char why[512] = "out of memory";
+    char why[512];
     uint64_t t0 = spw_time_mono_ns();
-    struct spw_ps__cold next = *c;
-    next.dirty = bitmap_new(c->cap * 2);
-    spw_err_t err = next.dirty ? map_file(c->grow_path, c->stride, c->cap * 2, &next.fd, &next.map,
-                                          why, sizeof(why))
-                               : SPW_ERR_NOMEM;
+    struct spw_ps__cold_seg next = *s;
+    spw_err_t err = seg_map(&next, s->grow_path, c->stride, s->cap * 2, why, sizeof(why));
+    if (err == SPW_OK && rename(s->grow_path, s->path) != 0) {
+        snprintf(why, sizeof(why), "rename %s: %s", s->grow_path, strerror(errno));
+        seg_unmap(&next, c->stride);
+        unlink(s->grow_path);
+        err = SPW_ERR_IO;
+    }
     if (err) {
-        free(next.dirty);
         /* Logged once: evictions go to RocksDB from now on, as without a cold file. */
         SPW_ERROR("cold file cannot grow: evicted rows go to RocksDB from now on",
-                  "path=%s rows=%" PRIu64 " err=\"%s\"", c->path, c->n, why);
+                  "path=%s rows=%" PRIu64 " err=\"%s\"", s->path, c->n, why);
         c->grow_failed = true;
         return err;
     }
-    next.cap = c->cap * 2;
-    next.mask = next.cap - 1;
-    next.n = 0;
-    next.n_dirty = 0;
-    for (uint64_t i = 0; i < c->cap; i++) {
-        const struct spw_ps_row *r = spw_ps__cold_rec(c, i);
+    for (uint64_t i = 0; i < s->cap; i++) {
+        const struct spw_ps_row *r = rec_at(s, c->stride, i);
         if (rec_full(r))
-            put_at_home(&next, r, r->flags);
+            put_in(NULL, &next, c->stride, r, r->flags);
     }
-    if (rename(c->grow_path, c->path) != 0) {
-        SPW_ERROR("cold file cannot grow: evicted rows go to RocksDB from now on",
-                  "path=%s err=\"rename: %s\"", c->path, strerror(errno));
-        munmap(next.map, (size_t)next.cap * next.stride);
-        close(next.fd);
-        free(next.dirty);
-        unlink(c->grow_path);
-        c->grow_failed = true;
-        return SPW_ERR_IO;
-    }
-    munmap(c->map, (size_t)c->cap * c->stride);
-    close(c->fd);
-    free(c->dirty);
-    *c = next;
+    c->bytes += s->cap * c->stride;
+    seg_unmap(s, c->stride);
+    *s = next;
     c->grows++;
-    /* the shard's thread stops for this: rows moved at memory (or disk) speed */
-    SPW_INFO("cold file grown", "path=%s records=%" PRIu64 " rows=%" PRIu64 " ms=%.0f", c->path,
-             c->cap, c->n, (double)(spw_time_mono_ns() - t0) / 1e6);
+    /* the shard's thread stops for this: a segment's rows moved at memory (or disk) speed */
+    SPW_INFO("cold file grown", "path=%s records=%" PRIu64 " rows=%" PRIu64 " ms=%.0f", s->path,
+             s->cap, s->n, (double)(spw_time_mono_ns() - t0) / 1e6);
     return SPW_OK;
 }
 
 spw_err_t spw_ps__cold_put(struct spw_ps__cold *c, const struct spw_ps_row *row)
 {
-    if ((c->n + 1) * COLD_LOAD_DEN > c->cap * COLD_LOAD_NUM) {
-        spw_err_t err = grow(c);
+    uint32_t g;
+    struct spw_ps__cold_seg *s = seg_of(c, row->key, &g);
+    if ((s->n + 1) * COLD_LOAD_DEN > s->cap * COLD_LOAD_NUM) {
+        spw_err_t err = grow(c, s);
         if (err)
             return err;
     }
-    put_at_home(c, row, SPW_PS_COLD_FULL | (row->flags & SPW_PS_ROW_DIRTY));
+    put_in(c, s, c->stride, row, SPW_PS_COLD_FULL | (row->flags & SPW_PS_ROW_DIRTY));
     return SPW_OK;
 }
 
-void spw_ps__cold_delete_at(struct spw_ps__cold *c, uint64_t i)
+void spw_ps__cold_delete_at(struct spw_ps__cold *c, struct spw_ps__cold_pos p)
 {
-    struct spw_ps_row *hole = spw_ps__cold_rec(c, i);
+    struct spw_ps__cold_seg *s = &c->seg[p.seg];
+    uint64_t i = p.idx;
+    struct spw_ps_row *hole = rec_at(s, c->stride, i);
     if (hole->flags & SPW_PS_ROW_DIRTY)
         c->n_dirty--;
     c->n--;
+    s->n--;
     /* Backward-shift deletion: a later record of the run whose home does not lie in (hole, j]
      * moves into the hole, so that every probe sequence stays unbroken without tombstones. */
-    for (uint64_t j = (i + 1) & c->mask;; j = (j + 1) & c->mask) {
-        struct spw_ps_row *r = spw_ps__cold_rec(c, j);
+    for (uint64_t j = (i + 1) & s->mask;; j = (j + 1) & s->mask) {
+        struct spw_ps_row *r = rec_at(s, c->stride, j);
         if (!rec_full(r))
             break;
-        uint64_t home = home_of(c, r->key);
-        if (((j - home) & c->mask) >= ((j - i) & c->mask)) {
+        uint64_t home = home_of(s, r->key);
+        if (((j - home) & s->mask) >= ((j - i) & s->mask)) {
             memcpy(hole, r, c->stride);
-            mark(c, i, marked(c, j));
+            mark(s, i, marked(s, j));
             hole = r;
             i = j;
         }
     }
     hole->flags = 0;
-    mark(c, i, false);
+    mark(s, i, false);
 }
 
-void spw_ps__cold_clean(struct spw_ps__cold *c, uint64_t i)
+void spw_ps__cold_clean(struct spw_ps__cold *c, struct spw_ps__cold_pos p)
 {
-    struct spw_ps_row *r = spw_ps__cold_rec(c, i);
+    struct spw_ps_row *r = spw_ps__cold_rec(c, p);
     if (r->flags & SPW_PS_ROW_DIRTY) {
         r->flags &= ~SPW_PS_ROW_DIRTY;
         c->n_dirty--;
-        mark(c, i, false);
+        mark(&c->seg[p.seg], p.idx, false);
     }
 }
 
-bool spw_ps__cold_next_dirty(const struct spw_ps__cold *c, uint64_t *i)
+bool spw_ps__cold_next_dirty(const struct spw_ps__cold *c, struct spw_ps__cold_pos *at)
 {
-    uint64_t w = *i >> 6;
-    if (*i >= c->cap)
-        return false;
-    uint64_t bits = c->dirty[w] & (~0ull << (*i & 63));
-    while (bits == 0) {
-        if (++w >= c->cap / 64)
-            return false;
-        bits = c->dirty[w];
+    for (uint32_t g = at->seg; g < SPW_PS_COLD_SEGS; g++) {
+        const struct spw_ps__cold_seg *s = &c->seg[g];
+        uint64_t i = g == at->seg ? at->idx : 0;
+        if (i >= s->cap)
+            continue;
+        uint64_t w = i >> 6, bits = s->dirty[w] & (~0ull << (i & 63));
+        while (bits == 0 && ++w < s->cap / 64)
+            bits = s->dirty[w];
+        if (bits != 0) {
+            *at = (struct spw_ps__cold_pos){.seg = g,
+                                            .idx = (w << 6) + (uint64_t)__builtin_ctzll(bits)};
+            return true;
+        }
     }
-    *i = (w << 6) + (uint64_t)__builtin_ctzll(bits);
-    return true;
+    return false;
 }

@@ -60,8 +60,9 @@ const struct spw_config_prop spw_pserver_config_props[] = {
      "DRAM budget of the hot table (rows and index); colder rows live in the cold file (see "
      "pserver.cold_file) or RocksDB."},
     {"pserver.cold_file", SPW_CONFIG_BOOL, "true", 0, 0, NULL,
-     "Rows evicted from DRAM go to a file of fixed-size records in <data_dir>/db (a record of "
-     "the row's DRAM size per row, at most 0.7 full, doubled as it fills), which a later miss "
+     "Rows evicted from DRAM go to a file of fixed-size records in <data_dir>/db (64 segment "
+     "files, a record of the row's DRAM size per row, each at most 0.7 full and doubled as it "
+     "fills), which a later miss "
      "reads in place; checkpoints write its changed rows to RocksDB. The file holds every row "
      "evicted since start, so the disk holds the cold rows twice (file and RocksDB). false: "
      "evicted rows are written to RocksDB and a miss reads RocksDB (pserver_bench (e), a model "

@@ -164,54 +164,71 @@ void spw_ps__big_free(void *p, size_t bytes);
 
 /* ---- the cold file (cold.c) ---- */
 /* Rows evicted from DRAM, each a record of the DRAM row's layout and stride in an open-addressing
- * table (linear probing, load at most 0.7, doubled into a new file beyond) mapped from a file of
- * the store's directory. A record's flags hold SPW_PS_COLD_FULL and the row's SPW_PS_ROW_DIRTY
- * (RocksDB's copy is older, or there is none), which a bitmap in memory repeats so that a flush
- * finds the dirty records without reading the file. Not durable: checkpoints write the dirty
- * records to RocksDB, and the file is removed at close and recreated empty at open. Owned by the
- * store's thread; a flush's writer threads only read records while the store's thread waits. */
-struct spw_ps__cold {
+ * table (linear probing, load at most 0.7) mapped from a file of the store's directory. The keys
+ * are spread over SPW_PS_COLD_SEGS such tables (segments, one file each), each doubled into a new
+ * file on its own when full, so that a growth stops the store's thread for a 64th of the rows. A
+ * record's flags hold SPW_PS_COLD_FULL and the row's SPW_PS_ROW_DIRTY (RocksDB's copy is older,
+ * or there is none), which a bitmap in memory repeats so that a flush finds the dirty records
+ * without reading the files. Not durable: checkpoints write the dirty records to RocksDB, and the
+ * files are removed at close and recreated empty at open. Owned by the store's thread; a flush's
+ * writer threads only read records while the store's thread waits. */
+#define SPW_PS_COLD_SEGS 64u
+
+struct spw_ps__cold_seg {
     char *path, *grow_path;
     int fd;
     uint8_t *map;    /* cap records of stride bytes */
     uint64_t *dirty; /* bit i: record i holds a dirty row (cap bits, in memory) */
-    size_t stride;
     uint64_t cap, mask;
-    uint64_t n;       /* records held */
+    uint64_t n; /* records held */
+};
+
+struct spw_ps__cold {
+    struct spw_ps__cold_seg seg[SPW_PS_COLD_SEGS];
+    size_t stride;
+    uint64_t n;       /* records held, all segments */
     uint64_t n_dirty; /* of n, dirty */
+    uint64_t bytes;   /* the files' sizes */
     uint64_t grows;   /* doublings since open */
-    bool grow_failed; /* a growth failed (disk full): puts beyond the load limit fail fast */
+    bool open;
+    bool grow_failed; /* a growth failed (disk full): puts beyond a full segment fail fast */
+};
+
+/* Where a record is: its segment and index there. */
+struct spw_ps__cold_pos {
+    uint32_t seg;
+    uint64_t idx;
 };
 
 #define SPW_PS_COLD_FULL 0x100u /* a record's flags: it holds a row */
 
-/* Creates (truncating) path with room for cap_hint records or more. errstr names the cause
- * (SPW_ERR_IO: the file, SPW_ERR_NOMEM) and c is then not open. */
-spw_err_t spw_ps__cold_open(struct spw_ps__cold *c, const char *path, size_t stride,
+/* Creates (truncating) the segment files <prefix>-NN.rows with room for cap_hint records or more
+ * in all. errstr names the cause (SPW_ERR_IO: a file, SPW_ERR_NOMEM) and c is then not open. */
+spw_err_t spw_ps__cold_open(struct spw_ps__cold *c, const char *prefix, size_t stride,
                             uint64_t cap_hint, char *errstr, size_t errstr_size);
-/* Unmaps and removes the file; a zeroed c (never opened) is a no-op. */
+/* Unmaps and removes the files; a zeroed c (never opened) is a no-op. */
 void spw_ps__cold_close(struct spw_ps__cold *c);
-/* Record i (0 <= i < cap). */
-static inline struct spw_ps_row *spw_ps__cold_rec(const struct spw_ps__cold *c, uint64_t i)
+/* The record at p. */
+static inline struct spw_ps_row *spw_ps__cold_rec(const struct spw_ps__cold *c,
+                                                  struct spw_ps__cold_pos p)
 {
-    return (struct spw_ps_row *)(c->map + (size_t)i * c->stride);
+    return (struct spw_ps_row *)(c->seg[p.seg].map + (size_t)p.idx * c->stride);
 }
-/* The record index holding key, or -1. */
-int64_t spw_ps__cold_find(const struct spw_ps__cold *c, uint64_t key);
+/* Whether a record holds key, and where (*at). */
+bool spw_ps__cold_find(const struct spw_ps__cold *c, uint64_t key, struct spw_ps__cold_pos *at);
 /* Asks for the first record of key's probe sequence ahead of a find or put. */
 void spw_ps__cold_prefetch(const struct spw_ps__cold *c, uint64_t key);
 /* Copies row (stride bytes; its flags become FULL plus its DIRTY bit), replacing a record of the
- * same key. Grows the table first when full: SPW_ERR_IO / SPW_ERR_NOMEM when it cannot (logged
- * once; the row is not stored). Moves records only when it grows. */
+ * same key. Grows the key's segment first when it is full: SPW_ERR_IO / SPW_ERR_NOMEM when it
+ * cannot (logged once; the row is not stored). Moves records only when it grows. */
 spw_err_t spw_ps__cold_put(struct spw_ps__cold *c, const struct spw_ps_row *row);
-/* Removes record i; records after it in its run may move back (to i among them). */
-void spw_ps__cold_delete_at(struct spw_ps__cold *c, uint64_t i);
-/* Marks record i clean (its row written to RocksDB). A flush's writer threads may read records
- * meanwhile, not this. */
-void spw_ps__cold_clean(struct spw_ps__cold *c, uint64_t i);
-/* The first record at or after *i that holds a dirty row, found through the dirty bitmap (a
- * flush reads cap / 8 bytes, not the file): true with *i set, false past the end. */
-bool spw_ps__cold_next_dirty(const struct spw_ps__cold *c, uint64_t *i);
+/* Removes the record at p; records after it in its run may move back (to p among them). */
+void spw_ps__cold_delete_at(struct spw_ps__cold *c, struct spw_ps__cold_pos p);
+/* Marks the record at p clean (its row written to RocksDB). */
+void spw_ps__cold_clean(struct spw_ps__cold *c, struct spw_ps__cold_pos p);
+/* The first record at or after *at (segment by segment) that holds a dirty row, found through the
+ * dirty bitmaps: true with *at set, false past the last segment. */
+bool spw_ps__cold_next_dirty(const struct spw_ps__cold *c, struct spw_ps__cold_pos *at);
 
 /* ---- filter of the keys in RocksDB (keyfilter.c) ---- */
 /* A blocked Bloom filter (one cache line per key, 8 bits per key, about 2-3% false positives)

@@ -32,10 +32,10 @@
 #define IDX_SALT      0x9e3779b97f4a7c15ull
 #define PREFETCH_DIST 16
 #define SKETCH_DEPTH  4u
-#define SLOT_FREE     8u                  /* flags bit of a slot on the free list */
-#define INGEST_PREFIX "SPARROW-INGEST-"   /* + part + ".tmp" in db_path; not a RocksDB name */
-#define COLD_NAME     "SPARROW-COLD.rows" /* the cold file, in db_path */
-#define COLD_START    16384u              /* records of a new cold file */
+#define SLOT_FREE     8u                /* flags bit of a slot on the free list */
+#define INGEST_PREFIX "SPARROW-INGEST-" /* + part + ".tmp" in db_path; not a RocksDB name */
+#define COLD_NAME     "SPARROW-COLD"    /* the cold file's segments, -NN.rows in db_path */
+#define COLD_START    65536u            /* records of a new cold file, all segments */
 #define BLOOM_BITS    10.0
 
 size_t spw_ps__flush_part_rows = 1u << 20;
@@ -48,8 +48,8 @@ struct idx_ent {
     uint32_t slot1;
 };
 
-/* A (key, slot) pair, sorted by key before rows are written to RocksDB; slot is a record of the
- * cold file when cold is 1. */
+/* A (key, slot) pair, sorted by key before rows are written to RocksDB; with cold > 0, slot is
+ * a record of the cold file's segment cold - 1. */
 struct ks {
     uint64_t key;
     uint32_t slot;
@@ -122,7 +122,7 @@ struct spw_ps_store {
 
     /* TTL sweep cursors. */
     uint32_t ttl_hand;
-    uint64_t cold_hand;
+    struct spw_ps__cold_pos cold_hand;
     char ttl_cursor[8];
     bool ttl_cursor_valid;
 
@@ -329,17 +329,22 @@ static void free_slot(spw_ps_store_t *store, uint32_t slot)
     store->n_rows--;
 }
 
+static inline struct spw_ps__cold_pos cold_pos_of(const struct ks *e)
+{
+    return (struct spw_ps__cold_pos){.seg = e->cold - 1, .idx = e->slot};
+}
+
 /* The row a (key, slot) pair names: a slab slot or a cold-file record. */
 static inline struct spw_ps_row *ks_row(const spw_ps_store_t *store, const struct ks *e)
 {
-    return e->cold ? spw_ps__cold_rec(&store->cold, e->slot) : slot_row(store, e->slot);
+    return e->cold ? spw_ps__cold_rec(&store->cold, cold_pos_of(e)) : slot_row(store, e->slot);
 }
 
 /* The row of e has been written to RocksDB. */
 static inline void ks_clean(spw_ps_store_t *store, const struct ks *e)
 {
     if (e->cold)
-        spw_ps__cold_clean(&store->cold, e->slot);
+        spw_ps__cold_clean(&store->cold, cold_pos_of(e));
     else
         slot_row(store, e->slot)->flags &= ~SPW_PS_ROW_DIRTY;
 }
@@ -551,15 +556,15 @@ static spw_err_t acquire_cold(spw_ps_store_t *store, const uint64_t *keys, size_
             store->rows[i] = row;
             continue;
         }
-        int64_t c = spw_ps__cold_find(&store->cold, keys[i]);
-        if (c < 0) {
+        struct spw_ps__cold_pos c;
+        if (!spw_ps__cold_find(&store->cold, keys[i], &c)) {
             miss[n_rest++] = miss[m];
             continue;
         }
         /* Out of the file before inserting: an eviction may grow the file and move records. */
         struct spw_ps_row *held = (struct spw_ps_row *)store->cold_row;
-        memcpy(held, spw_ps__cold_rec(&store->cold, (uint64_t)c), store->stride);
-        spw_ps__cold_delete_at(&store->cold, (uint64_t)c);
+        memcpy(held, spw_ps__cold_rec(&store->cold, c), store->stride);
+        spw_ps__cold_delete_at(&store->cold, c);
         spw_err_t err = insert_row(store, keys[i], store->hashes[i],
                                    (const char *)held + SPW_PS_DB_VALUE_OFF, &store->rows[i]);
         if (err) {
@@ -944,11 +949,15 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
      * deletes are written; db_gone[0, n_cold_gone) are theirs. */
     if (store->cold_on && store->cold.n > 0) {
         const struct spw_ps__cold *c = &store->cold;
-        size_t csteps = max_rows < c->cap ? max_rows : c->cap;
-        for (size_t s = 0; s < csteps && n_db_gone < gone_cap; s++) {
-            uint64_t i = store->cold_hand & c->mask;
-            store->cold_hand = (i + 1) & c->mask;
-            const struct spw_ps_row *rec = spw_ps__cold_rec(c, i);
+        struct spw_ps__cold_pos *hand = &store->cold_hand;
+        for (size_t s = 0; s < max_rows && n_db_gone < gone_cap; s++) {
+            /* segment by segment, each grown or not since the hand last passed */
+            if (hand->idx >= c->seg[hand->seg].cap) {
+                hand->idx = 0;
+                hand->seg = (hand->seg + 1) % SPW_PS_COLD_SEGS;
+            }
+            const struct spw_ps_row *rec = spw_ps__cold_rec(c, *hand);
+            hand->idx++;
             if (!(rec->flags & SPW_PS_COLD_FULL) || !expired(store, rec->last_update) ||
                 spw_key_is_dense(rec->key))
                 continue;
@@ -978,7 +987,8 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
             memcpy((char *)&hdr + SPW_PS_DB_VALUE_OFF, v, SPW_PS_ROW_HDR - SPW_PS_DB_VALUE_OFF);
             if (idx_find(store, key, key_hash(key)) < 0 && expired(store, hdr.last_update) &&
                 !spw_key_is_dense(key) &&
-                (!store->cold_on || spw_ps__cold_find(&store->cold, key) < 0)) {
+                (!store->cold_on ||
+                 !spw_ps__cold_find(&store->cold, key, &(struct spw_ps__cold_pos){0}))) {
                 rocksdb_writebatch_delete(store->wb, k, 8);
                 db_gone[n_db_gone] = key;
                 db_ver[n_db_gone++] = hdr.version;
@@ -1004,9 +1014,9 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
             return store_err(err, "expire");
     }
     for (size_t i = 0; i < n_cold_gone; i++) {
-        int64_t c = spw_ps__cold_find(&store->cold, db_gone[i]);
-        if (c >= 0)
-            spw_ps__cold_delete_at(&store->cold, (uint64_t)c);
+        struct spw_ps__cold_pos c;
+        if (spw_ps__cold_find(&store->cold, db_gone[i], &c))
+            spw_ps__cold_delete_at(&store->cold, c);
     }
     for (uint32_t i = 0; i < n_gone; i++) {
         struct spw_ps_row *row = slot_row(store, gone[i]);
@@ -1212,28 +1222,29 @@ static inline bool slot_dirty(const spw_ps_store_t *store, uint32_t slot)
 
 /* A walk over the dirty rows: the slab's slots, then the cold file's records. */
 struct dirty_walk {
-    uint64_t next;
-    bool cold;
+    uint32_t next;              /* slab slot */
+    bool cold;                  /* past the slab */
+    struct spw_ps__cold_pos at; /* cold-file record */
 };
 
 static bool dirty_next(const spw_ps_store_t *store, struct dirty_walk *w, struct ks *out)
 {
     if (!w->cold) {
         while (w->next < store->high_water) {
-            uint32_t slot = (uint32_t)w->next++;
+            uint32_t slot = w->next++;
             if (slot_dirty(store, slot)) {
                 *out = (struct ks){.key = slot_row(store, slot)->key, .slot = slot, .cold = 0};
                 return true;
             }
         }
         w->cold = true;
-        w->next = 0;
     }
     const struct spw_ps__cold *c = &store->cold;
-    if (!store->cold_on || c->n_dirty == 0 || !spw_ps__cold_next_dirty(c, &w->next))
+    if (!store->cold_on || c->n_dirty == 0 || !spw_ps__cold_next_dirty(c, &w->at))
         return false;
-    uint64_t i = w->next++;
-    *out = (struct ks){.key = spw_ps__cold_rec(c, i)->key, .slot = (uint32_t)i, .cold = 1};
+    *out = (struct ks){
+        .key = spw_ps__cold_rec(c, w->at)->key, .slot = (uint32_t)w->at.idx, .cold = w->at.seg + 1};
+    w->at.idx++;
     return true;
 }
 
@@ -1392,7 +1403,7 @@ void spw_ps_store_get_stats(const spw_ps_store_t *store, struct spw_ps_store_sta
                         (store->idx_mask + 1) * sizeof(struct idx_ent);
     stats->row_bytes = store->stride;
     stats->rows_cold = store->cold.n;
-    stats->bytes_cold = store->cold.cap * store->cold.stride;
+    stats->bytes_cold = store->cold.bytes;
 }
 
 uint64_t spw_ps_store_rows_on_disk(spw_ps_store_t *store)

@@ -744,18 +744,19 @@ static void test_ps_store_discard_keeps_last_flush(void **state)
     spw_ps_store_discard(NULL);
 }
 
-/* The cold file's table against a plain array: random puts, finds and deletes over a key range
- * crowded enough for long probe runs (so deletions shift records back) and for two growths. */
+/* The cold file's tables against a plain array: random puts, finds and deletes over a key range
+ * crowded enough for long probe runs (so deletions shift records back) and for growths of the
+ * segments. */
 static void test_ps_store_cold_file_table(void **state)
 {
     struct test_dir_fixture *fx = *state;
-    enum { KEYS = 12000, OPS = 200000 };
+    enum { KEYS = 120000, OPS = 400000 };
     const size_t stride = SPW_PS_ROW_HDR + 8;
-    char path[256], err[256] = "";
-    snprintf(path, sizeof(path), "%s/cold.rows", fx->dir);
+    char prefix[256], path[300], err[256] = "";
+    snprintf(prefix, sizeof(prefix), "%s/cold", fx->dir);
     struct spw_ps__cold c;
-    assert_int_equal(spw_ps__cold_open(&c, path, stride, 0, err, sizeof(err)), SPW_OK);
-    assert_int_equal(c.cap, 4096);
+    assert_int_equal(spw_ps__cold_open(&c, prefix, stride, 0, err, sizeof(err)), SPW_OK);
+    assert_int_equal(c.bytes, (uint64_t)SPW_PS_COLD_SEGS * 1024 * stride); /* 1024 per segment */
     static uint32_t value[KEYS]; /* 0: absent; else the record's version */
     static uint8_t dirty[KEYS];
     memset(value, 0, sizeof(value));
@@ -766,16 +767,17 @@ static void test_ps_store_cold_file_table(void **state)
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         uint32_t k = (uint32_t)(rng >> 33) % KEYS;
         uint64_t key = (uint64_t)k * 0x10000 + 7; /* keys equal modulo small powers of two */
-        int64_t i = spw_ps__cold_find(&c, key);
-        assert_int_equal(i >= 0, value[k] != 0);
-        if (i >= 0) {
-            const struct spw_ps_row *r = spw_ps__cold_rec(&c, (uint64_t)i);
+        struct spw_ps__cold_pos at;
+        bool found = spw_ps__cold_find(&c, key, &at);
+        assert_int_equal(found, value[k] != 0);
+        if (found) {
+            const struct spw_ps_row *r = spw_ps__cold_rec(&c, at);
             assert_int_equal(r->version, value[k]);
             assert_int_equal(r->flags, SPW_PS_COLD_FULL | (dirty[k] ? SPW_PS_ROW_DIRTY : 0));
         }
         /* deletes while the table fills, then as many as puts */
-        if (i >= 0 && (rng >> 20) % 3 == 0) {
-            spw_ps__cold_delete_at(&c, (uint64_t)i);
+        if (found && (rng >> 20) % 3 == 0) {
+            spw_ps__cold_delete_at(&c, at);
             n--;
             n_dirty -= dirty[k];
             value[k] = 0;
@@ -793,19 +795,26 @@ static void test_ps_store_cold_file_table(void **state)
         }
         assert_int_equal(c.n, n);
         assert_int_equal(c.n_dirty, n_dirty);
-        if (op % 5000 == 0) { /* the dirty bitmap names exactly the dirty records */
+        if (op % 20000 == 0) { /* the dirty bitmaps name exactly the dirty records */
             uint64_t seen = 0;
-            for (uint64_t at = 0; spw_ps__cold_next_dirty(&c, &at); at++, seen++)
-                assert_int_equal(spw_ps__cold_rec(&c, at)->flags,
+            for (struct spw_ps__cold_pos d = {0}; spw_ps__cold_next_dirty(&c, &d); d.idx++, seen++)
+                assert_int_equal(spw_ps__cold_rec(&c, d)->flags,
                                  SPW_PS_COLD_FULL | SPW_PS_ROW_DIRTY);
             assert_int_equal(seen, n_dirty);
         }
     }
-    assert_true(c.grows >= 1 && c.n * 10 <= c.cap * 7);
-    for (uint32_t k = 0; k < KEYS; k++)
-        assert_int_equal(spw_ps__cold_find(&c, (uint64_t)k * 0x10000 + 7) >= 0, value[k] != 0);
+    assert_true(c.grows >= 8);
+    for (uint32_t g = 0; g < SPW_PS_COLD_SEGS; g++)
+        assert_true(c.seg[g].n * 10 <= c.seg[g].cap * 7);
+    for (uint32_t k = 0; k < KEYS; k++) {
+        struct spw_ps__cold_pos at;
+        assert_int_equal(spw_ps__cold_find(&c, (uint64_t)k * 0x10000 + 7, &at), value[k] != 0);
+    }
     spw_ps__cold_close(&c);
-    assert_int_equal(access(path, F_OK), -1); /* removed at close */
+    for (uint32_t g = 0; g < SPW_PS_COLD_SEGS; g++) { /* removed at close */
+        snprintf(path, sizeof(path), "%s-%02u.rows", prefix, g);
+        assert_int_equal(access(path, F_OK), -1);
+    }
 }
 
 enum cold_tier {
@@ -828,11 +837,13 @@ static void cold_tier_readback_exact(struct test_dir_fixture *fx, enum cold_tier
     struct spw_ps_store_conf small = base_conf(fx, p1, sizeof(p1), SPW_PS_ADAGRAD, dim);
     small.memory_bytes = n_keys * (SPW_PS_ROW_HDR + 2 * dim * sizeof(float)) / 10;
     small.cold_off = tier == TIER_SST;
-    if (tier == TIER_FILE_NO_GROW) { /* a directory where the grown file would be made */
+    if (tier == TIER_FILE_NO_GROW) { /* a directory where each grown segment would be made */
         char grow[256];
         assert_int_equal(spw_fs_mkdir_p(p1), SPW_OK);
-        snprintf(grow, sizeof(grow), "%s/SPARROW-COLD.rows.grow", p1);
-        assert_int_equal(mkdir(grow, 0755), 0);
+        for (uint32_t g = 0; g < SPW_PS_COLD_SEGS; g++) {
+            snprintf(grow, sizeof(grow), "%s/SPARROW-COLD-%02u.rows.grow", p1, g);
+            assert_int_equal(mkdir(grow, 0755), 0);
+        }
     }
     struct spw_ps_store_conf big = base_conf(fx, p2, sizeof(p2), SPW_PS_ADAGRAD, dim);
     big.memory_bytes = 64u << 20;
@@ -857,17 +868,22 @@ static void cold_tier_readback_exact(struct test_dir_fixture *fx, enum cold_tier
     assert_true(spw_ps__store_wait_idle(a, 60000)); /* the memtables' flushes done */
     char *sst = spw_ps__store_property(a, "rocksdb.live-sst-files-size");
     assert_non_null(sst);
-    if (tier != TIER_COLD_FILE)
+    if (tier == TIER_SST)
         assert_true(strtoull(sst, NULL, 10) > (4u << 20));
-    else
+    else if (tier == TIER_FILE_NO_GROW) { /* the rows beyond the full segments: in RocksDB */
+        char *keys_db = spw_ps__store_property(a, "rocksdb.estimate-num-keys");
+        assert_non_null(keys_db);
+        assert_true(strtoull(keys_db, NULL, 10) > 10000);
+        free(keys_db);
+    } else
         assert_int_equal(strtoull(sst, NULL, 10), 0); /* nothing written there yet */
     free(sst);
     struct spw_ps_store_stats st0, st;
     spw_ps_store_get_stats(a, &st0);
-    if (tier == TIER_COLD_FILE) /* grown from 16384 records to hold the evicted rows */
-        assert_true(st0.rows_cold > n_keys / 2 && st0.bytes_cold > 16384u * st0.row_bytes);
-    if (tier == TIER_FILE_NO_GROW) /* full at 7/10 of its 16384 records */
-        assert_int_equal(st0.rows_cold, 16384u * 7 / 10);
+    if (tier == TIER_COLD_FILE) /* grown from 64 x 1024 records to hold the evicted rows */
+        assert_true(st0.rows_cold > n_keys / 2 && st0.bytes_cold > 65536u * st0.row_bytes);
+    if (tier == TIER_FILE_NO_GROW) /* every segment full at 7/10 of its 1024 records */
+        assert_int_equal(st0.rows_cold, SPW_PS_COLD_SEGS * (1024u * 7 / 10));
     uint64_t rng = 3;
     for (int round = 0; round < 60; round++) {
         if (tier == TIER_COLD_FILE && round == 30)
