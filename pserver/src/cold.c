@@ -88,7 +88,9 @@ static spw_err_t seg_map(struct spw_ps__cold_seg *s, const char *path, size_t st
     }
     /* records are read one at a time at random: no read-ahead around a faulted page */
     (void)madvise(map, bytes, MADV_RANDOM);
-    s->fd = fd;
+    /* The mapping keeps the file: no descriptor held per segment (64 per store; a trainer with
+     * many in-process shards would run out). */
+    close(fd);
     s->map = map;
     s->cap = cap;
     s->mask = cap - 1;
@@ -108,11 +110,8 @@ static void seg_unmap(struct spw_ps__cold_seg *s, size_t stride)
 {
     if (s->map)
         munmap(s->map, (size_t)s->cap * stride);
-    if (s->fd >= 0)
-        close(s->fd);
     free(s->dirty);
     s->map = NULL;
-    s->fd = -1;
     s->dirty = NULL;
 }
 
@@ -121,8 +120,6 @@ spw_err_t spw_ps__cold_open(struct spw_ps__cold *c, const char *prefix, size_t s
 {
     memset(c, 0, sizeof(*c));
     c->stride = stride;
-    for (uint32_t g = 0; g < SPW_PS_COLD_SEGS; g++)
-        c->seg[g].fd = -1;
     uint64_t cap = COLD_MIN_CAP;
     while (cap * SPW_PS_COLD_SEGS < cap_hint && cap < COLD_MAX_CAP)
         cap <<= 1;

@@ -176,8 +176,7 @@ void spw_ps__big_free(void *p, size_t bytes);
 
 struct spw_ps__cold_seg {
     char *path, *grow_path;
-    int fd;
-    uint8_t *map;    /* cap records of stride bytes */
+    uint8_t *map;    /* cap records of stride bytes (the file's descriptor closed once mapped) */
     uint64_t *dirty; /* bit i: record i holds a dirty row (cap bits, in memory) */
     uint64_t cap, mask;
     uint64_t n; /* records held */

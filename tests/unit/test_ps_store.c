@@ -744,6 +744,18 @@ static void test_ps_store_discard_keeps_last_flush(void **state)
     spw_ps_store_discard(NULL);
 }
 
+/* Descriptors open in this process (entries of /proc/self/fd, the listing's own included). */
+static size_t open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    size_t n = 0;
+    assert_non_null(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
 /* The cold file's tables against a plain array: random puts, finds and deletes over a key range
  * crowded enough for long probe runs (so deletions shift records back) and for growths of the
  * segments. */
@@ -755,7 +767,9 @@ static void test_ps_store_cold_file_table(void **state)
     char prefix[256], path[300], err[256] = "";
     snprintf(prefix, sizeof(prefix), "%s/cold", fx->dir);
     struct spw_ps__cold c;
+    size_t fds = open_fds();
     assert_int_equal(spw_ps__cold_open(&c, prefix, stride, 0, err, sizeof(err)), SPW_OK);
+    assert_int_equal(open_fds(), fds); /* the mappings hold the files, no descriptors */
     assert_int_equal(c.bytes, (uint64_t)SPW_PS_COLD_SEGS * 1024 * stride); /* 1024 per segment */
     static uint32_t value[KEYS]; /* 0: absent; else the record's version */
     static uint8_t dirty[KEYS];
