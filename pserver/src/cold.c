@@ -197,35 +197,28 @@ bool spw_ps__cold_find(const struct spw_ps__cold *c, uint64_t key, struct spw_ps
 }
 
 /* Writes row (stride bytes, its flags replaced by flags: FULL and maybe DIRTY) at the end of its
- * key's probe sequence in s, or over the record of the same key. s is below its load limit, so
- * the sequence ends at an empty record. Counts in c (NULL: a growth's copy, counted already). */
-static void put_in(struct spw_ps__cold *c, struct spw_ps__cold_seg *s, size_t stride,
-                   const struct spw_ps_row *row, uint32_t flags)
+ * key's probe sequence in s, or over the record of the same key, whose flags it returns (0: a
+ * new record). s is below its load limit, so the sequence ends at an empty record. */
+static uint32_t put_in(struct spw_ps__cold_seg *s, size_t stride, const struct spw_ps_row *row,
+                       uint32_t flags)
 {
     uint64_t i = home_of(s, row->key);
+    uint32_t replaced = 0;
     for (;; i = (i + 1) & s->mask) {
         struct spw_ps_row *r = rec_at(s, stride, i);
         if (!rec_full(r))
             break;
         if (r->key == row->key) {
-            if (c && (r->flags & SPW_PS_ROW_DIRTY))
-                c->n_dirty--;
-            if (c)
-                c->n--;
-            s->n--;
+            replaced = r->flags;
             break;
         }
     }
     struct spw_ps_row *r = rec_at(s, stride, i);
     memcpy(r, row, stride);
     r->flags = flags;
-    s->n++;
-    if (c) {
-        c->n++;
-        if (flags & SPW_PS_ROW_DIRTY)
-            c->n_dirty++;
-    }
+    s->n += replaced == 0;
     mark(s, i, (flags & SPW_PS_ROW_DIRTY) != 0);
+    return replaced;
 }
 
 /* Doubles segment s into a new file, then renames it over the old one. */
@@ -253,7 +246,7 @@ static spw_err_t grow(struct spw_ps__cold *c, struct spw_ps__cold_seg *s)
     for (uint64_t i = 0; i < s->cap; i++) {
         const struct spw_ps_row *r = rec_at(s, c->stride, i);
         if (rec_full(r))
-            put_in(NULL, &next, c->stride, r, r->flags);
+            (void)put_in(&next, c->stride, r, r->flags);
     }
     c->bytes += s->cap * c->stride;
     seg_unmap(s, c->stride);
@@ -274,7 +267,11 @@ spw_err_t spw_ps__cold_put(struct spw_ps__cold *c, const struct spw_ps_row *row)
         if (err)
             return err;
     }
-    put_in(c, s, c->stride, row, SPW_PS_COLD_FULL | (row->flags & SPW_PS_ROW_DIRTY));
+    uint32_t flags = SPW_PS_COLD_FULL | (row->flags & SPW_PS_ROW_DIRTY);
+    uint32_t replaced = put_in(s, c->stride, row, flags);
+    c->n += replaced == 0;
+    c->n_dirty += (flags & SPW_PS_ROW_DIRTY) != 0;
+    c->n_dirty -= (replaced & SPW_PS_ROW_DIRTY) != 0;
     return SPW_OK;
 }
 

@@ -783,7 +783,9 @@ static void handle_stats(spw_ps_server_t *srv, struct peer *peer, const Sparrow_
     sr.has_bytes_dram = sr.has_epoch = true;
     sr.shard = srv->conf.store.shard;
     sr.rows_dram = st.rows_dram;
-    sr.rows_total = (srv->store ? spw_ps_store_rows_on_disk(srv->store) : 0) + st.rows_dram;
+    /* the cold file holds every row evicted since open, RocksDB those of the last flush */
+    uint64_t on_disk = srv->store ? spw_ps_store_rows_on_disk(srv->store) : 0;
+    sr.rows_total = (on_disk > st.rows_cold ? on_disk : st.rows_cold) + st.rows_dram;
     sr.pulls = st.rows_pulled;
     sr.pushes = st.rows_pushed;
     sr.bytes_dram = st.bytes_dram;

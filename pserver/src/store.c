@@ -95,9 +95,8 @@ struct spw_ps_store {
     rocksdb_envoptions_t *envopts;
     rocksdb_ingestexternalfileoptions_t *ingest_opts;
 
-    bool cold_on; /* evictions go to the cold file (false: pserver.cold_file off) */
-    struct spw_ps__cold cold;
-    uint8_t *cold_row; /* one row (stride bytes) read out of the cold file */
+    struct spw_ps__cold cold; /* open unless pserver.cold_file is off */
+    uint8_t *cold_row;        /* one row (stride bytes) read out of the cold file */
 
     bool admit;
     struct spw_ps_sketch sketch;
@@ -406,7 +405,7 @@ static spw_err_t evict_some(spw_ps_store_t *store)
     for (uint32_t i = 0; i < n; i++) {
         uint32_t slot = store->victims[i];
         struct spw_ps_row *row = slot_row(store, slot);
-        if (store->cold_on) {
+        if (store->cold.open) {
             if (i + PREFETCH_DIST < n)
                 spw_ps__cold_prefetch(&store->cold,
                                       slot_row(store, store->victims[i + PREFETCH_DIST])->key);
@@ -623,7 +622,7 @@ static spw_err_t acquire(spw_ps_store_t *store, const uint64_t *keys, size_t n,
             store->miss_ks[n_miss++].slot = (uint32_t)i;
         }
     }
-    if (n_miss > 0 && store->cold_on && store->cold.n > 0) {
+    if (n_miss > 0 && store->cold.n > 0) {
         spw_err_t err = acquire_cold(store, keys, &n_miss);
         if (err)
             return err;
@@ -947,7 +946,7 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
     size_t n_db_gone = 0;
     /* The cold file: records from its hand on, removed (with any older copy in RocksDB) once the
      * deletes are written; db_gone[0, n_cold_gone) are theirs. */
-    if (store->cold_on && store->cold.n > 0) {
+    if (store->cold.n > 0) {
         const struct spw_ps__cold *c = &store->cold;
         struct spw_ps__cold_pos *hand = &store->cold_hand;
         for (size_t s = 0; s < max_rows && n_db_gone < gone_cap; s++) {
@@ -987,7 +986,7 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
             memcpy((char *)&hdr + SPW_PS_DB_VALUE_OFF, v, SPW_PS_ROW_HDR - SPW_PS_DB_VALUE_OFF);
             if (idx_find(store, key, key_hash(key)) < 0 && expired(store, hdr.last_update) &&
                 !spw_key_is_dense(key) &&
-                (!store->cold_on ||
+                (store->cold.n == 0 ||
                  !spw_ps__cold_find(&store->cold, key, &(struct spw_ps__cold_pos){0}))) {
                 rocksdb_writebatch_delete(store->wb, k, 8);
                 db_gone[n_db_gone] = key;
@@ -1240,7 +1239,7 @@ static bool dirty_next(const spw_ps_store_t *store, struct dirty_walk *w, struct
         w->cold = true;
     }
     const struct spw_ps__cold *c = &store->cold;
-    if (!store->cold_on || c->n_dirty == 0 || !spw_ps__cold_next_dirty(c, &w->at))
+    if (c->n_dirty == 0 || !spw_ps__cold_next_dirty(c, &w->at))
         return false;
     *out = (struct ks){
         .key = spw_ps__cold_rec(c, w->at)->key, .slot = (uint32_t)w->at.idx, .cold = w->at.seg + 1};
@@ -1410,10 +1409,8 @@ uint64_t spw_ps_store_rows_on_disk(spw_ps_store_t *store)
 {
     uint64_t v = 0;
     if (rocksdb_property_int(store->db, "rocksdb.estimate-num-keys", &v) != 0)
-        v = 0;
-    v = v > 0 ? v - 1 : 0; /* less the meta key */
-    /* the cold file holds every row evicted since open, RocksDB those of the last flush */
-    return store->cold.n > v ? store->cold.n : v;
+        return 0;
+    return v > 0 ? v - 1 : 0; /* less the meta key */
 }
 
 char *spw_ps__store_property(spw_ps_store_t *store, const char *name)
@@ -1691,8 +1688,7 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
     if (spw_ps__keyfilter_init(&store->on_disk, cap < (1u << 16) ? 1u << 16 : cap,
                                !db_has_rows(store)) != SPW_OK)
         goto out_nomem;
-    store->cold_on = !conf->cold_off;
-    if (store->cold_on) {
+    if (!conf->cold_off) {
         size_t len = strlen(store->db_path) + sizeof(COLD_NAME) + 1;
         char *path = malloc(len);
         store->cold_row = malloc(store->stride);
@@ -1710,10 +1706,8 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
             spw_ps__cold_open(&store->cold, path, store->stride,
                               hint > COLD_START ? hint : COLD_START, errstr, errstr_size);
         free(path);
-        if (cerr) {
-            store->cold_on = false;
+        if (cerr)
             goto out_free_store;
-        }
     }
     return store;
 

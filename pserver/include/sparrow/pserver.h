@@ -343,8 +343,8 @@ struct spw_ps_slab_range {
  */
 void spw_ps_store_slab_ahead(spw_ps_store_t *store, struct spw_ps_slab_range *range);
 
-/* Estimated number of rows on disk: RocksDB's estimate-num-keys or the cold file's rows, the
- * larger. */
+/* Estimated number of rows in RocksDB (its estimate-num-keys); the cold file's are in
+ * spw_ps_store_stats.rows_cold. */
 uint64_t spw_ps_store_rows_on_disk(spw_ps_store_t *store);
 
 /* ---- the ZeroMQ server ---- */
