@@ -976,8 +976,10 @@ void spw_http_stop(spw_http_t *http)
      * HTTP_DRAIN_MS) and the connections accepted send theirs (up to HTTP_DRAIN_FRESH_MS), then
      * stop, which closes idle keep-alive connections. */
     MHD_socket listen_fd = MHD_quiesce_daemon(http->daemon);
+    /* Refuse new connections now; close the descriptor only after MHD_stop_daemon, since
+     * MHD's worker may still be taking it out of its epoll set (a TSan run caught the race). */
     if (listen_fd != MHD_INVALID_SOCKET)
-        close(listen_fd);
+        shutdown(listen_fd, SHUT_RDWR);
     uint64_t start = spw_time_mono_ms();
     for (;;) {
         uint64_t waited = spw_time_mono_ms() - start;
@@ -996,6 +998,8 @@ void spw_http_stop(spw_http_t *http)
     pthread_mutex_unlock(&http->reaper_lock);
     pthread_join(http->reaper, NULL);
     MHD_stop_daemon(http->daemon); /* NOTIFY_CLOSED takes conn_lock: destroyed after */
+    if (listen_fd != MHD_INVALID_SOCKET)
+        close(listen_fd);
     pthread_cond_destroy(&http->reaper_cond);
     pthread_mutex_destroy(&http->reaper_lock);
     pthread_mutex_destroy(&http->conn_lock);
