@@ -1,6 +1,7 @@
 /* The row store: a DRAM hot table (open addressing over u64 keys, rows in a slab region, CLOCK
  * eviction) over a cold file of evicted rows (cold.c) and a RocksDB tier that checkpoints write,
  * with admission by count-min sketch and TTL expiry. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -33,12 +34,13 @@
 #define PREFETCH_DIST 16
 #define SKETCH_DEPTH  4u
 #define SLOT_FREE     8u                /* flags bit of a slot on the free list */
-#define INGEST_PREFIX "SPARROW-INGEST-" /* + part + ".tmp" in db_path; not a RocksDB name */
+#define INGEST_PREFIX "SPARROW-INGEST-" /* + part-file.tmp in db_path; not a RocksDB name */
 #define COLD_NAME     "SPARROW-COLD"    /* the cold file's segments, -NN.rows in db_path */
 #define COLD_START    65536u            /* records of a new cold file, all segments */
 #define BLOOM_BITS    10.0
 
 size_t spw_ps__flush_part_rows = 1u << 20;
+size_t spw_ps__sst_file_rows = 1u << 16;
 
 /* One index entry: the low 32 bits of the key's hash (home position and a tag compared before
  * the row's key is read) and the slot + 1 of its row; slot1 == 0 marks an empty entry. Eight
@@ -60,7 +62,6 @@ struct ks {
 struct spw_ps_store {
     struct spw_ps_store_conf conf;
     char *db_path;
-    char *ingest_paths[FLUSH_THREADS];   /* SST files of a flush before they are ingested */
     struct spw_ps__digest_cache digests; /* of SSTs hashed by flushes and checkpoints */
     uint32_t dim;
     size_t row_floats; /* dim + slots */
@@ -1036,25 +1037,41 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
     return SPW_OK;
 }
 
-/* One part of a large flush: a key range whose rows a thread sorts and writes to its own SST
- * file. The file stays mapped while it is written, which keeps its pages cached (the SST writer
- * asks the kernel to drop what it wrote every megabyte, and the kernel keeps mapped pages), so
- * that hashing it for the checkpoint's CHECKSUM afterwards reads memory, not the disk. */
-struct flush_part {
-    const spw_ps_store_t *store; /* read only while parts run */
-    struct ks *ks, *tmp;
-    size_t n;
+/* One SST file of a large flush. It stays mapped while it is written, which keeps its pages
+ * cached (the SST writer asks the kernel to drop what it wrote every megabyte, and the kernel
+ * keeps mapped pages), so that hashing it for the checkpoint's CHECKSUM afterwards reads memory,
+ * not the disk. Each such ask walks every page of the file written so far, so a file's cost grows
+ * with the square of its size: files hold at most spw_ps__sst_file_rows rows (at 2^20 rows the
+ * asks took over half of a trainer's closing flush). */
+struct sst_file {
     char *path;
     int fd;       /* the file, read only; -1 when not open */
     uint8_t *map; /* its first map_len bytes, mapped and touched */
     size_t map_len;
+};
+
+/* One part of a large flush: a key range whose rows a thread sorts and writes to SST files of
+ * consecutive key ranges. */
+struct flush_part {
+    const spw_ps_store_t *store; /* read only while parts run */
+    struct ks *ks, *tmp;
+    size_t n;
+    struct sst_file *files; /* n_files */
+    size_t n_files;
     spw_err_t ret;
     char err[256];
 };
 
-/* Maps (and faults in) the part's file up to its current end (whole pages while it grows,
- * everything once complete). Best effort: a failure only costs the pages' staying cached. */
-static void pin_pages(struct flush_part *part, bool complete)
+/* Files a part of n rows is written to. */
+static size_t part_files(size_t n)
+{
+    size_t per = spw_ps__sst_file_rows ? spw_ps__sst_file_rows : 1;
+    return n ? (n + per - 1) / per : 1;
+}
+
+/* Maps (and faults in) the file up to its current end (whole pages while it grows, everything
+ * once complete). Best effort: a failure only costs the pages' staying cached. */
+static void pin_pages(struct sst_file *part, bool complete)
 {
     struct stat sb;
     if (part->fd < 0 || fstat(part->fd, &sb) != 0)
@@ -1076,7 +1093,7 @@ static void pin_pages(struct flush_part *part, bool complete)
     part->map_len = len;
 }
 
-static void part_release(struct flush_part *part)
+static void file_release(struct sst_file *part)
 {
     if (part->map)
         munmap(part->map, part->map_len);
@@ -1087,8 +1104,8 @@ static void part_release(struct flush_part *part)
     part->fd = -1;
 }
 
-/* Hashes the part's file as it is now (after ingestion, which may have written into it). */
-static spw_err_t part_digest(struct flush_part *part, struct spw_ps__file_digest *d)
+/* Hashes the file as it is now (after ingestion, which may have written into it). */
+static spw_err_t file_digest(struct sst_file *part, struct spw_ps__file_digest *d)
 {
     if (part->fd < 0 || spw_ps__file_identity(part->fd, d) != SPW_OK)
         return SPW_ERR_IO;
@@ -1099,49 +1116,63 @@ static spw_err_t part_digest(struct flush_part *part, struct spw_ps__file_digest
     return SPW_OK;
 }
 
-/* Sorts the part's rows and writes them to part->path as an SST file. Reads the store's rows
- * and options only, so that parts can run on several threads. */
+/* Writes ks[0..n) (sorted) to file f as an SST file; NULL or RocksDB's error (rocksdb_free). */
+static char *write_file(const spw_ps_store_t *store, const struct ks *ks, size_t n,
+                        struct sst_file *f)
+{
+    char *err = NULL;
+    rocksdb_sstfilewriter_t *w = rocksdb_sstfilewriter_create(store->envopts, store->opts);
+    unlink(f->path);
+    rocksdb_sstfilewriter_open(w, f->path, &err);
+    if (!err)
+        f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    for (size_t i = 0; i < n && !err; i++) {
+        if (i + PREFETCH_DIST < n)
+            prefetch_row(store, ks_row(store, &ks[i + PREFETCH_DIST]));
+        char k[8];
+        spw_ps__key_encode(ks[i].key, k);
+        rocksdb_sstfilewriter_put(w, k, 8,
+                                  (const char *)ks_row(store, &ks[i]) + SPW_PS_DB_VALUE_OFF,
+                                  store->value_len, &err);
+        if (i % PIN_ROWS == PIN_ROWS - 1)
+            pin_pages(f, false);
+    }
+    if (!err)
+        rocksdb_sstfilewriter_finish(w, &err);
+    rocksdb_sstfilewriter_destroy(w);
+    if (!err)
+        pin_pages(f, true);
+    return err;
+}
+
+/* Sorts the part's rows and writes them to its files, spw_ps__sst_file_rows each. Reads the
+ * store's rows and options only, so that parts can run on several threads. */
 static void *write_part(void *arg)
 {
     struct flush_part *part = arg;
     const spw_ps_store_t *store = part->store;
     ks_sort(part->ks, part->tmp, part->n);
-    char *err = NULL;
-    rocksdb_sstfilewriter_t *w = rocksdb_sstfilewriter_create(store->envopts, store->opts);
-    unlink(part->path);
-    rocksdb_sstfilewriter_open(w, part->path, &err);
-    if (!err)
-        part->fd = open(part->path, O_RDONLY | O_CLOEXEC);
-    for (size_t i = 0; i < part->n && !err; i++) {
-        if (i + PREFETCH_DIST < part->n)
-            prefetch_row(store, ks_row(store, &part->ks[i + PREFETCH_DIST]));
-        char k[8];
-        spw_ps__key_encode(part->ks[i].key, k);
-        rocksdb_sstfilewriter_put(w, k, 8,
-                                  (const char *)ks_row(store, &part->ks[i]) + SPW_PS_DB_VALUE_OFF,
-                                  store->value_len, &err);
-        if (i % PIN_ROWS == PIN_ROWS - 1)
-            pin_pages(part, false);
+    size_t per = spw_ps__sst_file_rows ? spw_ps__sst_file_rows : 1;
+    for (size_t j = 0; j < part->n_files; j++) {
+        size_t beg = j * per, n = part->n - beg < per ? part->n - beg : per;
+        char *err = write_file(store, part->ks + beg, n, &part->files[j]);
+        if (err) {
+            snprintf(part->err, sizeof(part->err), "writing rows to %s: %s", part->files[j].path,
+                     err);
+            rocksdb_free(err);
+            part->ret = SPW_ERR_STORE;
+            return NULL;
+        }
     }
-    if (!err)
-        rocksdb_sstfilewriter_finish(w, &err);
-    rocksdb_sstfilewriter_destroy(w);
-    if (err) {
-        snprintf(part->err, sizeof(part->err), "writing rows to %s: %s", part->path, err);
-        rocksdb_free(err);
-        part->ret = SPW_ERR_STORE;
-        return NULL;
-    }
-    pin_pages(part, true);
     part->ret = SPW_OK;
     return NULL;
 }
 
-/* Writes parts[0..n) (disjoint key ranges), up to FLUSH_THREADS at once, and ingests their files
- * in one step: no memtable inserts, sequential writes. RocksDB links the files into the database;
- * their digests go to the store's cache. */
+/* Writes parts[0..n) (disjoint key ranges), up to FLUSH_THREADS at once, and ingests their
+ * n_files files in one step: no memtable inserts, sequential writes. RocksDB links the files into
+ * the database; their digests go to the store's cache. */
 static spw_err_t flush_parts(spw_ps_store_t *store, struct flush_part *parts, size_t n,
-                             char *errstr, size_t errstr_size)
+                             size_t n_files, char *errstr, size_t errstr_size)
 {
     pthread_t threads[FLUSH_THREADS];
     bool started[FLUSH_THREADS] = {false};
@@ -1165,26 +1196,35 @@ static spw_err_t flush_parts(spw_ps_store_t *store, struct flush_part *parts, si
             ret = parts[i].ret;
         }
     }
+    const char **paths = ret == SPW_OK ? malloc(n_files * sizeof(*paths)) : NULL;
+    if (ret == SPW_OK && !paths) {
+        snprintf(errstr, errstr_size, "out of memory");
+        ret = SPW_ERR_NOMEM;
+    }
     if (ret == SPW_OK) {
-        const char *files[FLUSH_THREADS];
+        size_t k = 0;
         for (size_t i = 0; i < n; i++)
-            files[i] = parts[i].path;
+            for (size_t j = 0; j < parts[i].n_files; j++)
+                paths[k++] = parts[i].files[j].path;
         char *err = NULL;
-        rocksdb_ingest_external_file(store->db, files, n, store->ingest_opts, &err);
+        rocksdb_ingest_external_file(store->db, paths, k, store->ingest_opts, &err);
         if (err) {
             snprintf(errstr, errstr_size, "ingesting flushed rows: %s", err);
             rocksdb_free(err);
             ret = SPW_ERR_STORE;
         }
     }
-    for (size_t i = 0; i < n; i++) {
-        unlink(parts[i].path); /* gone already after a successful (moving) ingest */
-        struct spw_ps__file_digest d;
-        if (ret == SPW_OK && part_digest(&parts[i], &d) == SPW_OK &&
-            spw_ps__digest_cache_add(&store->digests, &d) != SPW_OK)
-            spw_ps__digest_cache_fini(&store->digests); /* only a cache: start over */
-        part_release(&parts[i]);
-    }
+    free(paths);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < parts[i].n_files; j++) {
+            struct sst_file *f = &parts[i].files[j];
+            unlink(f->path); /* gone already after a successful (moving) ingest */
+            struct spw_ps__file_digest d;
+            if (ret == SPW_OK && file_digest(f, &d) == SPW_OK &&
+                spw_ps__digest_cache_add(&store->digests, &d) != SPW_OK)
+                spw_ps__digest_cache_fini(&store->digests); /* only a cache: start over */
+            file_release(f);
+        }
     return ret;
 }
 
@@ -1260,6 +1300,8 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
     struct ks *ks = NULL, *tmp = NULL;
     uint32_t *part_of = NULL;
     size_t *part_n = NULL;
+    struct sst_file *files = NULL;
+    char *names = NULL;
     uint32_t *counts = calloc(BUCKETS, sizeof(uint32_t));
     if (!counts)
         goto out_nomem;
@@ -1330,28 +1372,42 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
         goto out_nomem;
     for (uint32_t b = 0; b < BUCKETS; b++)
         part_n[part_of[b]] += counts[b];
-    size_t cap = 0; /* rows of the largest round */
+    size_t cap = 0, cap_files = 0; /* rows and files of the largest round */
     for (uint32_t p = 0; p < n_parts; p += FLUSH_THREADS) {
-        size_t rows = 0;
-        for (uint32_t q = p; q < n_parts && q < p + FLUSH_THREADS; q++)
+        size_t rows = 0, nf = 0;
+        for (uint32_t q = p; q < n_parts && q < p + FLUSH_THREADS; q++) {
             rows += part_n[q];
+            nf += part_files(part_n[q]);
+        }
         cap = rows > cap ? rows : cap;
+        cap_files = nf > cap_files ? nf : cap_files;
     }
+    const size_t path_len = strlen(store->db_path) + sizeof(INGEST_PREFIX) + 48;
     ks = malloc(cap * sizeof(*ks));
     tmp = malloc(cap * sizeof(*tmp));
-    if (!ks || !tmp)
+    files = malloc(cap_files * sizeof(*files));
+    names = malloc(cap_files * path_len);
+    if (!ks || !tmp || !files || !names)
         goto out_nomem;
     for (uint32_t first = 0; first < n_parts && ret == SPW_OK; first += FLUSH_THREADS) {
         uint32_t n_round = n_parts - first < FLUSH_THREADS ? n_parts - first : FLUSH_THREADS;
         struct flush_part parts[FLUSH_THREADS];
-        size_t fill[FLUSH_THREADS], off = 0;
+        size_t fill[FLUSH_THREADS], off = 0, n_files = 0;
         for (uint32_t i = 0; i < n_round; i++) {
             memset(&parts[i], 0, sizeof(parts[i]));
             parts[i].store = store;
             parts[i].ks = ks + off;
             parts[i].tmp = tmp + off;
-            parts[i].path = store->ingest_paths[i];
-            parts[i].fd = -1;
+            parts[i].files = files + n_files;
+            parts[i].n_files = part_files(part_n[first + i]);
+            for (size_t j = 0; j < parts[i].n_files; j++, n_files++) {
+                struct sst_file *f = &files[n_files];
+                f->path = names + n_files * path_len;
+                snprintf(f->path, path_len, "%s/%s%u-%zu.tmp", store->db_path, INGEST_PREFIX, i, j);
+                f->fd = -1;
+                f->map = NULL;
+                f->map_len = 0;
+            }
             fill[i] = 0;
             off += part_n[first + i];
         }
@@ -1362,7 +1418,7 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
         }
         for (uint32_t i = 0; i < n_round; i++)
             parts[i].n = fill[i];
-        ret = flush_parts(store, parts, n_round, errstr, errstr_size);
+        ret = flush_parts(store, parts, n_round, n_files, errstr, errstr_size);
         if (ret == SPW_OK) {
             for (size_t i = 0; i < off; i++)
                 ks_clean(store, &ks[i]);
@@ -1380,6 +1436,8 @@ out_free:
     free(counts);
     free(part_of);
     free(part_n);
+    free(files);
+    free(names);
     return ret;
 }
 
@@ -1550,6 +1608,19 @@ rocksdb_options_t *spw_ps__db_options(void)
     return opts;
 }
 
+/* Removes the SST files a flush interrupted by a crash left in db_path (INGEST_PREFIX*). */
+static void remove_ingest_files(const char *db_path)
+{
+    DIR *d = opendir(db_path);
+    if (!d)
+        return;
+    const int dfd = dirfd(d);
+    for (struct dirent *e; (e = readdir(d));)
+        if (strncmp(e->d_name, INGEST_PREFIX, sizeof(INGEST_PREFIX) - 1) == 0)
+            unlinkat(dfd, e->d_name, 0);
+    closedir(d);
+}
+
 spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *errstr,
                                   size_t errstr_size)
 {
@@ -1573,13 +1644,6 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
     store->db_path = strdup(conf->db_path);
     if (!store->db_path)
         goto out_nomem;
-    for (uint32_t i = 0; i < FLUSH_THREADS; i++) {
-        size_t len = strlen(conf->db_path) + sizeof(INGEST_PREFIX) + 16;
-        store->ingest_paths[i] = malloc(len);
-        if (!store->ingest_paths[i])
-            goto out_nomem;
-        snprintf(store->ingest_paths[i], len, "%s/%s%u.tmp", conf->db_path, INGEST_PREFIX, i);
-    }
 
     /* Rows R fit the budget with slabs (stride) and the largest index, at load <= 3/4. The
      * index starts small and doubles with the rows, so memory follows the rows held. */
@@ -1641,8 +1705,7 @@ spw_ps_store_t *spw_ps_store_open(const struct spw_ps_store_conf *conf, char *er
         snprintf(errstr, errstr_size, "mkdir %s: %s", store->db_path, strerror(errno));
         goto out_free_store;
     }
-    for (uint32_t i = 0; i < FLUSH_THREADS; i++)
-        unlink(store->ingest_paths[i]); /* left by a crash during a flush */
+    remove_ingest_files(store->db_path); /* left by a crash during a flush */
     rocksdb_options_t *base = spw_ps__db_options();
     if (conf->rocksdb_options && conf->rocksdb_options[0]) {
         char *err = NULL;
@@ -1763,8 +1826,6 @@ static void close_store(spw_ps_store_t *store, bool flush)
     free(store->evict_ks);
     free(store->evict_tmp);
     free(store->db_path);
-    for (uint32_t i = 0; i < FLUSH_THREADS; i++)
-        free(store->ingest_paths[i]);
     spw_ps__digest_cache_fini(&store->digests);
     free(store);
 }

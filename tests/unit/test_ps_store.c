@@ -298,8 +298,21 @@ static void free_rows(struct spw_ps_row_copy **rows, size_t n)
 }
 
 /* Flushes of many dirty rows go through SST files (in parts, on threads, several rounds when
- * spw_ps__flush_part_rows is small); overwriting flushes must win over what RocksDB holds, for
- * crowded keys (small integers) and spread ones (hashes) alike. */
+ * spw_ps__flush_part_rows is small, several files per part when spw_ps__sst_file_rows is);
+ * overwriting flushes must win over what RocksDB holds, for crowded keys (small integers) and
+ * spread ones (hashes) alike; no file of a flush is left behind. */
+/* Files of db_path named as a flush names its SST files before they are ingested. */
+static int count_ingest_files(const char *db_path)
+{
+    DIR *d = opendir(db_path);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strncmp(e->d_name, "SPARROW-INGEST-", 15) == 0;
+    closedir(d);
+    return n;
+}
+
 static void test_ps_store_large_flush_roundtrip(void **state)
 {
     struct test_dir_fixture *fx = *state;
@@ -307,15 +320,17 @@ static void test_ps_store_large_flush_roundtrip(void **state)
     enum { N = 3 * SPW_PS_SST_MIN_ROWS, BATCH = 1024 };
     static uint64_t keys[N];
     static float grads[BATCH * 3];
-    size_t saved_part_rows = spw_ps__flush_part_rows;
-    for (int variant = 0; variant < 2; variant++) {
+    size_t saved_part_rows = spw_ps__flush_part_rows, saved_file_rows = spw_ps__sst_file_rows;
+    for (int variant = 0; variant < 3; variant++) {
         char p[128];
         struct spw_ps_store_conf c = base_conf(fx, p, sizeof(p), SPW_PS_ADAM, dim);
         c.memory_bytes = 64u << 20; /* every row stays in DRAM until a flush */
         for (size_t i = 0; i < N; i++)
             keys[i] = variant == 0 ? i : (i + 1) * 0xd6e8feb86659fd93ull;
-        /* variant 1: parts of 5000 rows, so several rounds of FLUSH_THREADS files */
+        /* variant 1: parts of 5000 rows, so several rounds of FLUSH_THREADS parts; variant 2:
+         * files of 1700 rows too, so several files per part, the last one shorter */
         spw_ps__flush_part_rows = variant == 0 ? saved_part_rows : 5000;
+        spw_ps__sst_file_rows = variant == 2 ? 1700 : saved_file_rows;
         spw_ps_store_t *s = open_ok(&c);
         for (int round = 0; round < 3; round++) {
             for (size_t base = 0; base < N; base += BATCH) {
@@ -334,6 +349,7 @@ static void test_ps_store_large_flush_roundtrip(void **state)
             assert_int_equal(spw_ps_store_flush(s), SPW_OK);
             spw_ps_store_get_stats(s, &after);
             assert_true(after.rows_db_written - before.rows_db_written >= N / 2);
+            assert_int_equal(count_ingest_files(c.db_path), 0);
             /* closing flushes nothing more; reopening reads every row back from RocksDB */
             spw_ps_store_close(s);
             s = open_ok(&c);
@@ -345,6 +361,7 @@ static void test_ps_store_large_flush_roundtrip(void **state)
         spw_ps_store_close(s);
     }
     spw_ps__flush_part_rows = saved_part_rows;
+    spw_ps__sst_file_rows = saved_file_rows;
 }
 
 static void test_ps_store_admission(void **state)
