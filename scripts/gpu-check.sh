@@ -13,7 +13,8 @@
 #       towers' step, cuBLAS vs OpenBLAS, batch 4096 and 65536), `sparrow trainer` end to end on the
 #       CPU and the CUDA backend (in-process shard, GPU_CHECK_EXAMPLES examples, default 1M; FM
 #       k=64 and 16, and DeepFM k=16 with its network on cuBLAS on the first
-#       GPU_CHECK_DEEP_EXAMPLES, default 300k), then
+#       GPU_CHECK_DEEP_EXAMPLES, default 300k), the CPU backend's compute threads
+#       (GPU_CHECK_THREADS, default 1 2 4 8 16; FM k=16, 300k examples), then
 #       compute-sanitizer (memcheck, racecheck) where it works. Logs go to OUT_DIR; a summary is
 #       printed last. Exit status 1 when a test or a check failed. About 7 minutes on an H200.
 set -uo pipefail
@@ -88,6 +89,16 @@ run() {
                 note "  $(grep ' finished ' "$out/trainer-$m$k-$be.log" | tail -1 |
                     grep -o -E '(examples|ex_per_s|window_logloss|backend)=[^ ]*' | tr '\n' ' ')"
             done
+        done
+        # the CPU backend's compute threads on this machine's cores (issue 20 section 3: 1 and 2
+        # on the 2-core build machine, up to 16 here): FM k=16, the first 300k examples
+        for t in ${GPU_CHECK_THREADS:-1 2 4 8 16}; do
+            step "trainer-fm16-cpu-threads$t" 120 "$bin/sparrow" trainer --in "file:$data" \
+                --shards inproc --backend cpu --model fm --latent-dim 16 --batch 8192 \
+                --max-examples 300000 --http-port -1 --set trainer.threads="$t" \
+                --set trainer.lr=0.02 --set trainer.log.interval=0
+            note "  $(grep ' finished ' "$out/trainer-fm16-cpu-threads$t.log" | tail -1 |
+                grep -o -E '(examples|ex_per_s|window_logloss|compute_s)=[^ ]*' | tr '\n' ' ')"
         done
         # a deep model: DeepFM's network on cuBLAS (network=cublas in the started line), the
         # embeddings' pooling and the FM part on the host; the first GPU_CHECK_DEEP_EXAMPLES

@@ -191,6 +191,65 @@ static void test_cuda_model_fm_matches_cpu(void **state)
         check_model(SPW_MODEL_FM, ks[i]);
 }
 
+/* The CUDA backend computes between start and finish while the host works (here: the CPU
+ * backend on the same batch), from its own copies of the batch and rows (the caller's rows are
+ * overwritten right after start); back-to-back batches of different sizes; the results equal
+ * spw_backend_forward_backward's, and the CPU's within compare_on_batch's tolerance. */
+static void test_cuda_model_start_finish_overlaps_host_work(void **state)
+{
+    (void)state;
+    require_device();
+    struct spw_model model;
+    assert_int_equal(spw_model_init(&model, SPW_MODEL_FM, 16), SPW_OK);
+    spw_backend_t *cpu = new_backend(SPW_BACKEND_CPU, &model);
+    spw_backend_t *gpu = new_backend(SPW_BACKEND_CUDA, &model);
+    assert_true(spw_backend_computes_async(gpu));
+    assert_false(spw_backend_computes_async(cpu));
+    spw_gen_t *gen = NULL;
+    const size_t sizes[] = {4096, 100, 8192, 0, 2000};
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        spw_batch_t *batch = gen_batch(sizes[s], 21, &gen);
+        size_t n = spw_batch_examples(batch), nv = spw_batch_unique(batch) * model.dim;
+        float *rows = malloc(nv * sizeof(float) + 4), *scribbled = malloc(nv * sizeof(float) + 4);
+        float *pc = calloc(n + 1, sizeof(float)), *pg = calloc(n + 1, sizeof(float));
+        float *gc = calloc(nv + 1, sizeof(float)), *gg = calloc(nv + 1, sizeof(float));
+        float *ps = calloc(n + 1, sizeof(float)), *gs = calloc(nv + 1, sizeof(float));
+        assert_true(rows && scribbled && pc && pg && gc && gg && ps && gs);
+        uint64_t seed = 300 + s;
+        for (size_t i = 0; i < nv; i++)
+            rows[i] = scribbled[i] = rng_uniform(&seed, -0.3f, 0.3f);
+        const float scale = 1.0f / (float)(n ? n : 1);
+        double lc = -1.0, lg = -1.0, ls = -1.0;
+        spw_backend_forward_backward_start(gpu, batch, scribbled, scale, pg, gg);
+        for (size_t i = 0; i < nv; i++)
+            scribbled[i] = NAN; /* start copied the rows */
+        assert_int_equal(spw_backend_forward_backward(cpu, batch, rows, scale, pc, gc, &lc),
+                         SPW_OK);
+        assert_int_equal(spw_backend_forward_backward_finish(gpu, &lg), SPW_OK);
+        /* the synchronous call gives bit-identical results */
+        assert_int_equal(spw_backend_forward_backward(gpu, batch, rows, scale, ps, gs, &ls),
+                         SPW_OK);
+        assert_memory_equal(pg, ps, n * sizeof(float));
+        assert_memory_equal(gg, gs, nv * sizeof(float));
+        assert_true(lg == ls);
+        assert_true(rel_diff(lc, lg, 0.0) < 1e-9);
+        for (size_t i = 0; i < n; i++)
+            assert_true(rel_diff(pc[i], pg[i], 0.0) <= REL_TOL);
+        free(rows);
+        free(scribbled);
+        free(pc);
+        free(pg);
+        free(gc);
+        free(gg);
+        free(ps);
+        free(gs);
+        spw_batch_destroy(batch);
+    }
+    spw_gen_destroy(gen);
+    spw_backend_destroy(cpu);
+    spw_backend_destroy(gpu);
+}
+
 /* Deep models: the network on cuBLAS (the backend says so), pooling and the FM part on the host;
  * against the CPU backend (OpenBLAS) on the same rows, dropout masks included, over growing,
  * shrinking and empty batches. Tolerance as tests/gpu/test_cuda_dense.c's: a block's largest
@@ -426,6 +485,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_model_lr_matches_cpu),
         cmocka_unit_test(test_cuda_model_fm_matches_cpu),
+        cmocka_unit_test(test_cuda_model_start_finish_overlaps_host_work),
         cmocka_unit_test(test_cuda_model_deep_matches_cpu),
         cmocka_unit_test(test_cuda_model_norms_and_topk_match_cpu),
         cmocka_unit_test(test_cuda_model_topk_rows_match_cpu),

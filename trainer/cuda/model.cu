@@ -68,6 +68,37 @@ template <typename T> struct dbuf {
     }
 };
 
+// A pinned (page-locked) host buffer that grows (at least doubling) and is reused: the staging
+// area of the asynchronous copies (a copy from or to pageable memory makes the host wait for it).
+// Grown only while no copy uses it.
+template <typename T> struct hbuf {
+    T *p = nullptr;
+    size_t cap = 0;
+
+    cudaError_t reserve(size_t n)
+    {
+        if (n == 0)
+            n = 1;
+        if (n <= cap)
+            return cudaSuccess;
+        size_t c = cap ? cap : 256;
+        while (c < n)
+            c *= 2;
+        cudaFreeHost(p);
+        p = nullptr;
+        cap = 0;
+        cudaError_t err = cudaHostAlloc((void **)&p, c * sizeof(T), cudaHostAllocDefault);
+        if (err == cudaSuccess)
+            cap = c;
+        return err;
+    }
+
+    ~hbuf()
+    {
+        cudaFreeHost(p);
+    }
+};
+
 size_t blocks_for(size_t items, size_t per_block, size_t max_blocks)
 {
     size_t b = (items + per_block - 1) / per_block;
@@ -450,15 +481,22 @@ struct spw_trn__cuda {
     dbuf<uint8_t> flags;
     dbuf<uint32_t> seq, sorted_idx, count; // the backward's sort and scans
     dbuf<unsigned char> temp;              // cub's temporary storage
-    double *host_loss = nullptr;
-    size_t host_loss_cap = 0;
+    // the forward's pinned staging: the batch and rows copied in at start, the results copied
+    // out at finish
+    hbuf<uint32_t> h_offsets, h_occ_idx;
+    hbuf<float> h_occ_w, h_labels, h_rows, h_preds, h_grads;
+    hbuf<double> h_loss;
+    // a started forward: where finish copies its results (grads NULL: a forward only)
+    bool in_flight = false;
+    size_t pend_n = 0, pend_grads = 0;
+    float *pend_preds = nullptr, *pend_grad_out = nullptr;
 
     ~spw_trn__cuda()
     {
-        free(host_loss);
-
-        if (stream)
+        if (stream) {
+            cudaStreamSynchronize(stream); // a started forward's copies into the staging
             cudaStreamDestroy(stream);
+        }
     }
 };
 
@@ -502,43 +540,49 @@ extern "C" void spw_trn__cuda_destroy(struct spw_trn__cuda *cu)
     }
 }
 
-extern "C" spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k, uint32_t dim,
-                                           const struct spw_trn__cuda_batch *batch,
-                                           const float *rows, float grad_scale, float *preds,
-                                           float *grads, double *loss_sum)
+// Copies n elements of src into the pinned staging buffer h (grown) and queues their upload into
+// the device buffer d (grown) on the stream.
+template <typename T>
+static cudaError_t stage_upload(cudaStream_t st, hbuf<T> &h, dbuf<T> &d, const T *src, size_t n)
+{
+    cudaError_t err = h.reserve(n);
+    if (err == cudaSuccess)
+        err = d.reserve(n);
+    if (err != cudaSuccess || n == 0)
+        return err;
+    memcpy(h.p, src, n * sizeof(T));
+    return cudaMemcpyAsync(d.p, h.p, n * sizeof(T), cudaMemcpyHostToDevice, st);
+}
+
+extern "C" spw_err_t spw_trn__cuda_forward_start(struct spw_trn__cuda *cu, uint32_t k, uint32_t dim,
+                                                 const struct spw_trn__cuda_batch *batch,
+                                                 const float *rows, float grad_scale, float *preds,
+                                                 float *grads)
 {
     const size_t n = batch->n, n_occ = batch->n_occ, n_uniq = batch->n_uniq;
-    *loss_sum = 0.0;
-    if (n == 0)
+    if (cu->in_flight)
+        return SPW_ERR_STATE;
+    cu->pend_n = 0;
+    cu->pend_grads = 0;
+    if (n == 0) {
+        cu->in_flight = true;
         return SPW_OK;
-    if (cu->host_loss_cap < n) {
-        double *p = (double *)realloc(cu->host_loss, n * sizeof(double));
-        if (!p)
-            return SPW_ERR_NOMEM;
-        cu->host_loss = p;
-        cu->host_loss_cap = n;
     }
     cudaStream_t st = cu->stream;
     CU_TRY(cudaSetDevice(cu->device));
-    CU_TRY(cu->offsets.reserve(n + 1));
-    CU_TRY(cu->occ_idx.reserve(n_occ));
-    CU_TRY(cu->occ_w.reserve(n_occ));
-    CU_TRY(cu->labels.reserve(n));
-    CU_TRY(cu->rows.reserve(n_uniq * dim));
+    CU_TRY(cu->h_preds.reserve(n));
+    CU_TRY(cu->h_loss.reserve(n));
+    if (grads)
+        CU_TRY(cu->h_grads.reserve(n_uniq * dim));
+    CU_TRY(stage_upload(st, cu->h_offsets, cu->offsets, batch->offsets, n + 1));
+    CU_TRY(stage_upload(st, cu->h_occ_idx, cu->occ_idx, batch->occ_idx, n_occ));
+    CU_TRY(stage_upload(st, cu->h_occ_w, cu->occ_w, batch->occ_w, n_occ));
+    CU_TRY(stage_upload(st, cu->h_labels, cu->labels, batch->labels, n));
+    CU_TRY(stage_upload(st, cu->h_rows, cu->rows, rows, n_uniq * dim));
     CU_TRY(cu->preds.reserve(n));
     CU_TRY(cu->dz.reserve(n));
     CU_TRY(cu->loss.reserve(n));
     CU_TRY(cu->S.reserve(n * k));
-    CU_TRY(cudaMemcpyAsync(cu->offsets.p, batch->offsets, (n + 1) * sizeof(uint32_t),
-                           cudaMemcpyHostToDevice, st));
-    CU_TRY(cudaMemcpyAsync(cu->occ_idx.p, batch->occ_idx, n_occ * sizeof(uint32_t),
-                           cudaMemcpyHostToDevice, st));
-    CU_TRY(cudaMemcpyAsync(cu->occ_w.p, batch->occ_w, n_occ * sizeof(float), cudaMemcpyHostToDevice,
-                           st));
-    CU_TRY(cudaMemcpyAsync(cu->labels.p, batch->labels, n * sizeof(float), cudaMemcpyHostToDevice,
-                           st));
-    CU_TRY(cudaMemcpyAsync(cu->rows.p, rows, n_uniq * dim * sizeof(float), cudaMemcpyHostToDevice,
-                           st));
 
     const size_t fwd_blocks = blocks_for(n, kWarpsPerBlock, kMaxBlocks);
     const size_t shared = (size_t)kWarpsPerBlock * k * sizeof(float);
@@ -620,24 +664,57 @@ extern "C" spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k,
         backward_finish_kernel<<<(unsigned)blocks_for(n_uniq, kWarpsPerBlock, kMaxBlocks),
                                  kWarpThreads, 0, st>>>(ba);
         CU_TRY(cudaGetLastError());
-        CU_TRY(cudaMemcpyAsync(grads, cu->grads.p, n_uniq * dim * sizeof(float),
+        CU_TRY(cudaMemcpyAsync(cu->h_grads.p, cu->grads.p, n_uniq * dim * sizeof(float),
                                cudaMemcpyDeviceToHost, st));
     }
-    CU_TRY(cudaMemcpyAsync(preds, cu->preds.p, n * sizeof(float), cudaMemcpyDeviceToHost, st));
     CU_TRY(
-        cudaMemcpyAsync(cu->host_loss, cu->loss.p, n * sizeof(double), cudaMemcpyDeviceToHost, st));
-    CU_TRY(cudaStreamSynchronize(st));
+        cudaMemcpyAsync(cu->h_preds.p, cu->preds.p, n * sizeof(float), cudaMemcpyDeviceToHost, st));
+    CU_TRY(
+        cudaMemcpyAsync(cu->h_loss.p, cu->loss.p, n * sizeof(double), cudaMemcpyDeviceToHost, st));
+    cu->pend_n = n;
+    cu->pend_grads = grads ? n_uniq * dim : 0;
+    cu->pend_preds = preds;
+    cu->pend_grad_out = grads;
+    cu->in_flight = true;
+    return SPW_OK;
+}
+
+extern "C" spw_err_t spw_trn__cuda_forward_finish(struct spw_trn__cuda *cu, double *loss_sum)
+{
+    *loss_sum = 0.0;
+    if (!cu->in_flight)
+        return SPW_ERR_STATE;
+    cu->in_flight = false;
+    if (cu->pend_n == 0)
+        return SPW_OK;
+    CU_TRY(cudaSetDevice(cu->device));
+    CU_TRY(cudaStreamSynchronize(cu->stream));
+    memcpy(cu->pend_preds, cu->h_preds.p, cu->pend_n * sizeof(float));
+    if (cu->pend_grads)
+        memcpy(cu->pend_grad_out, cu->h_grads.p, cu->pend_grads * sizeof(float));
     double sum = 0.0; // in example order, as the CPU sums
-    for (size_t i = 0; i < n; i++)
-        sum += cu->host_loss[i];
+    for (size_t i = 0; i < cu->pend_n; i++)
+        sum += cu->h_loss.p[i];
     *loss_sum = sum;
     return SPW_OK;
+}
+
+extern "C" spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k, uint32_t dim,
+                                           const struct spw_trn__cuda_batch *batch,
+                                           const float *rows, float grad_scale, float *preds,
+                                           float *grads, double *loss_sum)
+{
+    *loss_sum = 0.0;
+    spw_err_t err = spw_trn__cuda_forward_start(cu, k, dim, batch, rows, grad_scale, preds, grads);
+    return err ? err : spw_trn__cuda_forward_finish(cu, loss_sum);
 }
 
 // Sets the device and queues on the stream the upload of grads (n × dim host floats) and their
 // row norms into cu->norms.
 static spw_err_t queue_norms(struct spw_trn__cuda *cu, const float *grads, size_t n, uint32_t dim)
 {
+    if (cu->in_flight) // its buffers are the forward's
+        return SPW_ERR_STATE;
     cudaStream_t st = cu->stream;
     CU_TRY(cudaSetDevice(cu->device));
     CU_TRY(cu->grads.reserve(n * dim));
@@ -700,6 +777,8 @@ extern "C" spw_err_t spw_trn__cuda_topk_select(struct spw_trn__cuda *cu, const f
         memset(selected, m ? 1 : 0, n);
         return SPW_OK;
     }
+    if (cu->in_flight)
+        return SPW_ERR_STATE;
     CU_TRY(cudaSetDevice(cu->device));
     CU_TRY(cu->norms.reserve(n));
     CU_TRY(

@@ -20,6 +20,7 @@ struct spw_backend {
     size_t cap_scratch;
     struct spw_trn__par *par; /* NULL: one compute thread (spw_backend_threads_start) */
     bool started;             /* a forward_backward_start not yet finished */
+    bool cuda_started;        /* ... queued on the device (spw_trn__cuda_forward_start) */
     spw_err_t start_err;      /* its result when it ran on the caller or failed to start */
     double start_loss;
 };
@@ -166,8 +167,7 @@ const struct spw_model *spw_backend_model(const spw_backend_t *be)
     return &be->model;
 }
 
-static spw_err_t cuda_run(spw_backend_t *be, const spw_batch_t *batch, const float *rows,
-                          float grad_scale, float *preds, float *grads, double *loss_sum)
+static struct spw_trn__cuda_batch cuda_batch(const spw_batch_t *batch)
 {
     struct spw_trn__cuda_batch cb = {
         .n = batch->n,
@@ -178,12 +178,24 @@ static spw_err_t cuda_run(spw_backend_t *be, const spw_batch_t *batch, const flo
         .occ_w = batch->occ_w,
         .labels = batch->labels,
     };
+    return cb;
+}
+
+static spw_err_t cuda_run(spw_backend_t *be, const spw_batch_t *batch, const float *rows,
+                          float grad_scale, float *preds, float *grads, double *loss_sum)
+{
+    const struct spw_trn__cuda_batch cb = cuda_batch(batch);
     double loss = 0.0;
     spw_err_t err = spw_trn__cuda_forward(be->cu, be->model.latent_dim, be->model.dim, &cb, rows,
                                           grad_scale, preds, grads, &loss);
     if (!err && loss_sum)
         *loss_sum = loss;
     return err;
+}
+
+bool spw_backend_computes_async(const spw_backend_t *be)
+{
+    return be->kind == SPW_BACKEND_CUDA && !be->deep;
 }
 
 spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const float *rows,
@@ -229,6 +241,13 @@ void spw_backend_forward_backward_start(spw_backend_t *be, const spw_batch_t *ba
     be->started = true;
     be->start_err = SPW_OK;
     be->start_loss = 0.0;
+    if (spw_backend_computes_async(be)) {
+        const struct spw_trn__cuda_batch cb = cuda_batch(batch);
+        be->start_err = spw_trn__cuda_forward_start(be->cu, be->model.latent_dim, be->model.dim,
+                                                    &cb, rows, grad_scale, preds, grads);
+        be->cuda_started = be->start_err == SPW_OK;
+        return;
+    }
     if (!be->par) {
         be->start_err =
             forward_backward_here(be, batch, rows, grad_scale, preds, grads, &be->start_loss);
@@ -282,6 +301,10 @@ spw_err_t spw_backend_forward_backward_finish(spw_backend_t *be, double *loss_su
     double loss = be->start_loss;
     if (be->par && spw_trn__par_in_flight(be->par))
         err = spw_trn__par_finish(be->par, &loss);
+    if (be->cuda_started) {
+        be->cuda_started = false;
+        err = spw_trn__cuda_forward_finish(be->cu, &loss);
+    }
     if (!err && loss_sum)
         *loss_sum = loss;
     return err;

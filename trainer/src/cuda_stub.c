@@ -43,6 +43,21 @@ spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k, uint32_t d
     return SPW_ERR_UNSUPPORTED;
 }
 
+spw_err_t spw_trn__cuda_forward_start(struct spw_trn__cuda *cu, uint32_t k, uint32_t dim,
+                                      const struct spw_trn__cuda_batch *batch, const float *rows,
+                                      float grad_scale, float *preds, float *grads)
+{
+    (void)cu, (void)k, (void)dim, (void)batch, (void)rows, (void)grad_scale, (void)preds;
+    (void)grads;
+    return SPW_ERR_UNSUPPORTED;
+}
+
+spw_err_t spw_trn__cuda_forward_finish(struct spw_trn__cuda *cu, double *loss_sum)
+{
+    (void)cu, (void)loss_sum;
+    return SPW_ERR_UNSUPPORTED;
+}
+
 spw_err_t spw_trn__cuda_row_norms(struct spw_trn__cuda *cu, const float *grads, size_t n,
                                   uint32_t dim, float *norms)
 {

@@ -1105,12 +1105,13 @@ static spw_err_t compute_start(spw_trainer_loop_t *loop, struct mb *mb)
 /* Whether the loop reads its next micro-batch while this one computes. */
 static bool reads_ahead(const spw_trainer_loop_t *loop)
 {
-    return spw_backend_threads(loop->be) >= 2 && !loop->next->filled && !loop->eof &&
-           !loop->stopped && !spw_signal_stop_requested();
+    return (spw_backend_threads(loop->be) >= 2 || spw_backend_computes_async(loop->be)) &&
+           !loop->next->filled && !loop->eof && !loop->stopped && !spw_signal_stop_requested();
 }
 
-/* While the compute threads work on cur, the next micro-batch is read (decoded and de-duplicated
- * into next's batch), the part of the loop that would otherwise leave them idle. Only its
+/* While the compute threads (or the device) work on cur, the next micro-batch is read (decoded
+ * and de-duplicated into next's batch), the part of the loop that would otherwise leave them
+ * idle. Only its
  * reading: the pull stays where prefetch (or its absence) puts it. With prefetch on, next is
  * already filled here. */
 static spw_err_t read_ahead(spw_trainer_loop_t *loop)

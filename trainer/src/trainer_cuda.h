@@ -48,10 +48,20 @@ void spw_trn__cuda_destroy(struct spw_trn__cuda *cu);
 
 /* Forward (grads NULL) or forward + backward of the model (latent k, dim = 1 + k; k = 0 is LR)
  * on batch and rows (n_uniq × dim host floats). preds: n; grads: n_uniq × dim; *loss_sum the
- * summed logloss. SPW_ERR_CUDA / SPW_ERR_NOMEM on failure. */
+ * summed logloss. SPW_ERR_CUDA / SPW_ERR_NOMEM on failure. start + finish. */
 spw_err_t spw_trn__cuda_forward(struct spw_trn__cuda *cu, uint32_t k, uint32_t dim,
                                 const struct spw_trn__cuda_batch *batch, const float *rows,
                                 float grad_scale, float *preds, float *grads, double *loss_sum);
+/* The same in two halves, so that the host works while the device computes. start copies the
+ * batch and rows into the context's pinned buffers and queues their upload, the kernels and the
+ * results' download on the stream, then returns: batch and rows are free again at once; preds
+ * and grads are written by finish, which waits for the device. One forward in flight per
+ * context: a second start, or a norm or top-k call before finish, is SPW_ERR_STATE. A failed
+ * start leaves nothing in flight. */
+spw_err_t spw_trn__cuda_forward_start(struct spw_trn__cuda *cu, uint32_t k, uint32_t dim,
+                                      const struct spw_trn__cuda_batch *batch, const float *rows,
+                                      float grad_scale, float *preds, float *grads);
+spw_err_t spw_trn__cuda_forward_finish(struct spw_trn__cuda *cu, double *loss_sum);
 
 /* spw_cpu_row_norms and spw_cpu_topk_select on the device. */
 spw_err_t spw_trn__cuda_row_norms(struct spw_trn__cuda *cu, const float *grads, size_t n,

@@ -363,6 +363,10 @@ spw_err_t spw_backend_threads_start(spw_backend_t *be, uint32_t threads, char *e
 /* Compute threads in use (1 unless spw_backend_threads_start started more). */
 uint32_t spw_backend_threads(const spw_backend_t *be);
 
+/* Whether spw_backend_forward_backward_start returns while the batch computes on a device (the
+ * CUDA backend, models without a network), leaving the owner thread free until finish. */
+bool spw_backend_computes_async(const spw_backend_t *be);
+
 /* The kind in use: CPU or CUDA, never AUTO. */
 enum spw_backend_kind spw_backend_kind(const spw_backend_t *be);
 
@@ -388,9 +392,10 @@ spw_err_t spw_backend_forward_backward(spw_backend_t *be, const spw_batch_t *bat
  * spw_backend_forward_backward in two halves, so that the owner thread can do other work while
  * the compute threads (spw_backend_threads_start) work: start borrows batch, rows, preds and
  * grads until finish, which waits and returns what spw_backend_forward_backward would (outputs
- * unspecified on an error). With one compute thread or the CUDA backend, start computes the
- * whole batch itself. Every start is followed by exactly one finish before the next start or
- * any other use of be. Owner thread only.
+ * unspecified on an error). With one compute thread, start computes the whole batch itself.
+ * The CUDA backend (of a model without a network) queues the batch on the device and returns
+ * (spw_backend_computes_async). Every start is followed by exactly one finish before the next
+ * start or any other use of be. Owner thread only.
  */
 void spw_backend_forward_backward_start(spw_backend_t *be, const spw_batch_t *batch,
                                         const float *rows, float grad_scale, float *preds,
