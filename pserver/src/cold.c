@@ -16,12 +16,14 @@
 #include "sparrow/log.h"
 #include "sparrow/time.h"
 
-#define COLD_SALT     0x2545f4914f6cdd1dull
-#define COLD_MIN_CAP  1024u /* records of a segment at least (a multiple of 64) */
-#define COLD_MAX_CAP  (1ull << 32)
-#define COLD_LOAD_NUM 7u /* records at most 7/10 of a segment's capacity */
-#define COLD_LOAD_DEN 10u
-#define SEG_SHIFT     58u /* the hash's top 6 bits pick the segment, the low bits the home */
+#define COLD_SALT      0x2545f4914f6cdd1dull
+#define COLD_MIN_CAP   1024u /* records of a segment at least (a multiple of 64) */
+#define COLD_MAX_CAP   (1ull << 32)
+#define COLD_LOAD_NUM  7u /* records at most 7/10 of a segment's capacity */
+#define COLD_LOAD_DEN  10u
+#define SEG_SHIFT      58u   /* the hash's top 6 bits pick the segment, the low bits the home */
+#define GROW_NOTICE_MS 100.0 /* growths this long or longer are logged at info, shorter at debug   \
+                              */
 
 _Static_assert(SPW_PS_COLD_SEGS == 1u << (64 - SEG_SHIFT), "segments match the hash bits");
 
@@ -252,9 +254,12 @@ static spw_err_t grow(struct spw_ps__cold *c, struct spw_ps__cold_seg *s)
     seg_unmap(s, c->stride);
     *s = next;
     c->grows++;
-    /* the shard's thread stops for this: a segment's rows moved at memory (or disk) speed */
-    SPW_INFO("cold file grown", "path=%s records=%" PRIu64 " rows=%" PRIu64 " ms=%.0f", s->path,
-             s->cap, s->n, (double)(spw_time_mono_ns() - t0) / 1e6);
+    /* the shard's thread stops for this: a segment's rows moved at memory (or disk) speed. A
+     * growing model grows each of the 64 segments about once per doubling: a line each at info
+     * would be hundreds of lines, so info is for the pauses a client would notice. */
+    const double ms = (double)(spw_time_mono_ns() - t0) / 1e6;
+    SPW_LOG(ms >= GROW_NOTICE_MS ? SPW_LOG_INFO : SPW_LOG_DEBUG, "cold file grown",
+            "path=%s records=%" PRIu64 " rows=%" PRIu64 " ms=%.0f", s->path, s->cap, s->n, ms);
     return SPW_OK;
 }
 
