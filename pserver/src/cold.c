@@ -22,8 +22,7 @@
 #define COLD_LOAD_NUM  7u /* records at most 7/10 of a segment's capacity */
 #define COLD_LOAD_DEN  10u
 #define SEG_SHIFT      58u   /* the hash's top 6 bits pick the segment, the low bits the home */
-#define GROW_NOTICE_MS 100.0 /* growths this long or longer are logged at info, shorter at debug   \
-                              */
+#define GROW_NOTICE_MS 100.0 /* growths this long or longer are logged at info, others at debug */
 
 _Static_assert(SPW_PS_COLD_SEGS == 1u << (64 - SEG_SHIFT), "segments match the hash bits");
 

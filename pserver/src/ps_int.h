@@ -69,8 +69,9 @@ bool spw_ps__row_apply(const struct spw_ps_optim_conf *conf, uint32_t dim, float
 /* Rows per SST file of a large flush (bounds the flush's scratch memory). A variable so that
  * tests can lower it to exercise several rounds; not to be changed while a store is in use. */
 extern size_t spw_ps__flush_part_rows;
-/* Rows per SST file a part is written to (store.c's struct sst_file says why they are bounded).
- * A variable for the tests, like spw_ps__flush_part_rows. */
+/* Rows per SST file a part is written to, up to a number of files per part (store.c's
+ * part_files says why both are bounded). A variable for the tests, like
+ * spw_ps__flush_part_rows. */
 extern size_t spw_ps__sst_file_rows;
 
 /* Dirty rows from which a flush writes SST files rather than WriteBatches. */

@@ -24,20 +24,21 @@
 #include "sparrow/log.h"
 #include "sparrow/time.h"
 
-#define HUGE_PAGE     (2u << 20)
-#define EVICT_BATCH   8192u /* rows per eviction sweep (and WriteBatch) at most */
-#define FLUSH_BATCH   4096u
-#define FLUSH_THREADS 2u    /* SST files of a flush written at once */
-#define PIN_ROWS      1024u /* rows written between mappings of an SST file's new pages */
-#define IDX_MIN       1024u /* smallest index (entries) */
-#define IDX_SALT      0x9e3779b97f4a7c15ull
-#define PREFETCH_DIST 16
-#define SKETCH_DEPTH  4u
-#define SLOT_FREE     8u                /* flags bit of a slot on the free list */
-#define INGEST_PREFIX "SPARROW-INGEST-" /* + part-file.tmp in db_path; not a RocksDB name */
-#define COLD_NAME     "SPARROW-COLD"    /* the cold file's segments, -NN.rows in db_path */
-#define COLD_START    65536u            /* records of a new cold file, all segments */
-#define BLOOM_BITS    10.0
+#define HUGE_PAGE          (2u << 20)
+#define EVICT_BATCH        8192u /* rows per eviction sweep (and WriteBatch) at most */
+#define FLUSH_BATCH        4096u
+#define FLUSH_THREADS      2u    /* parts of a flush written at once */
+#define SST_FILES_PER_PART 4u    /* see part_files */
+#define PIN_ROWS           1024u /* rows written between mappings of an SST file's new pages */
+#define IDX_MIN            1024u /* smallest index (entries) */
+#define IDX_SALT           0x9e3779b97f4a7c15ull
+#define PREFETCH_DIST      16
+#define SKETCH_DEPTH       4u
+#define SLOT_FREE          8u                /* flags bit of a slot on the free list */
+#define INGEST_PREFIX      "SPARROW-INGEST-" /* + part-file.tmp in db_path; not a RocksDB name */
+#define COLD_NAME          "SPARROW-COLD"    /* the cold file's segments, -NN.rows in db_path */
+#define COLD_START         65536u            /* records of a new cold file, all segments */
+#define BLOOM_BITS         10.0
 
 size_t spw_ps__flush_part_rows = 1u << 20;
 size_t spw_ps__sst_file_rows = 1u << 16;
@@ -1041,8 +1042,8 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
  * cached (the SST writer asks the kernel to drop what it wrote every megabyte, and the kernel
  * keeps mapped pages), so that hashing it for the checkpoint's CHECKSUM afterwards reads memory,
  * not the disk. Each such ask walks every page of the file written so far, so a file's cost grows
- * with the square of its size: files hold at most spw_ps__sst_file_rows rows (at 2^20 rows the
- * asks took over half of a trainer's closing flush). */
+ * with the square of its size: a part is cut into several files (part_files; one file of 2^20
+ * rows spent over half of a trainer's closing flush in those walks). */
 struct sst_file {
     char *path;
     int fd;       /* the file, read only; -1 when not open */
@@ -1062,11 +1063,16 @@ struct flush_part {
     char err[256];
 };
 
-/* Files a part of n rows is written to. */
+/* Files a part of n rows is written to: files of spw_ps__sst_file_rows rows, at most
+ * SST_FILES_PER_PART of them. Every flush after the first lands its files in level 0 (they
+ * overlap the rows already in the database), and RocksDB slows writes from 20 level-0 files on
+ * and stops them at 36 until compactions catch up: a round of FLUSH_THREADS parts adds at most 8
+ * (2 before files were bounded), against a quarter of one large file's page walks. */
 static size_t part_files(size_t n)
 {
     size_t per = spw_ps__sst_file_rows ? spw_ps__sst_file_rows : 1;
-    return n ? (n + per - 1) / per : 1;
+    size_t files = n ? (n + per - 1) / per : 1;
+    return files < SST_FILES_PER_PART ? files : SST_FILES_PER_PART;
 }
 
 /* Maps (and faults in) the file up to its current end (whole pages while it grows, everything
@@ -1145,17 +1151,16 @@ static char *write_file(const spw_ps_store_t *store, const struct ks *ks, size_t
     return err;
 }
 
-/* Sorts the part's rows and writes them to its files, spw_ps__sst_file_rows each. Reads the
+/* Sorts the part's rows and writes them to its n_files files, in equal shares. Reads the
  * store's rows and options only, so that parts can run on several threads. */
 static void *write_part(void *arg)
 {
     struct flush_part *part = arg;
     const spw_ps_store_t *store = part->store;
     ks_sort(part->ks, part->tmp, part->n);
-    size_t per = spw_ps__sst_file_rows ? spw_ps__sst_file_rows : 1;
     for (size_t j = 0; j < part->n_files; j++) {
-        size_t beg = j * per, n = part->n - beg < per ? part->n - beg : per;
-        char *err = write_file(store, part->ks + beg, n, &part->files[j]);
+        const size_t beg = part->n * j / part->n_files, end = part->n * (j + 1) / part->n_files;
+        char *err = write_file(store, part->ks + beg, end - beg, &part->files[j]);
         if (err) {
             snprintf(part->err, sizeof(part->err), "writing rows to %s: %s", part->files[j].path,
                      err);

@@ -328,9 +328,9 @@ static void test_ps_store_large_flush_roundtrip(void **state)
         for (size_t i = 0; i < N; i++)
             keys[i] = variant == 0 ? i : (i + 1) * 0xd6e8feb86659fd93ull;
         /* variant 1: parts of 5000 rows, so several rounds of FLUSH_THREADS parts; variant 2:
-         * files of 1700 rows too, so several files per part, the last one shorter */
+         * files of 1000 rows too, so several files per part (4 of 1250: the most a part takes) */
         spw_ps__flush_part_rows = variant == 0 ? saved_part_rows : 5000;
-        spw_ps__sst_file_rows = variant == 2 ? 1700 : saved_file_rows;
+        spw_ps__sst_file_rows = variant == 2 ? 1000 : saved_file_rows;
         spw_ps_store_t *s = open_ok(&c);
         for (int round = 0; round < 3; round++) {
             for (size_t base = 0; base < N; base += BATCH) {
