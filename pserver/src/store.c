@@ -1047,8 +1047,11 @@ spw_err_t spw_ps_store_expire(spw_ps_store_t *store, size_t max_rows, size_t *ev
 struct sst_file {
     char *path;
     int fd;       /* the file, read only; -1 when not open */
-    uint8_t *map; /* its first map_len bytes, mapped and touched */
-    size_t map_len;
+    uint8_t *map; /* reserved address space (NULL: none), the file's first map_len bytes mapped
+                   * there and touched; fixed, so that no mapping moves (a moved mapping's old
+                   * addresses, reused by another thread's file, are a race to ThreadSanitizer,
+                   * which does not see mremap) */
+    size_t map_len, reserved;
 };
 
 /* One part of a large flush: a key range whose rows a thread sorts and writes to SST files of
@@ -1080,33 +1083,47 @@ static size_t part_files(size_t n)
 static void pin_pages(struct sst_file *part, bool complete)
 {
     struct stat sb;
-    if (part->fd < 0 || fstat(part->fd, &sb) != 0)
+    if (part->fd < 0 || !part->map || fstat(part->fd, &sb) != 0)
         return;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t len = (size_t)sb.st_size;
     if (!complete)
         len -= len % page;
-    if (len <= part->map_len)
+    /* whole pages were mapped so far (a complete file's tail comes last) */
+    if (len <= part->map_len || len > part->reserved || part->map_len % page != 0)
         return;
-    void *map = part->map ? mremap(part->map, part->map_len, len, MREMAP_MAYMOVE)
-                          : mmap(NULL, len, PROT_READ, MAP_SHARED, part->fd, 0);
-    if (map == MAP_FAILED)
+    if (mmap(part->map + part->map_len, len - part->map_len, PROT_READ, MAP_SHARED | MAP_FIXED,
+             part->fd, (off_t)part->map_len) == MAP_FAILED)
         return;
-    const volatile uint8_t *p = map;
-    for (size_t off = part->map_len - part->map_len % page; off < len; off += page)
+    const volatile uint8_t *p = part->map;
+    for (size_t off = part->map_len; off < len; off += page)
         (void)p[off];
-    part->map = map;
     part->map_len = len;
+}
+
+/* Reserves address space for the file of n rows that f will hold (an upper bound of its size:
+ * each row's key, value and block entry, plus the index, filter and footer), so that pin_pages
+ * maps it in place. Best effort: without the reservation the pages are not kept. */
+static void file_reserve(const spw_ps_store_t *store, struct sst_file *f, size_t n)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t bytes = n * (store->value_len + 64) + ((size_t)4 << 20);
+    bytes += page - bytes % page;
+    void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    f->map = p == MAP_FAILED ? NULL : p;
+    f->reserved = p == MAP_FAILED ? 0 : bytes;
+    f->map_len = 0;
 }
 
 static void file_release(struct sst_file *part)
 {
     if (part->map)
-        munmap(part->map, part->map_len);
+        munmap(part->map, part->reserved);
     if (part->fd >= 0)
         close(part->fd);
     part->map = NULL;
     part->map_len = 0;
+    part->reserved = 0;
     part->fd = -1;
 }
 
@@ -1116,7 +1133,7 @@ static spw_err_t file_digest(struct sst_file *part, struct spw_ps__file_digest *
     if (part->fd < 0 || spw_ps__file_identity(part->fd, d) != SPW_OK)
         return SPW_ERR_IO;
     pin_pages(part, true);
-    if (part->map_len != d->size)
+    if (!part->map || part->map_len != d->size)
         return SPW_ERR_IO;
     d->digest = XXH3_64bits(part->map, part->map_len);
     return SPW_OK;
@@ -1127,6 +1144,7 @@ static char *write_file(const spw_ps_store_t *store, const struct ks *ks, size_t
                         struct sst_file *f)
 {
     char *err = NULL;
+    file_reserve(store, f, n);
     rocksdb_sstfilewriter_t *w = rocksdb_sstfilewriter_create(store->envopts, store->opts);
     unlink(f->path);
     rocksdb_sstfilewriter_open(w, f->path, &err);
@@ -1412,6 +1430,7 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
                 f->fd = -1;
                 f->map = NULL;
                 f->map_len = 0;
+                f->reserved = 0;
             }
             fill[i] = 0;
             off += part_n[first + i];
