@@ -39,8 +39,20 @@ constexpr size_t kMaxBlocks = 65535;
 constexpr size_t kHistBlocks = 1024;
 constexpr uint32_t kChunk = SPW_TRN_CUDA_CHUNK; // see trainer_cuda.h
 
-// A device buffer that grows (at least doubling) and is reused.
-template <typename T> struct dbuf {
+cudaError_t device_alloc(void **p, size_t bytes)
+{
+    return cudaMalloc(p, bytes);
+}
+
+cudaError_t pinned_alloc(void **p, size_t bytes)
+{
+    return cudaHostAlloc(p, bytes, cudaHostAllocDefault);
+}
+
+// A buffer that grows (at least doubling) and is reused, allocated by Alloc and freed by Free.
+// Grown only while no copy or kernel uses it.
+template <typename T, cudaError_t (*Alloc)(void **, size_t), cudaError_t (*Free)(void *)>
+struct growbuf {
     T *p = nullptr;
     size_t cap = 0;
 
@@ -53,51 +65,26 @@ template <typename T> struct dbuf {
         size_t c = cap ? cap : 256;
         while (c < n)
             c *= 2;
-        cudaFree(p);
+        Free(p);
         p = nullptr;
         cap = 0;
-        cudaError_t err = cudaMalloc(&p, c * sizeof(T));
+        cudaError_t err = Alloc((void **)&p, c * sizeof(T));
         if (err == cudaSuccess)
             cap = c;
         return err;
     }
 
-    ~dbuf()
+    ~growbuf()
     {
-        cudaFree(p);
+        Free(p);
     }
 };
 
-// A pinned (page-locked) host buffer that grows (at least doubling) and is reused: the staging
-// area of the asynchronous copies (a copy from or to pageable memory makes the host wait for it).
-// Grown only while no copy uses it.
-template <typename T> struct hbuf {
-    T *p = nullptr;
-    size_t cap = 0;
-
-    cudaError_t reserve(size_t n)
-    {
-        if (n == 0)
-            n = 1;
-        if (n <= cap)
-            return cudaSuccess;
-        size_t c = cap ? cap : 256;
-        while (c < n)
-            c *= 2;
-        cudaFreeHost(p);
-        p = nullptr;
-        cap = 0;
-        cudaError_t err = cudaHostAlloc((void **)&p, c * sizeof(T), cudaHostAllocDefault);
-        if (err == cudaSuccess)
-            cap = c;
-        return err;
-    }
-
-    ~hbuf()
-    {
-        cudaFreeHost(p);
-    }
-};
+// On the device.
+template <typename T> using dbuf = growbuf<T, device_alloc, cudaFree>;
+// Pinned (page-locked) on the host: the staging area of the asynchronous copies (a copy from or
+// to pageable memory makes the host wait for it).
+template <typename T> using hbuf = growbuf<T, pinned_alloc, cudaFreeHost>;
 
 size_t blocks_for(size_t items, size_t per_block, size_t max_blocks)
 {
