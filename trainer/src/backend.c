@@ -284,6 +284,10 @@ void spw_backend_forward_backward_start_staged(spw_backend_t *be, const spw_batc
         return;
     }
     spw_backend_forward_backward_start(be, batch, rows, grad_scale, preds, grads);
+    if (be->cuda_started) { /* post reads the gradients: the device's step must be done */
+        be->cuda_started = false;
+        be->start_err = spw_trn__cuda_forward_finish(be->cu, &be->start_loss);
+    }
     if (be->start_err)
         return;
     /* as on the compute threads: beside_post runs whenever post does, whatever post returns */
