@@ -27,8 +27,9 @@
 #define HUGE_PAGE          (2u << 20)
 #define EVICT_BATCH        8192u /* rows per eviction sweep (and WriteBatch) at most */
 #define FLUSH_BATCH        4096u
-#define FLUSH_THREADS      2u    /* parts of a flush written at once */
-#define SST_FILES_PER_PART 4u    /* see part_files */
+#define FLUSH_THREADS      2u /* parts of a flush written at once */
+#define SST_FILES_PER_PART 4u /* see part_files */
+#define ROUND_FILES        (FLUSH_THREADS * SST_FILES_PER_PART) /* SST files of a round at most */
 #define PIN_ROWS           1024u /* rows written between mappings of an SST file's new pages */
 #define IDX_MIN            1024u /* smallest index (entries) */
 #define IDX_SALT           0x9e3779b97f4a7c15ull
@@ -1191,11 +1192,11 @@ static void *write_part(void *arg)
     return NULL;
 }
 
-/* Writes parts[0..n) (disjoint key ranges), up to FLUSH_THREADS at once, and ingests their
- * n_files files in one step: no memtable inserts, sequential writes. RocksDB links the files into
- * the database; their digests go to the store's cache. */
+/* Writes parts[0..n) (disjoint key ranges), up to FLUSH_THREADS at once, and ingests their files
+ * in one step: no memtable inserts, sequential writes. RocksDB links the files into the database;
+ * their digests go to the store's cache. */
 static spw_err_t flush_parts(spw_ps_store_t *store, struct flush_part *parts, size_t n,
-                             size_t n_files, char *errstr, size_t errstr_size)
+                             char *errstr, size_t errstr_size)
 {
     pthread_t threads[FLUSH_THREADS];
     bool started[FLUSH_THREADS] = {false};
@@ -1219,12 +1220,8 @@ static spw_err_t flush_parts(spw_ps_store_t *store, struct flush_part *parts, si
             ret = parts[i].ret;
         }
     }
-    const char **paths = ret == SPW_OK ? malloc(n_files * sizeof(*paths)) : NULL;
-    if (ret == SPW_OK && !paths) {
-        snprintf(errstr, errstr_size, "out of memory");
-        ret = SPW_ERR_NOMEM;
-    }
     if (ret == SPW_OK) {
+        const char *paths[ROUND_FILES];
         size_t k = 0;
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j < parts[i].n_files; j++)
@@ -1237,7 +1234,6 @@ static spw_err_t flush_parts(spw_ps_store_t *store, struct flush_part *parts, si
             ret = SPW_ERR_STORE;
         }
     }
-    free(paths);
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < parts[i].n_files; j++) {
             struct sst_file *f = &parts[i].files[j];
@@ -1323,7 +1319,6 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
     struct ks *ks = NULL, *tmp = NULL;
     uint32_t *part_of = NULL;
     size_t *part_n = NULL;
-    struct sst_file *files = NULL;
     char *names = NULL;
     uint32_t *counts = calloc(BUCKETS, sizeof(uint32_t));
     if (!counts)
@@ -1395,26 +1390,23 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
         goto out_nomem;
     for (uint32_t b = 0; b < BUCKETS; b++)
         part_n[part_of[b]] += counts[b];
-    size_t cap = 0, cap_files = 0; /* rows and files of the largest round */
+    size_t cap = 0; /* rows of the largest round */
     for (uint32_t p = 0; p < n_parts; p += FLUSH_THREADS) {
-        size_t rows = 0, nf = 0;
-        for (uint32_t q = p; q < n_parts && q < p + FLUSH_THREADS; q++) {
+        size_t rows = 0;
+        for (uint32_t q = p; q < n_parts && q < p + FLUSH_THREADS; q++)
             rows += part_n[q];
-            nf += part_files(part_n[q]);
-        }
         cap = rows > cap ? rows : cap;
-        cap_files = nf > cap_files ? nf : cap_files;
     }
     const size_t path_len = strlen(store->db_path) + sizeof(INGEST_PREFIX) + 48;
     ks = malloc(cap * sizeof(*ks));
     tmp = malloc(cap * sizeof(*tmp));
-    files = malloc(cap_files * sizeof(*files));
-    names = malloc(cap_files * path_len);
-    if (!ks || !tmp || !files || !names)
+    names = malloc(ROUND_FILES * path_len);
+    if (!ks || !tmp || !names)
         goto out_nomem;
     for (uint32_t first = 0; first < n_parts && ret == SPW_OK; first += FLUSH_THREADS) {
         uint32_t n_round = n_parts - first < FLUSH_THREADS ? n_parts - first : FLUSH_THREADS;
         struct flush_part parts[FLUSH_THREADS];
+        struct sst_file files[ROUND_FILES];
         size_t fill[FLUSH_THREADS], off = 0, n_files = 0;
         for (uint32_t i = 0; i < n_round; i++) {
             memset(&parts[i], 0, sizeof(parts[i]));
@@ -1424,13 +1416,9 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
             parts[i].files = files + n_files;
             parts[i].n_files = part_files(part_n[first + i]);
             for (size_t j = 0; j < parts[i].n_files; j++, n_files++) {
-                struct sst_file *f = &files[n_files];
-                f->path = names + n_files * path_len;
-                snprintf(f->path, path_len, "%s/%s%u-%zu.tmp", store->db_path, INGEST_PREFIX, i, j);
-                f->fd = -1;
-                f->map = NULL;
-                f->map_len = 0;
-                f->reserved = 0;
+                files[n_files] = (struct sst_file){.path = names + n_files * path_len, .fd = -1};
+                snprintf(files[n_files].path, path_len, "%s/%s%u-%zu.tmp", store->db_path,
+                         INGEST_PREFIX, i, j);
             }
             fill[i] = 0;
             off += part_n[first + i];
@@ -1442,7 +1430,7 @@ static spw_err_t flush_all(spw_ps_store_t *store, char *errstr, size_t errstr_si
         }
         for (uint32_t i = 0; i < n_round; i++)
             parts[i].n = fill[i];
-        ret = flush_parts(store, parts, n_round, n_files, errstr, errstr_size);
+        ret = flush_parts(store, parts, n_round, errstr, errstr_size);
         if (ret == SPW_OK) {
             for (size_t i = 0; i < off; i++)
                 ks_clean(store, &ks[i]);
@@ -1460,7 +1448,6 @@ out_free:
     free(counts);
     free(part_of);
     free(part_n);
-    free(files);
     free(names);
     return ret;
 }

@@ -198,6 +198,16 @@ bool spw_backend_computes_async(const spw_backend_t *be)
     return be->kind == SPW_BACKEND_CUDA && !be->deep;
 }
 
+/* Waits for the step a start queued on the device (if any): its result into start_err and
+ * start_loss. */
+static void cuda_wait(spw_backend_t *be)
+{
+    if (!be->cuda_started)
+        return;
+    be->cuda_started = false;
+    be->start_err = spw_trn__cuda_forward_finish(be->cu, &be->start_loss);
+}
+
 spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const float *rows,
                               float *preds, double *loss_sum)
 {
@@ -214,7 +224,8 @@ spw_err_t spw_backend_forward(spw_backend_t *be, const spw_batch_t *batch, const
     return SPW_OK;
 }
 
-/* One thread (or the CUDA backend): the whole batch on the caller. */
+/* One thread (or a deep model on the CUDA backend, whose network calls cuBLAS): the whole batch
+ * on the caller. A model without a network queues on the device instead (computes_async). */
 static spw_err_t forward_backward_here(spw_backend_t *be, const spw_batch_t *batch,
                                        const float *rows, float grad_scale, float *preds,
                                        float *grads, double *loss_sum)
@@ -225,8 +236,6 @@ static spw_err_t forward_backward_here(spw_backend_t *be, const spw_batch_t *bat
                                                  grads, loss_sum)
                      : SPW_ERR_INVALID;
     }
-    if (be->kind == SPW_BACKEND_CUDA)
-        return cuda_run(be, batch, rows, grad_scale, preds, grads, loss_sum);
     double loss = spw_cpu_forward_backward(&be->model, batch, rows, grad_scale, preds, grads);
     if (loss_sum)
         *loss_sum = loss;
@@ -284,10 +293,7 @@ void spw_backend_forward_backward_start_staged(spw_backend_t *be, const spw_batc
         return;
     }
     spw_backend_forward_backward_start(be, batch, rows, grad_scale, preds, grads);
-    if (be->cuda_started) { /* post reads the gradients: the device's step must be done */
-        be->cuda_started = false;
-        be->start_err = spw_trn__cuda_forward_finish(be->cu, &be->start_loss);
-    }
+    cuda_wait(be); /* post reads the gradients: the device's step must be done */
     if (be->start_err)
         return;
     /* as on the compute threads: beside_post runs whenever post does, whatever post returns */
@@ -301,14 +307,11 @@ spw_err_t spw_backend_forward_backward_finish(spw_backend_t *be, double *loss_su
 {
     assert(be->started);
     be->started = false;
+    cuda_wait(be);
     spw_err_t err = be->start_err;
     double loss = be->start_loss;
     if (be->par && spw_trn__par_in_flight(be->par))
         err = spw_trn__par_finish(be->par, &loss);
-    if (be->cuda_started) {
-        be->cuda_started = false;
-        err = spw_trn__cuda_forward_finish(be->cu, &loss);
-    }
     if (!err && loss_sum)
         *loss_sum = loss;
     return err;
