@@ -23,19 +23,21 @@ grep -qF "mock retention bytes_per_partition=5242880 msgsets_per_partition=10000
 TRAIN=(trainer --in "kafka://$BS/examples" --shards inproc --http-port -1 --group g
     --set trainer.log.interval=0 --set kafka.session.timeout.ms=6000
     --set kafka.heartbeat.interval.ms=500)
-# 10 ExampleBatch records of 256 examples (136 KB each), trained and committed.
-"$SPARROW" gen --n 2560 --rate 1000000 --out "kafka://$BS/examples" 2>gen1.log || fail "gen 1"
+# 10 ExampleBatch records of 256 examples (136 KB each, uncompressed: the sizes below count
+# on it), trained and committed.
+"$SPARROW" gen --n 2560 --rate 1000000 --compression none --out "kafka://$BS/examples" \
+    2>gen1.log || fail "gen 1"
 timeout 60 "$SPARROW" "${TRAIN[@]}" --set trainer.max_examples=2560 2>train1.log ||
     fail "first trainer run"
 grep -qF "finished examples=2560 " train1.log || fail "first run did not train 2560 examples"
 
 # 24 records more (34 held, 4.6 MB): the partition nears the mock's 5 MiB ...
-"$SPARROW" gen --n 6144 --seed 2 --rate 1000000 --out "kafka://$BS/examples" 2>gen2.log ||
-    fail "gen 2"
+"$SPARROW" gen --n 6144 --seed 2 --rate 1000000 --compression none \
+    --out "kafka://$BS/examples" 2>gen2.log || fail "gen 2"
 wait_line mock.err "kafka-mock partition nears its retention topic=examples partition=0" 20
 # ... and 20 more pass it: the oldest records, the committed offset 10 among them, are deleted.
-"$SPARROW" gen --n 5120 --seed 3 --rate 1000000 --out "kafka://$BS/examples" 2>gen3.log ||
-    fail "gen 3"
+"$SPARROW" gen --n 5120 --seed 3 --rate 1000000 --compression none \
+    --out "kafka://$BS/examples" 2>gen3.log || fail "gen 3"
 wait_line mock.err "kafka-mock deleted records to its retention topic=examples partition=0" 20
 
 # The group resumes at offset 10, which is gone: the gap is an ERROR saying what it means, the
