@@ -560,13 +560,14 @@ static void test_kafka_client_serve_keeps_group_alive(void **state)
     spw_kafka_mock_destroy(mock);
 }
 
-/* The producers compress with lz4 by default: the 8 MB of records that push the retention test's
- * partition past the mock's 5 MB are stored compressed, so none is deleted and all 80 are read. */
-static void test_kafka_client_producer_compresses_by_default(void **state)
+/* kafka.compression.type=lz4: the 8 MB of records that push the retention test's partition past
+ * the mock's 5 MB are stored compressed, so none is deleted and all 80 are read. */
+static void test_kafka_client_producer_compresses_when_told(void **state)
 {
     (void)state;
     spw_kafka_mock_t *mock = mock_with("lz", 1);
     spw_kafka_props_t *props = props_for(mock);
+    assert_int_equal(spw_kafka_props_set(props, "compression.type", "lz4"), SPW_OK);
     produce_n(props, "lz", 0, 80, 100 * 1024);
     const char *topic = "lz";
     struct assign_ctx a = {.start = 0};
@@ -588,7 +589,7 @@ static void test_kafka_client_retention_loss_is_loud(void **state)
     spw_kafka_mock_t *mock = mock_with("ret", 1);
     spw_kafka_props_t *props = props_for(mock);
     /* The mock keeps about 5 MB per partition: 80 records of 100 KB push the start forward
-     * (uncompressed: the producers' default lz4 would shrink the padding to nothing). */
+     * (uncompressed, said here: compression would shrink the padding to nothing). */
     assert_int_equal(spw_kafka_props_set(props, "compression.type", "none"), SPW_OK);
     produce_n(props, "ret", 0, 80, 100 * 1024);
     const char *topic = "ret";
@@ -719,7 +720,7 @@ int main(void)
         cmocka_unit_test(test_kafka_client_serve_keeps_group_alive),
         cmocka_unit_test(test_kafka_client_repeated_holds_resume_in_place),
         cmocka_unit_test(test_kafka_client_resume_after_seek_back),
-        cmocka_unit_test(test_kafka_client_producer_compresses_by_default),
+        cmocka_unit_test(test_kafka_client_producer_compresses_when_told),
         cmocka_unit_test(test_kafka_client_retention_loss_is_loud),
         cmocka_unit_test(test_kafka_client_transaction_delivers_records),
         cmocka_unit_test(test_kafka_client_close_is_bounded),
