@@ -560,25 +560,43 @@ static void test_kafka_client_serve_keeps_group_alive(void **state)
     spw_kafka_mock_destroy(mock);
 }
 
-/* kafka.compression.type=lz4: the 8 MB of records that push the retention test's partition past
- * the mock's 5 MB are stored compressed, so none is deleted and all 80 are read. */
+#define BIG_RECORDS 80 /* of BIG_PAD bytes: 8 MB, past the mock's 5 MB per partition */
+#define BIG_PAD     (100 * 1024)
+
+/* Props for mock with kafka.compression.type=codec, after producing BIG_RECORDS records of BIG_PAD
+ * ('x' padding) to topic's partition 0. The caller destroys the props. */
+static spw_kafka_props_t *produce_big(spw_kafka_mock_t *mock, const char *topic, const char *codec)
+{
+    spw_kafka_props_t *props = props_for(mock);
+    assert_int_equal(spw_kafka_props_set(props, "compression.type", codec), SPW_OK);
+    produce_n(props, topic, 0, BIG_RECORDS, BIG_PAD);
+    return props;
+}
+
+/* Reads produce_big's records through c: exactly those from first on, each once, with first
+ * counted as lost to retention. Destroys c. */
+static void expect_big_from(spw_kafka_consumer_t *c, int first)
+{
+    unsigned char seen[BIG_RECORDS] = {0};
+    int want = BIG_RECORDS - first;
+    assert_int_equal(consume_n(c, want, seen, BIG_RECORDS, false), want);
+    for (int i = 0; i < BIG_RECORDS; i++)
+        assert_int_equal(seen[i], i >= first ? 1 : 0);
+    assert_int_equal(spw_kafka_consumer_lost(c), (uint64_t)first);
+    spw_kafka_consumer_destroy(c);
+}
+
+/* kafka.compression.type=lz4: the records that push the retention test's partition past the
+ * mock's 5 MB are stored compressed, so none is deleted and all are read. */
 static void test_kafka_client_producer_compresses_when_told(void **state)
 {
     (void)state;
     spw_kafka_mock_t *mock = mock_with("lz", 1);
-    spw_kafka_props_t *props = props_for(mock);
-    assert_int_equal(spw_kafka_props_set(props, "compression.type", "lz4"), SPW_OK);
-    produce_n(props, "lz", 0, 80, 100 * 1024);
+    spw_kafka_props_t *props = produce_big(mock, "lz", "lz4");
     const char *topic = "lz";
     struct assign_ctx a = {.start = 0};
     struct spw_kafka_consumer_opts opts = {.on_assign = on_assign, .opaque = &a};
-    spw_kafka_consumer_t *c = consumer_for(props, "g5", &topic, &opts);
-    unsigned char seen[80] = {0};
-    assert_int_equal(consume_n(c, 80, seen, 80, false), 80);
-    for (int i = 0; i < 80; i++)
-        assert_int_equal(seen[i], 1);
-    assert_int_equal(spw_kafka_consumer_lost(c), 0);
-    spw_kafka_consumer_destroy(c);
+    expect_big_from(consumer_for(props, "g5", &topic, &opts), 0);
     spw_kafka_props_destroy(props);
     spw_kafka_mock_destroy(mock);
 }
@@ -587,11 +605,9 @@ static void test_kafka_client_retention_loss_is_loud(void **state)
 {
     (void)state;
     spw_kafka_mock_t *mock = mock_with("ret", 1);
-    spw_kafka_props_t *props = props_for(mock);
-    /* The mock keeps about 5 MB per partition: 80 records of 100 KB push the start forward
-     * (uncompressed, said here: compression would shrink the padding to nothing). */
-    assert_int_equal(spw_kafka_props_set(props, "compression.type", "none"), SPW_OK);
-    produce_n(props, "ret", 0, 80, 100 * 1024);
+    /* The mock keeps about 5 MB per partition: 8 MB push the start forward (uncompressed, said
+     * here: compression would shrink the padding to nothing). */
+    spw_kafka_props_t *props = produce_big(mock, "ret", "none");
     const char *topic = "ret";
     struct assign_ctx a = {.start = 0};
     spw_metrics_t *reg = spw_metrics_new();
@@ -616,14 +632,7 @@ static void test_kafka_client_retention_loss_is_loud(void **state)
     /* Lenient policy: reported the same way, then continues from the earliest record held. */
     opts.lost = SPW_KAFKA_LOST_EARLIEST;
     opts.metrics = NULL;
-    c = consumer_for(props, "g4", &topic, &opts);
-    unsigned char seen[80] = {0};
-    int want = 80 - (int)lost;
-    assert_int_equal(consume_n(c, want, seen, 80, false), want);
-    for (int i = 0; i < 80; i++)
-        assert_int_equal(seen[i], i >= (int)lost ? 1 : 0);
-    assert_int_equal(spw_kafka_consumer_lost(c), lost);
-    spw_kafka_consumer_destroy(c);
+    expect_big_from(consumer_for(props, "g4", &topic, &opts), (int)lost);
     spw_metrics_destroy(reg);
     spw_kafka_props_destroy(props);
     spw_kafka_mock_destroy(mock);
