@@ -11,6 +11,14 @@ command -v kcat >/dev/null || { echo "kcat not installed"; exit 1; }
 KAFKA_TEST_SETS=(--set kafka.session.timeout.ms=6000 --set kafka.heartbeat.interval.ms=500
     --set kafka.topic.metadata.refresh.interval.ms=1000 --set ingest.http.port=-1)
 
+# ingest_produced PORT: the records an ingest listening on PORT (ingest.http.port) has delivered,
+# from its /metrics. A local scrape answers at once, where reading a topic back with kcat can take
+# longer than a test's whole stream on a loaded or slowed broker.
+ingest_produced() {
+    curl -s --max-time 5 "http://127.0.0.1:$1/metrics" |
+        awk '/^sparrow_kafka_produced_total/ { n += $NF } END { print n + 0 }'
+}
+
 # dump_examples TOPIC OUT: one line per example: partition id label n_features field:key,...
 dump_examples() {
     timeout 60 kcat -C -b "$BS" -t "$1" -e -q -f '%p\n%R%s' >"$2.raw" || return 1

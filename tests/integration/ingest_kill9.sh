@@ -13,19 +13,22 @@ N_IN=$(wc -l <input.json)
 # Slow the broker down so that the kill lands mid-stream, whatever the machine's speed.
 echo "rtt 1 100" >&3
 
-start_ingest() { # log
+start_ingest() { # log [--set ...]
+    local log=$1
+    shift
     "$SPARROW" ingest --in "kafka://$BS/events" --out "kafka://$BS/examples" --format json \
         --batch-size 20 --linger 5ms --set ingest.commit.interval=50ms --set ingest.inflight=2 \
-        "${KAFKA_TEST_SETS[@]}" 2>"$1" &
+        "${KAFKA_TEST_SETS[@]}" "$@" 2>"$log" &
     ING=$!
     PIDS+=("$ING")
 }
-start_ingest ingest1.err
-# Kill it once part of the stream is out (and some offsets were committed).
-for _ in $(seq 1 300); do
-    n=$(timeout 10 kcat -C -b "$BS" -t examples -e -q -f 'x\n' | wc -l || true) # a slow read is retried
-    [ "$n" -ge 30 ] && break
-    sleep 0.1
+HTTP_PORT=$(free_port)
+start_ingest ingest1.err --set "ingest.http.port=$HTTP_PORT"
+# Kill it once part of the stream is out (2 records of 20 examples; offsets are committed every
+# 50 ms): inflight=2 and the broker's 100 ms round trip hold it to about 400 examples/s.
+for _ in $(seq 1 600); do
+    [ "$(ingest_produced "$HTTP_PORT")" -ge 2 ] && break
+    sleep 0.05
 done
 kill -9 "$ING"
 wait "$ING" 2>/dev/null || true

@@ -14,14 +14,17 @@ GRACE=$(grep -o 'terminationGracePeriodSeconds: [0-9]*' "$K8S/ingest.yaml" | gre
 start_mock 1 events:4 examples:4 examples.dlq:1
 "$SPARROW" gen --n 12000 --format json --out input.json 2>gen.err || fail "gen"
 N_IN=$(wc -l <input.json)
-start_ingest() { # log
+start_ingest() { # log [--set ...]
+    local log=$1
+    shift
     "$SPARROW" ingest --in "kafka://$BS/events" --out "kafka://$BS/examples" --format json \
         --batch-size 50 --linger 5ms --set ingest.commit.interval=200ms \
-        "${KAFKA_TEST_SETS[@]}" 2>"$1" &
+        "${KAFKA_TEST_SETS[@]}" "$@" 2>"$log" &
     ING=$!
     PIDS+=("$ING")
 }
-start_ingest ingest1.err
+HTTP_PORT=$(free_port)
+start_ingest ingest1.err --set "ingest.http.port=$HTTP_PORT"
 wait_file_grep() { # pattern file timeout_s
     local i
     for i in $(seq 1 $(($3 * 10))); do grep -q "$1" "$2" && return 0; sleep 0.1; done
@@ -40,10 +43,10 @@ PY
 FEED=$!
 PIDS+=("$FEED")
 
-for _ in $(seq 1 300); do
-    n=$(timeout 10 kcat -C -b "$BS" -t examples -e -q -f 'x\n' | wc -l || true) # a slow read is retried
-    [ "$n" -ge 100 ] && break
-    sleep 0.1
+# SIGTERM once part of the stream is out (2 records of 50 examples)
+for _ in $(seq 1 600); do
+    [ "$(ingest_produced "$HTTP_PORT")" -ge 2 ] && break
+    sleep 0.05
 done
 t0=$(date +%s.%N)
 kill -TERM "$ING"
