@@ -1019,7 +1019,9 @@ def freshness_section(res):
     if s.get("rows") is None or s.get("status", "").startswith("not run"):
         lines += [table(["interval", "result"], [("—", s.get("status", "not run"))]), ""]
         return lines
-    lines += ["bench/study_freshness.py. `%s` per interval: after %s s of warm-up, serve's "
+    lines += ["bench/study_freshness.py. `%s` per interval: once the pipeline is steady (the "
+              "trainers and serve hold partitions and have read to the end of them; seconds from the start "
+              "in the table) and %s s more, serve's "
               "`sparrow_serve_freshness_seconds` and the shards' `sparrow_ps_published_total` "
               "and `sparrow_ps_published_bytes_total` differenced over %s s. Quantiles are the "
               "upper bound of the histogram bucket that holds them. Target (issue 20): "
@@ -1029,11 +1031,11 @@ def freshness_section(res):
     def q(r, st):
         h = r.get(st) or {}
         return "%s / %s" % (h.get("p50", "—"), h.get("p99", "—")) if h else "—"
-    t = [(r["interval"], f0((r.get("event_to_visible") or {}).get("n")),
+    t = [(r["interval"], r.get("steady_s", "—"), f0((r.get("event_to_visible") or {}).get("n")),
           q(r, "event_to_shard"), q(r, "shard_to_visible"), q(r, "event_to_visible"),
           f0(r.get("rows_per_s")), f0(r.get("bytes_per_s")), f0(r.get("train_ex_per_s")),
           r.get("why", "")[:120]) for r in s["rows"]]
-    lines += [table(["publish interval", "updates", "event to shard p50 / p99 s",
+    lines += [table(["publish interval", "steady after s", "updates", "event to shard p50 / p99 s",
                      "shard to visible p50 / p99 s", "event to visible p50 / p99 s",
                      "rows/s published", "bytes/s published", "trained ex/s", "problem"], t), ""]
     if s.get("failures"):

@@ -3,9 +3,13 @@
 interval, and what the update stream costs at each interval.
 
 For each pserver.publish.interval, `sparrow launch --serve` (the Kafka mock, 2 shards, the
-coordinator, the generator at RATE examples/s, 2 CPU trainers, serve) runs WARM seconds, then the
-study scrapes serve's /metrics and both shards' /metrics, waits WINDOW seconds and scrapes again.
-Over that window, from the differences:
+coordinator, the generator at RATE examples/s, 2 CPU trainers, serve) starts; the study waits until
+the pipeline is steady (every trainer holds partitions of the examples topic and serve the update
+stream's, each has read up to their end, twice in a row half a second apart: the Kafka groups have
+formed and the backlog of events produced while they formed is trained), lets it run WARM seconds more, then scrapes serve's /metrics
+and both shards' /metrics, waits WINDOW seconds and scrapes again. (A fixed wait from the start
+measured the group's formation instead when it was slow: one run in six here took 8 s to form the
+group, and its window held the 8 s backlog: p50 5 s.) Over that window, from the differences:
 - serve's sparrow_serve_freshness_seconds histograms (stages event_to_shard, shard_to_visible,
   event_to_visible): updates observed and p50/p99 (the upper bound of the bucket holding the
   quantile, which is what a histogram can say);
@@ -13,7 +17,10 @@ Over that window, from the differences:
   over the shards: rows and bytes per second the update stream carries (coalescing: a row that
   changes again within an interval is published once, so rows/s falls as the interval grows);
 - the trainers' examples trained per second (launch's summary), to show the interval costs the
-  training nothing.
+  training nothing;
+- steady_s: seconds from the launch's start until the pipeline was steady.
+
+The window measures the steady state; how long a start takes is steady_s.
 
 Standalone: bench/study_freshness.py BUILD_DIR [--quick] [--json FILE]"""
 
@@ -32,9 +39,11 @@ sys.path.insert(0, HERE)
 import report_lib as rl  # noqa: E402
 
 STAGES = ("event_to_shard", "shard_to_visible", "event_to_visible")
-SIZES = {False: {"intervals": ["1s", "500ms", "250ms", "100ms"], "warm": 12, "window": 20,
-                 "rate": 3000},
-         True: {"intervals": ["1s", "250ms"], "warm": 8, "window": 6, "rate": 2000}}
+SIZES = {False: {"intervals": ["1s", "500ms", "250ms", "100ms"], "steady_max": 20, "warm": 4,
+                 "window": 20, "rate": 3000},
+         True: {"intervals": ["1s", "250ms"], "steady_max": 15, "warm": 3, "window": 6,
+                "rate": 2000}}
+TRAINERS = 2
 
 
 def scrape(port):
@@ -72,13 +81,14 @@ def hist_diff(a, b):
     return [(le, c - da.get(le, 0.0)) for le, c in b]
 
 
-def shard_ports(run_dir, shards, deadline):
+def role_ports(run_dir, role, n, deadline):
+    """The HTTP ports of ROLE-0 .. ROLE-(n-1) (pserver: shard-i.log), from their logs."""
     ports = {}
-    while len(ports) < shards and time.monotonic() < deadline:
-        for i in range(shards):
+    while len(ports) < n and time.monotonic() < deadline:
+        for i in range(n):
             try:
-                with open(os.path.join(run_dir, "shard-%d.log" % i)) as f:
-                    m = re.search(r"pserver http endpoint port=(\d+)", f.read())
+                with open(os.path.join(run_dir, "%s-%d.log" % (role, i))) as f:
+                    m = re.search(r" http endpoint port=(\d+)", f.read())
                 if m:
                     ports[i] = int(m.group(1))
             except OSError:
@@ -87,11 +97,34 @@ def shard_ports(run_dir, shards, deadline):
     return [ports[i] for i in sorted(ports)]
 
 
+def caught_up(text):
+    """A consumer's /metrics (a trainer's, serve's): it holds partitions and its consumer lag is at
+    most one record per partition (records, from its last fetch)."""
+    if not text:
+        return False
+    parts = counter(text, "sparrow_kafka_assigned_partitions")
+    return parts >= 1 and counter(text, "sparrow_kafka_consumer_lag") <= parts
+
+
+def wait_steady(ports, deadline, p):
+    """Waits until every consumer (HTTP ports) is caught up in two scrapes 0.5 s apart; False at
+    the deadline or when the launch (p) exits."""
+    ok_before = False
+    while time.monotonic() < deadline and p.poll() is None:
+        ok = all(caught_up(scrape(x)) for x in ports)
+        if ok and ok_before:
+            return True
+        ok_before = ok
+        time.sleep(0.5)
+    return False
+
+
 def one_run(rec, sparrow, work, interval, size, sets=()):
     run_dir = os.path.join(work, "fresh-%s" % interval)
     shutil.rmtree(run_dir, ignore_errors=True)
-    duration = size["warm"] + size["window"] + 4
-    argv = [sparrow, "launch", "--serve", "--run-dir", run_dir, "--shards", 2, "--trainers", 2,
+    duration = size["steady_max"] + size["warm"] + size["window"] + 4
+    argv = [sparrow, "launch", "--serve", "--run-dir", run_dir, "--shards", 2, "--trainers",
+            TRAINERS,
             "--rate", size["rate"], "--duration", duration,
             "--set", "pserver:pserver.publish.interval=%s" % interval]
     for x in sets:
@@ -107,11 +140,18 @@ def one_run(rec, sparrow, work, interval, size, sets=()):
                 m = re.search(r"serve on http://127\.0\.0\.1:(\d+)", f.read())
             serve = int(m.group(1)) if m else None
             time.sleep(0.2)
-        shards = shard_ports(run_dir, 2, t0 + 60)
-        if serve is None or len(shards) != 2:
-            row["why"] = "launch did not report serve's and both shards' ports; read " + log
+        shards = role_ports(run_dir, "shard", 2, t0 + 60)
+        trainers = role_ports(run_dir, "trainer", TRAINERS, t0 + 60)
+        if serve is None or len(shards) != 2 or len(trainers) != TRAINERS:
+            row["why"] = "launch did not report the ports of serve, the shards and the trainers; " \
+                         "read " + log
             return row
-        time.sleep(max(0.0, t0 + size["warm"] - time.monotonic()))
+        if not wait_steady(trainers + [serve], t0 + size["steady_max"], p):
+            row["why"] = "not steady (the trainers and serve assigned and caught up) %d s after " \
+                         "the start; read %s" % (size["steady_max"], log)
+            return row
+        row["steady_s"] = round(time.monotonic() - t0, 1)
+        time.sleep(size["warm"])
         s0, p0 = scrape(serve), [scrape(x) for x in shards]
         time.sleep(size["window"])
         s1, p1 = scrape(serve), [scrape(x) for x in shards]
@@ -150,7 +190,7 @@ def one_run(rec, sparrow, work, interval, size, sets=()):
 def run(rec, sparrow, work, quick):
     size = SIZES[bool(quick)]
     out = {"quick": bool(quick), "rows": [], "failures": [], "rate": size["rate"],
-           "window_s": size["window"], "warm_s": size["warm"],
+           "window_s": size["window"], "warm_s": size["warm"], "steady_max_s": size["steady_max"],
            "command": "sparrow launch --serve --shards 2 --trainers 2 --rate %d --set "
                       "pserver:pserver.publish.interval=INTERVAL" % size["rate"]}
     for interval in size["intervals"]:
@@ -159,8 +199,10 @@ def run(rec, sparrow, work, quick):
         if r.get("why"):
             out["failures"].append("interval %s: %s" % (interval, r["why"]))
         ev = r.get("event_to_visible") or {}
-        rec.note("freshness: interval %s: event->visible p50 %s p99 %s s, %s rows/s, %s B/s%s" % (
-            interval, ev.get("p50"), ev.get("p99"), r.get("rows_per_s"), r.get("bytes_per_s"),
+        rec.note("freshness: interval %s: steady after %s s; event->visible p50 %s p99 %s s, %s "
+                 "rows/s, %s B/s%s" % (
+            interval, r.get("steady_s"), ev.get("p50"), ev.get("p99"), r.get("rows_per_s"),
+            r.get("bytes_per_s"),
             " (%s)" % r["why"] if r.get("why") else ""))
     return out
 
