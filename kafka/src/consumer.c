@@ -656,6 +656,16 @@ static spw_err_t pause_assignment(spw_kafka_consumer_t *c, bool pause)
     return SPW_OK;
 }
 
+/* The timeout_ms argument that makes rd_kafka_seek_partitions wait up to ms milliseconds.
+ * librdkafka before 2.1.0 waited a thousandth of the timeout it was given (its #4230, "seek
+ * partition timeout was one thousand times lower than the passed value"; Debian 12 ships 2.0.2):
+ * a 1 s wait was 1 ms, so a seek the broker thread answered in more than 1 ms "timed out", and the
+ * retry re-sent it at once, again and again. */
+static int seek_wait_arg(int ms)
+{
+    return rd_kafka_version() < 0x02010000 ? ms * 1000 : ms;
+}
+
 /* Seeks every partition of list to its offset. A partition whose fetcher is (re)starting (just
  * assigned) refuses a seek with __STATE, and a busy broker thread may not answer in time: both
  * are retried for up to timeout_ms. Failures are logged. */
@@ -663,11 +673,11 @@ static spw_err_t seek_list(spw_kafka_consumer_t *c, rd_kafka_topic_partition_lis
                            int timeout_ms)
 {
     uint64_t deadline = spw_time_mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    int wait_ms = timeout_ms < 1 ? 1 : timeout_ms < 1000 ? timeout_ms : 1000; /* 0: no wait */
     rd_kafka_topic_partition_list_t *todo = rd_kafka_topic_partition_list_copy(list);
     spw_err_t ret = SPW_OK;
     for (;;) {
-        rd_kafka_error_t *error =
-            rd_kafka_seek_partitions(c->rk, todo, timeout_ms < 1000 ? timeout_ms : 1000);
+        rd_kafka_error_t *error = rd_kafka_seek_partitions(c->rk, todo, seek_wait_arg(wait_ms));
         if (error) {
             bool retry = rd_kafka_error_code(error) == RD_KAFKA_RESP_ERR__TIMED_OUT &&
                          spw_time_mono_ms() < deadline;
