@@ -62,7 +62,7 @@ static const char usage[] =
     "the seed alone. A summary (CTR, Bayes-optimal logloss and AUC, rate) ends on stderr.\n"
     "With --out kafka://HOST:PORT/TOPIC it produces ExampleBatch records of 256 examples\n"
     "paced in wall time at --rate examples/s (a live stream; --n 0 runs until SIGTERM),\n"
-    "compressed by the producer with --compression (none unless told otherwise).\n"
+    "compressed by the producer with --compression (lz4 unless told otherwise).\n"
     "Each flag is shorthand for the property in the table below.\n";
 
 /*

@@ -563,12 +563,14 @@ static void test_kafka_client_serve_keeps_group_alive(void **state)
 #define BIG_RECORDS 80 /* of BIG_PAD bytes: 8 MB, past the mock's 5 MB per partition */
 #define BIG_PAD     (100 * 1024)
 
-/* Props for mock with kafka.compression.type=codec, after producing BIG_RECORDS records of BIG_PAD
- * ('x' padding) to topic's partition 0. The caller destroys the props. */
+/* Props for mock with kafka.compression.type=codec (NULL: the producers' default), after producing
+ * BIG_RECORDS records of BIG_PAD ('x' padding) to topic's partition 0. The caller destroys the
+ * props. */
 static spw_kafka_props_t *produce_big(spw_kafka_mock_t *mock, const char *topic, const char *codec)
 {
     spw_kafka_props_t *props = props_for(mock);
-    assert_int_equal(spw_kafka_props_set(props, "compression.type", codec), SPW_OK);
+    if (codec)
+        assert_int_equal(spw_kafka_props_set(props, "compression.type", codec), SPW_OK);
     produce_n(props, topic, 0, BIG_RECORDS, BIG_PAD);
     return props;
 }
@@ -586,13 +588,13 @@ static void expect_big_from(spw_kafka_consumer_t *c, int first)
     spw_kafka_consumer_destroy(c);
 }
 
-/* kafka.compression.type=lz4: the records that push the retention test's partition past the
- * mock's 5 MB are stored compressed, so none is deleted and all are read. */
-static void test_kafka_client_producer_compresses_when_told(void **state)
+/* The producers compress with lz4 by default: the records that push the retention test's
+ * partition past the mock's 5 MB are stored compressed, so none is deleted and all are read. */
+static void test_kafka_client_producer_compresses_by_default(void **state)
 {
     (void)state;
     spw_kafka_mock_t *mock = mock_with("lz", 1);
-    spw_kafka_props_t *props = produce_big(mock, "lz", "lz4");
+    spw_kafka_props_t *props = produce_big(mock, "lz", NULL);
     const char *topic = "lz";
     struct assign_ctx a = {.start = 0};
     struct spw_kafka_consumer_opts opts = {.on_assign = on_assign, .opaque = &a};
@@ -605,8 +607,8 @@ static void test_kafka_client_retention_loss_is_loud(void **state)
 {
     (void)state;
     spw_kafka_mock_t *mock = mock_with("ret", 1);
-    /* The mock keeps about 5 MB per partition: 8 MB push the start forward (uncompressed, said
-     * here: compression would shrink the padding to nothing). */
+    /* The mock keeps about 5 MB per partition: 8 MB push the start forward (uncompressed: the
+     * producers' default lz4 would shrink the padding to nothing). */
     spw_kafka_props_t *props = produce_big(mock, "ret", "none");
     const char *topic = "ret";
     struct assign_ctx a = {.start = 0};
@@ -729,7 +731,7 @@ int main(void)
         cmocka_unit_test(test_kafka_client_serve_keeps_group_alive),
         cmocka_unit_test(test_kafka_client_repeated_holds_resume_in_place),
         cmocka_unit_test(test_kafka_client_resume_after_seek_back),
-        cmocka_unit_test(test_kafka_client_producer_compresses_when_told),
+        cmocka_unit_test(test_kafka_client_producer_compresses_by_default),
         cmocka_unit_test(test_kafka_client_retention_loss_is_loud),
         cmocka_unit_test(test_kafka_client_transaction_delivers_records),
         cmocka_unit_test(test_kafka_client_close_is_bounded),

@@ -33,7 +33,7 @@ const struct spw_config_prop spw_gen_config_props[] = {
     {"gen.format", SPW_CONFIG_ENUM, "pb", 0, 0, "pb|json|criteo",
      "Output format: length-delimited sparrow.Example, JSON lines, or Criteo TSV."},
     {"gen.out", SPW_CONFIG_STRING, "-", 0, 4096, NULL, "Output file; - is stdout."},
-    {"gen.compression", SPW_CONFIG_ENUM, "none", 0, 0, "none|gzip|snappy|lz4|zstd",
+    {"gen.compression", SPW_CONFIG_ENUM, "lz4", 0, 0, "none|gzip|snappy|lz4|zstd",
      "--out kafka://: the Kafka producer's compression.type (lz4 shrinks the pb stream 2.3x)."},
     {"gen.start_ms", SPW_CONFIG_INT, "1700000000000", 0, 9.2e18, NULL,
      "Event time of the first example, in ms since the Unix epoch."},
