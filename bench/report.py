@@ -1020,8 +1020,8 @@ def freshness_section(res):
         lines += [table(["interval", "result"], [("—", s.get("status", "not run"))]), ""]
         return lines
     lines += ["bench/study_freshness.py. `%s` per interval: once the pipeline is steady (the "
-              "trainers and serve hold partitions and have read to the end of them; seconds from the start "
-              "in the table) and %s s more, serve's "
+              "trainers and serve hold partitions and have read to the end of them; seconds "
+              "from the start in the table) and %s s more, serve's "
               "`sparrow_serve_freshness_seconds` and the shards' `sparrow_ps_published_total` "
               "and `sparrow_ps_published_bytes_total` differenced over %s s. Quantiles are the "
               "upper bound of the histogram bucket that holds them. Target (issue 20): "

@@ -6,10 +6,11 @@ For each pserver.publish.interval, `sparrow launch --serve` (the Kafka mock, 2 s
 coordinator, the generator at RATE examples/s, 2 CPU trainers, serve) starts; the study waits until
 the pipeline is steady (every trainer holds partitions of the examples topic and serve the update
 stream's, each has read up to their end, twice in a row half a second apart: the Kafka groups have
-formed and the backlog of events produced while they formed is trained), lets it run WARM seconds more, then scrapes serve's /metrics
-and both shards' /metrics, waits WINDOW seconds and scrapes again. (A fixed wait from the start
-measured the group's formation instead when it was slow: one run in six here took 8 s to form the
-group, and its window held the 8 s backlog: p50 5 s.) Over that window, from the differences:
+formed and the backlog of events produced while they formed is trained), lets it run WARM seconds
+more, then scrapes serve's /metrics and both shards' /metrics, waits WINDOW seconds and scrapes
+again. (A fixed wait from the start measured the group's formation instead when it was slow: one
+run in six here took 8 s to form the group, and its window held the 8 s backlog: p50 5 s.) Over
+that window, from the differences:
 - serve's sparrow_serve_freshness_seconds histograms (stages event_to_shard, shard_to_visible,
   event_to_visible): updates observed and p50/p99 (the upper bound of the bucket holding the
   quantile, which is what a histogram can say);
@@ -123,9 +124,8 @@ def one_run(rec, sparrow, work, interval, size, sets=()):
     run_dir = os.path.join(work, "fresh-%s" % interval)
     shutil.rmtree(run_dir, ignore_errors=True)
     duration = size["steady_max"] + size["warm"] + size["window"] + 4
-    argv = [sparrow, "launch", "--serve", "--run-dir", run_dir, "--shards", 2, "--trainers",
-            TRAINERS,
-            "--rate", size["rate"], "--duration", duration,
+    argv = [sparrow, "launch", "--serve", "--run-dir", run_dir, "--shards", 2,
+            "--trainers", TRAINERS, "--rate", size["rate"], "--duration", duration,
             "--set", "pserver:pserver.publish.interval=%s" % interval]
     for x in sets:
         argv += ["--set", x]
@@ -199,11 +199,11 @@ def run(rec, sparrow, work, quick):
         if r.get("why"):
             out["failures"].append("interval %s: %s" % (interval, r["why"]))
         ev = r.get("event_to_visible") or {}
-        rec.note("freshness: interval %s: steady after %s s; event->visible p50 %s p99 %s s, %s "
-                 "rows/s, %s B/s%s" % (
-            interval, r.get("steady_s"), ev.get("p50"), ev.get("p99"), r.get("rows_per_s"),
-            r.get("bytes_per_s"),
-            " (%s)" % r["why"] if r.get("why") else ""))
+        why = " (%s)" % r["why"] if r.get("why") else ""
+        rec.note("freshness: interval %s: steady after %s s; event->visible p50 %s p99 %s s, "
+                 "%s rows/s, %s B/s%s" % (interval, r.get("steady_s"), ev.get("p50"),
+                                          ev.get("p99"), r.get("rows_per_s"),
+                                          r.get("bytes_per_s"), why))
     return out
 
 

@@ -673,7 +673,7 @@ static spw_err_t seek_list(spw_kafka_consumer_t *c, rd_kafka_topic_partition_lis
                            int timeout_ms)
 {
     uint64_t deadline = spw_time_mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
-    int wait_ms = timeout_ms < 1 ? 1 : timeout_ms < 1000 ? timeout_ms : 1000; /* 0: no wait */
+    int wait_ms = timeout_ms < 1 ? 1 : timeout_ms < 1000 ? timeout_ms : 1000; /* 0 would not wait */
     rd_kafka_topic_partition_list_t *todo = rd_kafka_topic_partition_list_copy(list);
     spw_err_t ret = SPW_OK;
     for (;;) {
