@@ -55,6 +55,11 @@ static void env_start(struct coord_env *e, const char *mode, enum spw_coord_reco
     assert_int_equal(spw_coord_mode_parse(mode, &conf.mode), SPW_OK);
     conf.recovery = policy;
     conf.member_timeout_ms = 600;
+    /* the startup recovery waits for trainer-0 (it is in it: one restore): with no grace it could
+     * start before trainer-0 registered, which then joined it without a restore under continue
+     * (seen under ThreadSanitizer) */
+    conf.startup_grace_ms = 10000;
+    conf.startup_trainers = 1;
     conf.checkpoint_steps = steps;
     conf.checkpoint_timeout_ms = 3000;
     conf.keep = 3;
