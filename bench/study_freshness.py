@@ -44,7 +44,7 @@ SIZES = {False: {"intervals": ["1s", "500ms", "250ms", "100ms"], "steady_max": 2
                  "window": 20, "rate": 3000},
          True: {"intervals": ["1s", "250ms"], "steady_max": 15, "warm": 3, "window": 6,
                 "rate": 2000}}
-TRAINERS = 2
+SHARDS, TRAINERS = 2, 2
 
 
 def scrape(port):
@@ -124,7 +124,7 @@ def one_run(rec, sparrow, work, interval, size, sets=()):
     run_dir = os.path.join(work, "fresh-%s" % interval)
     shutil.rmtree(run_dir, ignore_errors=True)
     duration = size["steady_max"] + size["warm"] + size["window"] + 4
-    argv = [sparrow, "launch", "--serve", "--run-dir", run_dir, "--shards", 2,
+    argv = [sparrow, "launch", "--serve", "--run-dir", run_dir, "--shards", SHARDS,
             "--trainers", TRAINERS, "--rate", size["rate"], "--duration", duration,
             "--set", "pserver:pserver.publish.interval=%s" % interval]
     for x in sets:
@@ -140,9 +140,9 @@ def one_run(rec, sparrow, work, interval, size, sets=()):
                 m = re.search(r"serve on http://127\.0\.0\.1:(\d+)", f.read())
             serve = int(m.group(1)) if m else None
             time.sleep(0.2)
-        shards = role_ports(run_dir, "shard", 2, t0 + 60)
+        shards = role_ports(run_dir, "shard", SHARDS, t0 + 60)
         trainers = role_ports(run_dir, "trainer", TRAINERS, t0 + 60)
-        if serve is None or len(shards) != 2 or len(trainers) != TRAINERS:
+        if serve is None or len(shards) != SHARDS or len(trainers) != TRAINERS:
             row["why"] = "launch did not report the ports of serve, the shards and the trainers; " \
                          "read " + log
             return row
@@ -191,8 +191,9 @@ def run(rec, sparrow, work, quick):
     size = SIZES[bool(quick)]
     out = {"quick": bool(quick), "rows": [], "failures": [], "rate": size["rate"],
            "window_s": size["window"], "warm_s": size["warm"], "steady_max_s": size["steady_max"],
-           "command": "sparrow launch --serve --shards 2 --trainers 2 --rate %d --set "
-                      "pserver:pserver.publish.interval=INTERVAL" % size["rate"]}
+           "command": "sparrow launch --serve --shards %d --trainers %d --rate %d --set "
+                      "pserver:pserver.publish.interval=INTERVAL" % (SHARDS, TRAINERS,
+                                                                     size["rate"])}
     for interval in size["intervals"]:
         r = one_run(rec, sparrow, work, interval, size)
         out["rows"].append(r)
