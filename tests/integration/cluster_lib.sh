@@ -24,7 +24,7 @@ fail() {
         for f in $pat; do
             [ -f "$f" ] || continue
             echo "== $f (tail)"
-            grep -v '^DBG' "$f" | tail -"$FAIL_TAIL"
+            grep -v -e '^DBG' -e '^[^ ]* DEBUG ' "$f" | tail -"$FAIL_TAIL"
         done
     done
     exit 1

@@ -63,6 +63,8 @@ run_case() {
     D="$DIR/$name"
     mkdir -p "$D"
     local DIR=$D i s # the cluster library's processes log under the case's directory
+    FAIL_LOGS=("$D/*.log") # a failure shows this case's logs (its INFO lines and above)
+    FAIL_TAIL=25
     start_broker examples:8
     CASE_PIDS=("$MOCK")
     start_shards 1 5 --set "pserver.checkpoint.dir=$D/ck" --set "pserver.debug.counter_key=$KEY"

@@ -1,6 +1,7 @@
 /* Unit tests of the local launcher (tools/src/launch.c) with /bin/sh as the executable. */
 #include "test_main.h" /* cmocka and what it needs first */
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -286,6 +287,45 @@ static void test_pipeline_hist_by_label(void **state)
     assert_int_equal(none.n, 0);
 }
 
+/* A window of a cumulative histogram: the observations between two scrapes, bucket by bucket.
+ * The start-up's slow updates, in the first scrape, leave the window's p99 (the demo's freshness
+ * over its last seconds); a bucket the first scrape lacks counts whole, none goes negative. */
+static void test_pipeline_hist_since_is_a_window(void **state)
+{
+    (void)state;
+    static const char *const fmt = "sparrow_serve_freshness_seconds_bucket{le=\"0.5\"} %d\n"
+                                   "sparrow_serve_freshness_seconds_bucket{le=\"1\"} %d\n"
+                                   "%s"
+                                   "sparrow_serve_freshness_seconds_bucket{le=\"+Inf\"} %d\n"
+                                   "sparrow_serve_freshness_seconds_sum %d\n";
+    char page[512];
+    struct spw_pipeline_snapshot before, now;
+    memset(&before, 0, sizeof(before));
+    memset(&now, 0, sizeof(now));
+    /* start-up: 10 updates, 5 of them 10 s late (the backlog) */
+    snprintf(page, sizeof(page), fmt, 5, 5, "", 10, 52);
+    spw_pipeline_hist_add(&before.fresh, page, "sparrow_serve_freshness_seconds");
+    /* then 100 updates within 0.5 s; a bound (le=5) the first scrape lacked: none new there */
+    snprintf(page, sizeof(page), fmt, 105, 105,
+             "sparrow_serve_freshness_seconds_bucket{le=\"5\"} 105\n", 110, 77);
+    spw_pipeline_hist_add(&now.fresh, page, "sparrow_serve_freshness_seconds");
+    assert_true(spw_pipeline_hist_quantile(&now.fresh, 0.99) == INFINITY); /* since the start */
+    struct spw_pipeline_hist w;
+    spw_pipeline_hist_since(&w, &now.fresh, &before.fresh);
+    assert_true(spw_pipeline_hist_total(&w) == 100);
+    assert_true(w.sum == 25);
+    for (size_t i = 0; i < w.n; i++)
+        assert_true(w.count[i] == 100); /* every bound, le=5 from before's le=1 */
+    spw_pipeline_fresh_since(&now, &before.fresh);
+    assert_true(now.fresh_p50 == 0.5 && now.fresh_p99 == 0.5);
+    /* nothing new: no quantile; a count that fell (serve restarted) is clamped to 0 */
+    spw_pipeline_fresh_since(&before, &now.fresh);
+    assert_true(isnan(before.fresh_p99));
+    spw_pipeline_hist_since(&w, &before.fresh, &now.fresh);
+    for (size_t i = 0; i < w.n; i++)
+        assert_true(w.count[i] == 0);
+}
+
 /* The examples topic is sized for a backlog that must fit the mock's retention; the records lost
  * to it are read from the trainers' lines and, for a backlog, from the mock's deletions. */
 static void test_pipeline_retention(void **state)
@@ -336,4 +376,5 @@ SPW_TEST_MAIN_GROUP(test_dir_setup, test_dir_teardown, test_launch_logs_and_repo
                     test_launch_rejects_bad_and_duplicate_names, test_launch_kill9_and_restart,
                     test_launch_stop_escalates_to_sigkill, test_launch_stop_group_signals_together,
                     test_launch_holds_the_largest_pipeline, test_launch_free_port_and_wait_file,
-                    test_pipeline_hist_by_label, test_pipeline_retention)
+                    test_pipeline_hist_by_label, test_pipeline_hist_since_is_a_window,
+                    test_pipeline_retention)

@@ -16,12 +16,21 @@
 #define DEMO_PROGRESS_MS 2000
 #define DEMO_GRACE_MS    35000 /* above trainer.shutdown.grace (30 s) */
 
-/* Runs until the duration, a signal or a death (reported; returns false). */
+/* serve's freshness histogram as one scrape found it, and when (ms since the start). */
+struct fresh_mark {
+    struct spw_pipeline_hist hist;
+    uint64_t at_ms;
+};
+
+/* Runs until the duration, a signal or a death (reported; returns false). Each progress line
+ * shows the freshness of the updates since the line before; *half is the first scrape in the
+ * run's second half (its freshness the summary's window starts from). */
 static bool progress_loop(spw_pipeline_t *p, const struct spw_demo_conf *conf, uint64_t t0,
-                          struct spw_pipeline_snapshot *snap)
+                          struct spw_pipeline_snapshot *snap, struct fresh_mark *half)
 {
     bool tty = isatty(STDOUT_FILENO);
     uint64_t next = t0 + DEMO_PROGRESS_MS, snap_ms = t0;
+    struct spw_pipeline_hist fresh_before = {0};
     char line[512];
     bool ok = true;
     while (!spw_signal_stop_requested()) {
@@ -43,6 +52,10 @@ static bool progress_loop(spw_pipeline_t *p, const struct spw_demo_conf *conf, u
             snap_ms = now;
             if (isfinite(prev) && isfinite(snap->examples) && now > prev_ms)
                 snap->ex_per_s = (snap->examples - prev) * 1000.0 / (double)(now - prev_ms);
+            spw_pipeline_fresh_since(snap, &fresh_before);
+            fresh_before = snap->fresh;
+            if (!half->at_ms && (double)(now - t0) * 2 >= conf->duration_s * 1000.0)
+                *half = (struct fresh_mark){snap->fresh, now - t0};
             spw_pipeline_format_line(snap, (double)(now - t0) / 1000.0, line, sizeof(line));
             if (tty)
                 printf("\r\033[K%s", line);
@@ -126,14 +139,25 @@ static void demo_verdict(const struct spw_pipeline_snapshot *s)
            span > 0 ? 100.0 * (s->const_logloss - s->logloss) / span : NAN);
 }
 
-/* serve's measured freshness: event time to visible in serving. */
-static void demo_freshness(const struct spw_pipeline_snapshot *s)
+/* serve's measured freshness, event time to visible in serving: over the window since *half
+ * (s's quantiles, narrowed to it), and since serve started (the start-up's backlog in it). */
+static void demo_freshness(const struct spw_pipeline_snapshot *s, const struct fresh_mark *half,
+                           double elapsed)
 {
-    if (isfinite(s->fresh_p50))
-        printf("  freshness (event time -> visible in serving): p50 %.2f s, p99 %.2f s\n",
-               s->fresh_p50, s->fresh_p99);
-    else
+    double all_p99 = spw_pipeline_hist_quantile(&s->fresh, 0.99);
+    struct spw_pipeline_hist window;
+    spw_pipeline_hist_since(&window, &s->fresh, &half->hist);
+    if (!isfinite(all_p99))
         printf("  freshness: serve applied no update\n");
+    else if (!isfinite(s->fresh_p99))
+        printf("  freshness (event time -> visible in serving): no update in the run's second "
+               "half; p99 %.2f s since serve started\n",
+               all_p99);
+    else
+        printf("  freshness (event time -> visible in serving), last %.0f s: p50 %.2f s, p99 "
+               "%.2f s (%.0f row updates); p99 %.2f s since serve started, start-up included\n",
+               elapsed - (double)half->at_ms / 1000.0, s->fresh_p50, s->fresh_p99,
+               spw_pipeline_hist_total(&window), all_p99);
 }
 
 int spw_demo_run(const struct spw_demo_conf *conf)
@@ -175,7 +199,8 @@ int spw_demo_run(const struct spw_demo_conf *conf)
 
     uint64_t t0 = spw_time_mono_ms();
     struct spw_pipeline_snapshot snap = {.epoch = -1, .examples = NAN};
-    bool ok = progress_loop(p, conf, t0, &snap);
+    struct fresh_mark half = {0};
+    bool ok = progress_loop(p, conf, t0, &snap, &half);
     double elapsed = (double)(spw_time_mono_ms() - t0) / 1000.0;
     if (ok) {
         double prev = snap.examples, rate = snap.ex_per_s;
@@ -195,6 +220,8 @@ int spw_demo_run(const struct spw_demo_conf *conf)
     fflush(stdout);
     bool unclean = spw_pipeline_stop(p, DEMO_GRACE_MS, false) > 0;
 
+    if (conf->serve)
+        spw_pipeline_fresh_since(&snap, &half.hist); /* the summary line's p99: the same window */
     char sl[512];
     spw_pipeline_format_line(&snap, elapsed, sl, sizeof(sl));
     printf("demo summary: %s\n", !ok ? "FAILED" : unclean ? "finished, unclean stop" : "ok");
@@ -202,7 +229,7 @@ int spw_demo_run(const struct spw_demo_conf *conf)
     if (ok) {
         demo_verdict(&snap);
         if (conf->serve)
-            demo_freshness(&snap);
+            demo_freshness(&snap, &half, elapsed);
     }
     uint64_t lost = spw_pipeline_lost_records(p);
     if (lost)

@@ -86,6 +86,8 @@ struct run_state {
     double manifest_examples;
     long epoch;
     uint64_t requested_ms; /* the last checkpoint request; 0: none */
+    /* serve's freshness at the last progress line: each line shows the updates since */
+    struct spw_pipeline_hist fresh_before;
 };
 
 /* Handles a process that exited by itself; false when it is a failure (reported). */
@@ -259,6 +261,8 @@ static void run(spw_pipeline_t *p, const struct spw_launch_run_conf *conf, spw_c
             struct spw_pipeline_snapshot snap;
             char line[512];
             spw_pipeline_scrape(p, &snap);
+            spw_pipeline_fresh_since(&snap, &st->fresh_before);
+            st->fresh_before = snap.fresh;
             spw_pipeline_format_line(&snap, (double)now / 1000.0, line, sizeof(line));
             printf("%s\n", line);
             fflush(stdout);

@@ -221,6 +221,22 @@ void spw_pipeline_hist_add_by(struct spw_pipeline_hist_by *hb, const char *page,
     }
 }
 
+void spw_pipeline_hist_since(struct spw_pipeline_hist *out, const struct spw_pipeline_hist *now,
+                             const struct spw_pipeline_hist *before)
+{
+    struct spw_pipeline_hist d = *now;
+    d.sum -= before->sum;
+    for (size_t i = 0; i < d.n; i++) {
+        /* before's count up to this bound: that of its largest bound not above it */
+        double le = -INFINITY, count = 0;
+        for (size_t j = 0; j < before->n; j++)
+            if (before->le[j] <= d.le[i] && before->le[j] >= le)
+                le = before->le[j], count = before->count[j];
+        d.count[i] = d.count[i] > count ? d.count[i] - count : 0;
+    }
+    *out = d;
+}
+
 double spw_pipeline_hist_total(const struct spw_pipeline_hist *h)
 {
     for (size_t i = 0; i < h->n; i++)
@@ -245,6 +261,15 @@ double spw_pipeline_hist_quantile(const struct spw_pipeline_hist *h, double q)
         if (h->count[i] >= q * total && h->le[i] < best)
             best = h->le[i];
     return best;
+}
+
+void spw_pipeline_fresh_since(struct spw_pipeline_snapshot *s,
+                              const struct spw_pipeline_hist *before)
+{
+    struct spw_pipeline_hist window;
+    spw_pipeline_hist_since(&window, &s->fresh, before);
+    s->fresh_p50 = spw_pipeline_hist_quantile(&window, 0.5);
+    s->fresh_p99 = spw_pipeline_hist_quantile(&window, 0.99);
 }
 
 /* The epoch of the last "checkpoint completed" line in the coordinator's log, -1 when none. */
@@ -361,19 +386,17 @@ void spw_pipeline_scrape(const spw_pipeline_t *p, struct spw_pipeline_snapshot *
     s->bayes_logloss = mean(s, n, offsetof(struct spw_pipeline_trainer, bayes_logloss));
     s->bayes_auc = mean(s, n, offsetof(struct spw_pipeline_trainer, bayes_auc));
     s->const_logloss = mean(s, n, offsetof(struct spw_pipeline_trainer, const_logloss));
-    s->fresh_p50 = s->fresh_p99 = NAN;
     char *serve_page = p->serve_http ? spw_pipeline_metrics_get(p->serve_http) : NULL;
     if (serve_page) {
         struct spw_pipeline_hist_by fresh = {0};
         spw_pipeline_hist_add_by(&fresh, serve_page, "sparrow_serve_freshness_seconds", "stage");
         for (size_t i = 0; i < fresh.n; i++)
-            if (strcmp(fresh.value[i], "event_to_visible") == 0 &&
-                spw_pipeline_hist_total(&fresh.h[i]) > 0) {
-                s->fresh_p50 = spw_pipeline_hist_quantile(&fresh.h[i], 0.5);
-                s->fresh_p99 = spw_pipeline_hist_quantile(&fresh.h[i], 0.99);
-            }
+            if (strcmp(fresh.value[i], "event_to_visible") == 0)
+                s->fresh = fresh.h[i];
         free(serve_page);
     }
+    s->fresh_p50 = spw_pipeline_hist_quantile(&s->fresh, 0.5);
+    s->fresh_p99 = spw_pipeline_hist_quantile(&s->fresh, 0.99);
     for (long i = 0; i < p->conf->shards; i++) {
         char *page = spw_pipeline_metrics_get(p->shard_http[i]);
         if (!page)

@@ -156,6 +156,12 @@ void spw_pipeline_hist_add_by(struct spw_pipeline_hist_by *hb, const char *page,
 /* The upper bound of the first bucket holding quantile q; NAN when h is empty. */
 double spw_pipeline_hist_quantile(const struct spw_pipeline_hist *h, double q);
 
+/* *out = now - before, bucket by bucket: the observations of a cumulative histogram between two
+ * scrapes (where before lacks a bound, its count at the largest bound below; a process that
+ * restarted between them can make a count negative, clamped to 0). out may be now. */
+void spw_pipeline_hist_since(struct spw_pipeline_hist *out, const struct spw_pipeline_hist *now,
+                             const struct spw_pipeline_hist *before);
+
 /* The total count of h (its +Inf bucket); 0 when empty. */
 double spw_pipeline_hist_total(const struct spw_pipeline_hist *h);
 
@@ -178,8 +184,10 @@ struct spw_pipeline_snapshot {
     double logloss, auc; /* window, mean over trainers that report one */
     double bayes_logloss, bayes_auc;
     double const_logloss; /* the constant predictor on the same windows */
-    /* serve's event time -> visible in serving (stage event_to_visible), seconds; NAN without
-     * serve or before its first update */
+    /* serve's event time -> visible in serving (stage event_to_visible): fresh holds every
+     * update since serve started, fresh_p50/p99 (seconds) its quantiles, or those of a window
+     * once spw_pipeline_fresh_since narrowed them; NAN without serve or without updates */
+    struct spw_pipeline_hist fresh;
     double fresh_p50, fresh_p99;
     double bytes_saved; /* push bytes saved by top-k compression, estimated */
     double lag;         /* consumer lag, all trainers */
@@ -197,6 +205,12 @@ void spw_pipeline_scrape_trainer(const spw_pipeline_t *p, long t, struct spw_pip
 
 /* Scrapes every trainer and shard and the coordinator's log into *s. */
 void spw_pipeline_scrape(const spw_pipeline_t *p, struct spw_pipeline_snapshot *s);
+
+/* Narrows s->fresh_p50/p99 to the updates serve applied after the scrape whose s->fresh was
+ * before (a window: a histogram since serve started would keep the start-up's backlog in its
+ * tail for the whole run); NAN when there were none. */
+void spw_pipeline_fresh_since(struct spw_pipeline_snapshot *s,
+                              const struct spw_pipeline_hist *before);
 
 /* The demo's one-line progress: t=, examples=, ex/s=, logloss (const, bayes), auc, tau, saved,
  * ckpt, lag, and serve's freshness p99 when known. */
