@@ -15,8 +15,8 @@
 #   group-speed  group:2 by speed, 4 trainers, trainers 2 and 4 slowed 6x: after a checkpoint
 #                the two stragglers share a group (by index they would be apart).
 #   elastic      sync, 4 trainers, coordinator.elastic.factor=2 (steps 3), trainer 4 slowed 6x:
-#                it leaves the barrier; trainer 1, paused (SIGSTOP) for 1.5 s, leaves and rejoins
-#                (at most half of a unit is out of the barrier at once).
+#                it leaves the barrier; trainer 1, paused (SIGSTOP) for 1.5 s once trainer 4 left,
+#                leaves and rejoins (at most half of a unit is out of the barrier at once).
 # usage: sync_units.sh SPARROW DIR CKPT_COUNTER [CASE...]
 set -euo pipefail
 SPARROW=$1
@@ -113,6 +113,22 @@ stop_case() {
     wait 2>/dev/null || true
 }
 
+# all_assigned K: whether each of trainers 1..K holds Kafka partitions now (its log's
+# assignments less its revocations).
+all_assigned() {
+    local i
+    for i in $(seq 1 "$1"); do
+        awk '/kafka partition assigned/ {n++} /kafka partitions revoked/ {
+            sub(/.*count=/, ""); n -= $1} END {exit !(n > 0)}' "$D/trainer-$i.log" || return 1
+    done
+}
+
+# since_recovery PATTERN: whether a line of the coordinator's log after its last "recovery
+# completed" matches PATTERN.
+since_recovery() {
+    awk -v p="$1" '/recovery completed/ {seen = 0} $0 ~ p {seen = 1} END {exit !seen}' "$D/coord.log"
+}
+
 # commits D: "unit waited members" per step commit line of the coordinator's log.
 commits() {
     grep '"step commit"\| step commit ' "$D/coord.log" |
@@ -171,11 +187,26 @@ for c in "${CASES[@]}"; do
     elastic)
         N=24000 # long enough to pause trainer 1 while everyone still has data
         run_case "$c" 4 sync "4" coordinator.elastic.factor=2 coordinator.elastic.steps=3
-        wait_for "$c: 20 step commits of examples" 60 bash -c \
-            "[ \$(grep -c 'step commit.* examples=[1-9]' '$D/coord.log') -ge 20 ]"
-        kill -STOP "${TRAINER_PIDS[0]}"
-        sleep 1.5
-        kill -CONT "${TRAINER_PIDS[0]}"
+        # training is steady once every trainer holds partitions (each rebalance of the Kafka
+        # group while it forms starts a recovery, which puts everyone back in the barrier) and
+        # the straggler left the barrier since the last recovery; trainer-1 is then paused until
+        # it leaves too, again after a recovery that came between (at most 3 pauses)
+        wait_for "$c: every trainer holding partitions" 90 all_assigned 4
+        wait_for "$c: the straggler trainer-4 leaving the barrier" 60 since_recovery \
+            'trainer leaves the barrier.*member=trainer-4 '
+        for pause in 1 2 3; do
+            recoveries=$(grep -c 'recovery started' "$D/coord.log" || true)
+            kill -STOP "${TRAINER_PIDS[0]}"
+            sleep 1.5
+            kill -CONT "${TRAINER_PIDS[0]}"
+            for _ in $(seq 1 100); do
+                grep -q 'trainer leaves the barrier.*member=trainer-1 ' "$D/coord.log" && break 2
+                sleep 0.1
+            done
+            now=$(grep -c 'recovery started' "$D/coord.log" || true)
+            [ "$now" -gt "$recoveries" ] || break # no recovery between: the check below fails
+            echo "  $c: a recovery came during pause $pause of trainer-1; pausing it again"
+        done
         drained
         grep -q 'trainer leaves the barrier.*member=trainer-4 ' "$D/coord.log" ||
             fail "$c: the straggler trainer-4 did not leave the barrier"
