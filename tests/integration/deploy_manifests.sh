@@ -64,13 +64,13 @@ mutate() { # mutate OVERLAY NAME PYTHON-STATEMENT EXPECTED-MESSAGE
     local overlay=$1 name=$2 stmt=$3 want=$4
     python3 - "$dir/$overlay.yaml" "$dir/mut-$name.yaml" "$stmt" <<'EOF'
 import sys, yaml
-docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+docs = [d for d in yaml.load_all(open(sys.argv[1]), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
 def find(kind, name):
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
 def ctr(kind, name):
     return find(kind, name)["spec"]["template"]["spec"]["containers"][0]
 exec(sys.argv[3])
-yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
+yaml.dump_all(docs, open(sys.argv[2], "w"), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
 EOF
     if python3 "$here/deploy_check.py" "$dir/mut-$name.yaml" "$overlay" "$sparrow" "$conf" \
         "$dir/scratch" >"$dir/mut-$name.out" 2>&1; then
