@@ -129,6 +129,13 @@ since_recovery() {
     awk -v p="$1" '/recovery completed/ {seen = 0} $0 ~ p {seen = 1} END {exit !seen}' "$D/coord.log"
 }
 
+# line_after N PATTERN: prints the number of the first line of the coordinator's log after line N
+# that matches PATTERN; status 1 when none does.
+line_after() {
+    awk -v n="$1" -v p="$2" 'NR > n && $0 ~ p {print NR; found = 1; exit} END {exit !found}' \
+        "$D/coord.log"
+}
+
 # commits D: "unit waited members" per step commit line of the coordinator's log.
 commits() {
     grep '"step commit"\| step commit ' "$D/coord.log" |
@@ -194,25 +201,26 @@ for c in "${CASES[@]}"; do
         wait_for "$c: every trainer holding partitions" 90 all_assigned 4
         wait_for "$c: the straggler trainer-4 leaving the barrier" 60 since_recovery \
             'trainer leaves the barrier.*member=trainer-4 '
+        left_at= # the coordinator's log line where trainer-1 left after a pause
         for pause in 1 2 3; do
-            recoveries=$(grep -c 'recovery started' "$D/coord.log" || true)
+            mark=$(wc -l <"$D/coord.log")
             kill -STOP "${TRAINER_PIDS[0]}"
             sleep 1.5
             kill -CONT "${TRAINER_PIDS[0]}"
             for _ in $(seq 1 100); do
-                grep -q 'trainer leaves the barrier.*member=trainer-1 ' "$D/coord.log" && break 2
+                left_at=$(line_after "$mark" 'trainer leaves the barrier.*member=trainer-1 ') &&
+                    break 2
                 sleep 0.1
             done
-            now=$(grep -c 'recovery started' "$D/coord.log" || true)
-            [ "$now" -gt "$recoveries" ] || break # no recovery between: the check below fails
+            # no recovery since the pause: the check below fails
+            line_after "$mark" 'recovery started' >/dev/null || break
             echo "  $c: a recovery came during pause $pause of trainer-1; pausing it again"
         done
         drained
         grep -q 'trainer leaves the barrier.*member=trainer-4 ' "$D/coord.log" ||
             fail "$c: the straggler trainer-4 did not leave the barrier"
-        grep -q 'trainer leaves the barrier.*member=trainer-1 ' "$D/coord.log" ||
-            fail "$c: trainer-1 (paused) did not leave the barrier"
-        grep -q 'trainer rejoins the barrier.*member=trainer-1 ' "$D/coord.log" ||
+        [ -n "$left_at" ] || fail "$c: trainer-1 (paused) did not leave the barrier"
+        line_after "$left_at" 'trainer rejoins the barrier.*member=trainer-1 ' >/dev/null ||
             fail "$c: trainer-1 did not rejoin the barrier once it kept up"
         leaves=$(metric "$CO_HTTP" sparrow_coord_elastic_moves_total 'move="leave"')
         rejoins=$(metric "$CO_HTTP" sparrow_coord_elastic_moves_total 'move="rejoin"')

@@ -316,10 +316,10 @@ static void test_pipeline_hist_since_is_a_window(void **state)
     assert_true(w.sum == 25);
     for (size_t i = 0; i < w.n; i++)
         assert_true(w.count[i] == 100); /* every bound, le=5 from before's le=1 */
-    spw_pipeline_fresh_since(&now, &before.fresh);
+    assert_true(spw_pipeline_fresh_since(&now, &before.fresh) == 100);
     assert_true(now.fresh_p50 == 0.5 && now.fresh_p99 == 0.5);
     /* nothing new: no quantile; a count that fell (serve restarted) is clamped to 0 */
-    spw_pipeline_fresh_since(&before, &now.fresh);
+    assert_true(spw_pipeline_fresh_since(&before, &now.fresh) == 0);
     assert_true(isnan(before.fresh_p99));
     spw_pipeline_hist_since(&w, &before.fresh, &now.fresh);
     for (size_t i = 0; i < w.n; i++)

@@ -140,13 +140,12 @@ static void demo_verdict(const struct spw_pipeline_snapshot *s)
 }
 
 /* serve's measured freshness, event time to visible in serving: over the window since *half
- * (s's quantiles, narrowed to it), and since serve started (the start-up's backlog in it). */
+ * (s's quantiles, narrowed to it; updates: how many it holds), and since serve started (the
+ * start-up's backlog in it). */
 static void demo_freshness(const struct spw_pipeline_snapshot *s, const struct fresh_mark *half,
-                           double elapsed)
+                           double updates, double elapsed)
 {
     double all_p99 = spw_pipeline_hist_quantile(&s->fresh, 0.99);
-    struct spw_pipeline_hist window;
-    spw_pipeline_hist_since(&window, &s->fresh, &half->hist);
     if (!isfinite(all_p99))
         printf("  freshness: serve applied no update\n");
     else if (!isfinite(s->fresh_p99))
@@ -156,8 +155,8 @@ static void demo_freshness(const struct spw_pipeline_snapshot *s, const struct f
     else
         printf("  freshness (event time -> visible in serving), last %.0f s: p50 %.2f s, p99 "
                "%.2f s (%.0f row updates); p99 %.2f s since serve started, start-up included\n",
-               elapsed - (double)half->at_ms / 1000.0, s->fresh_p50, s->fresh_p99,
-               spw_pipeline_hist_total(&window), all_p99);
+               elapsed - (double)half->at_ms / 1000.0, s->fresh_p50, s->fresh_p99, updates,
+               all_p99);
 }
 
 int spw_demo_run(const struct spw_demo_conf *conf)
@@ -220,8 +219,8 @@ int spw_demo_run(const struct spw_demo_conf *conf)
     fflush(stdout);
     bool unclean = spw_pipeline_stop(p, DEMO_GRACE_MS, false) > 0;
 
-    if (conf->serve)
-        spw_pipeline_fresh_since(&snap, &half.hist); /* the summary line's p99: the same window */
+    /* the summary line's p99 and the freshness line: the run's second half */
+    double fresh_updates = conf->serve ? spw_pipeline_fresh_since(&snap, &half.hist) : 0;
     char sl[512];
     spw_pipeline_format_line(&snap, elapsed, sl, sizeof(sl));
     printf("demo summary: %s\n", !ok ? "FAILED" : unclean ? "finished, unclean stop" : "ok");
@@ -229,7 +228,7 @@ int spw_demo_run(const struct spw_demo_conf *conf)
     if (ok) {
         demo_verdict(&snap);
         if (conf->serve)
-            demo_freshness(&snap, &half, elapsed);
+            demo_freshness(&snap, &half, fresh_updates, elapsed);
     }
     uint64_t lost = spw_pipeline_lost_records(p);
     if (lost)

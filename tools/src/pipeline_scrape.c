@@ -263,13 +263,14 @@ double spw_pipeline_hist_quantile(const struct spw_pipeline_hist *h, double q)
     return best;
 }
 
-void spw_pipeline_fresh_since(struct spw_pipeline_snapshot *s,
-                              const struct spw_pipeline_hist *before)
+double spw_pipeline_fresh_since(struct spw_pipeline_snapshot *s,
+                                const struct spw_pipeline_hist *before)
 {
     struct spw_pipeline_hist window;
     spw_pipeline_hist_since(&window, &s->fresh, before);
     s->fresh_p50 = spw_pipeline_hist_quantile(&window, 0.5);
     s->fresh_p99 = spw_pipeline_hist_quantile(&window, 0.99);
+    return spw_pipeline_hist_total(&window);
 }
 
 /* The epoch of the last "checkpoint completed" line in the coordinator's log, -1 when none. */
@@ -395,8 +396,7 @@ void spw_pipeline_scrape(const spw_pipeline_t *p, struct spw_pipeline_snapshot *
                 s->fresh = fresh.h[i];
         free(serve_page);
     }
-    s->fresh_p50 = spw_pipeline_hist_quantile(&s->fresh, 0.5);
-    s->fresh_p99 = spw_pipeline_hist_quantile(&s->fresh, 0.99);
+    spw_pipeline_fresh_since(s, &(struct spw_pipeline_hist){0}); /* since serve started */
     for (long i = 0; i < p->conf->shards; i++) {
         char *page = spw_pipeline_metrics_get(p->shard_http[i]);
         if (!page)

@@ -208,9 +208,9 @@ void spw_pipeline_scrape(const spw_pipeline_t *p, struct spw_pipeline_snapshot *
 
 /* Narrows s->fresh_p50/p99 to the updates serve applied after the scrape whose s->fresh was
  * before (a window: a histogram since serve started would keep the start-up's backlog in its
- * tail for the whole run); NAN when there were none. */
-void spw_pipeline_fresh_since(struct spw_pipeline_snapshot *s,
-                              const struct spw_pipeline_hist *before);
+ * tail for the whole run); NAN when there were none. Returns how many there were. */
+double spw_pipeline_fresh_since(struct spw_pipeline_snapshot *s,
+                                const struct spw_pipeline_hist *before);
 
 /* The demo's one-line progress: t=, examples=, ex/s=, logloss (const, bayes), auc, tau, saved,
  * ckpt, lag, and serve's freshness p99 when known. */
