@@ -69,7 +69,7 @@ struct member {
     struct spw_coord_elastic elastic;
     uint64_t released_ms; /* 0: not since it (re)registered */
     /* whether the step its clock counts carried a step tag (it was in the barrier when it
-     * computed it: the barrier changes only at a release or after this is taken); one pushed
+     * computed it: the barrier changes only at a release); one pushed
      * asynchronously has nothing pending for its unit's commit */
     bool step_tagged;
 };
@@ -160,6 +160,15 @@ static void release_two_phase(spw_coord_server_t *srv, struct member *m, Sparrow
                  "member=%s unit=%u step_ms=%.1f step=%" PRIu64
                  " reason=\"slower than coordinator.elastic.factor x the others\"",
                  m->id, m->unit, m->elastic.ewma_ms, m->clock);
+    } else if (!m->in_barrier && !m->elastic.out) {
+        /* it keeps up again: back in here, once its unit reached its clock (the release loop
+         * holds one that ran ahead while asynchronous). Back in at its Clock instead, it could
+         * hold the step the others already pushed while a due checkpoint held its release:
+         * neither could go on */
+        m->in_barrier = true;
+        SPW_INFO("trainer rejoins the barrier",
+                 "member=%s unit=%u step_ms=%.1f step=%" PRIu64 " unit_step=%" PRIu64, m->id,
+                 m->unit, m->elastic.ewma_ms, m->clock, committed);
     }
     if (!m->in_barrier)
         return; /* asynchronous: its pushes apply at once, penalised by their staleness */
@@ -743,15 +752,7 @@ static void observe_step(spw_coord_server_t *srv, struct member *m, double step_
     if (mv == SPW_COORD_ELASTIC_LEAVE) {
         srv->stats.elastic_leaves++; /* it leaves at its release: this step was tagged */
     } else if (mv == SPW_COORD_ELASTIC_REJOIN) {
-        srv->stats.elastic_rejoins++;
-        if (!m->in_barrier) {
-            /* back in now: held until its unit reaches its clock (it ran ahead while
-             * asynchronous), then released into the unit's next step */
-            m->in_barrier = true;
-            SPW_INFO("trainer rejoins the barrier",
-                     "member=%s unit=%u step_ms=%.1f step=%" PRIu64 " unit_step=%" PRIu64, m->id,
-                     m->unit, m->elastic.ewma_ms, m->clock, srv->unit_committed[m->unit]);
-        }
+        srv->stats.elastic_rejoins++; /* it rejoins at its release (release_two_phase) */
     }
     if (mv != SPW_COORD_ELASTIC_STAY)
         SPW_INFO(mv == SPW_COORD_ELASTIC_LEAVE ? "elastic: trainer is a straggler"
@@ -794,7 +795,7 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
         m->clock = (uint64_t)eff;
         m->step_examples = c->has_examples ? c->examples : 0;
         m->examples_since_latest += m->step_examples; /* a Clock sent again is not counted */
-        m->step_tagged = m->in_barrier;               /* before observe_step may move it back in */
+        m->step_tagged = m->in_barrier;               /* the barrier moves at releases only */
     }
     if (c->has_trainer_id)
         m->trainer_id = c->trainer_id;
@@ -1330,8 +1331,11 @@ static void evaluate(spw_coord_server_t *srv)
                 break; /* hold everyone until the checkpoint can open */
             for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
                 struct member *m = &srv->members[i];
+                /* two-phase: an asynchronous one goes at once; one in the barrier, or
+                 * rejoining it, once its unit committed its clock */
                 bool go = two_phase(srv)
-                              ? !m->in_barrier || m->clock <= srv->unit_committed[m->unit]
+                              ? (!m->in_barrier && m->elastic.out) ||
+                                    m->clock <= srv->unit_committed[m->unit]
                               : spw_coord_mode_may_proceed(&srv->conf.mode, m->clock, min);
                 if (m->live && m->waiting && go) {
                     m->waiting = false;
