@@ -57,7 +57,9 @@ const struct spw_config_prop spw_coordinator_config_props[] = {
      "examples from the retrained count. Not with coordinator.checkpoint.steps (which counts "
      "Clocks). 0: a Clock after every step."},
     {"coordinator.checkpoint.interval", SPW_CONFIG_DURATION_MS, "30s", 0, 86400000, NULL,
-     "Checkpoint at least this often; 0: no time trigger."},
+     "Checkpoint at least this often, counted from the end of the last epoch, once a trainer "
+     "stepped since (an epoch records nothing new without, and an interval shorter than an "
+     "epoch would otherwise leave no time between epochs to train); 0: no time trigger."},
     {"coordinator.checkpoint.timeout", SPW_CONFIG_DURATION_MS, "30s", 100, 3600000, NULL,
      "Longest wait for trainers' reports and shards' checkpoints within one epoch."},
     {"coordinator.checkpoint.keep", SPW_CONFIG_INT, "3", 1, 1000, NULL,

@@ -115,6 +115,10 @@ struct spw_coord_server {
     uint64_t req_seq;
     struct spw_coord_manifest cur; /* LATEST (or the recovery epoch) */
     uint64_t last_ckpt_ms, last_ckpt_clock;
+    /* Clocks that moved a trainer's clock: in all, and when the last epoch closed (or the last
+     * recovery completed). The time trigger wants one since: counted, not read from the clocks,
+     * which a removal or a rebase can move back */
+    uint64_t clocks_moved, clocks_moved_at_ckpt;
     bool ckpt_requested; /* SIGUSR1: a checkpoint as soon as one can open */
     uint64_t start_ms;
     bool initial_recovery_done;
@@ -793,6 +797,7 @@ static void on_clock(spw_coord_server_t *srv, const uint8_t *rid, size_t rid_len
     int64_t eff = m->base + (int64_t)c->step;
     if (eff > (int64_t)m->clock || first) {
         m->clock = (uint64_t)eff;
+        srv->clocks_moved++;
         m->step_examples = c->has_examples ? c->examples : 0;
         m->examples_since_latest += m->step_examples; /* a Clock sent again is not counted */
         m->step_tagged = m->in_barrier;               /* the barrier moves at releases only */
@@ -906,6 +911,7 @@ static const char *epoch_veto(spw_coord_server_t *srv, bool *recover)
 static void epoch_closed(spw_coord_server_t *srv)
 {
     srv->last_ckpt_ms = spw_time_mono_ms();
+    srv->clocks_moved_at_ckpt = srv->clocks_moved;
     form_units(srv);
     if (srv->conf.mode.kind == SPW_COORD_HYBRID) /* the epoch was a barrier: drop caches */
         for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++)
@@ -1184,8 +1190,11 @@ static bool checkpoint_due(spw_coord_server_t *srv, uint64_t max_clock)
 {
     if (final_wanted(srv) || srv->ckpt_requested)
         return true;
+    /* the time trigger wants a step since the last epoch: with none, the epoch would record
+     * nothing new, and an interval shorter than the trainers' way back to their Clocks after an
+     * epoch opened the next one before any release, holding them for good */
     uint64_t now = spw_time_mono_ms();
-    if (srv->conf.checkpoint_interval_ms > 0 &&
+    if (srv->conf.checkpoint_interval_ms > 0 && srv->clocks_moved > srv->clocks_moved_at_ckpt &&
         now - srv->last_ckpt_ms >= srv->conf.checkpoint_interval_ms)
         return true;
     return srv->conf.checkpoint_steps > 0 &&
@@ -1233,6 +1242,7 @@ static void evaluate(spw_coord_server_t *srv)
                     form_units(srv);
                     srv->last_ckpt_ms = spw_time_mono_ms();
                     srv->last_ckpt_clock = max;
+                    srv->clocks_moved_at_ckpt = srv->clocks_moved;
                 }
             }
             break;
