@@ -722,6 +722,10 @@ int main(int argc, char **argv)
                      .e_batches = 400,
                      .sparrow = NULL,
                      .dir = NULL};
+    if (argc % 2 == 0) { /* options come in pairs: a lone one (--help) is no run */
+        usage();
+        return 2;
+    }
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--sparrow"))
