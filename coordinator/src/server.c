@@ -1177,6 +1177,24 @@ static bool all_held_between_steps(const spw_coord_server_t *srv)
     return true;
 }
 
+/* Per unit (group_tmp, n_units entries), whether one of its in-barrier trainers pushed the step
+ * after the unit's last commit: that step waits for the others of the unit, so that a due
+ * checkpoint, which opens only with nothing pending, must let them go into it. Held there (the
+ * re-sent Clock of one a checkpoint report kept behind, the next epoch already due), that step
+ * could never commit and the checkpoint never open. */
+static const uint32_t *units_pending(spw_coord_server_t *srv)
+{
+    uint32_t *pending = srv->group_tmp;
+    memset(pending, 0, srv->n_units * sizeof(*pending));
+    for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
+        const struct member *m = &srv->members[i];
+        if (is_trainer(m) && m->in_barrier && m->step_tagged && m->unit < srv->n_units &&
+            m->clock > srv->unit_committed[m->unit])
+            pending[m->unit] = 1;
+    }
+    return pending;
+}
+
 /* A live trainer whose input ended waits for its final checkpoint epoch. */
 static bool final_wanted(const spw_coord_server_t *srv)
 {
@@ -1337,8 +1355,10 @@ static void evaluate(spw_coord_server_t *srv)
                                     : "steps");
                 break;
             }
-            if (two_phase(srv) && checkpoint_due(srv, max))
-                break; /* hold everyone until the checkpoint can open */
+            /* two-phase with a checkpoint due: nobody goes, so that the trainers gather between
+             * steps, but one whose unit's next step waits for it */
+            const uint32_t *pending =
+                two_phase(srv) && checkpoint_due(srv, max) ? units_pending(srv) : NULL;
             for (size_t i = 0; i < SPW_COORD_MAX_MEMBERS; i++) {
                 struct member *m = &srv->members[i];
                 /* two-phase: an asynchronous one goes at once; one in the barrier, or
@@ -1347,6 +1367,8 @@ static void evaluate(spw_coord_server_t *srv)
                               ? (!m->in_barrier && m->elastic.out) ||
                                     m->clock <= srv->unit_committed[m->unit]
                               : spw_coord_mode_may_proceed(&srv->conf.mode, m->clock, min);
+                if (pending)
+                    go = go && m->in_barrier && m->unit < srv->n_units && pending[m->unit];
                 if (m->live && m->waiting && go) {
                     m->waiting = false;
                     reply_member(srv, m, REPLY_PROCEED);

@@ -4,6 +4,7 @@
 #include "test_main.h" /* cmocka and what it needs first */
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "sparrow/coord_client.h"
 #include "sparrow/coordinator.h"
 #include "sparrow/fs.h"
+#include "sparrow/signal.h"
 #include "sparrow/sparrow.pb-c.h"
 #include "sparrow/time.h"
 
@@ -40,11 +42,14 @@ struct trainer {
     uint64_t steps;
     uint64_t delay_ms;
     uint64_t slow_ms, slow_until; /* steps 1..slow_until take slow_ms instead of delay_ms */
-    uint64_t examples;            /* per step, in its Clock (0: an idle tick, no step time) */
-    uint64_t die_after;           /* 0: never */
-    uint64_t leave_after;         /* 0: never; else stops cleanly (Leave) after this step */
-    bool leave_at_end;            /* says Leave after its last step (else it just goes silent) */
-    uint64_t finished_at_other;   /* the slowest other trainer's steps when this one finished */
+    /* asks for a checkpoint (SIGUSR1, as an operator would) at the start of each of its steps
+     * slow_until+1 .. slow_until+ckpt_after_slow */
+    uint64_t ckpt_after_slow;
+    uint64_t examples;          /* per step, in its Clock (0: an idle tick, no step time) */
+    uint64_t die_after;         /* 0: never */
+    uint64_t leave_after;       /* 0: never; else stops cleanly (Leave) after this step */
+    bool leave_at_end;          /* says Leave after its last step (else it just goes silent) */
+    uint64_t finished_at_other; /* the slowest other trainer's steps when this one finished */
     spw_err_t rc;
 };
 
@@ -134,6 +139,8 @@ static void *trainer_main(void *arg)
     }
     pthread_barrier_wait(&h->joined);
     for (uint64_t s = 1; s <= t->steps; s++) {
+        if (s > t->slow_until && s <= t->slow_until + t->ckpt_after_slow)
+            raise(SIGUSR1); /* a step ahead of its Clock: the request is seen first */
         uint64_t delay_ms = s <= t->slow_until ? t->slow_ms : t->delay_ms;
         if (delay_ms)
             spw_time_sleep_ms(delay_ms);
@@ -308,17 +315,19 @@ static void test_coord_modes_sync_checkpoint_interval_below_epoch(void **state)
     assert_int_equal(st.epochs_aborted, 0);
 }
 
-/* Elastic synchronisation with checkpoints due every 30 ms. Trainer 2 is slow for its first 15
- * steps: it leaves the barrier (elastic factor 4 over 3 steps) and goes on asynchronously, behind
- * its unit (about 25 steps here); then it keeps up again and rejoins, at its release, into the
- * unit's next step. Trainers 0 and 1 differ in speed, so that one of them has often pushed the
- * unit's next step and waits for its commit. Every trainer must finish, both moves must happen,
- * and the checkpoints must go on completing. (The interleaving that once held every release for
- * good, a rejoin at a Clock behind the unit with a checkpoint due, is not forced here: the code
- * before that fix passed this test too.) */
+/* Elastic synchronisation with checkpoints. Trainer 2 is slow for its first 15 steps: it leaves
+ * the barrier (elastic factor 4 over 3 steps) and goes on asynchronously, behind its unit (about
+ * 25 steps here); then it keeps up again and rejoins. At the start of each of its next 30 steps it
+ * asks for a checkpoint (SIGUSR1), so that one is due when it rejoins; trainers 0 and 1 differ in
+ * speed, so that one of them has often pushed the unit's next step and waits for its commit then.
+ * A trainer that rejoined at that Clock, behind its unit, held that step, while the due checkpoint
+ * held its release: nobody went on (the coordinator before the fix stalled so in 6 of 10 runs of
+ * this case; the watchdog turns a stall into a failure). It rejoins at its release: every trainer
+ * must finish, both moves must happen, and the checkpoints must go on completing. */
 static void test_coord_modes_sync_elastic_rejoin_with_checkpoints(void **state)
 {
     (void)state;
+    spw_signal_install(); /* SIGUSR1: the coordinator's checkpoint request, not the default kill */
     struct harness h;
     struct spw_coord_server_conf conf = {.member_timeout_ms = 5000, .checkpoint_interval_ms = 30};
     conf.sync.elastic_factor = 4;
@@ -332,6 +341,7 @@ static void test_coord_modes_sync_elastic_rejoin_with_checkpoints(void **state)
                             .examples = 64,
                             .slow_ms = 100,
                             .slow_until = 15,
+                            .ckpt_after_slow = 30,
                             .leave_at_end = true}};
     struct watchdog w = {.h = &h, .limit_ms = 90 * 1000};
     pthread_t wt;

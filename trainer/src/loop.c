@@ -530,10 +530,18 @@ static spw_err_t check_dense_blocks(spw_trainer_loop_t *loop)
     if (!rows)
         return SPW_ERR_NOMEM;
     uint64_t token = 0;
+    uint64_t t0 = spw_time_mono_ms();
     spw_err_t err = spw_ps_client_pull_start(loop->client, keys, 3, rows, v, &token);
+    /* a shard restarting answers later: wait for it, as for any pull (one slice used to end the
+     * start with "timed out") */
     while (!err && (err = spw_ps_client_pull_wait(loop->client, token, PULL_WAIT_SLICE_MS)) ==
-                       SPW_ERR_TIMEOUT)
-        ;
+                       SPW_ERR_TIMEOUT) {
+        err = SPW_OK;
+        if (spw_time_mono_ms() - t0 >= PULL_NOT_READY_MS)
+            set_ready(loop, false, "waiting for parameter-server shards");
+    }
+    if (err == SPW_ERR_STOPPED)
+        spw_ps_client_pull_cancel(loop->client, token); /* in flight: not into rows once freed */
     free(rows);
     if (err == SPW_ERR_STOPPED)
         return SPW_OK; /* a stop: the loop sees it and ends */
@@ -1656,8 +1664,11 @@ spw_err_t spw_trainer_loop_run(spw_trainer_loop_t *loop)
     spw_err_t err = hello_shards(loop);
     if (!err)
         err = check_dense_blocks(loop);
-    if (err)
+    if (err) {
+        SPW_ERROR("trainer start failed", "error=\"%s\" detail=\"%s\"", spw_err_str(err),
+                  spw_ps_client_errstr(loop->client));
         return finish(loop, err);
+    }
     err = fill(loop, loop->cur);
     while (!err) {
         if (loop->stopped || spw_signal_stop_requested())
