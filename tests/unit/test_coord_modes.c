@@ -287,6 +287,19 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
+/* run_trainers under the watchdog (90 s: the sanitizers' builds are slow); each must end SPW_OK. */
+static void run_watched(struct harness *h, struct trainer *t, int n)
+{
+    struct watchdog w = {.h = h, .limit_ms = 90 * 1000};
+    pthread_t wt;
+    assert_int_equal(pthread_create(&wt, NULL, watchdog_main, &w), 0);
+    run_trainers(h, t, n);
+    atomic_store(&w.done, 1);
+    pthread_join(wt, NULL);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(t[i].rc, SPW_OK);
+}
+
 /* A checkpoint interval shorter than an epoch's round trip: each epoch needs a step since the
  * last one, so that the trainers are released between epochs (else the next epoch opened before
  * any release, and no trainer went past its second step). */
@@ -300,14 +313,7 @@ static void test_coord_modes_sync_checkpoint_interval_below_epoch(void **state)
     struct trainer t[3] = {{.steps = 30, .examples = 64, .leave_at_end = true},
                            {.steps = 30, .examples = 64, .leave_at_end = true},
                            {.steps = 30, .delay_ms = 2, .examples = 64, .leave_at_end = true}};
-    struct watchdog w = {.h = &h, .limit_ms = 90 * 1000};
-    pthread_t wt;
-    assert_int_equal(pthread_create(&wt, NULL, watchdog_main, &w), 0);
-    run_trainers(&h, t, 3);
-    atomic_store(&w.done, 1);
-    pthread_join(wt, NULL);
-    for (int i = 0; i < 3; i++)
-        assert_int_equal(t[i].rc, SPW_OK);
+    run_watched(&h, t, 3);
     assert_int_equal(atomic_load(&h.violations), 0);
     struct spw_coord_server_stats st;
     finish(&h, &st);
@@ -343,14 +349,7 @@ static void test_coord_modes_sync_elastic_rejoin_with_checkpoints(void **state)
                             .slow_until = 15,
                             .ckpt_after_slow = 30,
                             .leave_at_end = true}};
-    struct watchdog w = {.h = &h, .limit_ms = 90 * 1000};
-    pthread_t wt;
-    assert_int_equal(pthread_create(&wt, NULL, watchdog_main, &w), 0);
-    run_trainers(&h, t, 3);
-    atomic_store(&w.done, 1);
-    pthread_join(wt, NULL);
-    for (int i = 0; i < 3; i++)
-        assert_int_equal(t[i].rc, SPW_OK);
+    run_watched(&h, t, 3);
     struct spw_coord_server_stats st;
     finish(&h, &st);
     assert_true(st.elastic_leaves >= 1);
