@@ -1,22 +1,28 @@
 /* Unit tests of the trainer's worker loop over the ZeroMQ transport, with two shards served from
  * threads of this process: pipelined pulls with checkpoints that cancel and redo the prefetched
- * pull, fresh reads of the trainer's own pushes, and a stop request while the shards are
- * unreachable (the loop neither hangs nor trains the micro-batch whose rows never came). */
+ * pull, fresh reads of the trainer's own pushes, a stop request while the shards are unreachable
+ * (the loop neither hangs nor trains the micro-batch whose rows never came), and a deep model's
+ * start while a shard is slow to answer its first pull. */
 #include "test_main.h" /* cmocka and what it needs first */
 
 #include <ftw.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zmq.h>
 
+#include "sparrow/arena.h"
 #include "sparrow/pserver.h"
+#include "sparrow/sparrow.pb-c.h"
 #include "sparrow/signal.h"
 #include "sparrow/time.h"
 #include "sparrow/tools.h"
 #include "sparrow/trainer.h"
 #include "sparrow/trainer_loop.h"
+#include "sparrow/wire.h"
 
 #define SHARDS 2
 #define GEN_N  30000
@@ -378,7 +384,121 @@ static void test_trn_loop_zmq_sync_rows_dense(void **state)
     assert_true(dense.window.logloss < all.window.logloss);
 }
 
+/* A proxy in front of one shard that holds the second pull it forwards (the first is the
+ * client's hello) for hold_ms: a shard that answers the trainer's hello, then restarts.
+ * Single-frame messages both ways (the client's). */
+struct slow_proxy {
+    const char *back;
+    uint64_t hold_ms;
+    char front[256];
+    atomic_int ready, stop, held;
+    int pulls;
+    pthread_t thread;
+};
+
+static void *slow_proxy_main(void *arg)
+{
+    struct slow_proxy *px = arg;
+    void *ctx = zmq_ctx_new();
+    void *fr = zmq_socket(ctx, ZMQ_ROUTER), *bk = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt(fr, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(bk, ZMQ_LINGER, &linger, sizeof(linger));
+    size_t len = sizeof(px->front);
+    if (zmq_bind(fr, "tcp://127.0.0.1:*") != 0 ||
+        zmq_getsockopt(fr, ZMQ_LAST_ENDPOINT, px->front, &len) != 0 ||
+        zmq_connect(bk, px->back) != 0)
+        atomic_store(&px->ready, -1);
+    else
+        atomic_store(&px->ready, 1);
+    uint8_t id[256], buf[1 << 20];
+    int id_len = 0;
+    spw_arena_t *arena = spw_arena_new(1 << 16, 64u << 20);
+    while (atomic_load(&px->ready) == 1 && !atomic_load(&px->stop)) {
+        zmq_pollitem_t it[2] = {{fr, 0, ZMQ_POLLIN, 0}, {bk, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(it, 2, 50) <= 0)
+            continue;
+        if (it[0].revents & ZMQ_POLLIN) {
+            id_len = zmq_recv(fr, id, sizeof(id), 0);
+            int n = zmq_recv(fr, buf, sizeof(buf), 0);
+            Sparrow__Request *req = NULL;
+            spw_arena_reset(arena);
+            if (n > 0 && !atomic_load(&px->held) &&
+                spw_wire_unpack_request(buf, (size_t)n, sizeof(buf), arena, &req) == SPW_OK &&
+                req->body_case == SPARROW__REQUEST__BODY_PULL && ++px->pulls == 2) {
+                atomic_store(&px->held, 1);
+                spw_time_sleep_ms(px->hold_ms);
+            }
+            if (n >= 0)
+                zmq_send(bk, buf, (size_t)n, 0);
+        }
+        if ((it[1].revents & ZMQ_POLLIN) && id_len > 0) {
+            int n = zmq_recv(bk, buf, sizeof(buf), 0);
+            if (n >= 0) {
+                zmq_send(fr, id, (size_t)id_len, ZMQ_SNDMORE);
+                zmq_send(fr, buf, (size_t)n, 0);
+            }
+        }
+    }
+    spw_arena_destroy(arena);
+    zmq_close(fr);
+    zmq_close(bk);
+    zmq_ctx_term(ctx);
+    return NULL;
+}
+
+/* A deep model's start checks the shards' dense blocks with one pull. Each shard, behind a proxy,
+ * holds its first pull for 1.5 s, three of the loop's 500 ms waits: the trainer waits for it (it
+ * once gave up after the first wait, "timed out", and exited) and then trains. */
+static void test_trn_loop_zmq_deep_start_waits_for_a_slow_shard(void **state)
+{
+    (void)state;
+    char shards[600];
+    start_servers(shards, sizeof(shards));
+    static struct slow_proxy px[SHARDS];
+    char via[600] = "";
+    char *next = shards;
+    for (int i = 0; i < SHARDS; i++) {
+        memset(&px[i], 0, sizeof(px[i]));
+        px[i].back = strsep(&next, ",");
+        assert_non_null(px[i].back);
+        px[i].hold_ms = 1500;
+        assert_int_equal(pthread_create(&px[i].thread, NULL, slow_proxy_main, &px[i]), 0);
+        while (atomic_load(&px[i].ready) == 0)
+            spw_time_sleep_ms(5);
+        assert_int_equal(atomic_load(&px[i].ready), 1);
+        size_t len = strlen(via);
+        snprintf(via + len, sizeof(via) - len, "%s%s", i ? "," : "", px[i].front);
+    }
+    struct spw_trainer_loop_conf c = zmq_conf(via);
+    struct spw_model_field fields[SPW_TRN_MAX_FIELDS];
+    uint32_t n_fields = 0;
+    char errstr[512];
+    assert_int_equal(spw_model_fields_parse("I1,C1", fields, &n_fields, errstr, sizeof(errstr)),
+                     SPW_OK);
+    if (spw_model_init_deep(&c.params.model, SPW_MODEL_DEEPFM, 4, fields, n_fields, "8", 0, 0.0f, 1,
+                            errstr, sizeof(errstr)) != SPW_OK)
+        fail_msg("model: %s", errstr);
+    c.params.topk.dim = c.params.model.dim;
+    c.max_examples = 2048;
+    spw_trainer_loop_t *loop = spw_trainer_loop_new(&c, NULL, errstr, sizeof(errstr));
+    if (!loop)
+        fail_msg("loop: %s", errstr);
+    assert_int_equal(spw_trainer_loop_run(loop), SPW_OK);
+    struct spw_trainer_loop_stats st;
+    spw_trainer_loop_get_stats(loop, &st);
+    spw_trainer_loop_destroy(loop);
+    for (int i = 0; i < SHARDS; i++) {
+        atomic_store(&px[i].stop, 1);
+        pthread_join(px[i].thread, NULL);
+        assert_int_equal(atomic_load(&px[i].held), 1);
+    }
+    stop_servers();
+    assert_int_equal(st.examples, 2048);
+}
+
 SPW_TEST_MAIN_GROUP(setup, teardown, test_trn_loop_zmq_prefetch_with_checkpoints,
                     test_trn_loop_zmq_fresh_reads_equal_no_prefetch,
                     test_trn_loop_zmq_stop_while_shards_unreachable,
-                    test_trn_loop_zmq_sync_rows_dense)
+                    test_trn_loop_zmq_sync_rows_dense,
+                    test_trn_loop_zmq_deep_start_waits_for_a_slow_shard)
