@@ -464,6 +464,20 @@ static spw_err_t store_acked(spw_trainer_loop_t *loop)
 /* Before the first pull: every shard's dim against the model's (a shard of pserver.dim=auto takes
  * it), so that a mismatch fails at connect as the configuration error it is, naming both sides.
  * Waits for shards that are not up yet as a pull does. SPW_ERR_INVALID (logged) on a mismatch. */
+/* Waits for pull token past its slices' timeouts (a shard restarting answers later), saying on
+ * /readyz after PULL_NOT_READY_MS that the loop waits for the shards. SPW_ERR_STOPPED leaves the
+ * pull in flight (the caller cancels it). */
+static spw_err_t await_pull(spw_trainer_loop_t *loop, uint64_t token)
+{
+    uint64_t t0 = spw_time_mono_ms();
+    spw_err_t err;
+    while ((err = spw_ps_client_pull_wait(loop->client, token, PULL_WAIT_SLICE_MS)) ==
+           SPW_ERR_TIMEOUT)
+        if (spw_time_mono_ms() - t0 >= PULL_NOT_READY_MS)
+            set_ready(loop, false, "waiting for parameter-server shards");
+    return err;
+}
+
 static spw_err_t hello_shards(spw_trainer_loop_t *loop)
 {
     if (loop->conf.inproc_shards)
@@ -530,21 +544,15 @@ static spw_err_t check_dense_blocks(spw_trainer_loop_t *loop)
     if (!rows)
         return SPW_ERR_NOMEM;
     uint64_t token = 0;
-    uint64_t t0 = spw_time_mono_ms();
     spw_err_t err = spw_ps_client_pull_start(loop->client, keys, 3, rows, v, &token);
-    /* a shard restarting answers later: wait for it, as for any pull (one slice used to end the
-     * start with "timed out") */
-    while (!err && (err = spw_ps_client_pull_wait(loop->client, token, PULL_WAIT_SLICE_MS)) ==
-                       SPW_ERR_TIMEOUT) {
-        err = SPW_OK;
-        if (spw_time_mono_ms() - t0 >= PULL_NOT_READY_MS)
-            set_ready(loop, false, "waiting for parameter-server shards");
-    }
-    if (err == SPW_ERR_STOPPED)
+    if (!err)
+        err = await_pull(loop, token);
+    if (err == SPW_ERR_STOPPED) {
         spw_ps_client_pull_cancel(loop->client, token); /* in flight: not into rows once freed */
-    free(rows);
-    if (err == SPW_ERR_STOPPED)
+        free(rows);
         return SPW_OK; /* a stop: the loop sees it and ends */
+    }
+    free(rows);
     if (!err && v[0] > 0 && (v[1] == 0 || v[2] > 0)) {
         SPW_ERROR("configuration mismatch with the shards",
                   "error=\"the shards hold the dense blocks of another network: this %s has %u "
@@ -720,12 +728,7 @@ static spw_err_t start_pull(spw_trainer_loop_t *loop, struct mb *mb)
 static spw_err_t wait_pull(spw_trainer_loop_t *loop, struct mb *mb)
 {
     uint64_t t0 = spw_time_mono_ns();
-    spw_err_t err;
-    while ((err = spw_ps_client_pull_wait(loop->client, mb->token, PULL_WAIT_SLICE_MS)) ==
-           SPW_ERR_TIMEOUT) {
-        if ((spw_time_mono_ns() - t0) / 1000000u >= PULL_NOT_READY_MS)
-            set_ready(loop, false, "waiting for parameter-server shards");
-    }
+    spw_err_t err = await_pull(loop, mb->token);
     uint64_t waited = spw_time_mono_ns() - t0;
     if (err == SPW_ERR_STOPPED)
         return err; /* still in flight: cancelled by the caller */
