@@ -3,7 +3,6 @@
 #include "trainer_int.h"
 
 #include <assert.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,12 +28,13 @@
  * stage (the pull of the batch's rows) before phase 1 and its post stage (the push) after phase
  * 2, behind one more barrier, with the stages' beside work on thread 1 at the same time (the
  * reading of the next micro-batch beside the pull, the scoring beside the push), the others
- * waiting at the barrier. The owner thread then only waits: on a machine with as many cores as
- * compute threads, no third thread takes a core from a thread that a barrier waits for.
+ * waiting at the barrier. The owner thread is thread 0 (spw_trn__pool_run; pool worker 0 sits
+ * the job out): on a machine with as many cores as compute threads, no third thread takes a
+ * core from a thread that a barrier waits for, and no batch waits for the owner to wake.
  *
  * Nothing is shared for writing between threads within a phase: preds slices, loss and error
  * per slot, row ranges of grads. The barrier orders phase 1's writes before phase 2's reads, the
- * pool's mutex the job's before the owner's.
+ * pool's wait the job's before the owner's.
  */
 struct slot {
     float *grads; /* t > 0: unique × dim; t = 0 writes the caller's */
@@ -48,8 +48,6 @@ struct spw_trn__par {
     struct spw_model model;
     uint32_t threads;
     struct spw_trn__pool *pool;
-    pthread_barrier_t phase; /* threads: between compute and reduce */
-    bool have_barrier;
     bool in_flight;    /* started, not finished */
     struct slot *slot; /* threads */
     /* the batch of the phase in flight (owner-written before the phase, read-only during it) */
@@ -79,11 +77,6 @@ struct spw_trn__par *spw_trn__par_new(const struct spw_model *model, uint32_t th
     for (uint32_t t = 1; spw_model_is_deep(model) && t < threads; t++)
         if (!(par->slot[t].deep = spw_deep_new(model, errstr, errstr_size)))
             goto out_destroy;
-    if (pthread_barrier_init(&par->phase, NULL, threads) != 0) {
-        snprintf(errstr, errstr_size, "compute threads: cannot create a barrier");
-        goto out_destroy;
-    }
-    par->have_barrier = true;
     if (!(par->pool = spw_trn__pool_start(threads, errstr, errstr_size)))
         goto out_destroy;
     return par;
@@ -98,8 +91,6 @@ void spw_trn__par_destroy(struct spw_trn__par *par)
     if (!par)
         return;
     spw_trn__pool_stop(par->pool);
-    if (par->have_barrier)
-        pthread_barrier_destroy(&par->phase);
     for (uint32_t t = 0; t < par->threads; t++) {
         free(par->slot[t].grads);
         spw_deep_destroy(par->slot[t].deep);
@@ -177,12 +168,12 @@ static void job(void *ctx, uint32_t t, uint32_t threads)
             pre_phase(par);
         else if (t == 1 && st->beside_pre)
             st->beside_pre(st->ctx);
-        pthread_barrier_wait(&par->phase);
+        spw_trn__pool_barrier(par->pool);
         if (par->stage_err != SPW_OK)
             return; /* every thread sees it after the barrier: none computes */
     }
     compute_phase(par, t, threads);
-    pthread_barrier_wait(&par->phase);
+    spw_trn__pool_barrier(par->pool);
     for (uint32_t s = 0; s < threads; s++)
         if (par->slot[s].err != SPW_OK)
             return; /* the batch failed: finish reports it, grads are unspecified */
@@ -190,7 +181,7 @@ static void job(void *ctx, uint32_t t, uint32_t threads)
         reduce_phase(par, t, threads);
     if (!st || (!st->post && !st->beside_post))
         return;
-    pthread_barrier_wait(&par->phase); /* every row reduced before post reads grads */
+    spw_trn__pool_barrier(par->pool); /* every row reduced before post reads grads */
     if (t == 0 && st->post)
         par->stage_err = st->post(st->ctx);
     else if (t == 1 && st->beside_post)
@@ -233,7 +224,7 @@ void spw_trn__par_start_staged(struct spw_trn__par *par, spw_deep_t *deep, const
     par->stage_err = SPW_OK;
     par->in_flight = true;
     par->t = deep ? spw_trn__deep_train_forwards(deep) : 0;
-    spw_trn__pool_submit(par->pool, job, par);
+    spw_trn__pool_run(par->pool, job, par);
 }
 
 spw_err_t spw_trn__par_finish(struct spw_trn__par *par, double *loss_sum)

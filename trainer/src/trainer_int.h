@@ -154,8 +154,9 @@ void spw_trn__par_start(struct spw_trn__par *par, spw_deep_t *deep, const spw_ba
                         float *grads);
 /* spw_trn__par_start with the owner's serial stages on thread 0 (see spw_backend_stages): pre
  * before the compute (then, for a deep model, the gather of the network's weights from rows,
- * which pre may fill), post after the reduction. batch holds at least one example. finish returns
- * the first error of pre, the compute or post. stages is borrowed until finish. */
+ * which pre may fill), post after the reduction, with the caller as thread 0: it returns when
+ * the batch is done. batch holds at least one example. finish returns the first error of pre,
+ * the compute or post. stages is borrowed until finish. */
 void spw_trn__par_start_staged(struct spw_trn__par *par, spw_deep_t *deep, const spw_batch_t *batch,
                                const float *rows, float grad_scale, float *preds, float *grads,
                                const struct spw_backend_stages *stages);

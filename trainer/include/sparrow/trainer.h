@@ -406,9 +406,9 @@ spw_err_t spw_backend_forward_backward_finish(spw_backend_t *be, double *loss_su
  * The owner's serial work around a batch, handed to spw_backend_forward_backward_start_staged:
  * pre (may be NULL) brings the batch's rows into the rows buffer given to start (the pull), post
  * (may be NULL) consumes preds and grads (scoring, the push). On the compute threads both run
- * on thread 0 while the owner thread waits or does other work, so they may touch only what the
- * owner leaves alone until finish. A non-zero return fails the batch
- * (pre's: nothing computed, post not called) and finish returns it. ctx is the callbacks'.
+ * on thread 0, which is the owner thread itself (start returns when the batch is done). A non-zero
+ * return fails the batch (pre's: nothing computed, post not called) and finish returns it. ctx is
+ * the callbacks'.
  */
 struct spw_backend_stages {
     spw_err_t (*pre)(void *ctx);
@@ -425,8 +425,9 @@ struct spw_backend_stages {
 };
 
 /* spw_backend_forward_backward_start with stages: pre, the forward and backward, post, in that
- * order. On the compute threads (spw_backend_threads > 1) all of it runs there and start
- * returns at once; otherwise start runs the three in the caller. batch holds at least one
+ * order. On the compute threads (spw_backend_threads > 1) all of it runs there, with the caller
+ * as compute thread 0, and start returns when it is done; otherwise start runs the three in
+ * the caller. batch holds at least one
  * example. rows, preds, grads and stages are borrowed until finish, which returns the first
  * error. Owner thread only. */
 void spw_backend_forward_backward_start_staged(spw_backend_t *be, const spw_batch_t *batch,
