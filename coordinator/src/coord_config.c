@@ -34,7 +34,7 @@ const struct spw_config_prop spw_coordinator_config_props[] = {
      "trainers registered) or speed (trainers of similar measured step time together, so that "
      "a straggler does not hold a fast group)."},
     {"coordinator.shards", SPW_CONFIG_STRING, "", 0, 16384, NULL,
-     "Parameter-server shards (comma-separated ZeroMQ endpoints, shard 0 first)."},
+     "Parameter-server shards (comma-separated ZeroMQ endpoints, shard 0 first); required."},
     {"coordinator.checkpoint.dir", SPW_CONFIG_STRING, ".", 1, 4000, NULL,
      "Root of checkpoints/<epoch>/ (the shards' pserver.checkpoint.dir, shared)."},
     {"coordinator.member.timeout", SPW_CONFIG_DURATION_MS, "5s", 100, 3600000, NULL,
@@ -128,6 +128,15 @@ spw_err_t spw_coord_server_conf_from_config(const spw_config_t *cfg,
         return SPW_ERR_INVALID;
     }
     c.shards = spw_config_str(cfg, "coordinator.shards");
+    if (!is_set(c.shards)) {
+        /* without shards a sync step commits nowhere and an epoch's MANIFEST names no shard
+         * checkpoint, which no restore can use */
+        snprintf(errstr, errstr_size,
+                 "coordinator.shards is empty: the coordinator commits steps on and checkpoints "
+                 "the parameter-server shards; give their endpoints, shard 0 first (--shards "
+                 "tcp://HOST:PORT,...)");
+        return SPW_ERR_INVALID;
+    }
     c.checkpoint_dir = spw_config_str(cfg, "coordinator.checkpoint.dir");
     c.member_timeout_ms = (uint64_t)spw_config_duration_ms(cfg, "coordinator.member.timeout");
     if (spw_coord_recovery_parse(spw_config_str(cfg, "coordinator.recovery"), &c.recovery) !=

@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# `sparrow coordinator`: starts, answers a registration (log), writes nothing without trainers,
-# refuses a bad mode, and stops cleanly on SIGTERM. Args: sparrow binary, scratch dir.
+# `sparrow coordinator`: refuses a bad mode and a configuration without shards (naming the key),
+# dumps its configuration, starts with one `sparrow pserver` shard (its startup recovery asks the
+# shard), writes nothing without trainers, and stops cleanly on SIGTERM. Args: sparrow binary,
+# scratch dir.
 set -euo pipefail
 SPARROW=$1
 DIR=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/cluster_lib.sh"
 rm -rf "$DIR" && mkdir -p "$DIR"
-if "$SPARROW" coordinator --mode ssp:x --checkpoint-dir "$DIR" 2>"$DIR/bad.log"; then
-    echo "FAIL: a malformed mode was accepted"; exit 1
+if "$SPARROW" coordinator --mode ssp:x --shards tcp://127.0.0.1:9 --checkpoint-dir "$DIR" \
+    2>"$DIR/bad.log"; then
+    fail "a malformed mode was accepted"
 fi
-grep -q "coordinator.mode" "$DIR/bad.log" || { echo "FAIL: the error does not name the key"; exit 1; }
+grep -q "coordinator.mode" "$DIR/bad.log" || fail "the error does not name the key"
+if "$SPARROW" coordinator --checkpoint-dir "$DIR" 2>"$DIR/noshards.log"; then
+    fail "a coordinator without shards was accepted"
+fi
+grep -q "coordinator.shards is empty" "$DIR/noshards.log" ||
+    fail "the error does not name coordinator.shards"
 "$SPARROW" coordinator --mode hybrid:10 --dump-config | grep -c "coordinator.mode = hybrid:10" >/dev/null
-"$SPARROW" coordinator --listen tcp://127.0.0.1:0 --mode sync --checkpoint-dir "$DIR" \
-    --set coordinator.startup.grace=0 2>"$DIR/coord.log" &
-PID=$!
+start_shards 1 4 --set "pserver.checkpoint.dir=$DIR/ck"
+COORD_LOG=$DIR/coord.log start_coordinator sync "$DIR/ck" --set coordinator.startup.grace=0
 for _ in $(seq 100); do
     grep -q "recovery completed" "$DIR/coord.log" && break
     sleep 0.1
 done
-grep -q "recovery completed" "$DIR/coord.log" || { cat "$DIR/coord.log"; echo "FAIL: no start"; exit 1; }
-kill -TERM "$PID"
-wait "$PID" || { echo "FAIL: exit status $?"; exit 1; }
-grep -q "coordinator stopped" "$DIR/coord.log"
+grep -q "recovery completed" "$DIR/coord.log" || fail "no start"
+kill -TERM "$COORD"
+wait "$COORD" || fail "exit status $?"
+grep -q "coordinator stopped" "$DIR/coord.log" || fail "no clean stop"
+[ -z "$(ls -A "$DIR/ck" 2>/dev/null)" ] || fail "wrote a checkpoint without trainers: $(ls "$DIR/ck")"
 echo "PASS"
