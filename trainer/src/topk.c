@@ -417,6 +417,21 @@ spw_err_t spw_topk_compress(spw_topk_t *tk, const uint64_t *keys, float *grads,
     return spw_topk_compress_pulled(tk, keys, grads, versions, NULL, n, out);
 }
 
+/* key's residual slot (SPW_TRN__NONE: none), with the lines its fold will touch hinted. */
+static uint32_t find_hinted(const spw_topk_t *tk, uint64_t key)
+{
+    uint32_t slot = spw_trn__keyidx_find(&tk->index, key);
+    if (slot != SPW_TRN__NONE) {
+        const float *res = tk->res_values + (size_t)slot * tk->conf.dim;
+        __builtin_prefetch(res);
+        __builtin_prefetch(res + tk->conf.dim - 1);
+        __builtin_prefetch(&tk->res_versions[slot]);
+        __builtin_prefetch(&tk->prev[slot]);
+        __builtin_prefetch(&tk->next[slot]);
+    }
+    return slot;
+}
+
 /* spw_topk_compress_pulled but for freeing the slots it leaves held (its caller does). */
 static spw_err_t compress_step(spw_topk_t *tk, const uint64_t *keys, float *grads,
                                const uint32_t *versions, const float *pulled, size_t n,
@@ -455,13 +470,22 @@ static spw_err_t compress_step(spw_topk_t *tk, const uint64_t *keys, float *grad
             tk->step_slot[r] = SPW_TRN__NONE;
     }
     if (ef && tk->count) {
-        enum { AHEAD = 16 }; /* keys hinted before their find: the index outgrows the caches */
-        for (size_t r = 0; r < n && r < AHEAD; r++)
+        /* Two stages, as the table outgrows the caches: a key's index entry is hinted 2·AHEAD
+         * keys before its turn, its slot found AHEAD keys before (kept in step_slot until then)
+         * and the slot's residual, version and age links hinted. Processing a key removes or
+         * detaches only its own slot, so a slot found ahead stays valid. */
+        enum { AHEAD = 8 };
+        for (size_t r = 0; r < n && r < 2 * AHEAD; r++)
             spw_trn__keyidx_prefetch(&tk->index, keys[r]);
+        for (size_t r = 0; r < n && r < AHEAD; r++)
+            tk->step_slot[r] = find_hinted(tk, keys[r]);
         for (size_t r = 0; r < n; r++) {
+            if (r + 2 * AHEAD < n)
+                spw_trn__keyidx_prefetch(&tk->index, keys[r + 2 * AHEAD]);
             if (r + AHEAD < n)
-                spw_trn__keyidx_prefetch(&tk->index, keys[r + AHEAD]);
-            uint32_t slot = spw_trn__keyidx_find(&tk->index, keys[r]);
+                tk->step_slot[r + AHEAD] = find_hinted(tk, keys[r + AHEAD]);
+            uint32_t slot = tk->step_slot[r];
+            tk->step_slot[r] = SPW_TRN__NONE;
             if (slot == SPW_TRN__NONE)
                 continue;
             if (versions && row_reset(tk->res_versions[slot], versions[r])) {
