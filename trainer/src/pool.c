@@ -68,12 +68,13 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Whether *v differs from old within SPIN_NS of spinning (acquire). */
-static bool spin_until_changed(const _Atomic uint64_t *v, uint64_t old)
+/* Whether ready(ctx) became true within SPIN_NS of spinning: SPIN_PAUSES pause instructions,
+ * then sched_yield, the clock read every SPIN_CLOCK_N turns. */
+static bool spin(bool (*ready)(const void *ctx), const void *ctx)
 {
     uint64_t deadline = 0;
     for (uint32_t i = 0;; i++) {
-        if (atomic_load_explicit(v, memory_order_acquire) != old)
+        if (ready(ctx))
             return true;
         if (i < SPIN_PAUSES) {
             cpu_relax();
@@ -90,26 +91,26 @@ static bool spin_until_changed(const _Atomic uint64_t *v, uint64_t old)
     }
 }
 
-/* Whether *v reached 0 within SPIN_NS of spinning (acquire). */
-static bool spin_until_zero(const _Atomic uint32_t *v)
+struct changed {
+    const _Atomic uint64_t *v;
+    uint64_t old;
+};
+
+static bool has_changed(const void *ctx)
 {
-    uint64_t deadline = 0;
-    for (uint32_t i = 0;; i++) {
-        if (atomic_load_explicit(v, memory_order_acquire) == 0)
-            return true;
-        if (i < SPIN_PAUSES) {
-            cpu_relax();
-            continue;
-        }
-        if (i % SPIN_CLOCK_N == 0) {
-            uint64_t now = spw_time_mono_ns();
-            if (!deadline)
-                deadline = now + SPIN_NS;
-            else if (now >= deadline)
-                return false;
-        }
-        sched_yield();
-    }
+    const struct changed *c = ctx;
+    return atomic_load_explicit(c->v, memory_order_acquire) != c->old;
+}
+
+/* Whether *v differs from old within the spin (acquire). */
+static bool spin_until_changed(const _Atomic uint64_t *v, uint64_t old)
+{
+    return spin(has_changed, &(struct changed){v, old});
+}
+
+static bool is_zero(const void *ctx)
+{
+    return atomic_load_explicit((const _Atomic uint32_t *)ctx, memory_order_acquire) == 0;
 }
 
 /* Worker w's next gen after seen, or 0 on stop. */
@@ -206,7 +207,7 @@ void spw_trn__pool_run(struct spw_trn__pool *pool, spw_trn__pool_fn fn, void *ct
 
 void spw_trn__pool_wait(struct spw_trn__pool *pool)
 {
-    if (spin_until_zero(&pool->pending))
+    if (spin(is_zero, (const void *)&pool->pending))
         return;
     pthread_mutex_lock(&pool->mu);
     while (atomic_load_explicit(&pool->pending, memory_order_acquire))
