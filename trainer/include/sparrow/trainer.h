@@ -427,9 +427,8 @@ struct spw_backend_stages {
 /* spw_backend_forward_backward_start with stages: pre, the forward and backward, post, in that
  * order. On the compute threads (spw_backend_threads > 1) all of it runs there, with the caller
  * as compute thread 0, and start returns when it is done; otherwise start runs the three in
- * the caller. batch holds at least one
- * example. rows, preds, grads and stages are borrowed until finish, which returns the first
- * error. Owner thread only. */
+ * the caller. batch holds at least one example. rows, preds, grads and stages are borrowed until
+ * finish, which returns the first error. Owner thread only. */
 void spw_backend_forward_backward_start_staged(spw_backend_t *be, const spw_batch_t *batch,
                                                float *rows, float grad_scale, float *preds,
                                                float *grads,
