@@ -160,9 +160,10 @@ done
 # this VM the same binary's 2-thread FM run ranged from 406,000 to 559,000 examples/s within a
 # minute, the 1-thread one from 256,000 to 292,000). FM k=$K on the stream above (or on 200,000
 # examples of the same generator when it is shorter) and DeepFM k=$K (MLP 400,400, the 39
-# fields) on the first 200,000 of that (100,000 on the short stream). The result equals one thread's up to float order, so the final-window logloss is shown beside the rate; compute_s (the loop's time in
-# forward/backward and progressive validation, without reading, pulls and pushes) shows how much
-# of the run the threads divide.
+# fields) on the first 200,000 of that (100,000 on the short stream). The result equals one
+# thread's up to float order, so the final-window logloss is shown beside the rate; compute_s (the
+# loop's time in forward/backward and progressive validation, without reading, pulls and pushes)
+# shows how much of the run the threads divide.
 # Target: 2 threads / 1 >= 1.7 in examples/s on a 2-core machine.
 THREADS="1 2"
 for t in 4 8 16; do [ "$(nproc)" -ge $t ] && THREADS="$THREADS $t"; done

@@ -22,11 +22,8 @@ grep -q "coordinator.shards is empty" "$DIR/noshards.log" ||
 "$SPARROW" coordinator --mode hybrid:10 --dump-config | grep -c "coordinator.mode = hybrid:10" >/dev/null
 start_shards 1 4 --set "pserver.checkpoint.dir=$DIR/ck"
 COORD_LOG=$DIR/coord.log start_coordinator sync "$DIR/ck" --set coordinator.startup.grace=0
-for _ in $(seq 100); do
-    grep -q "recovery completed" "$DIR/coord.log" && break
-    sleep 0.1
-done
-grep -q "recovery completed" "$DIR/coord.log" || fail "no start"
+wait_for "the coordinator's start (its startup recovery)" 10 grep -q "recovery completed" \
+    "$DIR/coord.log"
 kill -TERM "$COORD"
 wait "$COORD" || fail "exit status $?"
 grep -q "coordinator stopped" "$DIR/coord.log" || fail "no clean stop"

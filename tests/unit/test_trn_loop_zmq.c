@@ -447,9 +447,10 @@ static void *slow_proxy_main(void *arg)
     return NULL;
 }
 
-/* A deep model's start checks the shards' dense blocks with one pull. Each shard, behind a proxy,
- * holds its first pull for 1.5 s, three of the loop's 500 ms waits: the trainer waits for it (it
- * once gave up after the first wait, "timed out", and exited) and then trains. */
+/* A deep model's start checks the shards' dense blocks with one pull, after the hello. Each shard,
+ * behind a proxy, holds that pull (its second) for 1.5 s, three of the loop's 500 ms waits: the
+ * trainer waits for it (it once gave up after the first wait, "timed out", and exited) and then
+ * trains. */
 static void test_trn_loop_zmq_deep_start_waits_for_a_slow_shard(void **state)
 {
     (void)state;

@@ -461,9 +461,6 @@ static spw_err_t store_acked(spw_trainer_loop_t *loop)
 
 /* ---- the shards' hello ---- */
 
-/* Before the first pull: every shard's dim against the model's (a shard of pserver.dim=auto takes
- * it), so that a mismatch fails at connect as the configuration error it is, naming both sides.
- * Waits for shards that are not up yet as a pull does. SPW_ERR_INVALID (logged) on a mismatch. */
 /* Waits for pull token past its slices' timeouts (a shard restarting answers later), saying on
  * /readyz after PULL_NOT_READY_MS that the loop waits for the shards. SPW_ERR_STOPPED leaves the
  * pull in flight (the caller cancels it). */
@@ -478,6 +475,9 @@ static spw_err_t await_pull(spw_trainer_loop_t *loop, uint64_t token)
     return err;
 }
 
+/* Before the first pull: every shard's dim against the model's (a shard of pserver.dim=auto takes
+ * it), so that a mismatch fails at connect as the configuration error it is, naming both sides.
+ * Waits for shards that are not up yet as a pull does. SPW_ERR_INVALID (logged) on a mismatch. */
 static spw_err_t hello_shards(spw_trainer_loop_t *loop)
 {
     if (loop->conf.inproc_shards)
